@@ -1,0 +1,118 @@
+"""The torch engine: torch.distributed set up from a Placement (NCCL on CUDA, Gloo on CPU)."""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .errors import UsageError
+from .launch import Placement
+
+
+@dataclass
+class Context:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    device: torch.device
+    backend: str
+    launcher: str
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def device_noun(self) -> str:
+        """The word the original's log lines use: GPU on CUDA, CPU otherwise."""
+        return "GPU" if self.device.type == "cuda" else "CPU"
+
+
+def choose_device(placement: Placement, use_cuda: bool) -> torch.device:
+    if use_cuda and torch.cuda.is_available():
+        return torch.device("cuda", placement.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def choose_backend(device: torch.device, placement: Placement, requested: str = "auto") -> str:
+    if requested != "auto":
+        if requested == "nccl" and device.type != "cuda":
+            raise UsageError("--backend nccl needs CUDA; this run is on the CPU")
+        return requested
+    if device.type != "cuda":
+        return "gloo"
+    # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); Gloo handles CUDA tensors.
+    if placement.local_world_size > torch.cuda.device_count():
+        return "gloo"
+    return "nccl"
+
+
+def init(placement: Placement, use_cuda: bool, backend: str = "auto",
+         timeout_s: float = 300.0, threads: int | None = None) -> Context:
+    device = choose_device(placement, use_cuda)
+    backend = choose_backend(device, placement, backend)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        # Share the cores between the workers of this host; oversubscription ruins CPU timings.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        torch.set_num_threads(threads or max(1, (cores or 1) // max(1, placement.local_world_size)))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if placement.launcher == "torchrun":
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    else:
+        store = _store(placement, timeout)
+        dist.init_process_group(backend, store=store, rank=placement.rank,
+                                world_size=placement.world_size, timeout=timeout)
+    return Context(placement.rank, placement.world_size, placement.local_rank,
+                   placement.local_world_size, device, backend, placement.launcher)
+
+
+def _store(p: Placement, timeout: datetime.timedelta) -> dist.Store:
+    if p.world_size == 1 and p.master_port is None:
+        return dist.HashStore()
+    addr = p.master_addr
+    port = p.master_port
+    if p.launcher == "mpi" and port is None:
+        return _mpi_store(p, addr or "127.0.0.1", timeout)
+    if addr is None or port is None:
+        raise UsageError(f"{p.launcher} launch without a rendezvous: set MASTER_ADDR and "
+                         "MASTER_PORT (or use the suite's launchers, which set them)")
+    is_master = p.rank == 0 and p.store_owner == "rank0"
+    return dist.TCPStore(addr, port, p.world_size, is_master, timeout=timeout,
+                         wait_for_workers=False)
+
+
+def _mpi_store(p: Placement, addr: str, timeout) -> dist.Store:
+    """Rank 0 opens the store on a kernel-chosen port and tells the others through MPI."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise UsageError("started by mpirun without MASTER_PORT, and mpi4py is not installed "
+                         "to agree on one") from None
+    comm = MPI.COMM_WORLD
+    store = None
+    port = None
+    if p.rank == 0:
+        store = dist.TCPStore(addr, 0, p.world_size, True, timeout=timeout,
+                              wait_for_workers=False)
+        port = store.port
+    port = comm.bcast(port, root=0)
+    if store is None:
+        store = dist.TCPStore(addr, port, p.world_size, False, timeout=timeout)
+    return store
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device: timings on CUDA are meaningless without it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,183 @@
+"""Where this process sits in the job, and the suite's own local spawner.
+
+A worker learns its rank, world size and local rank from whichever launcher started it, first
+match wins:
+
+- the suite's local spawner (``python -m ddlbench.train --nworkers N`` with no launcher around it):
+  ``DDLBENCH_LAUNCHER=local`` plus the torchrun-style variables below; the spawner hosts the
+  rendezvous store itself, on a port the kernel chose, so there is no port race;
+- torchrun: ``TORCHELASTIC_RUN_ID`` plus ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/
+  ``MASTER_PORT`` (torchrun's agent hosts the store);
+- Open MPI: ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``; the rendezvous
+  address comes from ``MASTER_ADDR`` (the MPI launcher sets it from the host file) and, when
+  ``MASTER_PORT`` is unset, rank 0 lets the kernel choose a port and tells the others over MPI;
+- Slurm job steps (``srun``): ``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID``;
+  ``MASTER_ADDR`` defaults to the step's first node and ``MASTER_PORT`` must be given or is derived
+  from the job id (10000 + job id mod 50000), as is usual on shared clusters.
+
+Nothing here picks an address or a port of its own: they come from the environment or the kernel.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    launcher: str  # local | torchrun | mpi | slurm | single
+    master_addr: str | None
+    master_port: int | None
+    # Who hosts the rendezvous store: "rank0" (rank 0 starts it), or "external" (the local
+    # spawner or torchrun's agent already runs it; every rank is a client).
+    store_owner: str = "rank0"
+
+
+def _int(env, key, default=None):
+    value = env.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"environment variable {key}={value!r} is not an integer") from None
+
+
+def _port(env):
+    return _int(env, "MASTER_PORT")
+
+
+def detect(env=None) -> Placement | None:
+    """The placement given by a launcher, or None when no launcher started this process."""
+    env = os.environ if env is None else env
+    if env.get("DDLBENCH_LAUNCHER") == "local":
+        return Placement(_int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"),
+                         _int(env, "LOCAL_WORLD_SIZE"), "local", env.get("MASTER_ADDR"),
+                         _port(env), store_owner="external")
+    if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
+        return Placement(_int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK", 0),
+                         _int(env, "LOCAL_WORLD_SIZE", 1), "torchrun", env.get("MASTER_ADDR"),
+                         _port(env), store_owner="external")
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return Placement(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
+                         _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
+                         _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1), "mpi",
+                         env.get("MASTER_ADDR"), _port(env))
+    if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        port = _port(env)
+        if port is None and "SLURM_JOB_ID" in env:
+            port = 10000 + _int(env, "SLURM_JOB_ID") % 50000
+        addr = env.get("MASTER_ADDR") or _slurm_first_node(env)
+        return Placement(_int(env, "SLURM_PROCID"), _int(env, "SLURM_STEP_NUM_TASKS"),
+                         _int(env, "SLURM_LOCALID", 0),
+                         _int(env, "SLURM_STEP_TASKS_PER_NODE", 1) if
+                         env.get("SLURM_STEP_TASKS_PER_NODE", "").isdigit() else 1,
+                         "slurm", addr, port)
+    return None
+
+
+def _slurm_first_node(env) -> str | None:
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return None
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                             text=True, timeout=30, check=True).stdout.split()
+        return out[0] if out else None
+    except (OSError, subprocess.SubprocessError):
+        # Plain names or "name[1-4]": the first name of the first range.
+        first = nodelist.split(",")[0]
+        if "[" in first:
+            base, rng = first.split("[", 1)
+            return base + rng.split("-")[0].split(",")[0].rstrip("]")
+        return first
+
+
+def single() -> Placement:
+    return Placement(0, 1, 0, 1, "single", "127.0.0.1", None)
+
+
+# --------------------------------------------------------------------------- local spawner
+
+def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
+                grace_s: float = 5.0) -> int:
+    """Run ``python -m ddlbench.train ARGV`` as ``nworkers`` local processes and wait for them.
+
+    The first worker to fail takes the others down (SIGTERM, then SIGKILL after ``grace_s``);
+    SIGINT/SIGTERM to this process does the same. Returns the job's exit code: 0 when every
+    worker succeeded, else the first failure's code (128 + signal for a killed worker).
+    """
+    import torch.distributed as dist  # the store lives in this process, on a kernel-chosen port
+
+    store = dist.TCPStore(master_addr, 0, None, True, wait_for_workers=False)
+    base_env = dict(os.environ, DDLBENCH_LAUNCHER="local", WORLD_SIZE=str(nworkers),
+                    LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr,
+                    MASTER_PORT=str(store.port))
+    procs: list[subprocess.Popen] = []
+    stopping = {"signal": None}
+
+    def on_signal(signum, _frame):
+        stopping["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for rank in range(nworkers):
+            env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            procs.append(subprocess.Popen([sys.executable, "-m", "ddlbench.train", *argv],
+                                          env=env))
+        failure = None
+        while True:
+            codes = [p.poll() for p in procs]
+            if stopping["signal"] is not None:
+                failure = 128 + stopping["signal"]
+                break
+            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                rank, code = bad[0]
+                failure = code if code > 0 else 128 - code
+                # Workers that fail together (a failed verification) exit within moments of
+                # each other; only the ones still running after that are stopped.
+                _wait_all(procs, grace_s)
+                if any(p.poll() is None for p in procs):
+                    print(f"ddlbench: worker {rank} exited with code {code}; stopping the others",
+                          file=sys.stderr, flush=True)
+                break
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(0.05)
+        _terminate(procs, grace_s)
+        return failure
+    finally:
+        _terminate(procs, grace_s)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        del store
+
+
+def _wait_all(procs, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+
+
+def _terminate(procs, grace_s):
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

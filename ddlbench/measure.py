@@ -1,0 +1,98 @@
+"""The measurement protocol of DESIGN.md section 8, and the original suite's log lines.
+
+Warm-up batches, then timing rounds of several batches each. Every rank times each round; the
+round's time is the slowest rank's (an all-reduce MAX after the round, outside the timed part);
+per-worker throughput of a round = batch * batches / time, total = P times that.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import engine
+
+try:  # resident memory, for the flat-memory check
+    import psutil
+except ImportError:  # pragma: no cover - psutil is in requirements.txt
+    psutil = None
+
+
+def rss_bytes() -> int | None:
+    return psutil.Process().memory_info().rss if psutil else None
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (as numpy's default), q in [0, 100]."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summary(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values),
+            "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+            "p50": percentile(values, 50), "p90": percentile(values, 90),
+            "min": min(values), "max": max(values)}
+
+
+def slowest(ctx, seconds: float) -> float:
+    t = torch.tensor([seconds], dtype=torch.float64,
+                     device=ctx.device if ctx.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_iter: int,
+        iters: int, unit: str, log, on_warm=None) -> dict:
+    """Time ``train_step`` (one batch) as the protocol says; ``finish`` completes any work a
+    method leaves in flight. Prints the original's lines through ``log`` (rank 0 only)."""
+    noun = ctx.device_noun
+    for _ in range(warmup):
+        train_step()
+    finish()
+    engine.synchronize(ctx.device)
+    if on_warm:
+        on_warm()
+    round_times, rates, rss = [], [], []
+    for i in range(iters):
+        start = time.perf_counter()
+        for _ in range(batches_per_iter):
+            train_step()
+        finish()
+        engine.synchronize(ctx.device)
+        elapsed = slowest(ctx, time.perf_counter() - start)
+        rate = batch_size * batches_per_iter / elapsed
+        round_times.append(elapsed)
+        rates.append(rate)
+        rss.append(rss_bytes())
+        log(f"Iter #{i}: {rate:.1f} {unit}/sec per {noun}")
+    mean = statistics.fmean(rates)
+    conf = 1.96 * (statistics.pstdev(rates) if len(rates) > 1 else 0.0)
+    log(f"{unit.capitalize()}/sec per {noun}: {mean:.1f} +-{conf:.1f}")
+    log(f"Total {unit}/sec on {ctx.size} {noun}(s): {ctx.size * mean:.1f} +-{ctx.size * conf:.1f}")
+    totals = [ctx.size * r for r in rates]
+    return {
+        "unit": f"{unit}/sec",
+        "round_seconds": round_times,
+        "per_worker_throughput": rates,
+        "total_throughput": totals,
+        "throughput": summary(totals),
+        "round_time": summary(round_times),
+        "per_worker_mean": mean,
+        "per_worker_conf": conf,
+        "rss_bytes_per_round": rss,
+    }
+
+
+def parse_total(text: str) -> list[float]:
+    """The original suite's parsing rule: every line containing 'Total', the number after the
+    last ': '."""
+    return [float(line.split(": ")[-1].split()[0]) for line in text.splitlines()
+            if "Total" in line]

@@ -1,0 +1,315 @@
+"""The shared training script, run by every launcher: ``python -m ddlbench.train``.
+
+Run by hand with ``--nworkers N`` it spawns N local workers itself; started by mpirun, torchrun
+or srun it joins that job. Each worker then, top to bottom:
+
+1. sets up torch.distributed (NCCL on CUDA, Gloo on CPU) from its launcher's environment;
+2. builds the model and makes one fake batch on its device (different data on each rank);
+3. broadcasts rank 0's initial parameters and buffers;
+4. wraps a plain torch optimizer with the chosen synchronisation method;
+5. either verifies the method against single-process SGD on the averaged gradient
+   (``--verify STEPS``) or times it (warm-up, then rounds of batches), printing the original
+   suite's log lines and writing one JSON record (``--output``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+from .errors import EXIT_USAGE, UsageError
+
+ENGINES = ("torch", "horovod", "byteps")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m ddlbench.train", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    w = p.add_argument_group("workload")
+    w.add_argument("--model", default="resnet50",
+                   help="torchvision classification model, or bert / bert_base / bert_tiny")
+    w.add_argument("--batch-size", type=int, default=64, help="per-worker batch size")
+    w.add_argument("--sentence-len", type=int, default=64, help="BERT sequence length")
+    w.add_argument("--image-size", type=int, default=None,
+                   help="CNN input size in pixels (default: 224, 299 for inception_v3)")
+    w.add_argument("--num-classes", type=int, default=1000)
+    t = p.add_argument_group("timing (DESIGN.md section 8)")
+    t.add_argument("--num-warmup-batches", type=int, default=10)
+    t.add_argument("--num-batches-per-iter", type=int, default=10)
+    t.add_argument("--num-iters", type=int, default=10, help="timing rounds")
+    m = p.add_argument_group("synchronisation")
+    m.add_argument("--method", default="fusion",
+                   help="method id (bspa2a, wfbp, fusion, ddp, ...) or module:Class; "
+                        "with --verify a comma-separated list or 'all'")
+    m.add_argument("--threshold", type=float, default=None,
+                   help="fusion threshold in bytes (Horovod semantics: 0 = one message per "
+                        "tensor; default 64 MiB)")
+    m.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (25)")
+    m.add_argument("--compressor", default="none")
+    m.add_argument("--density", type=float, default=0.001)
+    m.add_argument("--engine", default="torch", choices=ENGINES)
+    m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    o = p.add_argument_group("optimizer")
+    o.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
+    o.add_argument("--lr", type=float, default=None, help="learning rate (0.01 x workers)")
+    o.add_argument("--momentum", type=float, default=0.9)
+    o.add_argument("--weight-decay", type=float, default=0.0)
+    r = p.add_argument_group("run")
+    r.add_argument("--nworkers", type=int, default=None,
+                   help="local workers to spawn (default 1; under a launcher: its world size)")
+    r.add_argument("--no-cuda", action="store_true", help="run on the CPU even if CUDA exists")
+    r.add_argument("--seed", type=int, default=42)
+    r.add_argument("--output", default=None, help="write the JSON run record here (rank 0)")
+    r.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
+                   help="label of the network this run uses, for the record and tables")
+    r.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a collective may wait for a peer before the run fails")
+    r.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per worker (default: cores / local workers)")
+    r.add_argument("--trace-collectives", default=None, metavar="PREFIX",
+                   help="write each rank's sequence of collectives to PREFIX.RANK.json")
+    v = p.add_argument_group("verification")
+    v.add_argument("--verify", type=int, default=0, metavar="STEPS",
+                   help="run STEPS steps beside the float64 reference and exit non-zero if "
+                        "parameters differ beyond tolerance")
+    v.add_argument("--rtol", type=float, default=None)
+    v.add_argument("--atol", type=float, default=None)
+    args = p.parse_args(argv)
+    return args
+
+
+def check(args) -> None:
+    """Reject bad input before any process is spawned."""
+    positive = {"--batch-size": args.batch_size, "--sentence-len": args.sentence_len,
+                "--num-batches-per-iter": args.num_batches_per_iter,
+                "--num-iters": args.num_iters, "--num-classes": args.num_classes,
+                "--timeout": args.timeout}
+    for flag, value in positive.items():
+        if value <= 0:
+            raise UsageError(f"{flag} must be positive, got {value:g}")
+    if args.image_size is not None and args.image_size <= 0:
+        raise UsageError(f"--image-size must be positive, got {args.image_size}")
+    if args.num_warmup_batches < 0 or args.verify < 0:
+        raise UsageError("--num-warmup-batches and --verify must be >= 0")
+    if args.nworkers is not None and args.nworkers <= 0:
+        raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
+    if args.threshold is not None and args.threshold < 0:
+        raise UsageError(f"--threshold must be >= 0 bytes, got {args.threshold:g}")
+    if args.bucket_cap_mb is not None and args.bucket_cap_mb <= 0:
+        raise UsageError(f"--bucket-cap-mb must be positive, got {args.bucket_cap_mb:g}")
+    if args.lr is not None and args.lr <= 0:
+        raise UsageError(f"--lr must be positive, got {args.lr:g}")
+    if args.engine != "torch":
+        _check_engine(args.engine)
+    methods = method_list(args)
+    if len(methods) > 1 and not args.verify:
+        raise UsageError("several methods at once only with --verify; a benchmark times one")
+    from . import strategies
+    for name in methods:
+        strategies.lookup(name)
+    import compression
+    compression.create(args.compressor, args.density)
+    import models
+    if args.model not in models.names():
+        models.build(args.model)  # raises the UsageError listing what exists
+
+
+def _check_engine(engine: str) -> None:
+    module = {"horovod": "horovod.torch", "byteps": "byteps.torch"}[engine]
+    try:
+        __import__(module)
+    except Exception as e:  # ImportError, or a build against another torch failing to load
+        raise UsageError(
+            f"--engine {engine} is unavailable: {module} does not import ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else 'no detail'}); Horovod 0.28.1 and BytePS "
+            f"do not build against torch >= 2.1 (DESIGN.md section 10): use --engine torch, "
+            f"which carries every method") from None
+    raise UsageError(f"--engine {engine}: {module} imports, but the suite's {engine} adapter "
+                     f"is not part of this version; use --engine torch")
+
+
+def method_list(args) -> list[str]:
+    from . import strategies
+    names = []
+    for m in (m.strip() for m in args.method.split(",")):
+        for name in (strategies.names() if m == "all" else [m] if m else []):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+        from . import launch
+        placement = launch.detect()
+        if placement is None:
+            check(args)
+            nworkers = args.nworkers or 1
+            if nworkers > 1:
+                return launch.spawn_local(nworkers, argv)
+            placement = launch.single()
+        elif args.nworkers is not None and args.nworkers != placement.world_size:
+            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
+                             f"started {placement.world_size} processes")
+        elif placement.launcher != "local":
+            check(args)
+        return worker(args, placement)
+    except UsageError as e:
+        rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+        if rank == "0" or os.environ.get("DDLBENCH_LAUNCHER") is None:
+            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+
+def worker(args, placement) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import compression
+    import models
+
+    from . import engine, measure, record, strategies
+    from .comm import Comm
+    from .verify import DEFAULT_ATOL, DEFAULT_RTOL, Reference
+
+    ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
+                      timeout_s=args.timeout, threads=args.threads)
+
+    def log(line):
+        if ctx.is_root:
+            print(line, flush=True)
+
+    lr = args.lr if args.lr is not None else 0.01 * ctx.size
+
+    def make_optimizer(params):
+        if args.optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=args.weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=args.momentum,
+                               weight_decay=args.weight_decay)
+
+    def build():
+        """Model with rank 0's initial state, the optimizer, one fake batch on the device."""
+        torch.manual_seed(args.seed)
+        work = models.build(args.model, image_size=args.image_size,
+                            sentence_len=args.sentence_len, num_classes=args.num_classes)
+        work.model.to(ctx.device).train()
+        with torch.no_grad():
+            for t in list(work.model.parameters()) + list(work.model.buffers()):
+                dist.broadcast(t.data, 0)
+        gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
+        batch = work.make_batch(args.batch_size, ctx.device, gen)
+        return work, make_optimizer(work.model.parameters()), batch
+
+    def make_strategy(name, work, optimizer, comm):
+        settings = {"threshold": args.threshold, "bucket_cap_mb": args.bucket_cap_mb,
+                    "compressor_obj": compression.create(args.compressor, args.density),
+                    "density": args.density}
+        return strategies.create(name, work.model, optimizer, comm, settings)
+
+    try:
+        if args.verify:
+            rtol = DEFAULT_RTOL if args.rtol is None else args.rtol
+            atol = DEFAULT_ATOL if args.atol is None else args.atol
+            failed = []
+            for name in method_list(args):
+                work, optimizer, batch = build()
+                comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
+                strategy = make_strategy(name, work, optimizer, comm)
+                reference = Reference(work.model, make_optimizer, ctx, rtol=rtol, atol=atol)
+                for step in range(1, args.verify + 1):
+                    work.loss(strategy.module, batch).backward()
+                    strategy.step()
+                    strategy.synchronize()
+                    reference.step()
+                    max_abs, worst = reference.compare()
+                    ok = worst <= 1.0
+                    log(f"verify {name} step {step}: max |param - reference| = {max_abs:.3e} "
+                        f"({worst:.3f} of tolerance, rtol {rtol:g} atol {atol:g}) "
+                        f"{'OK' if ok else 'FAIL'}")
+                    if not ok and name not in failed:
+                        failed.append(name)
+                    strategy.zero_grad()
+                reference.close()
+                strategy.close()
+                _write_trace(args, ctx, comm, name)
+            log(f"verify: {ctx.size} worker(s), {args.model}: "
+                + ("all methods match the reference" if not failed
+                   else f"FAILED: {', '.join(failed)}"))
+            return 1 if failed else 0
+
+        work, optimizer, batch = build()
+        comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
+        strategy = make_strategy(args.method, work, optimizer, comm)
+        stats = work.stats()
+        log(f"Model: {args.model}")
+        log(f"Method: {args.method} ({strategy.display or strategy.name}), engine {args.engine}, "
+            f"backend {ctx.backend}, compressor {args.compressor}")
+        log(f"Batch size: {args.batch_size}")
+        log(f"Number of {ctx.device_noun}s: {ctx.size}")
+        log(f"Parameters: {stats['parameters']}, gradient bytes: {stats['gradient_bytes']}, "
+            f"tensors: {stats['tensors']}")
+
+        def train_step():
+            work.loss(strategy.module, batch).backward()
+            strategy.step()
+            strategy.zero_grad()
+
+        rss_warm = {}
+
+        def on_warm():
+            comm.reset_stats()
+            rss_warm["bytes"] = measure.rss_bytes()
+
+        log("Running warmup...")
+        result = measure.run(ctx, train_step, strategy.synchronize, batch_size=args.batch_size,
+                             warmup=args.num_warmup_batches,
+                             batches_per_iter=args.num_batches_per_iter, iters=args.num_iters,
+                             unit=work.unit, log=log, on_warm=on_warm)
+        timed_steps = args.num_iters * args.num_batches_per_iter
+        comm_stats = comm.stats()
+        per_iter = {k: {op: v / timed_steps for op, v in d.items()}
+                    for k, d in comm_stats.items()}
+        hosts = [None] * ctx.size
+        dist.all_gather_object(hosts, socket.gethostname())
+        rss_all = [None] * ctx.size
+        dist.all_gather_object(rss_all, {"after_warmup": rss_warm.get("bytes"),
+                                         "per_round": result["rss_bytes_per_round"],
+                                         "peak": _peak_rss()})
+        _write_trace(args, ctx, comm, args.method)
+        if ctx.is_root and args.output:
+            rec = {
+                "config": {k: v for k, v in vars(args).items() if k != "output"}
+                | {"nworkers": ctx.size, "lr": lr},
+                "method": strategy.describe(),
+                "model": stats,
+                "result": result,
+                "communication_per_iteration": per_iter,
+                "memory": {"rss_bytes_per_worker": rss_all},
+                "environment": record.manifest(ctx, hosts),
+                "network": args.network,
+            }
+            record.write_atomic(args.output, rec)
+        strategy.close()
+        return 0
+    finally:
+        engine.shutdown()
+
+
+def _peak_rss() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _write_trace(args, ctx, comm, name) -> None:
+    if args.trace_collectives and comm.trace is not None:
+        path = f"{args.trace_collectives}.{name.replace(':', '_')}.{ctx.rank}.json"
+        with open(path, "w") as f:
+            json.dump(comm.trace, f)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

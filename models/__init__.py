@@ -1,0 +1,134 @@
+"""Workloads: torchvision CNNs on fake ImageNet-shaped data, BERT pretraining on random tokens.
+
+``build(name, ...)`` returns a ``Workload``: the model, how to make one fake batch on a device,
+and how to compute the loss of a batch. Nothing is downloaded: CNNs are built with random
+weights, BERT from the JSON configs beside this file.
+
+Names: every torchvision classification model (``resnet50``, ``vgg16``, ``densenet121``,
+``mobilenet_v2``, ``inception_v3`` at 299 px, ...), ``bert`` (BERT-Large), ``bert_base`` and
+``bert_tiny`` (2 layers, hidden 128, for CPU runs and tests).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ddlbench.errors import UsageError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BERT_CONFIGS = {"bert": "bert_large.json", "bert_base": "bert_base.json",
+                "bert_tiny": "bert_tiny.json"}
+NUM_CLASSES = 1000
+# Models whose native input is not 224 px.
+NATIVE_IMAGE_SIZE = {"inception_v3": 299}
+# Auxiliary classifiers off: the benchmark trains the main head only (as the original did), and
+# an auxiliary head left in the model would hold parameters that never get a gradient.
+NO_AUX = {"inception_v3", "googlenet"}
+
+
+@dataclass
+class Workload:
+    name: str
+    model: nn.Module
+    unit: str  # "img" or "sen": what one sample is called in the log lines
+    make_batch: Callable[[int, torch.device, torch.Generator], tuple]
+    loss: Callable[[nn.Module, tuple], torch.Tensor]
+    details: dict
+
+    def stats(self) -> dict:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return {"parameters": sum(p.numel() for p in params),
+                "gradient_bytes": sum(p.numel() * p.element_size() for p in params),
+                "tensors": len(params), **self.details}
+
+
+def cnn_names() -> list[str]:
+    import torchvision
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def names() -> list[str]:
+    return cnn_names() + list(BERT_CONFIGS)
+
+
+def build(name: str, image_size: int | None = None, sentence_len: int = 64,
+          num_classes: int = NUM_CLASSES) -> Workload:
+    if name in BERT_CONFIGS:
+        return _bert(name, sentence_len)
+    if name in cnn_names():
+        return _cnn(name, image_size or NATIVE_IMAGE_SIZE.get(name, 224), num_classes)
+    raise UsageError(f"unknown model {name!r}; known: torchvision classification models "
+                     f"(e.g. resnet50, vgg16, densenet121, mobilenet_v2, inception_v3) and "
+                     f"{', '.join(BERT_CONFIGS)}")
+
+
+def _cnn(name, image_size, num_classes) -> Workload:
+    import torchvision
+    if image_size <= 0:
+        raise UsageError(f"--image-size must be positive, got {image_size}")
+    kwargs = {"weights": None, "num_classes": num_classes}
+    if name in NO_AUX:
+        kwargs.update(aux_logits=False, init_weights=True)
+    try:
+        model = torchvision.models.get_model(name, **kwargs)
+    except Exception as e:  # torchvision rejects some sizes/options per model
+        raise UsageError(f"cannot build {name}: {e}") from None
+
+    def make_batch(batch_size, device, gen):
+        images = torch.randn(batch_size, 3, image_size, image_size, generator=gen)
+        targets = torch.randint(0, num_classes, (batch_size,), generator=gen)
+        return images.to(device), targets.to(device)
+
+    def loss(module, batch):
+        images, targets = batch
+        return F.cross_entropy(module(images), targets)
+
+    return Workload(name, model, "img", make_batch, loss,
+                    {"image_size": image_size, "num_classes": num_classes})
+
+
+def bert_config(name: str):
+    from transformers import BertConfig
+    return BertConfig.from_json_file(os.path.join(HERE, BERT_CONFIGS[name]))
+
+
+def _bert(name, sentence_len) -> Workload:
+    from transformers import BertForPreTraining
+    config = bert_config(name)
+    if not (0 < sentence_len <= config.max_position_embeddings):
+        raise UsageError(f"--sentence-len must be in 1..{config.max_position_embeddings}, "
+                         f"got {sentence_len}")
+    model = BertForPreTraining(config)
+    vocab = config.vocab_size
+    mask_prob = 0.15
+
+    def make_batch(batch_size, device, gen):
+        shape = (batch_size, sentence_len)
+        input_ids = torch.randint(0, vocab, shape, generator=gen)
+        segment = torch.randint(1, sentence_len, (batch_size, 1), generator=gen)
+        token_type_ids = (torch.arange(sentence_len).expand(shape) >= segment).long()
+        attention_mask = torch.ones(shape, dtype=torch.long)
+        masked = torch.rand(shape, generator=gen) < mask_prob
+        masked[:, 0] = True  # at least one prediction per sequence
+        mlm_labels = torch.where(masked, torch.randint(0, vocab, shape, generator=gen),
+                                 torch.full(shape, -100))
+        nsp_labels = torch.randint(0, 2, (batch_size,), generator=gen)
+        return tuple(t.to(device) for t in
+                     (input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels))
+
+    def loss(module, batch):
+        input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels = batch
+        out = module(input_ids=input_ids, token_type_ids=token_type_ids,
+                     attention_mask=attention_mask, labels=mlm_labels,
+                     next_sentence_label=nsp_labels)
+        return out.loss  # masked-LM + next-sentence-prediction
+
+    return Workload(name, model, "sen", make_batch, loss,
+                    {"sentence_len": sentence_len, "layers": config.num_hidden_layers,
+                     "hidden": config.hidden_size})
