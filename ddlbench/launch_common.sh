@@ -1,0 +1,49 @@
+# Shared by the shell launchers (sourced, not run). Needs $root, the repository root.
+# Resolves the Python and mpirun to use from configs/cluster.conf, checks the host file, and
+# builds the mpirun options of a network profile (rdma=0/1/2, DESIGN.md section 9).
+
+# shellcheck source=../configs/cluster.conf
+source "$root/configs/cluster.conf"
+
+if [ -z "${PY}" ]; then
+    if [ -x "$root/.venv/bin/python" ]; then PY="$root/.venv/bin/python"; else PY=python3; fi
+fi
+if [ -z "${MPIRUN}" ]; then
+    if [ -x "$root/.venv/bin/mpirun" ]; then MPIRUN="$root/.venv/bin/mpirun"; else MPIRUN=mpirun; fi
+fi
+
+die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
+
+# check_hostfile FILE N: prints the rendezvous address or exits with one line.
+check_hostfile() {
+    (cd "$root" && "$PY" -m ddlbench.hostfile "$1" --need "$2") || exit 2
+}
+
+# mpi_options RDMA: fills the array MPI_OPTS for mpirun.
+mpi_options() {
+    local rdma="$1" iface subnet
+    MPI_OPTS=(--oversubscribe --bind-to none --map-by slot --mca pml ob1 --mca btl self,sm,tcp)
+    [ "$(id -u)" = "0" ] && MPI_OPTS+=(--allow-run-as-root)
+    [ -n "${MPI_HOME}" ] && MPI_OPTS+=(--prefix "$MPI_HOME")
+    case "$rdma" in
+        0) iface="$ETH_INTERFACE"; subnet="$ETH_SUBNET"; MPI_OPTS+=(-x NCCL_IB_DISABLE=1) ;;
+        1) iface="$IB_INTERFACE"; subnet="$IB_SUBNET"; MPI_OPTS+=(-x NCCL_IB_DISABLE=0) ;;
+        2) iface="$IB_INTERFACE"; subnet="$IB_SUBNET"
+           MPI_OPTS+=(-x NCCL_IB_DISABLE=1 -x NCCL_NET_GDR_LEVEL=0) ;;
+        *) die "rdma must be 0 (10GbE TCP), 1 (100Gb IB RDMA) or 2 (TCP over the 100Gb fabric), got '$rdma'" ;;
+    esac
+    if [ -n "$iface" ]; then
+        MPI_OPTS+=(-x "NCCL_SOCKET_IFNAME=$iface" -x "GLOO_SOCKET_IFNAME=$iface")
+    fi
+    [ -n "$subnet" ] && MPI_OPTS+=(--mca btl_tcp_if_include "$subnet")
+    MPI_OPTS+=(-x PATH -x "DDLBENCH_NETWORK=rdma$rdma")
+    [ -n "${LD_LIBRARY_PATH:-}" ] && MPI_OPTS+=(-x LD_LIBRARY_PATH)
+    local v
+    for v in $(compgen -e | grep '^DDLBENCH_' | grep -v '^DDLBENCH_NETWORK$'); do MPI_OPTS+=(-x "$v"); done
+    return 0
+}
+
+# positive NAME VALUE: exits unless VALUE is a positive integer.
+positive() {
+    [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || die "$1 must be a positive integer, got '$2'"
+}

@@ -1,0 +1,60 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+# Small workloads: every test run fits a 2-core CPU machine.
+SMALL_CNN = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4"]
+TINY_BERT = ["--model", "bert_tiny", "--sentence-len", "16", "--batch-size", "4"]
+QUICK_TIMING = ["--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "2"]
+
+
+def env(**extra):
+    e = dict(os.environ)
+    # mpirun and torchrun live beside the interpreter in the venv.
+    e["PATH"] = os.path.dirname(sys.executable) + os.pathsep + e.get("PATH", "")
+    e.pop("DDLBENCH_TEST_HOOK_JITTER_MS", None)
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def run(cmd, timeout=300, **extra_env):
+    """Run a command from the repository root; its output is kept for the assertion message."""
+    return subprocess.run(cmd, cwd=REPO, env=env(**extra_env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def train(*args, timeout=300, **extra_env):
+    return run([sys.executable, "-m", "ddlbench.train", "--timeout", "60", *args],
+               timeout=timeout, **extra_env)
+
+
+def verify_lines(stdout):
+    """{method: [(step, max_abs, fraction_of_tolerance, ok)]} from --verify output."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("verify ") and " step " in line:
+            head, _, rest = line.partition(": max |param - reference| = ")
+            name, step = head[len("verify "):].rsplit(" step ", 1)
+            max_abs = float(rest.split()[0])
+            frac = float(rest.split("(")[1].split()[0])
+            out.setdefault(name, []).append((int(step), max_abs, frac, line.endswith("OK")))
+    return out
+
+
+def describe(proc):
+    return f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+
+
+@pytest.fixture
+def load_json():
+    def load(path):
+        with open(path) as f:
+            return json.load(f)
+    return load

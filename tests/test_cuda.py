@@ -1,0 +1,40 @@
+"""The CUDA path: NCCL with one rank, Gloo with CUDA tensors across ranks sharing one GPU,
+device placement and synchronised timing. Skipped on machines without a GPU."""
+import pytest
+import torch
+
+from .conftest import QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, train, verify_lines
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_nccl_single_rank_verifies_every_method():
+    proc = train(*SMALL_CNN, "--verify", "3", "--method", "all", "--backend", "nccl")
+    assert proc.returncode == 0, describe(proc)
+    assert all(ok for steps in verify_lines(proc.stdout).values() for *_, ok in steps)
+
+
+@pytest.mark.parametrize("nworkers", [2, 3])
+def test_gloo_with_cuda_tensors_on_one_gpu(nworkers):
+    # NCCL refuses two ranks on one GPU; the engine picks Gloo for CUDA tensors then.
+    proc = train(*TINY_BERT, "--verify", "3", "--method", "all", "--nworkers", str(nworkers))
+    assert proc.returncode == 0, describe(proc)
+    assert all(ok for steps in verify_lines(proc.stdout).values() for *_, ok in steps)
+
+
+def test_cuda_run_record(tmp_path, load_json):
+    out = tmp_path / "rec.json"
+    proc = train(*SMALL_CNN, *QUICK_TIMING, "--method", "wfbp", "--output", str(out))
+    assert proc.returncode == 0, describe(proc)
+    assert "Total img/sec on 1 GPU(s): " in proc.stdout
+    rec = load_json(out)
+    assert rec["environment"]["device"].startswith("cuda")
+    assert rec["environment"]["backend"] == "nccl"
+    assert all(t > 0 for t in rec["result"]["round_seconds"])
+
+
+def test_no_cuda_flag_keeps_the_cpu(tmp_path, load_json):
+    out = tmp_path / "rec.json"
+    proc = train(*TINY_BERT, *QUICK_TIMING, "--no-cuda", "--output", str(out))
+    assert proc.returncode == 0, describe(proc)
+    assert load_json(out)["environment"]["device"] == "cpu"

@@ -1,0 +1,51 @@
+"""Every method equals single-process SGD on the averaged gradient (DESIGN.md section 2)."""
+import pytest
+
+from ddlbench import strategies
+
+from .conftest import SMALL_CNN, TINY_BERT, describe, train, verify_lines
+
+METHODS = ["bspa2a", "wfbp", "fusion", "ddp"]
+# 1 MB: several fusion buckets on both models, so packing and bucket order are exercised.
+FUSION_THRESHOLD = "1000000"
+
+
+def test_registry_has_the_methods_of_this_issue():
+    assert set(METHODS) <= set(strategies.names())
+
+
+@pytest.mark.parametrize("nworkers", [1, 2, 3, 4])
+@pytest.mark.parametrize("model", ["cnn", "bert"], ids=["small-cnn", "tiny-bert"])
+def test_three_momentum_sgd_steps_match_the_reference(model, nworkers):
+    workload = SMALL_CNN if model == "cnn" else TINY_BERT
+    proc = train(*workload, "--verify", "3", "--method", ",".join(METHODS), "--momentum", "0.9",
+                 "--threshold", FUSION_THRESHOLD, "--nworkers", str(nworkers), timeout=600)
+    assert proc.returncode == 0, describe(proc)
+    lines = verify_lines(proc.stdout)
+    assert sorted(lines) == sorted(METHODS), describe(proc)
+    for method, steps in lines.items():
+        assert [s[0] for s in steps] == [1, 2, 3], method
+        for step, max_abs, frac, ok in steps:
+            # fp32 reordering only: far inside the tolerance, and tiny in absolute terms.
+            assert ok and frac < 0.5 and max_abs < 1e-6, (method, step, max_abs, frac)
+    assert "all methods match the reference" in proc.stdout
+
+
+@pytest.mark.parametrize("broken", ["NoAverage", "SkipFirstTensor"])
+def test_verify_catches_a_wrong_method(broken):
+    """The verifier is only worth something if it fails wrong methods."""
+    proc = train(*TINY_BERT, "--verify", "2", "--method", f"tests.broken_methods:{broken}",
+                 "--nworkers", "2")
+    assert proc.returncode == 1, describe(proc)
+    steps = verify_lines(proc.stdout)[f"tests.broken_methods:{broken}"]
+    assert not any(ok for *_, ok in steps)
+    # Far outside the tolerance: a missing average is not a rounding question.
+    assert all(frac > 1000 for _, _, frac, _ in steps), steps
+    assert "FAILED" in proc.stdout
+
+
+def test_verify_with_adam_and_weight_decay():
+    proc = train(*SMALL_CNN, "--verify", "3", "--method", "all", "--optimizer", "adam",
+                 "--weight-decay", "0.01", "--lr", "0.001", "--nworkers", "2", timeout=600)
+    assert proc.returncode == 0, describe(proc)
+    assert all(ok for steps in verify_lines(proc.stdout).values() for *_, ok in steps)
