@@ -36,7 +36,9 @@ class Pending:
 class Compressor:
     name = "none"
 
-    def reduce_async(self, key, tensor: torch.Tensor, comm) -> Pending:
+    def reduce_async(self, key, tensor: torch.Tensor, comm, shapes=None) -> Pending:
+        """Start exchanging ``tensor`` (flat); ``shapes`` are the shapes of the gradients
+        packed in it, in order, for compressors that work per matrix (PowerSGD)."""
         raise NotImplementedError
 
     def describe(self) -> dict:
@@ -48,7 +50,7 @@ class NoCompression(Compressor):
 
     name = "none"
 
-    def reduce_async(self, key, tensor, comm):
+    def reduce_async(self, key, tensor, comm, shapes=None):
         work = comm.allreduce(tensor, async_op=True)
         size = comm.size
         return Pending(work, lambda: tensor.div_(size))

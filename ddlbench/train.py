@@ -176,7 +176,7 @@ def worker(args, placement) -> int:
 
     from . import engine, measure, record, strategies
     from .comm import Comm
-    from .verify import DEFAULT_ATOL, DEFAULT_RTOL, Reference
+    from .verify import Reference, default_tolerance
 
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads)
@@ -206,21 +206,30 @@ def worker(args, placement) -> int:
         batch = work.make_batch(args.batch_size, ctx.device, gen)
         return work, make_optimizer(work.model.parameters()), batch
 
-    def make_strategy(name, work, optimizer, comm):
+    def make_strategy(name, work, optimizer, comm, batch):
         settings = {"threshold": args.threshold, "bucket_cap_mb": args.bucket_cap_mb,
                     "compressor_obj": compression.create(args.compressor, args.density),
                     "density": args.density}
-        return strategies.create(name, work.model, optimizer, comm, settings)
+        strategy = strategies.create(name, work.model, optimizer, comm, settings)
+
+        def forward_backward():
+            work.loss(work.model, batch).backward()
+
+        strategy.calibrate(forward_backward)
+        optimizer.zero_grad(set_to_none=True)
+        comm.reset_stats()
+        return strategy
 
     try:
         if args.verify:
-            rtol = DEFAULT_RTOL if args.rtol is None else args.rtol
-            atol = DEFAULT_ATOL if args.atol is None else args.atol
+            rtol, atol = default_tolerance(args.optimizer, lr)
+            rtol = rtol if args.rtol is None else args.rtol
+            atol = atol if args.atol is None else args.atol
             failed = []
             for name in method_list(args):
                 work, optimizer, batch = build()
                 comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
-                strategy = make_strategy(name, work, optimizer, comm)
+                strategy = make_strategy(name, work, optimizer, comm, batch)
                 reference = Reference(work.model, make_optimizer, ctx, rtol=rtol, atol=atol)
                 for step in range(1, args.verify + 1):
                     work.loss(strategy.module, batch).backward()
@@ -245,7 +254,7 @@ def worker(args, placement) -> int:
 
         work, optimizer, batch = build()
         comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
-        strategy = make_strategy(args.method, work, optimizer, comm)
+        strategy = make_strategy(args.method, work, optimizer, comm, batch)
         stats = work.stats()
         log(f"Model: {args.model}")
         log(f"Method: {args.method} ({strategy.display or strategy.name}), engine {args.engine}, "

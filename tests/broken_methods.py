@@ -6,7 +6,7 @@ from ddlbench.strategies.allreduce import WFBP
 class _SumOnly(compression.Compressor):
     name = "sum-only"
 
-    def reduce_async(self, key, tensor, comm):
+    def reduce_async(self, key, tensor, comm, shapes=None):
         return compression.Pending(comm.allreduce(tensor), lambda: None)
 
 
@@ -24,10 +24,10 @@ class _Skip(compression.Compressor):
     def __init__(self, inner, skip_key):
         self.inner, self.skip_key = inner, skip_key
 
-    def reduce_async(self, key, tensor, comm):
+    def reduce_async(self, key, tensor, comm, shapes=None):
         if key == self.skip_key:
             return compression.Pending(None, lambda: None)
-        return self.inner.reduce_async(key, tensor, comm)
+        return self.inner.reduce_async(key, tensor, comm, shapes)
 
 
 class SkipFirstTensor(WFBP):

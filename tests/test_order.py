@@ -23,8 +23,9 @@ def test_same_collective_sequence_on_every_rank_under_hook_jitter(tmp_path, meth
             traces.append([tuple(x) for x in json.load(f)])
     assert traces[0] == traces[1] == traces[2]
     allreduces = [t for t in traces[0] if t[0] == "allreduce"]
-    # Several messages per step (not one fused blob), three steps, plus the order broadcast.
-    assert len(allreduces) % 3 == 0 and len(allreduces) // 3 > 3
+    # Several messages per step (not one fused blob); after step 1 the buckets are re-planned
+    # from rank 0's observed order, so the count per step may change once.
+    assert len(allreduces) > 3 * 3
     assert [t for t in traces[0] if t[0] == "broadcast"] == [("broadcast", _n_params(), "int64")]
 
 

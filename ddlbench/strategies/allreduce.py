@@ -126,7 +126,8 @@ class BucketedAllReduce(Strategy):
                                               else p.grad.reshape(-1))
                 offset += n
         b.flat = flat
-        b.pending = self.compressor.reduce_async(tuple(b.members), flat, self.comm)
+        b.pending = self.compressor.reduce_async(tuple(b.members), flat, self.comm,
+                                                 shapes=[p.shape for p in b.params])
 
     def _finish(self, b: _Bucket) -> None:
         b.pending.wait()
@@ -164,6 +165,10 @@ class BucketedAllReduce(Strategy):
         if order != self.order:
             self._plan(order)
         self._seen = []
+
+    def groups(self) -> list[list[int]]:
+        """The current buckets as lists of parameter indices (order of model.parameters())."""
+        return [list(b.members) for b in self.buckets]
 
     def describe(self) -> dict:
         d = super().describe()

@@ -48,6 +48,12 @@ class Strategy:
         """What the training loop calls forward on (DDP returns its wrapper)."""
         return self.model
 
+    def calibrate(self, forward_backward) -> None:
+        """Called once before training with a function that runs one forward and backward
+        pass on this rank's batch (no update). Methods that plan from measurements (MG-WFBP's
+        per-tensor backward times) measure here; every rank calls it, so collectives are fine.
+        Gradients are cleared afterwards by the caller."""
+
     def step(self) -> None:
         raise NotImplementedError
 

@@ -1,0 +1,107 @@
+"""What a method costs on one worker: the suite's 1-worker loop against a bare PyTorch loop.
+
+    python -m ddlbench.overhead --model resnet18 --image-size 64 --batch-size 16 \
+        --methods bspa2a,wfbp,fusion,ddp --rounds 10 --batches 10
+
+Both loops run in this one process on the same model, data and optimizer settings, with
+their timing rounds interleaved (bare, method, bare, method, ...) so that the machine's drift
+hits both alike. The bare loop is forward, backward, ``optimizer.step()``,
+``zero_grad(set_to_none=True)`` and nothing else. Prints, per method, the ratio of throughputs
+(method / bare; 1.0 means no overhead) with the median over rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from .errors import EXIT_USAGE, UsageError
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ddlbench.overhead", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--sentence-len", type=int, default=64)
+    p.add_argument("--methods", default="bspa2a,wfbp,fusion,ddp")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--batches", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=5)
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as e:
+        print(f"ddlbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run(args) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import models
+
+    from . import strategies
+    from .comm import Comm
+
+    if args.batch_size <= 0 or args.rounds <= 0 or args.batches <= 0:
+        raise UsageError("--batch-size, --rounds and --batches must be positive")
+    names = [m for m in args.methods.split(",") if m]
+    for name in names:
+        strategies.lookup(name)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+    def build():
+        torch.manual_seed(0)
+        work = models.build(args.model, image_size=args.image_size,
+                            sentence_len=args.sentence_len)
+        work.model.train()
+        batch = work.make_batch(args.batch_size, torch.device("cpu"),
+                                torch.Generator().manual_seed(0))
+        opt = torch.optim.SGD(work.model.parameters(), lr=0.01, momentum=0.9)
+        return work, batch, opt
+
+    def timed(step, n):
+        start = time.perf_counter()
+        for _ in range(n):
+            step()
+        return time.perf_counter() - start
+
+    print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
+          f"{args.batches} batches, threads {torch.get_num_threads()}")
+    print(f"{'method':>10} {'bare s/round':>13} {'method s/round':>15} {'ratio (median)':>15}")
+    for name in names:
+        bare_work, bare_batch, bare_opt = build()
+        work, batch, opt = build()
+        strategy = strategies.create(name, work.model, opt, Comm(0, 1), {})
+
+        def bare_step():
+            bare_work.loss(bare_work.model, bare_batch).backward()
+            bare_opt.step()
+            bare_opt.zero_grad(set_to_none=True)
+
+        def method_step():
+            work.loss(strategy.module, batch).backward()
+            strategy.step()
+            strategy.zero_grad()
+
+        timed(bare_step, args.warmup)
+        timed(method_step, args.warmup)
+        strategy.synchronize()
+        bare_t, method_t = [], []
+        for _ in range(args.rounds):
+            bare_t.append(timed(bare_step, args.batches))
+            method_t.append(timed(method_step, args.batches))
+            strategy.synchronize()
+        ratios = [b / m for b, m in zip(bare_t, method_t)]  # throughput ratio method/bare
+        print(f"{name:>10} {statistics.median(bare_t):13.4f} {statistics.median(method_t):15.4f} "
+              f"{statistics.median(ratios):15.3f}", flush=True)
+        strategy.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
