@@ -48,7 +48,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "tensor; default 64 MiB)")
     m.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (25)")
     m.add_argument("--compressor", default="none")
-    m.add_argument("--density", type=float, default=0.001)
+    m.add_argument("--density", type=float, default=0.001, help="TopK density")
+    m.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank")
+    m.add_argument("--partition", type=int,
+                   default=int(os.environ.get("BYTESCHEDULER_PARTITION", 4_000_000)),
+                   help="ByteScheduler partition size in elements (env BYTESCHEDULER_PARTITION)")
+    m.add_argument("--credit", type=int,
+                   default=int(os.environ.get("BYTESCHEDULER_CREDIT", 16_000_000)),
+                   help="ByteScheduler credit window in elements (env BYTESCHEDULER_CREDIT)")
+    m.add_argument("--mgwfbp-profile", default=None, metavar="JSON",
+                   help="MG-WFBP: plan from this profile (backward times, alpha, beta) instead "
+                        "of measuring on this cluster")
+    m.add_argument("--mgwfbp-min-group", type=int, default=0, metavar="ELEMENTS",
+                   help="MG-WFBP: also merge any group smaller than this (the original: 8192)")
     m.add_argument("--engine", default="torch", choices=ENGINES)
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     o = p.add_argument_group("optimizer")
@@ -209,7 +221,10 @@ def worker(args, placement) -> int:
     def make_strategy(name, work, optimizer, comm, batch):
         settings = {"threshold": args.threshold, "bucket_cap_mb": args.bucket_cap_mb,
                     "compressor_obj": compression.create(args.compressor, args.density),
-                    "density": args.density}
+                    "density": args.density, "partition": args.partition,
+                    "credit": args.credit, "mgwfbp_profile": args.mgwfbp_profile,
+                    "mgwfbp_min_group": args.mgwfbp_min_group, "model_name": args.model,
+                    "powersgd_rank": args.powersgd_rank}
         strategy = strategies.create(name, work.model, optimizer, comm, settings)
 
         def forward_backward():

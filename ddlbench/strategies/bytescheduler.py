@@ -1,0 +1,1 @@
+"""ByteScheduler-A2A (DESIGN.md section 5): not built yet."""

@@ -1,0 +1,1 @@
+"""MG-WFBP (DESIGN.md section 4): not built yet."""
