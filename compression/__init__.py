@@ -3,65 +3,619 @@
 A compressor has one job, in the spirit of torch DDP's comm hooks: take a flat gradient tensor,
 exchange it with the other workers in whatever encoded form it likes, and leave the average of
 all workers' (decoded) gradients in that tensor. It knows nothing of buckets, hooks or
-schedules; the strategy decides when and on what to call it. State such as error-feedback
-residuals is kept per ``key`` (a stable name of the tensor or group being reduced).
+schedules; the strategy decides when and on what to call it::
 
-    pending = compressor.reduce_async(key, flat, comm)   # starts communication
-    pending.wait()                                       # flat now holds the average
+    pending = compressor.reduce_async(key, flat, comm, shapes)   # encodes, starts communication
+    pending.wait()                                               # flat now holds the average
 
-Only ``none`` (dense all-reduce) lives here so far; fp16, TopK, signSGD and PowerSGD are the
-subject of their own issue.
+``key`` is a stable name of the bucket; ``shapes`` the shapes of the gradients packed in it, in
+order. State (error-feedback residuals, PowerSGD's Q) is kept per gradient tensor: when ``key`` is
+a tuple with one entry per shape (what every strategy here passes: the parameters' indices),
+entry j names tensor j, so the state follows a tensor when a method re-plans its buckets (fusion
+does after its first step); any other key is opaque and its state is kept per key.
+
+The compressors (pure torch, CPU or CUDA, no compiled extension):
+
+- ``none``: dense all-reduce, divided by the number of workers P.
+- ``fp16``: g/P cast to half, all-reduced (summed) in half, cast back. Dividing before the cast,
+  as DDP's fp16 hook does, keeps the half sum from overflowing where the average would not.
+- ``topk`` / ``eftopk``: keep the k = min(n, max(1, round(density * n))) entries of largest
+  magnitude of the bucket (ties: the lower index, so every implementation of this mathematics
+  picks the same set); all-gather the values (the gradient's dtype) and their int32 indices; the
+  result is the scatter-add of every worker's entries, divided by P. ``eftopk`` adds error
+  feedback: the residual (corrected gradient minus what was sent) is added to the next
+  gradient before selection, so nothing is lost, only delayed.
+- ``signum``: signSGD with majority vote (Bernstein et al. 2019). Each worker sends the bits
+  ``g >= 0`` packed 32 per int32 (a zero votes +1: one bit has no zero); the result is
+  sign(sum of the P votes), with no scale: the optimizer's learning rate is the step size, as in
+  signSGD. An element with as many +1 as -1 votes (even P) gets 0.
+- ``efsignum``: EF-signSGD (Karimireddy et al. 2019): corrected c = g + residual; each tensor
+  of the bucket is sent as its sign bits and one scale, mean |c| over that tensor; the residual
+  is c - scale * sign(c); the result is the average over workers of scale * sign (no vote: the
+  scales differ per worker, and averaging them is what the error-feedback analysis assumes).
+- ``powersgd``: PowerSGD (Vogels et al. 2019), rank r (``powersgd_rank``). Every gradient of
+  two or more dimensions is viewed as a matrix M (rows = first dimension) plus its error
+  feedback; P = M Q is all-reduced (summed), orthonormalised (Gram-Schmidt in float64; a column
+  with less than 1e-4 of its norm left is dropped), Q = M^T P is all-reduced and divided by
+  the workers, and P Q^T is the result; the new residual is M - P Q^T and Q is kept for the
+  next step (warm start). 1-D tensors (biases, norms) go uncompressed, as in DDP's PowerSGD
+  hook, and so do matrices whose factors would not be smaller (r(n+m) >= nm); they are
+  all-reduced dense beside P. Compression starts at the first step (``powersgd_dense_steps``
+  0): DDP's hook all-reduces dense for its first 1000 iterations by default
+  (``start_powerSGD_iter``), which would hide the compressor in a short benchmark. Its second
+  all-reduce (Q) is issued inside ``wait()``: a method must start all its buckets before it
+  waits for any (the bucketed methods do), so every rank issues the same collectives in the
+  same order.
+
+On CUDA, TopK's tie check and EF-signSGD's scales read one number back to the host per bucket.
+
+Every compressor counts, per worker, the bytes it hands to collectives (``payload``), the bytes
+it sends and receives under the ring model of DESIGN.md section 3 (all-reduce of M bytes:
+2(P-1)/P * M each way; all-gather of m bytes per worker: (P-1) * m each way), the dense fp32
+figures for the same gradients, and its encode and decode time (communication excluded).
 """
 from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 
 from ddlbench.errors import UsageError
 
+DEFAULT_DENSITY = 0.001
+DEFAULT_POWERSGD_RANK = 4
+POWERSGD_SEED = 1_000_003
+
 
 class Pending:
-    """A started exchange; ``wait()`` completes it and leaves the average in place."""
+    """A started exchange; ``wait()`` completes it and leaves the average in place.
+
+    ``work`` is a communication handle, a list of them, or None (nothing to wait for and
+    nothing to finish)."""
 
     def __init__(self, work, finish):
         self._work = work
         self._finish = finish
 
     def wait(self) -> None:
-        if self._work is not None:
-            self._work.wait()
-            self._work = None
-            self._finish()
+        if self._work is None:
+            return
+        works = self._work if isinstance(self._work, (list, tuple)) else [self._work]
+        for w in works:
+            if w is not None:
+                w.wait()
+        self._work = None
+        self._finish()
+
+
+def tensor_names(key, shapes):
+    """Names of the tensors packed in a bucket: ``key``'s entries when it is a tuple of ints
+    with one entry per shape, else ``(key, j)``."""
+    if shapes is None:
+        return [(key, 0)]
+    if (isinstance(key, tuple) and len(key) == len(shapes)
+            and all(isinstance(k, int) for k in key)):
+        return list(key)
+    return [(key, j) for j in range(len(shapes))]
+
+
+def _numel(shape) -> int:
+    return math.prod(shape)
 
 
 class Compressor:
+    """Subclasses implement ``reduce_async``; they count what they exchange through
+    ``_allreduce``/``_allgather``, the dense figure with ``_dense`` and time their work with
+    ``_clock`` (the counters exist without calling this ``__init__``)."""
+
     name = "none"
 
     def reduce_async(self, key, tensor: torch.Tensor, comm, shapes=None) -> Pending:
         """Start exchanging ``tensor`` (flat); ``shapes`` are the shapes of the gradients
-        packed in it, in order, for compressors that work per matrix (PowerSGD)."""
+        packed in it, in order, for compressors that work per tensor (PowerSGD, EF-signSGD)."""
         raise NotImplementedError
 
     def describe(self) -> dict:
         return {"compressor": self.name}
 
+    # -- accounting ------------------------------------------------------------------------
+    def reset_stats(self) -> None:
+        self._counts = defaultdict(float)
+        self._events = []
+
+    @property
+    def counts(self) -> defaultdict:
+        if "_counts" not in self.__dict__:
+            self.reset_stats()
+        return self._counts
+
+    def _sent(self, op: str, tensor: torch.Tensor, size: int) -> None:
+        nbytes = tensor.numel() * tensor.element_size()
+        wire = nbytes * (2 * (size - 1) / size if op == "allreduce" else size - 1)
+        self.counts["payload_bytes"] += nbytes
+        self.counts["wire_sent_bytes"] += wire
+        # Ring all-reduce and ring all-gather receive what they send.
+        self.counts["wire_received_bytes"] += wire
+
+    def _dense(self, tensor: torch.Tensor, size: int) -> None:
+        """The dense fp32 figures for the gradient ``tensor``, had it gone uncompressed."""
+        nbytes = tensor.numel() * 4
+        self.counts["dense_payload_bytes"] += nbytes
+        self.counts["dense_wire_bytes"] += nbytes * 2 * (size - 1) / size
+
+    def _allreduce(self, comm, tensor):
+        self._sent("allreduce", tensor, comm.size)
+        return comm.allreduce(tensor, async_op=True)
+
+    def _allgather(self, comm, output, tensor):
+        self._sent("allgather", tensor, comm.size)
+        return comm.allgather(output, tensor, async_op=True)
+
+    @contextmanager
+    def _clock(self, what: str, tensor: torch.Tensor):
+        """Time a block of encoding or decoding work: wall clock on the CPU, CUDA events
+        (resolved later, no synchronisation here) on a GPU."""
+        if tensor.is_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            events = self.__dict__.setdefault("_events", [])
+            events.append((what, start, end))
+            if len(events) > 4096:
+                self._resolve(len(events) // 2)
+        else:
+            t0 = time.perf_counter()
+            yield
+            self.counts[what] += time.perf_counter() - t0
+
+    def _resolve(self, n=None) -> None:
+        events = self.__dict__.setdefault("_events", [])
+        n = len(events) if n is None else n
+        for what, start, end in events[:n]:
+            end.synchronize()
+            self.counts[what] += start.elapsed_time(end) / 1000.0
+        del events[:n]
+
+    def stats(self, steps: int = 1) -> dict:
+        """Per-worker figures divided by ``steps``: bytes handed to collectives, wire bytes
+        sent and received (ring model), the dense fp32 figures, encode and decode seconds."""
+        self._resolve()
+        keys = ("payload_bytes", "wire_sent_bytes", "wire_received_bytes",
+                "dense_payload_bytes", "dense_wire_bytes", "encode_s", "decode_s")
+        out = {k: self.counts.get(k, 0.0) / steps for k in keys}
+        out["compression_ratio"] = (out["dense_payload_bytes"] / out["payload_bytes"]
+                                    if out["payload_bytes"] else None)
+        return out
+
 
 class NoCompression(Compressor):
-    """Dense fp32 all-reduce, then divide by the number of workers."""
+    """Dense fp32 all-reduce, then divide by the number of workers (the decode time)."""
 
     name = "none"
 
     def reduce_async(self, key, tensor, comm, shapes=None):
-        work = comm.allreduce(tensor, async_op=True)
+        self._dense(tensor, comm.size)
+        work = self._allreduce(comm, tensor)
         size = comm.size
-        return Pending(work, lambda: tensor.div_(size))
+
+        def finish():
+            # Dividing by one worker would cost a pass over every gradient for nothing.
+            if size > 1:
+                with self._clock("decode_s", tensor):
+                    tensor.div_(size)
+        return Pending(work, finish)
 
 
-COMPRESSORS = {"none": NoCompression}
+class FP16(Compressor):
+    name = "fp16"
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        self._dense(tensor, comm.size)
+        with self._clock("encode_s", tensor):
+            half = tensor.div(comm.size).to(torch.float16)
+        work = self._allreduce(comm, half)
+
+        def finish():
+            with self._clock("decode_s", tensor):
+                tensor.copy_(half)
+        return Pending(work, finish)
 
 
-def create(name: str, density: float = 0.001, **options) -> Compressor:
+# -- state that follows the tensors --------------------------------------------------------
+
+class _FlatResidual:
+    """One flat residual per bucket, addressable per tensor, so that a tensor's residual moves
+    with it into whatever bucket holds it next."""
+
+    def __init__(self):
+        self._flat = {}    # key -> flat residual
+        self._where = {}   # tensor name -> (key, offset, numel)
+        self._named = set()  # keys whose tensors have names
+
+    def get(self, key, tensor, shapes) -> torch.Tensor:
+        flat = self._flat.get(key)
+        if flat is not None and flat.numel() == tensor.numel():
+            return flat
+        flat = torch.zeros_like(tensor)
+        if shapes is not None:
+            names = tensor_names(key, shapes)
+            offset = 0
+            for name, shape in zip(names, shapes):
+                n = _numel(shape)
+                old = self._where.get(name)
+                if old is not None and old[2] == n and old[0] in self._flat:
+                    src = self._flat[old[0]]
+                    flat[offset:offset + n].copy_(src[old[1]:old[1] + n])
+                self._where[name] = (key, offset, n)
+                offset += n
+            self._named.add(key)
+            # Buckets none of whose tensors live there any more are dropped.
+            alive = {w[0] for w in self._where.values()}
+            for k in [k for k in self._named if k not in alive]:
+                self._named.discard(k)
+                self._flat.pop(k, None)
+        self._flat[key] = flat
+        return flat
+
+    def put(self, key, residual: torch.Tensor) -> None:
+        self._flat[key] = residual
+
+
+# -- TopK ----------------------------------------------------------------------------------
+
+def topk_count(n: int, density: float) -> int:
+    """k for a bucket of n elements: density * n rounded to the nearest integer, at least 1."""
+    return min(n, max(1, round(density * n)))
+
+
+def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices (int64, ascending) of the k entries of largest magnitude of the flat ``x``;
+    among equal magnitudes at the boundary the lower indices win. ``torch.topk`` picks an
+    arbitrary subset of tied entries; a tie across the boundary is detected by counting and
+    resolved by index, so the chosen set is a function of the values alone."""
+    a = x.abs()
+    if k >= a.numel():
+        return torch.arange(a.numel(), device=x.device)
+    top, idx = torch.topk(a, k, sorted=False)
+    threshold = top.min()
+    if int((a == threshold).sum()) != int((top == threshold).sum()):
+        above = torch.nonzero(a > threshold).view(-1)
+        tied = torch.nonzero(a == threshold).view(-1)[:k - above.numel()]
+        idx = torch.cat([above, tied])
+    return torch.sort(idx).values
+
+
+class TopK(Compressor):
+    name = "topk"
+    error_feedback = False
+
+    def __init__(self, density: float = DEFAULT_DENSITY):
+        super().__init__()
+        self.density = density
+        self._residual = _FlatResidual()
+
+    def describe(self) -> dict:
+        return {"compressor": self.name, "density": self.density}
+
+    def encode(self, key, tensor, shapes=None):
+        """(values, int32 indices) of the k largest-magnitude entries of the (corrected)
+        gradient; with error feedback the residual becomes what was not sent."""
+        k = topk_count(tensor.numel(), self.density)
+        if self.error_feedback:
+            corrected = tensor + self._residual.get(key, tensor, shapes)
+        else:
+            corrected = tensor
+        idx = topk_indices(corrected, k)
+        values = corrected.index_select(0, idx)
+        if self.error_feedback:
+            self._residual.put(key, corrected.index_fill_(0, idx, 0))
+        return values, idx.to(torch.int32)
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        p = comm.size
+        self._dense(tensor, p)
+        with self._clock("encode_s", tensor):
+            values, indices = self.encode(key, tensor, shapes)
+        all_values = values.new_empty(p * values.numel())
+        all_indices = indices.new_empty(p * indices.numel())
+        works = [self._allgather(comm, all_values, values),
+                 self._allgather(comm, all_indices, indices)]
+
+        def finish():
+            with self._clock("decode_s", tensor):
+                tensor.zero_()
+                tensor.index_add_(0, all_indices.long(), all_values)
+                if p > 1:
+                    tensor.div_(p)
+        return Pending(works, finish)
+
+
+class EFTopK(TopK):
+    name = "eftopk"
+    error_feedback = True
+
+
+# -- signs, 32 per int32 --------------------------------------------------------------------
+
+def pack_signs(x: torch.Tensor) -> torch.Tensor:
+    """Bits ``x >= 0`` of the flat ``x``, 32 per int32 word: element 32*w + j is bit j of word
+    w (bit 31 is the word's sign bit); the tail of the last word is zero."""
+    n = x.numel()
+    m = (n + 31) // 32
+    bits = torch.zeros(m * 32, dtype=torch.bool, device=x.device)
+    torch.ge(x.reshape(-1), 0, out=bits[:n])
+    bits = bits.view(m, 32)
+    words = torch.zeros(m, dtype=torch.int64, device=x.device)
+    for j in range(32):
+        words.bitwise_or_(bits[:, j].to(torch.int64).bitwise_left_shift_(j))
+    # Unsigned 32-bit value to the int32 with the same bits (two's complement), explicitly.
+    words = torch.where(words >= 2 ** 31, words - 2 ** 32, words)
+    return words.to(torch.int32)
+
+
+_BYTE_BITS = {}  # (device, dtype, pm1) -> the 256 x 8 table of each byte value's bits
+
+
+def _unpack(words: torch.Tensor, n: int, dtype, pm1: bool = False) -> torch.Tensor:
+    """The n packed elements of ``words`` (int32, flat) as 0/1 in ``dtype`` (``pm1``: as
+    -1/+1), through a table of the 256 byte values; the bytes are taken with shifts, so the
+    result does not depend on the machine's byte order."""
+    key = (words.device, dtype, pm1)
+    table = _BYTE_BITS.get(key)
+    if table is None:
+        bits = (torch.arange(256).view(-1, 1) >> torch.arange(8)) & 1
+        table = _BYTE_BITS[key] = (bits * 2 - 1 if pm1 else bits).to(words.device, dtype)
+    byte_values = torch.stack([(words >> (8 * i)) & 0xFF for i in range(4)], dim=-1)
+    return table.index_select(0, byte_values.view(-1).long()).view(-1)[:n]
+
+
+def unpack_signs(words: torch.Tensor, n: int) -> torch.Tensor:
+    """The inverse of ``pack_signs``: n bools (True where the packed element was >= 0)."""
+    return _unpack(words.reshape(-1), n, torch.bool)
+
+
+def majority_vote(words: torch.Tensor, n: int) -> torch.Tensor:
+    """sign(sum of the votes) from the (P, m) packed words of P workers: float, in
+    {-1, 0, +1} (0 where the votes tie)."""
+    p = words.shape[0]
+    count = torch.uint8 if p < 256 else torch.int32  # the same dtype as the table: no casts
+    ayes = torch.zeros(n, dtype=count, device=words.device)
+    for w in words:
+        ayes += _unpack(w, n, count)
+    return torch.sign(2 * ayes.to(torch.int32) - p).to(torch.float32)
+
+
+def _segment_sizes(tensor, shapes):
+    if shapes is None:
+        return [tensor.numel()]
+    sizes = [_numel(s) for s in shapes]
+    if sum(sizes) != tensor.numel():
+        raise ValueError(f"shapes {shapes} do not add up to {tensor.numel()} elements")
+    return sizes
+
+
+class Signum(Compressor):
+    name = "signum"
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        p, n = comm.size, tensor.numel()
+        self._dense(tensor, p)
+        with self._clock("encode_s", tensor):
+            words = pack_signs(tensor)
+        gathered = words.new_empty(p * words.numel())
+        work = self._allgather(comm, gathered, words)
+
+        def finish():
+            with self._clock("decode_s", tensor):
+                tensor.copy_(majority_vote(gathered.view(p, -1), n))
+        return Pending(work, finish)
+
+
+class EFSignum(Compressor):
+    name = "efsignum"
+
+    def __init__(self):
+        super().__init__()
+        self._residual = _FlatResidual()
+
+    def encode(self, key, tensor, shapes=None):
+        """(packed sign words, one scale per tensor of the bucket); the residual becomes
+        c - scale * sign(c)."""
+        sizes = _segment_sizes(tensor, shapes)
+        corrected = tensor + self._residual.get(key, tensor, shapes)
+        # mean |c| per tensor, summed in float64 (reproducible to the last fp32 bit whatever
+        # the order of the sum), rounded to the gradient's dtype: that is what is sent.
+        magnitudes = corrected.abs()
+        sums = torch.stack([part.sum(dtype=torch.float64) for part in magnitudes.split(sizes)])
+        scales = (sums / torch.tensor(sizes, dtype=torch.float64, device=sums.device)) \
+            .to(tensor.dtype)
+        words = pack_signs(corrected)
+        signs = torch.where(corrected >= 0, 1.0, -1.0).to(tensor.dtype)
+        for part, sign, scale in zip(corrected.split(sizes), signs.split(sizes), scales.tolist()):
+            part.sub_(sign, alpha=scale)  # residual = c - scale * sign(c)
+        self._residual.put(key, corrected)
+        return words, scales
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        p, n = comm.size, tensor.numel()
+        self._dense(tensor, p)
+        sizes = _segment_sizes(tensor, shapes)
+        with self._clock("encode_s", tensor):
+            words, scales = self.encode(key, tensor, shapes)
+        all_words = words.new_empty(p * words.numel())
+        all_scales = scales.new_empty(p * scales.numel())
+        works = [self._allgather(comm, all_words, words),
+                 self._allgather(comm, all_scales, scales)]
+
+        def finish():
+            with self._clock("decode_s", tensor):
+                tensor.zero_()
+                scales_by_worker = all_scales.view(p, -1).tolist()  # one copy to the host
+                for w, scales in zip(all_words.view(p, -1), scales_by_worker):
+                    signs = _unpack(w, n, tensor.dtype, pm1=True)
+                    for out, part, scale in zip(tensor.split(sizes), signs.split(sizes), scales):
+                        out.add_(part, alpha=scale)
+                if p > 1:
+                    tensor.div_(p)
+        return Pending(works, finish)
+
+
+# -- PowerSGD --------------------------------------------------------------------------------
+
+def orthonormalize_columns(p: torch.Tensor, drop: float = 1e-4) -> None:
+    """Modified Gram-Schmidt on the columns of ``p`` (n x r), in place, computed in float64:
+    the columns are as long as the matrix has rows (30522 for BERT's embeddings) and fp32 norms
+    and dot products over that many terms lose ~1e-5 relative, which Gram-Schmidt amplifies; at
+    n x r elements it costs little next to the products M Q and M^T P. A column left with less
+    than ``drop`` of its own norm after removing the earlier directions (a matrix of rank below
+    r) is set to zero instead of normalising rounding noise into an arbitrary direction: it
+    then contributes nothing."""
+    m = p.to(torch.float64)
+    norms = torch.linalg.vector_norm(m, dim=0)
+    for i in range(m.shape[1]):
+        col = m[:, i:i + 1]
+        left = torch.linalg.vector_norm(col)
+        col.mul_(torch.where(left > drop * norms[i], 1.0 / left.clamp_min(1e-30), 0.0))
+        if i + 1 < m.shape[1]:
+            rest = m[:, i + 1:]
+            rest.sub_(col @ (col.t() @ rest))
+    p.copy_(m)
+
+
+def powersgd_plan(shape, rank: int):
+    """(rows, cols, r) when a gradient of this shape is sent as rank-r factors, else None."""
+    if len(shape) < 2:
+        return None
+    rows = shape[0]
+    cols = _numel(shape) // rows if rows else 0
+    r = min(rank, rows, cols)
+    if r <= 0 or r * (rows + cols) >= rows * cols:
+        return None
+    return rows, cols, r
+
+
+def powersgd_seed(name) -> int:
+    """The seed of tensor ``name``'s initial Q: the same on every worker."""
+    return POWERSGD_SEED + zlib.crc32(repr(name).encode())
+
+
+class PowerSGD(Compressor):
+    name = "powersgd"
+
+    def __init__(self, rank: int = DEFAULT_POWERSGD_RANK, dense_steps: int = 0):
+        super().__init__()
+        self.rank = rank
+        self.dense_steps = dense_steps
+        self._q = {}       # tensor name -> Q (cols x r), shared by all workers
+        self._error = {}   # tensor name -> error-feedback residual (rows x cols)
+        self._calls = defaultdict(int)
+
+    def describe(self) -> dict:
+        return {"compressor": self.name, "powersgd_rank": self.rank,
+                "powersgd_dense_steps": self.dense_steps, "powersgd_error_feedback": True,
+                "powersgd_warm_start": True}
+
+    def _initial_q(self, name, cols, r, like):
+        gen = torch.Generator().manual_seed(powersgd_seed(name))
+        return torch.randn(cols, r, generator=gen, dtype=torch.float32).to(like)
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        p = comm.size
+        self._dense(tensor, p)
+        shapes = [tuple(tensor.shape)] if shapes is None else [tuple(s) for s in shapes]
+        sizes = _segment_sizes(tensor, shapes)
+        names = tensor_names(key, shapes)
+        with self._clock("encode_s", tensor):
+            segments = tensor.split(sizes)
+            low, dense = [], []   # (name, segment, M, Q, P) / segment
+            for name, shape, seg in zip(names, shapes, segments):
+                plan = powersgd_plan(shape, self.rank)
+                self._calls[name] += 1
+                if plan is None or self._calls[name] <= self.dense_steps:
+                    dense.append(seg)
+                    continue
+                rows, cols, r = plan
+                m = seg.view(rows, cols)
+                err = self._error.get(name)
+                m = m + err if err is not None and err.shape == m.shape else m.clone()
+                q = self._q.get(name)
+                if q is None or q.shape != (cols, r):
+                    q = self._initial_q(name, cols, r, tensor)
+                low.append([name, seg, m, q, None])
+            p_buf = tensor.new_empty(sum(item[2].shape[0] * item[3].shape[1] for item in low))
+            offset = 0
+            for item in low:
+                m, q = item[2], item[3]
+                n = m.shape[0] * q.shape[1]
+                item[4] = p_buf[offset:offset + n].view(m.shape[0], q.shape[1])
+                torch.matmul(m, q, out=item[4])
+                offset += n
+            dense_buf = torch.cat(dense) if dense else None
+        works = []
+        if low:
+            works.append(self._allreduce(comm, p_buf))
+        if dense_buf is not None:
+            works.append(self._allreduce(comm, dense_buf))
+
+        def finish():
+            q_buf = None
+            if low:
+                with self._clock("encode_s", tensor):
+                    q_buf = tensor.new_empty(sum(item[3].numel() for item in low))
+                    offset = 0
+                    for item in low:
+                        m, q, pm = item[2], item[3], item[4]
+                        orthonormalize_columns(pm)
+                        item[3] = q_buf[offset:offset + q.numel()].view_as(q)
+                        torch.matmul(m.t(), pm, out=item[3])
+                        offset += q.numel()
+                self._allreduce(comm, q_buf).wait()
+            with self._clock("decode_s", tensor):
+                if q_buf is not None and p > 1:
+                    q_buf.div_(p)
+                for name, seg, m, q, pm in low:
+                    approx = seg.view_as(m)
+                    torch.matmul(pm, q.t(), out=approx)
+                    self._error[name] = m.sub_(approx)
+                    self._q[name] = q
+                if dense_buf is not None:
+                    if p > 1:
+                        dense_buf.div_(p)
+                    offset = 0
+                    for seg in dense:
+                        seg.copy_(dense_buf[offset:offset + seg.numel()])
+                        offset += seg.numel()
+        return Pending(works or [None], finish)
+
+
+COMPRESSORS = {"none": NoCompression, "fp16": FP16, "topk": TopK, "eftopk": EFTopK,
+               "signum": Signum, "efsignum": EFSignum, "powersgd": PowerSGD}
+
+
+def check_options(name: str, density: float = DEFAULT_DENSITY,
+                  powersgd_rank: int = DEFAULT_POWERSGD_RANK, powersgd_dense_steps: int = 0):
     if name not in COMPRESSORS:
         raise UsageError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSORS)}")
     if not (0.0 < density <= 1.0):
         raise UsageError(f"--density must be in (0, 1], got {density}")
-    return COMPRESSORS[name]()
+    if powersgd_rank <= 0:
+        raise UsageError(f"--powersgd-rank must be positive, got {powersgd_rank}")
+    if powersgd_dense_steps < 0:
+        raise UsageError(f"--powersgd-dense-steps must be >= 0, got {powersgd_dense_steps}")
+
+
+def create(name: str, density: float = DEFAULT_DENSITY,
+           powersgd_rank: int = DEFAULT_POWERSGD_RANK, powersgd_dense_steps: int = 0,
+           **options) -> Compressor:
+    check_options(name, density, powersgd_rank, powersgd_dense_steps)
+    cls = COMPRESSORS[name]
+    if cls in (TopK, EFTopK):
+        return cls(density)
+    if cls is PowerSGD:
+        return cls(powersgd_rank, powersgd_dense_steps)
+    return cls()

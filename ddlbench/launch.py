@@ -110,8 +110,10 @@ def single() -> Placement:
 # --------------------------------------------------------------------------- local spawner
 
 def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
-                grace_s: float = 5.0) -> int:
-    """Run ``python -m ddlbench.train ARGV`` as ``nworkers`` local processes and wait for them.
+                grace_s: float = 5.0, module: str = "ddlbench.train") -> int:
+    """Run ``python -m MODULE ARGV`` (the training script unless told otherwise; the
+    communication micro-benchmark and the profiler use it too) as ``nworkers`` local processes
+    and wait for them.
 
     The first worker to fail takes the others down (SIGTERM, then SIGKILL after ``grace_s``);
     SIGINT/SIGTERM to this process does the same. Returns the job's exit code: 0 when every
@@ -133,7 +135,7 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
     try:
         for rank in range(nworkers):
             env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            procs.append(subprocess.Popen([sys.executable, "-m", "ddlbench.train", *argv],
+            procs.append(subprocess.Popen([sys.executable, "-m", module, *argv],
                                           env=env))
         failure = None
         while True:

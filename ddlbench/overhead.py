@@ -4,7 +4,7 @@
         --methods bspa2a,wfbp,fusion,ddp --rounds 10 --batches 10
 
 Both loops run in this one process on the same model, data and optimizer settings, with
-their timing rounds interleaved (bare, method, bare, method, ...) so that the machine's drift
+their timing rounds interleaved (bare, method, method, bare, ...) so that the machine's drift
 hits both alike. The bare loop is forward, backward, ``optimizer.step()``,
 ``zero_grad(set_to_none=True)`` and nothing else. Prints, per method, the ratio of throughputs
 (method / bare; 1.0 means no overhead) with the median over rounds.
@@ -91,10 +91,14 @@ def run(args) -> int:
         timed(method_step, args.warmup)
         strategy.synchronize()
         bare_t, method_t = [], []
-        for _ in range(args.rounds):
-            bare_t.append(timed(bare_step, args.batches))
+        for r in range(args.rounds):
+            # Alternate which loop goes first, so neither always inherits the other's caches.
+            if r % 2 == 0:
+                bare_t.append(timed(bare_step, args.batches))
             method_t.append(timed(method_step, args.batches))
             strategy.synchronize()
+            if r % 2 == 1:
+                bare_t.append(timed(bare_step, args.batches))
         ratios = [b / m for b, m in zip(bare_t, method_t)]  # throughput ratio method/bare
         print(f"{name:>10} {statistics.median(bare_t):13.4f} {statistics.median(method_t):15.4f} "
               f"{statistics.median(ratios):15.3f}", flush=True)

@@ -47,14 +47,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fusion threshold in bytes (Horovod semantics: 0 = one message per "
                         "tensor; default 64 MiB)")
     m.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (25)")
-    m.add_argument("--compressor", default="none")
-    m.add_argument("--density", type=float, default=0.001, help="TopK density")
+    m.add_argument("--compressor", default="none",
+                   help="none, fp16, topk, eftopk, signum, efsignum, powersgd (README: "
+                        "Compressors; the bucketed methods bspa2a, wfbp, fusion, mgwfbp); with "
+                        "--verify a comma-separated list")
+    m.add_argument("--density", type=float, default=0.001,
+                   help="TopK: fraction of each bucket's elements sent")
     m.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank")
+    m.add_argument("--powersgd-dense-steps", type=int, default=0, metavar="N",
+                   help="PowerSGD: all-reduce dense for the first N steps (DDP's hook: 1000; "
+                        "here compression starts at the first step)")
     m.add_argument("--partition", type=int,
-                   default=int(os.environ.get("BYTESCHEDULER_PARTITION", 4_000_000)),
+                   default=os.environ.get("BYTESCHEDULER_PARTITION", 4_000_000),
                    help="ByteScheduler partition size in elements (env BYTESCHEDULER_PARTITION)")
     m.add_argument("--credit", type=int,
-                   default=int(os.environ.get("BYTESCHEDULER_CREDIT", 16_000_000)),
+                   default=os.environ.get("BYTESCHEDULER_CREDIT", 16_000_000),
                    help="ByteScheduler credit window in elements (env BYTESCHEDULER_CREDIT)")
     m.add_argument("--mgwfbp-profile", default=None, metavar="JSON",
                    help="MG-WFBP: plan from this profile (backward times, alpha, beta) instead "
@@ -113,6 +120,9 @@ def check(args) -> None:
         raise UsageError(f"--bucket-cap-mb must be positive, got {args.bucket_cap_mb:g}")
     if args.lr is not None and args.lr <= 0:
         raise UsageError(f"--lr must be positive, got {args.lr:g}")
+    for flag, value in (("--partition", args.partition), ("--credit", args.credit)):
+        if value <= 0:  # ByteScheduler's settings, also from BYTESCHEDULER_PARTITION/_CREDIT
+            raise UsageError(f"{flag} must be a positive number of elements, got {value}")
     if args.engine != "torch":
         _check_engine(args.engine)
     methods = method_list(args)
@@ -121,8 +131,10 @@ def check(args) -> None:
     from . import strategies
     for name in methods:
         strategies.lookup(name)
-    import compression
-    compression.create(args.compressor, args.density)
+    compressors = compressor_list(args)
+    if len(compressors) > 1 and not args.verify:
+        raise UsageError("several compressors at once only with --verify; a benchmark times one")
+    runs(args)  # methods that cannot take a compressor
     import models
     if args.model not in models.names():
         models.build(args.model)  # raises the UsageError listing what exists
@@ -150,6 +162,47 @@ def method_list(args) -> list[str]:
             if name not in names:
                 names.append(name)
     return names
+
+
+def compressor_list(args) -> list[str]:
+    """The compressors named by --compressor, each checked with --density and the PowerSGD
+    options (a clear line for a bad one)."""
+    import compression
+    names = []
+    for c in (c.strip() for c in args.compressor.split(",")):
+        if c and c not in names:
+            names.append(c)
+    for c in names or ["none"]:
+        compression.check_options(c, args.density, powersgd_rank=args.powersgd_rank,
+                                  powersgd_dense_steps=args.powersgd_dense_steps)
+    return names or ["none"]
+
+
+def takes_compressor(name: str) -> bool:
+    """A method takes a compressor when it reduces its own buckets through one and can say
+    what they are (``groups()``, which --verify needs): the bucketed all-reduce methods."""
+    from . import strategies
+    return hasattr(strategies.lookup(name), "groups")
+
+
+def runs(args) -> list[tuple[str, str]]:
+    """(method, compressor) pairs to run. 'all' leaves out methods that cannot take a
+    compressor other than none; a method named explicitly that cannot is an error."""
+    explicit = {m.strip() for m in args.method.split(",")} - {"all"}
+    pairs = []
+    for name in method_list(args):
+        for comp in compressor_list(args):
+            if comp != "none" and not takes_compressor(name):
+                if name in explicit:
+                    from . import strategies
+                    able = [m for m in strategies.names() if takes_compressor(m)]
+                    raise UsageError(
+                        f"method {name!r} cannot take --compressor {comp}: it does not reduce "
+                        f"its gradients through the suite's buckets; use one of "
+                        f"{', '.join(able)}")
+                continue
+            pairs.append((name, comp))
+    return pairs
 
 
 def main(argv=None) -> int:
@@ -218,9 +271,13 @@ def worker(args, placement) -> int:
         batch = work.make_batch(args.batch_size, ctx.device, gen)
         return work, make_optimizer(work.model.parameters()), batch
 
-    def make_strategy(name, work, optimizer, comm, batch):
+    def make_compressor(name):
+        return compression.create(name, args.density, powersgd_rank=args.powersgd_rank,
+                                  powersgd_dense_steps=args.powersgd_dense_steps)
+
+    def make_strategy(name, work, optimizer, comm, batch, compressor):
         settings = {"threshold": args.threshold, "bucket_cap_mb": args.bucket_cap_mb,
-                    "compressor_obj": compression.create(args.compressor, args.density),
+                    "compressor_obj": compressor,
                     "density": args.density, "partition": args.partition,
                     "credit": args.credit, "mgwfbp_profile": args.mgwfbp_profile,
                     "mgwfbp_min_group": args.mgwfbp_min_group, "model_name": args.model,
@@ -241,20 +298,38 @@ def worker(args, placement) -> int:
             rtol = rtol if args.rtol is None else args.rtol
             atol = atol if args.atol is None else args.atol
             failed = []
-            for name in method_list(args):
+            for name, comp in runs(args):
                 work, optimizer, batch = build()
                 comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
-                strategy = make_strategy(name, work, optimizer, comm, batch)
-                reference = Reference(work.model, make_optimizer, ctx, rtol=rtol, atol=atol)
+                strategy = make_strategy(name, work, optimizer, comm, batch, make_compressor(comp))
+                ref_math = None
+                if comp != "none":
+                    # The compressor's mathematics, written apart from the exchange path.
+                    from compression.reference import ReferenceMath
+                    ref_math = ReferenceMath(comp, ctx.size, dtype=strategy.params[0].dtype,
+                                             density=args.density,
+                                             powersgd_rank=args.powersgd_rank,
+                                             powersgd_dense_steps=args.powersgd_dense_steps)
+                    name = f"{name}+{comp}"
+                reference = Reference(work.model, make_optimizer, ctx, rtol=rtol, atol=atol,
+                                      compression=ref_math)
                 for step in range(1, args.verify + 1):
+                    # The buckets this step will use (a method may re-plan after a step).
+                    groups = strategy.groups() if ref_math is not None else None
                     work.loss(strategy.module, batch).backward()
                     strategy.step()
                     strategy.synchronize()
-                    reference.step()
+                    reference.step(groups)
                     max_abs, worst = reference.compare()
-                    ok = worst <= 1.0
+                    spread = reference.replica_spread()
+                    ok = worst <= 1.0 and spread == 0.0
+                    allowance = reference.max_allowance()
+                    extra = (f", compressor allowance <= {allowance:.1e}"
+                             if allowance is not None else "")
+                    extra += (", replicas identical" if spread == 0.0
+                              else f", replicas differ by up to {spread:.3e}")
                     log(f"verify {name} step {step}: max |param - reference| = {max_abs:.3e} "
-                        f"({worst:.3f} of tolerance, rtol {rtol:g} atol {atol:g}) "
+                        f"({worst:.3f} of tolerance, rtol {rtol:g} atol {atol:g}{extra}) "
                         f"{'OK' if ok else 'FAIL'}")
                     if not ok and name not in failed:
                         failed.append(name)
@@ -269,7 +344,9 @@ def worker(args, placement) -> int:
 
         work, optimizer, batch = build()
         comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
-        strategy = make_strategy(args.method, work, optimizer, comm, batch)
+        compressor = make_compressor(args.compressor)
+        strategy = make_strategy(args.method, work, optimizer, comm, batch, compressor)
+        compressor.reset_stats()
         stats = work.stats()
         log(f"Model: {args.model}")
         log(f"Method: {args.method} ({strategy.display or strategy.name}), engine {args.engine}, "
@@ -288,6 +365,7 @@ def worker(args, placement) -> int:
 
         def on_warm():
             comm.reset_stats()
+            compressor.reset_stats()
             rss_warm["bytes"] = measure.rss_bytes()
 
         log("Running warmup...")
@@ -299,6 +377,10 @@ def worker(args, placement) -> int:
         comm_stats = comm.stats()
         per_iter = {k: {op: v / timed_steps for op, v in d.items()}
                     for k, d in comm_stats.items()}
+        comp_stats = None
+        if takes_compressor(args.method):
+            comp_stats = compressor.stats(timed_steps)
+            log(compression_line(args, comp_stats))
         hosts = [None] * ctx.size
         dist.all_gather_object(hosts, socket.gethostname())
         rss_all = [None] * ctx.size
@@ -314,6 +396,7 @@ def worker(args, placement) -> int:
                 "model": stats,
                 "result": result,
                 "communication_per_iteration": per_iter,
+                "compression_per_iteration": comp_stats,
                 "memory": {"rss_bytes_per_worker": rss_all},
                 "environment": record.manifest(ctx, hosts),
                 "network": args.network,
@@ -323,6 +406,21 @@ def worker(args, placement) -> int:
         return 0
     finally:
         engine.shutdown()
+
+
+def compression_line(args, st: dict) -> str:
+    """Rank 0's figures: bytes per worker per iteration beside the dense fp32 figure (the same
+    on every rank), and rank 0's encode/decode time per iteration."""
+    mb = 1e6
+    ratio = st["compression_ratio"]
+    return (f"Compression: {args.compressor}: per worker per iteration "
+            f"{st['payload_bytes'] / mb:.3f} MB handed to collectives "
+            f"(dense fp32 {st['dense_payload_bytes'] / mb:.3f} MB, ratio "
+            f"{ratio:.1f}x), {st['wire_sent_bytes'] / mb:.3f} MB sent and "
+            f"{st['wire_received_bytes'] / mb:.3f} MB received (dense "
+            f"{st['dense_wire_bytes'] / mb:.3f} MB each way, ring model); "
+            f"encode {st['encode_s'] * 1e3:.2f} ms, decode {st['decode_s'] * 1e3:.2f} ms"
+            if ratio is not None else f"Compression: {args.compressor}: nothing exchanged")
 
 
 def _peak_rss() -> int:

@@ -4,7 +4,8 @@ The reference shares no code with any method's communication path. A tensor hook
 parameter copies the rank's *local* gradient as autograd produces it, before any method's hook
 can touch it; after the method's step the copies of all ranks are gathered, averaged in float64
 and given to the same optimizer class acting on copies of the parameters. Each rank then
-compares its own parameters with the reference.
+compares its own parameters with the reference, and rank 0's parameters with every other rank's:
+replicas must be bit-identical.
 
 The reference parameters and optimizer keep the model's own precision (fp32): the optimizer's
 arithmetic is then the same as the method's, step for step, and any difference comes from how
@@ -14,6 +15,17 @@ visibly with Adam plus weight decay, where ``g + wd * p`` cancels and the step i
 A parameter passes when ``|p - ref| <= atol + rtol * |ref|`` elementwise: fp32 reordering of
 sums gives errors of a few ulps, while a gradient that was not averaged, averaged twice, or
 applied late is off by orders of magnitude more.
+
+With a compressor, the gathered local gradients are grouped into the method's buckets of that
+step (``strategy.groups()``, asked before the step's backward: a method may re-plan after its
+first step) and each bucket goes through the compressor's mathematics as written independently
+in ``compression/reference.py`` (its own state: residuals, PowerSGD's Q), in place of the plain
+average. Where that mathematics allows a correct implementation to differ by more than fp32
+reordering (fp16's half-precision sums, PowerSGD's fp32 factorisation), it returns a
+per-element bound on the averaged gradient; for SGD the bound is carried through the optimizer's
+linear update (momentum, weight decay, dampening, Nesterov) into a per-element allowance added to
+the tolerance. Under Adam the allowance is not propagated (its step is not linear in the
+gradient) and its tolerance (5% of lr) stays as it is.
 """
 from __future__ import annotations
 
@@ -37,13 +49,19 @@ def default_tolerance(optimizer: str, lr: float) -> tuple[float, float]:
 
 
 class Reference:
-    def __init__(self, model, make_optimizer, ctx, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):
+    def __init__(self, model, make_optimizer, ctx, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+                 compression=None):
+        """``compression``: a ``compression.reference.ReferenceMath`` (None: plain average)."""
         self.ctx = ctx
         self.rtol, self.atol = rtol, atol
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.ref = [p.detach().clone() for p in self.params]
         self.opt = make_optimizer(self.ref)
         self.local: list[torch.Tensor | None] = [None] * len(self.params)
+        self.math = compression
+        # Per-element allowance for a compressor's legitimate rounding, carried through SGD.
+        self.allow: list[torch.Tensor] | None = None
+        self._allow_buf: list[torch.Tensor | None] = [None] * len(self.params)
         self._handles = [p.register_hook(self._capture_hook(i))
                          for i, p in enumerate(self.params)]
 
@@ -53,8 +71,10 @@ class Reference:
             return None  # leave the gradient as it is
         return capture
 
-    def step(self) -> None:
-        """Average every rank's captured gradient in float64 and update the reference."""
+    def step(self, groups: list[list[int]] | None = None) -> None:
+        """Average every rank's captured gradient in float64 and update the reference.
+        ``groups``: the method's buckets of this step (parameter indices, in bucket packing
+        order), needed with a compressor."""
         flat = torch.cat([(g if g is not None else torch.zeros_like(r, dtype=torch.float64))
                           .reshape(-1)
                           for g, r in zip(self.local, self.ref)])
@@ -62,28 +82,110 @@ class Reference:
         flat = flat.to(device)
         gathered = [torch.empty_like(flat) for _ in range(self.ctx.size)]
         dist.all_gather(gathered, flat)
-        average = torch.stack(gathered).sum(0) / self.ctx.size
+        bound = None
+        if self.math is None:
+            average = torch.stack(gathered).sum(0) / self.ctx.size
+        else:
+            average, bound = self._compressed_average(gathered, groups)
         offset = 0
         for r in self.ref:
             n = r.numel()
             r.grad = average[offset:offset + n].view_as(r).to(device=r.device, dtype=r.dtype)
             offset += n
+        if bound is not None:
+            self._carry_allowance(bound)
         self.opt.step()
         self.local = [None] * len(self.params)
 
+    def _compressed_average(self, gathered, groups):
+        """The compressor's mathematics applied bucket by bucket to every rank's gradient."""
+        sizes = [r.numel() for r in self.ref]
+        starts = [0]
+        for n in sizes:
+            starts.append(starts[-1] + n)
+        covered = sorted(i for g in groups for i in g) if groups else []
+        if covered != list(range(len(self.ref))):
+            raise RuntimeError("verify with a compressor: the method's groups() must name every "
+                               f"parameter exactly once, got {groups}")
+        average = torch.zeros_like(gathered[0])
+        bound = torch.zeros_like(gathered[0])
+        bounded = False  # None from every bucket: as exact as the dense average
+        for g in groups:
+            per_rank = [torch.cat([x[starts[i]:starts[i + 1]] for i in g]) for x in gathered]
+            avg, b = self.math.aggregate(g, per_rank, [self.ref[i].shape for i in g])
+            offset = 0
+            for i in g:
+                average[starts[i]:starts[i + 1]] = avg[offset:offset + sizes[i]]
+                if b is not None:
+                    bound[starts[i]:starts[i + 1]] = b[offset:offset + sizes[i]]
+                    bounded = True
+                offset += sizes[i]
+        return average, (bound if bounded else None)
+
+    def _carry_allowance(self, bound) -> None:
+        """Carry a per-element bound on the averaged gradient through torch.optim.SGD's update
+        (the same recurrence on |errors|): d = g + wd p; buf = mu buf + (1 - dampening) d
+        (buf = d on the first step); step = d + mu buf (Nesterov) or buf; p -= lr step."""
+        if not isinstance(self.opt, torch.optim.SGD):
+            return
+        if self.allow is None:
+            self.allow = [torch.zeros_like(r, dtype=torch.float64) for r in self.ref]
+        index = {id(r): i for i, r in enumerate(self.ref)}
+        starts = [0]
+        for r in self.ref:
+            starts.append(starts[-1] + r.numel())
+        for group in self.opt.param_groups:
+            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+            damp, nesterov = group["dampening"], group["nesterov"]
+            for param in group["params"]:
+                i = index[id(param)]
+                e = bound[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(self.allow[i].device)
+                e = e + wd * self.allow[i]
+                if mu:
+                    prev = self._allow_buf[i]
+                    buf = e.clone() if prev is None else mu * prev + (1 - damp) * e
+                    self._allow_buf[i] = buf
+                    e = e + mu * buf if nesterov else buf
+                self.allow[i] += lr * e
+
     def compare(self) -> tuple[float, float]:
-        """(max |p - ref|, worst |p - ref| / (atol + rtol |ref|)) over every rank."""
+        """(max |p - ref|, worst |p - ref| / (atol + rtol |ref| + allowance)) over every rank
+        (the allowance: a compressor's legitimate rounding, zero without one)."""
         max_abs, worst = 0.0, 0.0
         with torch.no_grad():
-            for p, r in zip(self.params, self.ref):
+            for i, (p, r) in enumerate(zip(self.params, self.ref)):
                 r64 = r.to(torch.float64)
                 diff = (p.detach().to(torch.float64) - r64).abs()
                 max_abs = max(max_abs, float(diff.max()))
-                worst = max(worst, float((diff / (self.atol + self.rtol * r64.abs())).max()))
+                tol = self.atol + self.rtol * r64.abs()
+                if self.allow is not None:
+                    tol = tol + self.allow[i].to(tol.device)
+                worst = max(worst, float((diff / tol).max()))
         t = torch.tensor([max_abs, worst], dtype=torch.float64,
                          device=self.ctx.device if self.ctx.backend == "nccl" else "cpu")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t[0]), float(t[1])
+
+    def replica_spread(self) -> float:
+        """max |p - p on rank 0| over every parameter and rank: data-parallel replicas must be
+        bit-identical after each step (every rank decodes the same exchanged data)."""
+        with torch.no_grad():
+            dtypes = {p.dtype for p in self.params}
+            dtype = dtypes.pop() if len(dtypes) == 1 else torch.float64  # exact either way
+            mine = torch.cat([p.detach().reshape(-1).to(dtype) for p in self.params])
+            if self.ctx.backend != "nccl":
+                mine = mine.cpu()
+            root = mine.clone()
+            dist.broadcast(root, 0)
+            t = (mine - root).abs().max().reshape(1)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0])
+
+    def max_allowance(self) -> float | None:
+        """The largest per-element allowance for the compressor's rounding (None: none)."""
+        if self.allow is None:
+            return None
+        return max((float(a.max()) for a in self.allow), default=0.0)
 
     def close(self) -> None:
         for h in self._handles:

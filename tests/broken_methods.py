@@ -1,6 +1,6 @@
 """Deliberately wrong methods: ``--verify`` must catch each of them."""
 import compression
-from ddlbench.strategies.allreduce import WFBP
+from ddlbench.strategies.allreduce import WFBP, Fusion
 
 
 class _SumOnly(compression.Compressor):
@@ -55,3 +55,94 @@ class Hang(WFBP):
         import time
         while True:
             time.sleep(1)
+
+
+# -- broken compressors: verify with the matching --compressor must fail on each ----------------
+
+class _TopKWithoutOffsets(compression.TopK):
+    """Sends each selected index relative to the start of its own tensor instead of the
+    bucket: in a fused bucket every value lands in the first tensor."""
+
+    def encode(self, key, tensor, shapes=None):
+        import torch
+        values, idx = super().encode(key, tensor, shapes)
+        sizes = [int(torch.Size(s).numel()) for s in shapes]
+        ends = torch.tensor(sizes).cumsum(0)
+        starts = ends - torch.tensor(sizes)
+        which = torch.bucketize(idx.long(), ends, right=True)
+        return values, (idx.long() - starts[which]).to(torch.int32)
+
+
+class FusionTopKWithoutOffsets(Fusion):
+    """Run with --compressor topk."""
+    name = "test-topk-without-offsets"
+
+    def __init__(self, model, optimizer, comm, settings):
+        super().__init__(model, optimizer, comm,
+                         dict(settings, compressor_obj=_TopKWithoutOffsets(settings["density"])))
+
+
+class _EFTopKKeepsSent(compression.EFTopK):
+    """Error feedback that forgets to take what was sent out of the residual: every sent
+    value is sent again next step."""
+
+    def encode(self, key, tensor, shapes=None):
+        before = tensor + self._residual.get(key, tensor, shapes)
+        values, idx = super().encode(key, tensor, shapes)
+        self._residual.put(key, before)
+        return values, idx
+
+
+class FusionEFTopKKeepsSent(Fusion):
+    """Run with --compressor eftopk."""
+    name = "test-eftopk-keeps-sent"
+
+    def __init__(self, model, optimizer, comm, settings):
+        super().__init__(model, optimizer, comm,
+                         dict(settings, compressor_obj=_EFTopKKeepsSent(settings["density"])))
+
+
+class _PowerSGDSumsQ(compression.PowerSGD):
+    """Forgets to divide the all-reduced Q by the number of workers (an exchange bug)."""
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        class _NoDivide:
+            size = 1
+
+            def __init__(self, inner):
+                self.inner = inner
+
+            def allreduce(self, t, async_op=True):
+                return self.inner.allreduce(t, async_op=async_op)
+
+            def allgather(self, out, t, async_op=True):
+                return self.inner.allgather(out, t, async_op=async_op)
+        return super().reduce_async(key, tensor, _NoDivide(comm), shapes)
+
+
+class FusionPowerSGDSumsQ(Fusion):
+    """Run with --compressor powersgd."""
+    name = "test-powersgd-sums-q"
+
+    def __init__(self, model, optimizer, comm, settings):
+        super().__init__(model, optimizer, comm,
+                         dict(settings, compressor_obj=_PowerSGDSumsQ(settings["powersgd_rank"])))
+
+
+class _SignumLocalOnly(compression.Signum):
+    """Exchanges the packed signs but decodes only its own: no majority vote."""
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        local = tensor.sign()
+        local[local == 0] = 1
+        pending = super().reduce_async(key, tensor, comm, shapes)
+        return compression.Pending(pending, lambda: tensor.copy_(local))
+
+
+class FusionSignumLocalOnly(Fusion):
+    """Run with --compressor signum."""
+    name = "test-signum-local-only"
+
+    def __init__(self, model, optimizer, comm, settings):
+        super().__init__(model, optimizer, comm,
+                         dict(settings, compressor_obj=_SignumLocalOnly()))

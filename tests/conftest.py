@@ -20,6 +20,10 @@ def env(**extra):
     # mpirun and torchrun live beside the interpreter in the venv.
     e["PATH"] = os.path.dirname(sys.executable) + os.pathsep + e.get("PATH", "")
     e.pop("DDLBENCH_TEST_HOOK_JITTER_MS", None)
+    # MG-WFBP calibrates for real in every run; tests only need its groups, not good timings.
+    for knob, value in (("DDLBENCH_MGWFBP_WARMUP", 1), ("DDLBENCH_MGWFBP_ITERS", 3),
+                        ("DDLBENCH_MGWFBP_COMM_ITERS", 2)):
+        e.setdefault(knob, str(value))
     e.update({k: str(v) for k, v in extra.items()})
     return e
 

@@ -1,0 +1,425 @@
+"""Communication micro-benchmark, and the alpha-beta model fitted to it: ``python -m ddlbench.comm_bench``.
+
+    python -m ddlbench.comm_bench --nworkers 4                      # 1 KiB .. 256 MiB
+    python -m ddlbench.comm_bench --nworkers 2 --model resnet50 --output ab.json
+    nworkers=4 ... mpirun/torchrun/srun ... python -m ddlbench.comm_bench   # joins the job
+
+Like the training script, run by hand with ``--nworkers N`` it spawns N local workers; started by
+mpirun, torchrun or srun it joins that job. For each collective and message size it runs
+``--warmup`` untimed operations, then ``--iters`` timed ones, each waited for; an operation's time
+is the slowest rank's, and a size's time is the median of those (``--stat mean`` for the mean, as
+nccl-tests reports; the median shrugs off a worker descheduled on a shared machine). One line per
+size, nccl-tests style:
+
+- ``size``: bytes of the message: for all-reduce the tensor every rank holds, for all-gather the
+  gathered output (P x the bytes each rank sends), as nccl-tests counts them; ``count``: fp32
+  elements of that message;
+- ``algbw = size / time``; ``busbw = algbw * 2(P-1)/P`` for all-reduce and ``algbw * (P-1)/P``
+  for all-gather (DESIGN.md section 3); GB/s = 1e9 bytes/s;
+- after each collective's table: the fitted alpha and beta, then per size the fitted model's
+  time and its relative error ``err = (fit - time) / time``, and the worst ``|err|``.
+
+The model is the one MG-WFBP plans with (DESIGN.md sections 3 and 4): one message of ``M`` bytes
+costs ``alpha + beta * M``, alpha in seconds per message and beta in seconds per byte, fitted per
+(P, network, backend) and collective by least squares. The default fit minimises *relative*
+residuals (``sum ((alpha + beta M - t) / t)^2``): sizes span six orders of magnitude, and a plain
+least-squares fit would let the largest messages set alpha. ``--fit absolute`` gives plain least
+squares. Both are constrained to alpha, beta >= 0. For reference the record also gives the
+per-step ring values these imply (all-reduce ``alpha = 2(P-1) a``, ``beta = 2(P-1)/P b``;
+all-gather ``alpha = (P-1) a``, ``beta = (P-1)/P b`` per gathered byte).
+
+Sizes: powers of two from ``--min-bytes`` to ``--max-bytes``, plus ``--sizes``, plus, with
+``--model``, the sizes of that model's gradient tensors and of its fusion buckets at
+``--threshold`` (whole gradient at the 64 MiB default for small models), plus, with
+``--mgwfbp-profile``, the MG-WFBP groups planned from that profile. Parameter-server push/pull
+is not measured yet (it arrives with the PS methods).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .errors import EXIT_USAGE, UsageError
+
+OPS = ("allreduce", "allgather")
+KIB = 1024
+MIB = 1024 * 1024
+DEFAULT_MIN_BYTES = KIB
+DEFAULT_MAX_BYTES = 256 * MIB
+ELEMENT_BYTES = 4  # fp32
+_UNITS = {"": 1, "B": 1, "K": KIB, "KB": KIB, "KIB": KIB, "M": MIB, "MB": MIB, "MIB": MIB,
+          "G": 1024 * MIB, "GB": 1024 * MIB, "GIB": 1024 * MIB}
+
+
+# --------------------------------------------------------------------------- sizes
+
+def parse_size(text: str) -> int:
+    """``4096``, ``1K``, ``64KiB``, ``256M``, ``1G`` -> bytes (binary units)."""
+    s = str(text).strip().upper()
+    digits = s.rstrip("BKMGI")
+    unit = s[len(digits):]
+    try:
+        value = float(digits)
+    except ValueError:
+        raise UsageError(f"bad size {text!r}: expected bytes such as 4096, 1K, 64KiB, 256M")
+    if unit not in _UNITS or value <= 0:
+        raise UsageError(f"bad size {text!r}: expected a positive size such as 4096, 1K, 256M")
+    return int(value * _UNITS[unit])
+
+
+def pow2_sizes(lo: int, hi: int) -> list[int]:
+    """Powers of two from the smallest >= lo up to hi (inclusive)."""
+    sizes, s = [], 1
+    while s < lo:
+        s *= 2
+    while s <= hi:
+        sizes.append(s)
+        s *= 2
+    return sizes
+
+
+def message_size(op: str, nbytes: int, world: int) -> int:
+    """The nearest message the collective can carry in fp32: all-reduce whole elements,
+    all-gather whole elements per rank (nccl-tests rounds the same way)."""
+    unit = ELEMENT_BYTES * (world if op == "allgather" else 1)
+    return max(unit, nbytes // unit * unit)
+
+
+def bus_factor(op: str, world: int) -> float:
+    """busbw / algbw (nccl-tests; DESIGN.md section 3)."""
+    return 2 * (world - 1) / world if op == "allreduce" else (world - 1) / world
+
+
+def model_sizes(name: str, image_size=None, sentence_len: int = 64, num_classes: int = 1000,
+                threshold: float = 64 * MIB) -> list[int]:
+    """Byte sizes of a model's gradient tensors and of its fusion buckets at ``threshold``."""
+    import models
+
+    from .strategies.allreduce import plan_buckets
+    work = models.build(name, image_size=image_size, sentence_len=sentence_len,
+                        num_classes=num_classes)
+    nbytes = [p.numel() * p.element_size() for p in work.model.parameters() if p.requires_grad]
+    backward = list(reversed(nbytes))
+    buckets = [sum(backward[i] for i in g) for g in plan_buckets(backward, threshold)]
+    return sorted(set(nbytes) | set(buckets))
+
+
+# --------------------------------------------------------------------------- measuring
+
+def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: int = 5,
+                    iters: int = 20) -> dict:
+    """Time one collective on a message of ``nbytes`` (see ``message_size``): ``warmup``
+    untimed operations, then ``iters`` timed one by one (each waited for, the device
+    synchronised). An operation's time is the slowest rank's; returns ``{"mean", "median",
+    "min", "max"}`` of those, in seconds. Every rank of ``group`` must call it alike."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    from . import engine
+    device = device or torch.device("cpu")
+    world = dist.get_world_size(group)
+    nbytes = message_size(op, nbytes, world)
+    count = nbytes // ELEMENT_BYTES
+    if op == "allreduce":
+        buf = torch.zeros(count, dtype=torch.float32, device=device)
+
+        def once():
+            dist.all_reduce(buf, group=group)
+    elif op == "allgather":
+        out = torch.zeros(count, dtype=torch.float32, device=device)
+        src = torch.zeros(count // world, dtype=torch.float32, device=device)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+        def once():
+            gather(out, src, group=group)
+    else:
+        raise UsageError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    for _ in range(warmup):
+        once()
+    engine.synchronize(device)
+    dist.barrier(group=group)
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        once()
+        engine.synchronize(device)
+        times.append(time.perf_counter() - start)
+    t = torch.tensor(times, dtype=torch.float64,
+                     device=device if dist.get_backend(group) == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    times = [float(x) for x in t.cpu()]
+    return {"mean": statistics.fmean(times), "median": statistics.median(times),
+            "min": min(times), "max": max(times)}
+
+
+# --------------------------------------------------------------------------- the model
+
+def fit_alpha_beta(sizes: list[float], seconds: list[float],
+                   relative: bool = True) -> tuple[float, float]:
+    """Least-squares (alpha, beta) of ``t = alpha + beta * size``, both constrained >= 0.
+
+    ``relative``: minimise ``sum ((alpha + beta*size - t) / t)^2`` (every size counts alike);
+    otherwise plain ``sum (alpha + beta*size - t)^2``. Needs two sizes or more (one size gives
+    alpha = t, beta = 0)."""
+    if len(sizes) != len(seconds) or not sizes:
+        raise ValueError("fit_alpha_beta needs as many times as sizes, at least one")
+    if any(t <= 0 for t in seconds) and relative:
+        raise ValueError("relative fit needs positive times")
+    scale = float(max(sizes)) or 1.0  # sizes scaled to <= 1 keep the normal equations tame
+    xs = [s / scale for s in sizes]
+    ws = [1.0 / (t * t) if relative else 1.0 for t in seconds]
+    s0 = sum(ws)
+    s1 = sum(w * x for w, x in zip(ws, xs))
+    s2 = sum(w * x * x for w, x in zip(ws, xs))
+    y0 = sum(w * t for w, t in zip(ws, seconds))
+    y1 = sum(w * x * t for w, x, t in zip(ws, xs, seconds))
+    det = s0 * s2 - s1 * s1
+    if len(set(sizes)) >= 2 and det > 0:
+        a = (y0 * s2 - y1 * s1) / det
+        b = (s0 * y1 - s1 * y0) / det
+    else:
+        a, b = y0 / s0, 0.0
+    if a < 0:   # best fit through the origin
+        a, b = 0.0, (y1 / s2 if s2 > 0 else 0.0)
+    if b < 0:   # best constant
+        a, b = y0 / s0, 0.0
+    return max(a, 0.0), max(b, 0.0) / scale
+
+
+def predict(alpha: float, beta: float, nbytes: float) -> float:
+    return alpha + beta * nbytes
+
+
+def relative_errors(alpha: float, beta: float, sizes, seconds) -> list[float]:
+    """(prediction - measurement) / measurement, per size."""
+    return [(predict(alpha, beta, s) - t) / t for s, t in zip(sizes, seconds)]
+
+
+def ring_link(op: str, alpha: float, beta: float, world: int) -> dict | None:
+    """Per-step ring alpha/beta implied by a per-message fit (DESIGN.md section 3)."""
+    if world <= 1:
+        return None
+    if op == "allreduce":
+        return {"alpha_s": alpha / (2 * (world - 1)),
+                "beta_s_per_byte": beta * world / (2 * (world - 1))}
+    return {"alpha_s": alpha / (world - 1), "beta_s_per_byte": beta * world / (world - 1)}
+
+
+def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int = 5,
+            iters: int = 20, relative: bool = True, stat: str = "median",
+            network: str | None = None, log=None) -> dict:
+    """Time ``op`` over ``sizes`` and fit the model: the rows, the fit and its errors.
+    ``stat``: which per-operation statistic is a size's time (median or mean).
+    Collective: every rank calls it; every rank returns the same numbers."""
+    if stat not in ("median", "mean"):
+        raise UsageError(f"unknown statistic {stat!r}: median or mean")
+    import torch.distributed as dist
+    world = dist.get_world_size(group)
+    msgs = sorted({message_size(op, s, world) for s in sizes})
+    rows = []
+    if log:
+        log(header(op, world, stat))
+    for nbytes in msgs:
+        stats = time_collective(op, nbytes, group=group, device=device, warmup=warmup,
+                                iters=iters)
+        t = stats[stat]
+        algbw = nbytes / t / 1e9 if t > 0 else float("inf")
+        rows.append({"size_bytes": nbytes, "count": nbytes // ELEMENT_BYTES, "type": "float",
+                     "time_s": t, "time_stats_s": stats, "algbw_GBps": algbw,
+                     "busbw_GBps": algbw * bus_factor(op, world)})
+        if log:
+            log(format_row(rows[-1]))
+    sizes_b = [r["size_bytes"] for r in rows]
+    times = [r["time_s"] for r in rows]
+    alpha, beta = fit_alpha_beta(sizes_b, times, relative=relative)
+    errs = relative_errors(alpha, beta, sizes_b, times)
+    for r, e in zip(rows, errs):
+        r["fit_s"] = predict(alpha, beta, r["size_bytes"])
+        r["fit_error"] = e
+    worst = max(range(len(errs)), key=lambda i: abs(errs[i]))
+    result = {"op": op, "nworkers": world, "backend": dist.get_backend(group),
+              "network": network, "rows": rows,
+              "fit": {"alpha_s": alpha, "beta_s_per_byte": beta,
+                      "method": "relative least squares" if relative else "least squares",
+                      "worst_abs_error": abs(errs[worst]),
+                      "worst_error_size_bytes": rows[worst]["size_bytes"],
+                      "ring_link": ring_link(op, alpha, beta, world)}}
+    if log:
+        log("\n".join(format_table_tail(result)))
+    return result
+
+
+# --------------------------------------------------------------------------- output
+
+def header(op: str, world: int, stat: str = "median") -> str:
+    size_note = "bytes each rank holds" if op == "allreduce" else "bytes gathered (P x sent)"
+    bus = "2(P-1)/P" if op == "allreduce" else "(P-1)/P"
+    return (f"# {op}, P = {world}: size = {size_note}; time = {stat} over operations of the "
+            f"slowest rank's time; algbw = size/time; "
+            f"busbw = algbw * {bus}\n"
+            f"#{'size':>12} {'count':>11} {'type':>6} {'time':>11} {'algbw':>8} {'busbw':>8}\n"
+            f"#{'(B)':>12} {'(elements)':>11} {'':>6} {'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8}")
+
+
+def format_row(r: dict) -> str:
+    return (f" {r['size_bytes']:12d} {r['count']:11d} {r['type']:>6} {r['time_s'] * 1e6:11.1f} "
+            f"{r['algbw_GBps']:8.3f} {r['busbw_GBps']:8.3f}")
+
+
+def format_table_tail(result: dict) -> list[str]:
+    """The fit, then its prediction error per size."""
+    f = result["fit"]
+    lines = [f"# fit {result['op']} (P = {result['nworkers']}, network {result['network']}, "
+             f"backend {result['backend']}; {f['method']}): t = alpha + "
+             f"beta * size, alpha = {f['alpha_s'] * 1e6:.2f} us, beta = "
+             f"{f['beta_s_per_byte'] * 1e9:.4f} ns/B ({_bandwidth(f['beta_s_per_byte'])}); "
+             f"worst |err| = {f['worst_abs_error'] * 100:.1f}% at {f['worst_error_size_bytes']} B",
+             f"#{'size':>12} {'time':>11} {'fit':>11} {'err':>7}",
+             f"#{'(B)':>12} {'(us)':>11} {'(us)':>11} {'(%)':>7}"]
+    for r in result["rows"]:
+        lines.append(f" {r['size_bytes']:12d} {r['time_s'] * 1e6:11.1f} {r['fit_s'] * 1e6:11.1f} "
+                     f"{r['fit_error'] * 100:+7.1f}")
+    return lines
+
+
+def _bandwidth(beta: float) -> str:
+    return f"1/beta = {1 / beta / 1e9:.3f} GB/s" if beta > 0 else "1/beta = inf"
+
+
+# --------------------------------------------------------------------------- command line
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m ddlbench.comm_bench",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--ops", default="allreduce,allgather",
+                   help=f"comma-separated collectives: {', '.join(OPS)}")
+    p.add_argument("--min-bytes", default="1K", help="smallest power-of-two size")
+    p.add_argument("--max-bytes", default="256M", help="largest power-of-two size")
+    p.add_argument("--sizes", default="", help="extra sizes, comma-separated (e.g. 3000,1.5M)")
+    p.add_argument("--model", default=None,
+                   help="also the sizes of this model's gradient tensors and fusion buckets")
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--sentence-len", type=int, default=64)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--threshold", type=float, default=64 * MIB,
+                   help="fusion threshold (bytes) for --model's bucket sizes")
+    p.add_argument("--mgwfbp-profile", default=None, metavar="JSON",
+                   help="also the sizes of the MG-WFBP groups planned from this profile")
+    p.add_argument("--mgwfbp-min-group", type=int, default=0, metavar="ELEMENTS")
+    p.add_argument("--warmup", type=int, default=5, help="untimed operations per size")
+    p.add_argument("--iters", type=int, default=20, help="timed operations per size")
+    p.add_argument("--fit", default="relative", choices=("relative", "absolute"))
+    p.add_argument("--stat", default="median", choices=("median", "mean"),
+                   help="a size's time: median (robust on a shared machine) or mean "
+                        "(nccl-tests) over the timed operations")
+    p.add_argument("--nworkers", type=int, default=None,
+                   help="local workers to spawn (default 1; under a launcher: its world size)")
+    p.add_argument("--no-cuda", action="store_true")
+    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
+                   help="label of the network, for the record")
+    p.add_argument("--output", default=None, help="write the JSON record here (rank 0)")
+    return p.parse_args(argv)
+
+
+def check(args) -> tuple[list[str], list[int]]:
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if not ops or bad:
+        raise UsageError(f"--ops: unknown collective(s) {', '.join(bad) or '(none given)'}; "
+                         f"known: {', '.join(OPS)}")
+    if args.warmup < 0 or args.iters <= 0:
+        raise UsageError("--warmup must be >= 0 and --iters positive")
+    if args.nworkers is not None and args.nworkers <= 0:
+        raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
+    lo, hi = parse_size(args.min_bytes), parse_size(args.max_bytes)
+    if lo > hi:
+        raise UsageError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
+    sizes = set(pow2_sizes(lo, hi))
+    sizes |= {parse_size(s) for s in args.sizes.split(",") if s.strip()}
+    if args.model:
+        sizes |= set(model_sizes(args.model, args.image_size, args.sentence_len,
+                                 args.num_classes, args.threshold))
+    if args.mgwfbp_profile:
+        from . import profiler
+        prof = profiler.read_profile(args.mgwfbp_profile)
+        from .strategies.mgwfbp import merge_groups
+        nbytes = [t["bytes"] for t in prof["tensors"]]
+        groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"],
+                              prof["beta_s_per_byte"], args.mgwfbp_min_group * ELEMENT_BYTES)
+        sizes |= {sum(nbytes[i] for i in g) for g in groups}
+    if not sizes:
+        raise UsageError("no message sizes: widen --min-bytes/--max-bytes or give --sizes")
+    return ops, sorted(sizes)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+        from . import launch
+        placement = launch.detect()
+        if placement is None:
+            check(args)
+            nworkers = args.nworkers or 1
+            if nworkers > 1:
+                return launch.spawn_local(nworkers, argv, module="ddlbench.comm_bench")
+            placement = launch.single()
+        elif args.nworkers is not None and args.nworkers != placement.world_size:
+            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
+                             f"started {placement.world_size} processes")
+        return worker(args, placement)
+    except UsageError as e:
+        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                     if k in os.environ), "0")
+        if rank == "0":
+            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+
+def worker(args, placement) -> int:
+    from . import engine, record
+    ops, sizes = check(args)
+    ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
+                      timeout_s=args.timeout, threads=args.threads)
+
+    def log(line):
+        if ctx.is_root:
+            print(line, flush=True)
+
+    try:
+        log(f"# ddlbench comm_bench: {ctx.size} worker(s), backend {ctx.backend}, device "
+            f"{ctx.device.type}, network {args.network}; warm-up {args.warmup}, "
+            f"iterations {args.iters}")
+        results = []
+        for op in ops:
+            results.append(measure(op, sizes, device=ctx.device, warmup=args.warmup,
+                                   iters=args.iters, relative=args.fit == "relative",
+                                   stat=args.stat, network=args.network, log=log))
+        import socket
+
+        import torch.distributed as dist
+        hosts = [None] * ctx.size
+        dist.all_gather_object(hosts, socket.gethostname())
+        if ctx.is_root and args.output:
+            rec = {"kind": "comm_bench", "nworkers": ctx.size, "network": args.network,
+                   "backend": ctx.backend, "device": ctx.device.type,
+                   "warmup": args.warmup, "iters": args.iters,
+                   "config": {k: v for k, v in vars(args).items() if k != "output"},
+                   "results": results,
+                   "environment": record.manifest(ctx, hosts)}
+            record.write_atomic(args.output, rec)
+        return 0
+    finally:
+        engine.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,434 @@
+"""Layer-wise profiler for MG-WFBP (DESIGN.md section 4): ``python -m ddlbench.profiler``.
+
+    python -m ddlbench.profiler --model resnet50 --batch-size 64 --nworkers 4 --output prof.json
+    python -m ddlbench.train --method mgwfbp --mgwfbp-profile prof.json ...
+
+What it measures, on the rank's own batch:
+
+- per-tensor backward times: a post-accumulate-grad hook on every parameter stamps the time its
+  gradient is ready, after synchronising the device; a tensor's backward time is the gap since
+  the previous tensor was ready (the first one's since the backward pass entered the model,
+  stamped by a gradient hook on the model's outputs), so ``sum(backward)`` is the backward pass
+  through the model. Tensors are listed in the order their gradients became ready (backward
+  order), gaps averaged over ``--iters`` iterations (default 50) after ``--warmup`` (default 5);
+- the forward time: model forward pre-hook to forward hook, device synchronised at both;
+- alpha and beta of this cluster: an all-reduce micro-benchmark (``ddlbench.comm_bench``) over
+  the sizes of the model's gradient tensors and the whole gradient, fitted as
+  ``t = alpha + beta * bytes`` (relative least squares).
+
+Every rank runs the same forward/backward iterations at the same time (so the device and the
+cores are as busy as in training), but only rank 0's timings are kept and broadcast: every rank
+ends up with rank 0's profile. Gradients are cleared before each iteration (set to None, as the
+training loop leaves them), and the model's buffers (BatchNorm statistics) and the random
+generators are restored afterwards, so profiling leaves no trace on the run.
+
+The profile file (JSON, ``"format": "ddlbench-mgwfbp-profile"``): the model name and workload,
+the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
+``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
+``backend``, ``device``, ``network``). ``--alpha``/``--beta`` given here replace the fitted
+values, to plan for a cluster other than this one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+from .errors import EXIT_USAGE, UsageError
+
+PROFILE_FORMAT = "ddlbench-mgwfbp-profile"
+PROFILE_VERSION = 1
+DEFAULT_WARMUP = 5
+DEFAULT_ITERS = 50
+DEFAULT_COMM_WARMUP = 2
+DEFAULT_COMM_ITERS = 10
+
+
+# --------------------------------------------------------------------------- measuring
+
+def _tensors_in(obj) -> list:
+    """Tensors requiring grad inside a model's output (tensor, tuple, list, dict, ModelOutput)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return [obj] if obj.requires_grad else []
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in _tensors_in(x)]
+    return []
+
+
+def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
+                   iters: int = DEFAULT_ITERS) -> dict:
+    """This rank's per-tensor backward times and forward time (module docstring).
+
+    Returns ``{"order": parameter indices (of the trainable parameters, in
+    ``model.parameters()`` order) in backward order, "backward_s": seconds per tensor in that
+    order, "forward_s": seconds}``. Parameters that never got a gradient come last, at 0 s."""
+    import torch
+
+    from . import engine
+    if iters <= 0 or warmup < 0:
+        raise UsageError("profiling needs iterations > 0 and warm-up >= 0")
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = len(params)
+    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    saved_rng = torch.get_rng_state()
+    saved_cuda_rng = (torch.cuda.get_rng_state(device)
+                      if device is not None and device.type == "cuda" else None)
+
+    def sync():
+        if device is not None:
+            engine.synchronize(device)
+
+    cur: dict = {}
+
+    def on_backward_start(_grad):
+        if "b0" not in cur:
+            sync()
+            cur["b0"] = time.perf_counter()
+
+    def pre_forward(_module, _args):
+        sync()
+        cur["f0"] = time.perf_counter()
+
+    def post_forward(_module, _args, output):
+        sync()
+        cur["f1"] = time.perf_counter()
+        for t in _tensors_in(output):
+            t.register_hook(on_backward_start)
+
+    def ready_hook(i):
+        def hook(_p):
+            sync()
+            cur["ready"].append((i, time.perf_counter()))
+        return hook
+
+    handles = [model.register_forward_pre_hook(pre_forward),
+               model.register_forward_hook(post_forward)]
+    handles += [p.register_post_accumulate_grad_hook(ready_hook(i)) for i, p in enumerate(params)]
+    forward, ready_at, orders = [], [[] for _ in range(n)], []
+    try:
+        for it in range(warmup + iters):
+            for p in params:
+                p.grad = None
+            cur.clear()
+            cur["ready"] = []
+            forward_backward()
+            sync()
+            if it < warmup:
+                continue
+            if "f0" not in cur or "f1" not in cur:
+                raise RuntimeError("the profiler saw no forward pass through the model")
+            forward.append(cur["f1"] - cur["f0"])
+            start = cur.get("b0", cur["f1"])
+            orders.append([i for i, _ in cur["ready"]])
+            for i, t in cur["ready"]:
+                ready_at[i].append(t - start)
+    finally:
+        for h in handles:
+            h.remove()
+        for p in params:
+            p.grad = None
+        with torch.no_grad():
+            for b, v in saved_buffers:
+                b.copy_(v)
+        torch.set_rng_state(saved_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state(saved_cuda_rng, device)
+    # Autograd's order is the one the first measured iteration showed (it is the same every
+    # iteration for a fixed graph); a tensor's time is the gap between mean ready times.
+    order = []
+    for i in orders[0]:
+        if i not in order:
+            order.append(i)
+    order += [i for i in reversed(range(n)) if i not in set(order)]
+    mean_ready = [statistics.fmean(ready_at[i]) if ready_at[i] else None for i in range(n)]
+    backward, prev = [], 0.0
+    for i in order:
+        if mean_ready[i] is None:
+            backward.append(0.0)
+            continue
+        backward.append(max(0.0, mean_ready[i] - prev))
+        prev = max(prev, mean_ready[i])
+    return {"order": order, "backward_s": backward, "forward_s": statistics.fmean(forward)}
+
+
+def calibration_sizes(nbytes: list[int]) -> list[int]:
+    """Message sizes for the in-run alpha/beta fit: every distinct tensor size and the whole
+    gradient (the largest group MG-WFBP can form)."""
+    return sorted(set(nbytes) | {sum(nbytes)}) if nbytes else []
+
+
+def fit_allreduce(nbytes: list[int], *, group=None, device=None,
+                  warmup: int = DEFAULT_COMM_WARMUP, iters: int = DEFAULT_COMM_ITERS) -> dict:
+    """All-reduce micro-benchmark over ``calibration_sizes(nbytes)`` and its alpha-beta fit
+    (``comm_bench.measure``). Collective; every rank gets the same numbers."""
+    from . import comm_bench
+    res = comm_bench.measure("allreduce", calibration_sizes(nbytes), group=group, device=device,
+                             warmup=warmup, iters=iters)
+    return {"alpha_s": res["fit"]["alpha_s"], "beta_s_per_byte": res["fit"]["beta_s_per_byte"],
+            "worst_abs_error": res["fit"]["worst_abs_error"],
+            "sizes_bytes": [r["size_bytes"] for r in res["rows"]],
+            "times_s": [r["time_s"] for r in res["rows"]]}
+
+
+def trainable(model) -> list[tuple[str, object]]:
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+def make_profile(model, model_name: str, forward_backward, *, device=None, group=None,
+                 warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
+                 comm_warmup: int = DEFAULT_COMM_WARMUP, comm_iters: int = DEFAULT_COMM_ITERS,
+                 alpha: float | None = None, beta: float | None = None,
+                 network: str | None = None, workload: dict | None = None) -> dict:
+    """Profile ``model`` on this cluster and return rank 0's profile on every rank.
+
+    Collective: every rank of ``group`` calls it. alpha/beta are fitted here unless both are
+    given."""
+    import torch.distributed as dist
+    named = trainable(model)
+    measured = measure_layers(model, forward_backward, device=device, warmup=warmup, iters=iters)
+    if alpha is None or beta is None:
+        fit = fit_allreduce([p.numel() * p.element_size() for _, p in named], group=group,
+                            device=device, warmup=comm_warmup, iters=comm_iters)
+    else:
+        fit = {"alpha_s": float(alpha), "beta_s_per_byte": float(beta), "given": True}
+    prof = None
+    if dist.get_rank(group) == 0:
+        order = measured["order"]
+        prof = {
+            "format": PROFILE_FORMAT, "version": PROFILE_VERSION, "model": model_name,
+            "workload": workload or {},
+            "tensors": [{"name": named[i][0], "shape": list(named[i][1].shape),
+                         "bytes": named[i][1].numel() * named[i][1].element_size()}
+                        for i in order],
+            "backward_s": measured["backward_s"], "forward_s": measured["forward_s"],
+            "alpha_s": fit["alpha_s"], "beta_s_per_byte": fit["beta_s_per_byte"],
+            "nworkers": dist.get_world_size(group), "backend": dist.get_backend(group),
+            "device": device.type if device is not None else "cpu",
+            "network": network,
+            "iterations": {"warmup": warmup, "measured": iters},
+            "comm_fit": fit,
+        }
+    box = [prof]
+    dist.broadcast_object_list(box, src=_global_rank0(group), group=group)
+    return box[0]
+
+
+def _global_rank0(group):
+    import torch.distributed as dist
+    return 0 if group is None else dist.get_global_rank(group, 0)
+
+
+# --------------------------------------------------------------------------- profile files
+
+def read_profile(path: str) -> dict:
+    """Load a profile file and check its form (not yet that it fits a model)."""
+    where = f"MG-WFBP profile {path}"
+    try:
+        with open(path) as f:
+            prof = json.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UsageError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
+        raise UsageError(f"{where} is not an MG-WFBP profile (no \"format\": "
+                         f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.profiler")
+    for key, kind in (("model", str), ("tensors", list), ("backward_s", list),
+                      ("forward_s", (int, float)), ("alpha_s", (int, float)),
+                      ("beta_s_per_byte", (int, float))):
+        if not isinstance(prof.get(key), kind) or isinstance(prof.get(key), bool):
+            raise UsageError(f"{where}: missing or malformed {key!r}")
+    tensors, times = prof["tensors"], prof["backward_s"]
+    if len(tensors) != len(times):
+        raise UsageError(f"{where}: {len(tensors)} tensors but {len(times)} backward times")
+    for t in tensors:
+        if not (isinstance(t, dict) and isinstance(t.get("name"), str)
+                and isinstance(t.get("shape"), list) and isinstance(t.get("bytes"), int)):
+            raise UsageError(f"{where}: every tensor needs a name, a shape and bytes")
+    if any(not isinstance(x, (int, float)) or x < 0 for x in times) or prof["forward_s"] < 0 \
+            or prof["alpha_s"] < 0 or prof["beta_s_per_byte"] < 0:
+        raise UsageError(f"{where}: times, alpha and beta must be numbers >= 0")
+    return prof
+
+
+def match_profile(prof: dict, model, model_name: str | None, path: str) -> list[int]:
+    """The profile's tensor order as indices of ``model``'s trainable parameters; a profile
+    made for another model is refused with one line."""
+    where = f"MG-WFBP profile {path}"
+    if model_name is not None and prof["model"] != model_name:
+        raise UsageError(f"{where} is for model {prof['model']}, but this run trains "
+                         f"{model_name}; write one for it with python -m ddlbench.profiler "
+                         f"--model {model_name} --output FILE")
+    named = trainable(model)
+    index = {name: i for i, (name, _) in enumerate(named)}
+    seen = [t["name"] for t in prof["tensors"]]
+    missing = [name for name, _ in named if name not in set(seen)]
+    extra = [name for name in seen if name not in index]
+    if missing or extra or len(seen) != len(set(seen)):
+        what = (f"has no tensor {missing[0]!r} of this model" if missing else
+                f"has tensor {extra[0]!r}, which this model lacks" if extra else
+                "lists a tensor twice")
+        raise UsageError(f"{where} does not match this {model_name or 'model'} "
+                         f"({len(seen)} tensors there, {len(named)} here): it {what}")
+    for t in prof["tensors"]:
+        p = named[index[t["name"]]][1]
+        if list(p.shape) != t["shape"] or p.numel() * p.element_size() != t["bytes"]:
+            raise UsageError(f"{where} does not match this {model_name or 'model'}: tensor "
+                             f"{t['name']!r} is {t['shape']} ({t['bytes']} B) there, "
+                             f"{list(p.shape)} ({p.numel() * p.element_size()} B) here")
+    return [index[name] for name in seen]
+
+
+def write_profile(path: str, prof: dict) -> None:
+    from .record import write_atomic
+    write_atomic(path, prof)
+
+
+# --------------------------------------------------------------------------- command line
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m ddlbench.profiler",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--sentence-len", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="untimed iterations")
+    p.add_argument("--iters", type=int, default=DEFAULT_ITERS, help="measured iterations")
+    p.add_argument("--comm-warmup", type=int, default=DEFAULT_COMM_WARMUP)
+    p.add_argument("--comm-iters", type=int, default=DEFAULT_COMM_ITERS,
+                   help="timed all-reduces per size for the alpha/beta fit")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="seconds per message: use this instead of fitting (with --beta)")
+    p.add_argument("--beta", type=float, default=None, help="seconds per byte (with --alpha)")
+    p.add_argument("--min-group", type=int, default=0, metavar="ELEMENTS",
+                   help="for the printed groups: also merge groups smaller than this")
+    p.add_argument("--output", default=None, help="write the profile here (rank 0)")
+    p.add_argument("--nworkers", type=int, default=None)
+    p.add_argument("--no-cuda", action="store_true")
+    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"))
+    return p.parse_args(argv)
+
+
+def check(args) -> None:
+    for flag, v in (("--batch-size", args.batch_size), ("--iters", args.iters),
+                    ("--comm-iters", args.comm_iters), ("--sentence-len", args.sentence_len),
+                    ("--num-classes", args.num_classes), ("--timeout", args.timeout)):
+        if v <= 0:
+            raise UsageError(f"{flag} must be positive, got {v:g}")
+    if args.warmup < 0 or args.comm_warmup < 0 or args.min_group < 0:
+        raise UsageError("--warmup, --comm-warmup and --min-group must be >= 0")
+    if (args.alpha is None) != (args.beta is None):
+        raise UsageError("--alpha and --beta go together")
+    if args.alpha is not None and (args.alpha < 0 or args.beta < 0):
+        raise UsageError("--alpha and --beta must be >= 0")
+    if args.nworkers is not None and args.nworkers <= 0:
+        raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
+    import models
+    if args.model not in models.names():
+        models.build(args.model)  # raises the UsageError listing what exists
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+        from . import launch
+        placement = launch.detect()
+        if placement is None:
+            check(args)
+            nworkers = args.nworkers or 1
+            if nworkers > 1:
+                return launch.spawn_local(nworkers, argv, module="ddlbench.profiler")
+            placement = launch.single()
+        elif args.nworkers is not None and args.nworkers != placement.world_size:
+            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
+                             f"started {placement.world_size} processes")
+        elif placement.launcher != "local":
+            check(args)
+        return worker(args, placement)
+    except UsageError as e:
+        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                     if k in os.environ), "0")
+        if rank == "0":
+            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+
+def worker(args, placement) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import models
+
+    from . import engine
+    from .strategies.mgwfbp import merge_groups, schedule_time
+    ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
+                      timeout_s=args.timeout, threads=args.threads)
+    try:
+        torch.manual_seed(args.seed)
+        work = models.build(args.model, image_size=args.image_size,
+                            sentence_len=args.sentence_len, num_classes=args.num_classes)
+        work.model.to(ctx.device).train()
+        with torch.no_grad():
+            for t in list(work.model.parameters()) + list(work.model.buffers()):
+                dist.broadcast(t.data, 0)
+        gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
+        batch = work.make_batch(args.batch_size, ctx.device, gen)
+
+        def forward_backward():
+            work.loss(work.model, batch).backward()
+
+        workload = {"batch_size": args.batch_size, **work.details}
+        prof = make_profile(work.model, args.model, forward_backward, device=ctx.device,
+                            warmup=args.warmup, iters=args.iters, comm_warmup=args.comm_warmup,
+                            comm_iters=args.comm_iters, alpha=args.alpha, beta=args.beta,
+                            network=args.network, workload=workload)
+        if ctx.is_root:
+            print(format_profile(prof, args.min_group, merge_groups, schedule_time), flush=True)
+            if args.output:
+                write_profile(args.output, prof)
+                print(f"profile written to {args.output}", flush=True)
+        return 0
+    finally:
+        engine.shutdown()
+
+
+def format_profile(prof: dict, min_group: int, merge_groups, schedule_time) -> str:
+    nbytes = [t["bytes"] for t in prof["tensors"]]
+    tb = prof["backward_s"]
+    a, b = prof["alpha_s"], prof["beta_s_per_byte"]
+    lines = [f"# {prof['model']}: {len(nbytes)} tensors, forward {prof['forward_s'] * 1e3:.3f} ms, "
+             f"backward {sum(tb) * 1e3:.3f} ms (sum over tensors); measured on "
+             f"{prof['nworkers']} worker(s), {prof['backend']}, {prof['device']}",
+             f"# alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B",
+             f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
+    for k, (t, x) in enumerate(zip(prof["tensors"], tb)):
+        lines.append(f"  {k:8d} {t['bytes']:11d} {x * 1e3:10.4f}  {t['name']}")
+    first = prof["tensors"][0] if prof["tensors"] else {"bytes": 4, "shape": [1]}
+    element = first["bytes"] // max(1, math.prod(first["shape"]))  # min_group is in elements
+    groups = merge_groups(tb, nbytes, a, b, min_group * element)
+    sizes = [sum(nbytes[i] for i in g) for g in groups]
+    wfbp = schedule_time(tb, nbytes, [[i] for i in range(len(nbytes))], a, b)
+    mg = schedule_time(tb, nbytes, groups, a, b)
+    lines.append(f"MG-WFBP groups: {len(groups)} (bytes, backward order): {sizes}")
+    lines.append(f"predicted backward + communication: WFBP {wfbp * 1e3:.3f} ms, "
+                 f"MG-WFBP {mg * 1e3:.3f} ms")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

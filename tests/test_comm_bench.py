@@ -1,0 +1,146 @@
+"""The communication micro-benchmark: sizes, the alpha-beta fit, the nccl-tests style table."""
+import argparse
+import sys
+
+import pytest
+
+from ddlbench import comm_bench as cb
+from ddlbench.errors import UsageError
+
+from .conftest import describe, run
+
+KIB, MIB = 1024, 1024 * 1024
+# 1 KiB .. 256 MiB, as the benchmark's default range.
+SIZES = [2 ** k for k in range(10, 29)]
+
+
+def test_default_sizes_are_powers_of_two_from_1k_to_256m():
+    assert cb.pow2_sizes(cb.DEFAULT_MIN_BYTES, cb.DEFAULT_MAX_BYTES) == SIZES
+    assert cb.pow2_sizes(1000, 5000) == [1024, 2048, 4096]
+    assert [cb.parse_size(s) for s in ("4096", "1K", "64KiB", "256M", "1.5M", "1G")] == \
+        [4096, 1024, 65536, 256 * MIB, 1572864, 1024 * MIB]
+    for bad in ("abc", "-1K", "0", "3T"):
+        with pytest.raises(UsageError):
+            cb.parse_size(bad)
+
+
+def test_message_sizes_and_bus_factors():
+    assert cb.message_size("allreduce", 1026, 4) == 1024           # whole fp32 elements
+    assert cb.message_size("allgather", 1024, 3) == 1020           # whole elements per rank
+    assert cb.message_size("allgather", 4, 3) == 12                # at least one per rank
+    assert cb.bus_factor("allreduce", 4) == 1.5 and cb.bus_factor("allgather", 4) == 0.75
+    assert cb.bus_factor("allreduce", 1) == 0.0
+
+
+@pytest.mark.parametrize("alpha,beta", [(50e-6, 1e-9), (5e-6, 0.1e-9), (2e-3, 8e-9)])
+@pytest.mark.parametrize("relative", [True, False])
+def test_fit_recovers_alpha_and_beta_exactly_from_model_timings(alpha, beta, relative):
+    times = [alpha + beta * s for s in SIZES]
+    a, b = cb.fit_alpha_beta(SIZES, times, relative=relative)
+    assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
+    assert max(abs(e) for e in cb.relative_errors(a, b, SIZES, times)) < 1e-9
+
+
+@pytest.mark.parametrize("alpha,beta", [(50e-6, 1e-9), (5e-6, 0.1e-9), (2e-3, 8e-9)])
+def test_relative_fit_within_one_percent_under_measurement_noise(alpha, beta):
+    # +-0.5% multiplicative noise, in a fixed pattern (no randomness in the test).
+    pattern = [0.005, -0.004, 0.003, -0.005, 0.002, 0.004, -0.003, -0.001]
+    times = [(alpha + beta * s) * (1 + pattern[i % len(pattern)]) for i, s in enumerate(SIZES)]
+    a, b = cb.fit_alpha_beta(SIZES, times)
+    assert abs(a - alpha) / alpha < 0.01 and abs(b - beta) / beta < 0.01, (a, b)
+
+
+def test_fit_keeps_alpha_and_beta_non_negative():
+    # Times that a free line would meet with a negative intercept: t = 2e-9 * (s - 1000).
+    sizes = [2000, 4000, 8000]
+    a, b = cb.fit_alpha_beta(sizes, [2e-9 * (s - 1000) for s in sizes], relative=False)
+    assert a == 0.0 and b > 0
+    # Falling times: the best constant.
+    a, b = cb.fit_alpha_beta([1, 2, 3], [3.0, 2.0, 1.0], relative=False)
+    assert (a, b) == (2.0, 0.0)
+    # One size: alpha is its time.
+    assert cb.fit_alpha_beta([4096], [1e-4]) == (1e-4, 0.0)
+
+
+def test_ring_link_values():
+    link = cb.ring_link("allreduce", 6e-6, 1.5e-9, 4)  # 2(P-1) = 6, 2(P-1)/P = 1.5
+    assert link["alpha_s"] == pytest.approx(1e-6) and link["beta_s_per_byte"] == pytest.approx(1e-9)
+    assert cb.ring_link("allreduce", 1.0, 1.0, 1) is None
+
+
+def _args(**kw):
+    base = dict(ops="allreduce,allgather", min_bytes="1K", max_bytes="4K", sizes="",
+                model=None, image_size=None, sentence_len=16, num_classes=1000,
+                threshold=64 * MIB, mgwfbp_profile=None, mgwfbp_min_group=0, warmup=1,
+                iters=2, nworkers=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_sizes_of_a_model_join_the_range():
+    import models
+    model = models.build("bert_tiny", sentence_len=16).model
+    tensor_bytes = {p.numel() * 4 for p in model.parameters()}
+    total = sum(p.numel() * 4 for p in model.parameters())
+    ops, sizes = cb.check(_args(model="bert_tiny", sizes="3000"))
+    assert ops == ["allreduce", "allgather"]
+    assert set(sizes) == {1024, 2048, 4096, 3000} | tensor_bytes | {total}
+    assert sizes == sorted(sizes)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(ops="allreduce,broadcast"), "unknown collective(s) broadcast"),
+    (dict(min_bytes="2M", max_bytes="1K"), "--min-bytes 2M is larger than --max-bytes 1K"),
+    (dict(iters=0), "--iters positive"),
+])
+def test_bad_arguments(kw, message):
+    with pytest.raises(UsageError) as e:
+        cb.check(_args(**kw))
+    assert message in str(e.value)
+
+
+def test_two_workers_table_json_and_fit(tmp_path, load_json):
+    out = tmp_path / "cb.json"
+    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2",
+                "--min-bytes", "1K", "--max-bytes", "16K", "--sizes", "3000", "--warmup", "1",
+                "--iters", "3", "--timeout", "60", "--output", str(out)], timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert rec["nworkers"] == 2 and rec["backend"] == "gloo" and rec["network"] == "local"
+    ar, ag = rec["results"]
+    assert (ar["op"], ag["op"]) == ("allreduce", "allgather")
+    assert [r["size_bytes"] for r in ar["rows"]] == [1024, 2048, 3000, 4096, 8192, 16384]
+    assert [r["size_bytes"] for r in ag["rows"]] == [1024, 2048, 3000, 4096, 8192, 16384]
+    for res, factor in ((ar, 1.0), (ag, 0.5)):  # 2(P-1)/P and (P-1)/P at P = 2
+        fit = res["fit"]
+        for r in res["rows"]:
+            assert r["count"] == r["size_bytes"] // 4
+            assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+            assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * factor)
+            assert r["time_s"] == r["time_stats_s"]["median"]
+            assert r["fit_s"] == pytest.approx(fit["alpha_s"] + fit["beta_s_per_byte"]
+                                               * r["size_bytes"])
+            assert r["fit_error"] == pytest.approx((r["fit_s"] - r["time_s"]) / r["time_s"])
+        assert fit["worst_abs_error"] == max(abs(r["fit_error"]) for r in res["rows"])
+        # The record's fit is the fit of its own rows.
+        a, b = cb.fit_alpha_beta([r["size_bytes"] for r in res["rows"]],
+                                 [r["time_s"] for r in res["rows"]])
+        assert (a, b) == (fit["alpha_s"], fit["beta_s_per_byte"])
+    # The table: units in the header, one line per size and collective, then the fit and its
+    # error per size.
+    lines = proc.stdout.splitlines()
+    assert "#         (B)  (elements)               (us)   (GB/s)   (GB/s)" in lines
+    table = [ln.split() for ln in lines if not ln.startswith("#") and len(ln.split()) == 6]
+    assert [int(t[0]) for t in table] == [1024, 2048, 3000, 4096, 8192, 16384] * 2
+    assert sum(ln.startswith("# fit allreduce (P = 2, network local, backend gloo") for ln in lines) == 1
+    errs = [ln.split() for ln in lines if not ln.startswith("#") and len(ln.split()) == 4]
+    assert [float(e[3]) for e in errs] == [round(r["fit_error"] * 100, 1)
+                                           for res in (ar, ag) for r in res["rows"]]
+
+
+def test_bad_input_from_the_command_line_is_one_line():
+    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "bcast"],
+               timeout=120)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.strip().splitlines() == [
+        "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, allgather"]

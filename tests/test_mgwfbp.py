@@ -1,0 +1,358 @@
+"""MG-WFBP: the merge rule on hand-worked inputs, the profiler, profile files, and the method
+proven equal to single-process SGD (DESIGN.md sections 2-4)."""
+import json
+import re
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddlbench import profiler
+from ddlbench.comm import Comm
+from ddlbench.errors import UsageError
+from ddlbench.strategies import create
+from ddlbench.strategies.mgwfbp import merge_groups, schedule_time
+
+from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
+
+# --------------------------------------------------------------------------- the merge rule
+# Inputs are in backward order (position 0 = first gradient ready). The hand calculations use
+# the forward indices of DESIGN.md, l = L-1-b, ready[l] = taub[l] + tb[l]. Numbers are exact
+# in binary, so every comparison below is exact.
+
+
+def test_everything_merges():
+    # tb 1 each, 128 B each, alpha 10, beta 1/128: tc = 11 per tensor.
+    # ready[3..0] = 1, 2, 3, 4; tauc[3] = 1.
+    # l=3: ready[2]=2 < tauc[3]+10 = 11 -> merge; tc[2] = 10+256/128 = 12, tauc[2] = max(1, 2) = 2
+    # l=2: ready[1]=3 < 2+10 -> merge; tauc[1] = max(2, 3) = 3
+    # l=1: ready[0]=4 < 3+10 -> merge; one message of 512 B: tc = 14, done at 4 + 14 = 18.
+    tb, nbytes = [1.0] * 4, [128] * 4
+    groups = merge_groups(tb, nbytes, 10.0, 1 / 128)
+    assert groups == [[0, 1, 2, 3]]
+    assert schedule_time(tb, nbytes, groups, 10.0, 1 / 128) == 18.0
+    # WFBP: tauc[3..0] = 1, 12, 23, 34; done at 34 + 11 = 45.
+    assert schedule_time(tb, nbytes, [[0], [1], [2], [3]], 10.0, 1 / 128) == 45.0
+
+
+def test_nothing_merges():
+    # tb 5 each, tc = 1 + 128/128 = 2: ready[2..0] = 5, 10, 15; tauc[2] = 5, tauc[1] = 10.
+    # l=2: ready[1]=10 < 5+1? no.  l=1: ready[0]=15 < 10+1? no.
+    assert merge_groups([5.0] * 3, [128] * 3, 1.0, 1 / 128) == [[0], [1], [2]]
+
+
+def test_mixed():
+    # backward tb [1, 1, 8, 1, 6], bytes [512, 512, 4096, 512, 512], alpha 2, beta 1/1024.
+    # forward l = 4..0: ready = 1, 2, 10, 11, 17; tc = 2.5, 2.5, 6, 2.5, 2.5.
+    # l=4: ready[3]=2 < tauc[4]+2 = 3 -> merge: bytes[3] = 1024, tc[3] = 3,
+    #      tauc[3] = max(1, 2) = 2, tauc[2] = max(2+3, 10) = 10
+    # l=3: ready[2]=10 < 2+2? no -> group {b0, b1}
+    # l=2: ready[1]=11 < 10+2 -> merge: bytes[1] = 4608, tc[1] = 6.5, tauc[1] = max(10, 11) = 11
+    # l=1: ready[0]=17 < 11+2? no -> group {b2, b3}; tensor 0 alone ends the last group.
+    tb, nbytes = [1.0, 1.0, 8.0, 1.0, 6.0], [512, 512, 4096, 512, 512]
+    groups = merge_groups(tb, nbytes, 2.0, 1 / 1024)
+    assert groups == [[0, 1], [2, 3], [4]]
+    # tauc[0] = max(11 + 6.5, 17) = 17.5, plus tc[0] = 2.5: 20; WFBP: tauc[0] = 18.5, 21.
+    assert schedule_time(tb, nbytes, groups, 2.0, 1 / 1024) == 20.0
+    assert schedule_time(tb, nbytes, [[b] for b in range(5)], 2.0, 1 / 1024) == 21.0
+
+
+def test_tauc_is_recomputed_after_a_merge():
+    # tb [1, 1, 3], 1024 B each, alpha 1.5, beta 1/512: tc = 3.5; ready[2..0] = 1, 2, 5.
+    # l=2: ready[1]=2 < 1+1.5 -> merge; recomputed tauc[1] = max(1+0, 2) = 2.
+    # l=1: ready[0]=5 < 2+1.5? no -> close. (With the stale tauc[1] = max(1+3.5, 2) = 4.5,
+    # 5 < 6 would have merged everything.)
+    assert merge_groups([1.0, 1.0, 3.0], [1024] * 3, 1.5, 1 / 512) == [[0, 1], [2]]
+
+
+def test_a_tie_does_not_merge():
+    # ready[1] = 2 equals tauc[2] + alpha = 1 + 1: the rule's "<" is strict.
+    assert merge_groups([1.0, 1.0], [64, 64], 1.0, 0.0) == [[0], [1]]
+
+
+@pytest.mark.parametrize("min_group,expected", [
+    (0, [[0], [1], [2]]),      # the option off: as test_nothing_merges
+    (192, [[0, 1], [2]]),      # b0's 128 B < 192 -> merged; the group's 256 B are not
+    (256, [[0, 1], [2]]),      # "smaller than": 256 is not < 256
+    (257, [[0, 1, 2]]),        # 128 < 257, then the group's 256 < 257
+    (10 ** 9, [[0, 1, 2]]),
+])
+def test_small_group_option(min_group, expected):
+    assert merge_groups([5.0] * 3, [128] * 3, 1.0, 1 / 128, min_group) == expected
+
+
+def test_edges():
+    assert merge_groups([], [], 1.0, 1.0) == []
+    assert merge_groups([3.0], [4], 1.0, 1.0) == [[0]]
+    assert schedule_time([3.0], [4], [[0]], 1.0, 0.5) == 3.0 + 1.0 + 2.0
+    with pytest.raises(ValueError):
+        merge_groups([1.0], [4, 4], 1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- in one process
+
+def _world_of_one():
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 30), nn.ReLU(),
+                         nn.Linear(30, 5))
+
+
+def _profile(model, model_name, backward_s, alpha, beta, order=None):
+    """A hand-made profile of ``model``: tensors in reverse registration order unless told."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    order = list(reversed(range(len(named)))) if order is None else order
+    return {"format": profiler.PROFILE_FORMAT, "version": 1, "model": model_name,
+            "tensors": [{"name": named[i][0], "shape": list(named[i][1].shape),
+                         "bytes": named[i][1].numel() * named[i][1].element_size()}
+                        for i in order],
+            "backward_s": list(backward_s), "forward_s": 0.5, "alpha_s": alpha,
+            "beta_s_per_byte": beta, "nworkers": 8, "backend": "nccl", "device": "cuda",
+            "network": "rdma1"}
+
+
+# The MLP's backward order is parameters 5, 4, 3, 2, 1, 0: bytes 20, 600, 120, 2400, 80, 800.
+# tb [1, .5, 4, .5, 4, .5], alpha 2, beta 0 (tc = 2): ready[5..0] = 1, 1.5, 5.5, 6, 10, 10.5.
+# l=5: 1.5 < 1+2 merge (tauc[4] = 1.5); l=4: 5.5 < 3.5? no; l=3: 6 < 5.5+2 merge (tauc[2] = 6);
+# l=2: 10 < 8? no; l=1: 10.5 < 10+2 merge.  Groups b{0,1} b{2,3} b{4,5}.
+MLP_TB = [1.0, 0.5, 4.0, 0.5, 4.0, 0.5]
+
+
+@pytest.mark.parametrize("min_group,groups,bucket_bytes", [
+    (0, [[5, 4], [3, 2], [1, 0]], [620, 2520, 880]),
+    # --mgwfbp-min-group 200 elements = 800 B: the first group (620 B) also takes b2 (740 B,
+    # still small) and b3 by the rule (6 < 5.5+2); then 10 < 8? no, 3140 B is not small.
+    (200, [[5, 4, 3, 2], [1, 0]], [3140, 880]),
+])
+def test_strategy_plans_from_a_profile_file(tmp_path, capsys, min_group, groups, bucket_bytes):
+    _world_of_one()
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps(_profile(_mlp(), "mlp", MLP_TB, 2.0, 0.0)))
+    model = _mlp()
+    s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
+               {"mgwfbp_profile": str(path), "mgwfbp_min_group": min_group, "model_name": "mlp"})
+    s.calibrate(lambda: pytest.fail("a profile file means no measuring"))
+    d = s.describe()
+    assert d["bucket_bytes"] == bucket_bytes and d["buckets"] == len(groups)
+    assert d["mgwfbp"]["groups"] == groups and d["mgwfbp"]["group_bytes"] == bucket_bytes
+    assert d["mgwfbp"]["source"] == f"profile {path}"
+    assert (d["mgwfbp"]["alpha_s"], d["mgwfbp"]["profile_nworkers"]) == (2.0, 8)
+    assert "threshold_bytes" not in d
+    out = capsys.readouterr().out
+    assert f"group bytes in order: {bucket_bytes}" in out
+    s.close()
+
+
+def test_profile_order_is_the_plan_order(tmp_path):
+    """The plan follows the profile's tensor order, not the model's registration order."""
+    _world_of_one()
+    order = [4, 5, 2, 3, 0, 1]  # weights before biases
+    path = tmp_path / "prof.json"
+    # tc = 1; tb 3 each: nothing merges (ready gaps 3 > alpha 1).
+    path.write_text(json.dumps(_profile(_mlp(), "mlp", [3.0] * 6, 1.0, 0.0, order=order)))
+    model = _mlp()
+    s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
+               {"mgwfbp_profile": str(path), "model_name": "mlp"})
+    s.calibrate(None)
+    assert s.groups() == [[i] for i in order]
+    s.close()
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda p: p.update(model="resnet18"),
+     "is for model resnet18, but this run trains mlp"),
+    (lambda p: (p["tensors"].pop(), p["backward_s"].pop()), "(5 tensors there, 6 here): it has no tensor '0.weight'"),
+    (lambda p: p["tensors"][0].update(shape=[6]), "tensor '4.bias' is [6] (20 B) there, [5] (20 B)"),
+    (lambda p: p["tensors"][0].update(name="4.gamma"), "it has no tensor '4.bias'"),
+    (lambda p: p.update(format="something"), "is not an MG-WFBP profile"),
+    (lambda p: p["backward_s"].pop(), "6 tensors but 5 backward times"),
+    (lambda p: p.update(alpha_s=-1.0), "must be numbers >= 0"),
+])
+def test_a_profile_that_does_not_fit_is_refused(tmp_path, change, message):
+    _world_of_one()
+    prof = _profile(_mlp(), "mlp", MLP_TB, 2.0, 0.0)
+    change(prof)
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps(prof))
+    model = _mlp()
+    s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
+               {"mgwfbp_profile": str(path), "model_name": "mlp"})
+    with pytest.raises(UsageError) as e:
+        s.calibrate(None)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    s.close()
+
+
+def test_missing_profile_file(tmp_path):
+    with pytest.raises(UsageError, match="cannot read MG-WFBP profile .*nope.json"):
+        profiler.read_profile(str(tmp_path / "nope.json"))
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(self.drop(self.bn(self.conv(x))).mean((2, 3)))
+
+
+def test_profiler_measures_in_backward_order_and_leaves_no_trace():
+    torch.manual_seed(0)
+    net = _Net().train()
+    x = torch.randn(2, 3, 8, 8)
+    calls = []
+
+    def forward_backward():
+        calls.append(1)
+        net(x).sum().backward()
+
+    buffers = [b.clone() for b in net.buffers()]
+    rng = torch.get_rng_state()
+    m = profiler.measure_layers(net, forward_backward, warmup=2, iters=3)
+    assert len(calls) == 5
+    # Parameters: conv.w 0, conv.b 1, bn.w 2, bn.b 3, fc.w 4, fc.b 5; autograd reaches the fc
+    # first and the conv last.
+    assert sorted(m["order"][:2]) == [4, 5] and sorted(m["order"][4:]) == [0, 1]
+    assert sorted(m["order"]) == list(range(6))
+    assert len(m["backward_s"]) == 6 and all(t >= 0 for t in m["backward_s"])
+    assert m["forward_s"] > 0 and sum(m["backward_s"]) > 0
+    assert all(torch.equal(a, b) for a, b in zip(buffers, net.buffers()))  # BN stats restored
+    assert torch.equal(torch.get_rng_state(), rng)                         # dropout RNG too
+    assert all(p.grad is None for p in net.parameters())
+
+
+# --------------------------------------------------------------------------- end to end
+
+def _model_profile(model_name, backward_s_of, alpha, beta):
+    import models
+    kw = dict(sentence_len=16) if model_name == "bert_tiny" else dict(image_size=32)
+    model = models.build(model_name, **kw).model
+    n = len([p for p in model.parameters() if p.requires_grad])
+    prof = _profile(model, model_name, [backward_s_of(b) for b in range(n)], alpha, beta)
+    return prof
+
+
+# Every 4th tensor takes 3 ms, the others 0.2 ms; alpha 1 ms, beta 1 ns/B: groups of a few
+# tensors, several groups, on both models.
+def _tb(b):
+    return 3e-3 if b % 4 == 3 else 2e-4
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    d = tmp_path_factory.mktemp("profiles")
+    out = {}
+    for name in ("resnet18", "bert_tiny"):
+        prof = _model_profile(name, _tb, 1e-3, 1e-9)
+        path = d / f"{name}.json"
+        path.write_text(json.dumps(prof))
+        nbytes = [t["bytes"] for t in prof["tensors"]]
+        groups = merge_groups(prof["backward_s"], nbytes, 1e-3, 1e-9)
+        out[name] = (str(path), [sum(nbytes[b] for b in g) for g in groups])
+    return out
+
+
+def _printed_groups(stdout):
+    found = re.findall(r"group bytes in order: (\[[0-9, ]*\])", stdout)
+    assert len(found) == 1, stdout
+    return json.loads(found[0])
+
+
+# Workers x model x optimizer: every pair of (workers, model), (workers, optimizer) and
+# (model, optimizer) is covered in 8 runs (the full product takes twice the time on 2 cores).
+@pytest.mark.parametrize("nworkers,model,optimizer", [
+    (1, "cnn", "sgd"), (1, "bert", "adam"),
+    (2, "cnn", "adam"), (2, "bert", "sgd"),
+    (3, "cnn", "sgd"), (3, "bert", "adam"),
+    (4, "cnn", "adam"), (4, "bert", "sgd"),
+])
+def test_three_steps_match_the_reference(profiles, nworkers, model, optimizer):
+    name = "resnet18" if model == "cnn" else "bert_tiny"
+    path, expected_bytes = profiles[name]
+    assert len(expected_bytes) > 4 and any(
+        len(g) > 1 for g in merge_groups(*_groups_inputs(path)))  # a real mix of groups
+    workload = SMALL_CNN if model == "cnn" else TINY_BERT
+    opt = ["--optimizer", "adam", "--lr", "0.001"] if optimizer == "adam" else \
+        ["--momentum", "0.9"]
+    proc = train(*workload, *opt, "--verify", "3", "--method", "mgwfbp",
+                 "--mgwfbp-profile", path, "--nworkers", str(nworkers), timeout=600)
+    assert proc.returncode == 0, describe(proc)
+    assert _printed_groups(proc.stdout) == expected_bytes
+    steps = verify_lines(proc.stdout)["mgwfbp"]
+    assert [s[0] for s in steps] == [1, 2, 3]
+    for step, max_abs, frac, ok in steps:
+        if optimizer == "adam":  # ddlbench/verify.py: Adam's tolerance is 5% of lr
+            assert ok and max_abs < 0.05 * 0.001, (step, max_abs)
+        else:
+            assert ok and frac < 0.5 and max_abs < 1e-6, (step, max_abs, frac)
+
+
+def _groups_inputs(path):
+    with open(path) as f:
+        prof = json.load(f)
+    return (prof["backward_s"], [t["bytes"] for t in prof["tensors"]], prof["alpha_s"],
+            prof["beta_s_per_byte"])
+
+
+def test_measured_plan_is_rank0s_on_every_rank(tmp_path):
+    """No profile file: every rank profiles and fits alpha/beta, rank 0's groups are used by
+    all. Hook jitter differs per rank; the collective sequences must still be identical, one
+    all-reduce per printed group per step, and calibration adds no method collective."""
+    prefix = str(tmp_path / "trace")
+    proc = train(*TINY_BERT, "--verify", "2", "--method", "mgwfbp", "--nworkers", "2",
+                 "--trace-collectives", prefix, timeout=300, DDLBENCH_TEST_HOOK_JITTER_MS=5,
+                 DDLBENCH_MGWFBP_WARMUP=1, DDLBENCH_MGWFBP_ITERS=3, DDLBENCH_MGWFBP_COMM_ITERS=2)
+    assert proc.returncode == 0, describe(proc)
+    assert all(ok for *_, ok in verify_lines(proc.stdout)["mgwfbp"])
+    assert "(measured; alpha " in proc.stdout and "fitted on 2 worker(s)" in proc.stdout
+    group_bytes = _printed_groups(proc.stdout)
+    traces = []
+    for rank in range(2):
+        with open(f"{prefix}.mgwfbp.{rank}.json") as f:
+            traces.append([tuple(x) for x in json.load(f)])
+    assert traces[0] == traces[1]
+    assert traces[0] == [("allreduce", b // 4, "float32") for b in group_bytes] * 2
+
+
+def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refuses(
+        tmp_path, load_json):
+    path = tmp_path / "bert_tiny.json"
+    proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "1",
+                "--warmup", "1", "--iters", "3", "--comm-iters", "2", "--timeout", "60",
+                "--output", str(path)], timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    prof = load_json(path)
+    import models
+    model = models.build("bert_tiny", sentence_len=16).model
+    order = profiler.match_profile(prof, model, "bert_tiny", str(path))
+    n = len(list(model.parameters()))
+    assert sorted(order) == list(range(n)) and len(prof["backward_s"]) == n
+    assert prof["nworkers"] == 1 and prof["backend"] == "gloo"
+    assert prof["workload"]["batch_size"] == 4 and prof["workload"]["sentence_len"] == 16
+    assert prof["iterations"] == {"warmup": 1, "measured": 3}
+    assert prof["alpha_s"] >= 0 and prof["beta_s_per_byte"] >= 0
+    # The printed groups are the rule's on the written profile.
+    nbytes = [t["bytes"] for t in prof["tensors"]]
+    groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"], prof["beta_s_per_byte"])
+    assert f"MG-WFBP groups: {len(groups)} (bytes, backward order): " \
+           f"{[sum(nbytes[b] for b in g) for g in groups]}" in proc.stdout
+
+    # Bad input: the profile of another model. One line, non-zero exit, nothing trained.
+    proc = train(*SMALL_CNN, "--verify", "1", "--method", "mgwfbp", "--mgwfbp-profile",
+                 str(path), "--nworkers", "2", timeout=300)
+    assert proc.returncode == 2, describe(proc)
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert err == [f"ddlbench: error: MG-WFBP profile {path} is for model bert_tiny, but this "
+                   f"run trains resnet18; write one for it with python -m ddlbench.profiler "
+                   f"--model resnet18 --output FILE"], describe(proc)
+    assert "verify" not in proc.stdout
