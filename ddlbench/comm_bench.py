@@ -41,7 +41,7 @@ import os
 import sys
 import time
 
-from .errors import EXIT_USAGE, UsageError
+from .errors import UsageError
 
 OPS = ("allreduce", "allgather")
 KIB = 1024
@@ -361,27 +361,10 @@ def check(args) -> tuple[list[str], list[int]]:
 
 
 def main(argv=None) -> int:
+    from . import launch
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = parse_args(argv)
-        from . import launch
-        placement = launch.detect()
-        if placement is None:
-            check(args)
-            nworkers = args.nworkers or 1
-            if nworkers > 1:
-                return launch.spawn_local(nworkers, argv, module="ddlbench.comm_bench")
-            placement = launch.single()
-        elif args.nworkers is not None and args.nworkers != placement.world_size:
-            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
-                             f"started {placement.world_size} processes")
-        return worker(args, placement)
-    except UsageError as e:
-        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-                     if k in os.environ), "0")
-        if rank == "0":
-            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
+    return launch.run_job(argv, "ddlbench.comm_bench", parse_args, check, worker,
+                          check_under_launcher=False)
 
 
 def worker(args, placement) -> int:

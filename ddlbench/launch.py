@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .errors import UsageError
+from .errors import EXIT_USAGE, UsageError
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,39 @@ def _slurm_first_node(env) -> str | None:
             base, rng = first.split("[", 1)
             return base + rng.split("-")[0].split(",")[0].rstrip("]")
         return first
+
+
+def run_job(argv, module: str, parse_args, check, worker,
+            check_under_launcher: bool = True) -> int:
+    """The entry of every job-level command (training script, comm_bench, profiler).
+
+    Parses ``argv``; with no launcher around, checks the input and spawns ``--nworkers`` local
+    copies of ``python -m MODULE`` (or runs in this process for one worker); under a launcher,
+    checks that ``--nworkers`` agrees with it and runs ``worker(args, placement)``. Bad input is
+    one line on stderr (from rank 0 only) and exit code 2.
+    """
+    try:
+        args = parse_args(argv)
+        placement = detect()
+        if placement is None:
+            check(args)
+            nworkers = args.nworkers or 1
+            if nworkers > 1:
+                return spawn_local(nworkers, argv, module=module)
+            placement = single()
+        elif args.nworkers is not None and args.nworkers != placement.world_size:
+            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
+                             f"started {placement.world_size} processes")
+        elif placement.launcher != "local" and check_under_launcher:
+            check(args)
+        return worker(args, placement)
+    except UsageError as e:
+        # Every rank meets the same bad input; one line is enough.
+        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                     if k in os.environ), "0")
+        if rank == "0":
+            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
 
 
 def single() -> Placement:

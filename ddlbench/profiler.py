@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 
-from .errors import EXIT_USAGE, UsageError
+from .errors import UsageError
 
 PROFILE_FORMAT = "ddlbench-mgwfbp-profile"
 PROFILE_VERSION = 1
@@ -343,29 +343,9 @@ def check(args) -> None:
 
 
 def main(argv=None) -> int:
+    from . import launch
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = parse_args(argv)
-        from . import launch
-        placement = launch.detect()
-        if placement is None:
-            check(args)
-            nworkers = args.nworkers or 1
-            if nworkers > 1:
-                return launch.spawn_local(nworkers, argv, module="ddlbench.profiler")
-            placement = launch.single()
-        elif args.nworkers is not None and args.nworkers != placement.world_size:
-            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
-                             f"started {placement.world_size} processes")
-        elif placement.launcher != "local":
-            check(args)
-        return worker(args, placement)
-    except UsageError as e:
-        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-                     if k in os.environ), "0")
-        if rank == "0":
-            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
+    return launch.run_job(argv, "ddlbench.profiler", parse_args, check, worker)
 
 
 def worker(args, placement) -> int:

@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 
-from .errors import EXIT_USAGE, UsageError
+from .errors import UsageError
 
 ENGINES = ("torch", "horovod", "byteps")
 
@@ -206,30 +206,9 @@ def runs(args) -> list[tuple[str, str]]:
 
 
 def main(argv=None) -> int:
+    from . import launch
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = parse_args(argv)
-        from . import launch
-        placement = launch.detect()
-        if placement is None:
-            check(args)
-            nworkers = args.nworkers or 1
-            if nworkers > 1:
-                return launch.spawn_local(nworkers, argv)
-            placement = launch.single()
-        elif args.nworkers is not None and args.nworkers != placement.world_size:
-            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
-                             f"started {placement.world_size} processes")
-        elif placement.launcher != "local":
-            check(args)
-        return worker(args, placement)
-    except UsageError as e:
-        # Every rank meets the same bad input; one line is enough.
-        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-                     if k in os.environ), "0")
-        if rank == "0":
-            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
+    return launch.run_job(argv, "ddlbench.train", parse_args, check, worker)
 
 
 def worker(args, placement) -> int:
