@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Sweep method x task x nworkers x network and report throughput as the original suite did.
+"""Sweep network x task x method x engine x nworkers and report throughput as the original did.
 
-    python benchmarks.py --config quick          # a few minutes on a 2-core CPU machine
-    python benchmarks.py --config paper          # the survey's grid, on a cluster (mpi launcher)
-    python benchmarks.py --config quick --dry-run
-    python benchmarks.py --report results/quick/results.jsonl
+    python benchmarks.py --config quick            # a few minutes on a 2-core CPU machine
+    python benchmarks.py --config emulated         # small models over emulated 5/1 Gbit links
+    python benchmarks.py --config paper            # the survey's grid, on a cluster
+    python benchmarks.py --config quick --dry-run  # the plan and its estimated time
+    python benchmarks.py --config quick --only "method=wfbp|ddp,nworkers>=2"
+    python benchmarks.py --config quick --rerun-failed
+    python benchmarks.py report results/2025-01-31-quick      # remake every report file
 
-Each run is its own process group with a timeout; results are appended to
-results/<name>/results.jsonl one line per try, logs go to logs/<name>/, and the Markdown table
-(results/<name>/report.md) is printed at the end. See ddlbench/sweep.py for the file format.
+Each try runs in its own process group with a timeout; a crash or a timeout is recorded with
+its reason and the tail of its log, and the sweep goes on. Every finished try is one line of
+results/<date>-<name>/results.jsonl, written before the next starts; started again (also after
+kill -9) the sweep resumes the latest unfinished folder of that name and runs only the tries
+not yet recorded. Reports in the same folder: README.md (tables), results.csv, plots/,
+manifest.json. Sweep file format: ddlbench/sweep/__init__.py.
 """
 from __future__ import annotations
 
@@ -16,67 +22,160 @@ import argparse
 import os
 import sys
 
-from ddlbench import sweep
 from ddlbench.errors import EXIT_USAGE, UsageError
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def _run_parser() -> argparse.ArgumentParser:
+    from ddlbench.sweep import config
+    p = argparse.ArgumentParser(prog="benchmarks.py", description=__doc__.split("\n")[0],
+                                epilog="benchmarks.py report RESULTS --help: the report command")
     p.add_argument("--config", default="paper",
-                   help=f"sweep file, or a preset in configs/ ({', '.join(sweep.presets())})")
-    p.add_argument("--results", default=None, help="results JSONL (default results/<name>/)")
-    p.add_argument("--dry-run", action="store_true", help="print the runs, start nothing")
-    p.add_argument("--report", default=None, metavar="JSONL",
-                   help="only print the table of an existing results file")
-    args = p.parse_args(argv)
-    try:
-        if args.report:
-            if not os.path.isfile(args.report):
-                raise UsageError(f"results file {args.report} not found")
-            print(sweep.report(sweep.read_results(args.report)), end="")
-            return 0
-        cfg = sweep.load(sweep.resolve_config(args.config))
-        results = args.results or os.path.join(cfg.results, "results.jsonl")
-        cells = cfg.cells()
-        total = len(cells) * cfg.tries
-        print(f"sweep {cfg.name}: {len(cells)} cells x {cfg.tries} tries = {total} runs "
-              f"({cfg.launcher} launcher); results -> {os.path.relpath(results)}", flush=True)
-        if args.dry_run:
-            for cell in cells:
-                cmd, env = sweep.command(cfg, cell, "<record.json>")
-                prefix = " ".join(f"{k}={v!r}" for k, v in env.items())
-                print(f"{cell.key}: {prefix + ' ' if prefix else ''}{' '.join(cmd)}")
-            return 0
-        done = failed = 0
-        for cell in cells:
-            for t in range(cfg.tries):
-                entry = sweep.run_cell(cfg, cell, t)
-                sweep.append_result(results, entry)
-                done += 1
-                if entry["status"] == "ok":
-                    thr = entry["record"]["result"]["throughput"]["mean"]
-                    unit = entry["record"]["result"]["unit"]
-                    msg = f"{thr:.1f} {unit}"
-                else:
-                    failed += 1
-                    msg = f"{entry['status'].upper()}: {entry['reason']} (log: {entry['log']})"
-                print(f"[{done}/{total}] {cell.key} try {t}: {msg} ({entry['seconds']:.0f} s)",
-                      flush=True)
-        table = sweep.report([e for e in sweep.read_results(results) if e["sweep"] == cfg.name])
-        with open(os.path.join(os.path.dirname(results), "report.md"), "w") as f:
-            f.write(table)
+                   help=f"sweep file, or a preset in configs/ ({', '.join(config.presets())})")
+    p.add_argument("--only", metavar="EXPR", default=None,
+                   help="run only the cells matching EXPR, e.g. 'method=wfbp|fusion,nworkers>=2' "
+                        "(axes: network model bs method label compressor engine nworkers arch)")
+    p.add_argument("--rerun-failed", action="store_true",
+                   help="run failed and timed-out tries again (default: they count as done)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the runs still to do and the estimated time; start nothing")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="results folder to use (default: the latest unfinished "
+                        "results/<date>-<name>/, else a new one)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new results folder even if the latest one is unfinished")
+    p.add_argument("--quiet", action="store_true",
+                   help="batch jobs: no progress display, no tables; errors and one summary line")
+    p.add_argument("--progress", choices=("auto", "bar", "lines"), default="auto",
+                   help="progress bar, one line per run, or auto (a bar on a terminal)")
+    p.add_argument("--report", default=None, metavar="RESULTS", help=argparse.SUPPRESS)
+    return p
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmarks.py report",
+                                description="Remake README.md, results.csv, plots/ and "
+                                            "manifest.json of a results folder from its store "
+                                            "alone, and print the tables.")
+    p.add_argument("results", help="results folder, or its results.jsonl")
+    p.add_argument("--aggregate", choices=("mean", "median", "olympic"), default=None,
+                   help="how tries combine (default: the sweep file's, else mean)")
+    p.add_argument("--min-ok", type=int, default=None,
+                   help="successful tries a cell needs not to be marked (default: the sweep's)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="write the files, print nothing")
+    return p
+
+
+def report_main(argv: list[str]) -> int:
+    from ddlbench.sweep import report, store
+    args = _report_parser().parse_args(argv)
+    target = args.results
+    if not os.path.exists(target):
+        raise UsageError(f"results {target} not found")
+    folder = target if os.path.isdir(target) else os.path.dirname(os.path.abspath(target))
+    path = store.store_path(target)
+    if not os.path.isfile(path):
+        raise UsageError(f"no results store {path}")
+    if args.min_ok is not None and args.min_ok <= 0:
+        raise UsageError(f"--min-ok must be positive, got {args.min_ok}")
+    entries, bad = store.read(path)
+    if not any(e.get("kind") == "try" for e in entries):
+        raise UsageError(f"{path} holds no finished try")
+    t = report.write_all(folder, args.aggregate, args.min_ok, plots=not args.no_plots,
+                         entries=entries, unreadable=bad)
+    if bad:
+        print(f"benchmarks.py: {bad} unreadable line(s) in {path} skipped", file=sys.stderr)
+    if not args.quiet:
+        print(report.throughput_table(t), end="")
         print()
-        print(table, end="")
-        if failed:
-            print(f"\n{failed} of {total} runs failed; their logs are listed above", file=sys.stderr)
-        return 0 if failed == 0 else 1
+        print(report.speedup_table(t), end="")
+    return 0
+
+
+def run_main(argv: list[str]) -> int:
+    from ddlbench.sweep import config, execute, report, runner, select, store
+    args = _run_parser().parse_args(argv)
+    if args.report:
+        return report_main([args.report])
+    sweep = config.load(config.resolve_config(args.config))
+    only = select.parse(args.only) if args.only else None
+    mode = "none" if args.quiet else args.progress
+    if mode == "auto":
+        mode = "bar" if sys.stderr.isatty() else "lines"
+    p = execute.plan(sweep, only, args.results, args.fresh, args.rerun_failed)
+    for note in sweep.notes:
+        print(f"benchmarks.py: {note}", file=sys.stderr)
+    if os.environ.get(config.PROGRAM_ENV) and mode != "none":
+        print(f"benchmarks.py: test override: python -m {os.environ[config.PROGRAM_ENV]} "
+              f"replaces the training script", file=sys.stderr)
+    rel = _show(p.folder)
+    nruns = len(p.cells) * sweep.tries
+    if mode != "none" or args.dry_run:
+        state = "resuming" if p.resumed else "new"
+        print(f"sweep {sweep.name}: {len(p.cells)} cells x {sweep.tries} tries = {nruns} runs; "
+              f"{len(p.todo)} to run, {p.skipped} already done; results -> {rel} ({state})",
+              flush=True)
+    if args.dry_run:
+        for t in p.todo:
+            cmd, env = runner.command(sweep, t.cell, "<record.json>")
+            again = f" (attempt {t.attempt})" if t.attempt > 1 else ""
+            print(f"{t.cell.name} try {t.try_index}{again}: {runner.describe(cmd, env)}")
+        seconds, guessed = execute.estimate(p, sweep)
+        basis = (f"{len(p.todo) - guessed} from this store's history, {guessed} guessed at "
+                 f"{sweep.estimate_s:g} s each (estimate_s)")
+        print(f"estimated time: {execute.fmt_duration(seconds)} for {len(p.todo)} runs "
+              f"({basis})")
+        return 0
+    try:
+        counts = execute.execute(sweep, p, mode, argv)
+    except (KeyboardInterrupt, execute._Stop) as e:
+        print("benchmarks.py: interrupted; every finished try is in the store, the run in "
+              "progress was stopped and will run again next time", file=sys.stderr)
+        if os.path.isfile(store.store_path(p.folder)):
+            report.write_all(p.folder, plots=False)
+        return 143 if isinstance(e, execute._Stop) else 130
+    t = report.write_all(p.folder)
+    selected = {c.hash for c in p.cells}
+    eff = store.latest(store.read(store.store_path(p.folder))[0])
+    bad = sum(1 for (h, i), e in eff.items()
+              if h in selected and i < sweep.tries and e.get("status") != "ok")
+    if mode != "none":
+        print()
+        print(report.throughput_table(t), end="")
+        print()
+        print(report.speedup_table(t), end="")
+        print()
+    ran = sum(counts[k] for k in ("ok", "failed", "timeout"))
+    print(f"benchmarks.py: {_n(ran, 'run')} now ({counts['ok']} ok, {counts['failed']} failed, "
+          f"{counts['timeout']} timed out), {counts['skipped']} already done; reports in "
+          f"{os.path.join(rel, 'README.md')}", file=sys.stderr)
+    if bad:
+        print(f"benchmarks.py: {_n(bad, 'try', 'tries')} of this sweep failed or timed out "
+              f"(see the README's 'Failed tries'; --rerun-failed runs them again)",
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
+def _show(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "report":
+            return report_main(argv[1:])
+        if argv and argv[0] == "run":
+            argv = argv[1:]
+        return run_main(argv)
     except UsageError as e:
         print(f"benchmarks.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("benchmarks.py: interrupted; finished runs are kept in the results file",
-              file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -1,149 +1,546 @@
-"""benchmarks.py: sweep files, runs in their own process groups, results and the table."""
+"""benchmarks.py: sweep files, fault-isolated runs, the results store, resume, reports.
+
+Most runs here are of tests/fake_train.py (DDLBENCH_SWEEP_PROGRAM), a stand-in for the
+training script that takes its flags, needs no torch and can crash or hang on demand; one test
+runs the real training script through both launchers.
+"""
+import collections
+import glob
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
-from ddlbench import sweep
+import benchmarks
+from ddlbench.sweep import config, report, runner, store
 from ddlbench.errors import UsageError
 
-from .conftest import REPO, describe, run
+from .conftest import REPO, describe, env
+
+FAKE = "tests.fake_train"
 
 
-def write_config(tmp_path, **overrides):
+def write_config(tmp_path, name="t", **overrides):
     cfg = {
-        "name": "t", "launcher": "local", "networks": ["local"],
-        "tasks": [{"model": "bert_tiny", "batch_size": 4, "sentence_len": 16}],
-        "methods": ["wfbp"], "nworkers": [1, 2], "tries": 2,
-        "timing": {"warmup": 1, "batches_per_iter": 2, "iters": 2}, "timeout": 120,
-        "extra_args": "--timeout 30",
+        "name": name, "networks": ["local"],
+        "tasks": [{"model": "resnet18", "batch_size": 4, "image_size": 32}],
+        "methods": ["wfbp", "fusion"], "nworkers": [1, 2], "tries": 2,
+        "timing": {"warmup": 1, "batches_per_iter": 1, "iters": 2}, "timeout": 60,
+        "kill_grace": 1, "extra_args": "--timeout 30",
         "results": str(tmp_path / "results"), "logs": str(tmp_path / "logs"),
     }
     cfg.update(overrides)
-    path = tmp_path / "sweep.yaml"
+    path = tmp_path / f"{name}.yaml"
     path.write_text(json.dumps(cfg))  # JSON is YAML
     return path
 
 
-def bench(*args, timeout=600):
-    return run([sys.executable, "benchmarks.py", *args], timeout=timeout)
+def folders(tmp_path):
+    return sorted(glob.glob(str(tmp_path / "results" / "*")))
 
 
-def test_quick_sweep_records_every_try_and_prints_the_table(tmp_path):
+def try_lines(folder):
+    entries, bad = store.read(os.path.join(folder, "results.jsonl"))
+    assert bad == 0
+    return [e for e in entries if e["kind"] == "try"]
+
+
+def leftovers(marker):
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid() \
+                    and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv(config.PROGRAM_ENV, FAKE)
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    monkeypatch.delenv("FAKE_TRAIN_FIXED", raising=False)
+    monkeypatch.delenv("FAKE_TRAIN_SECONDS", raising=False)
+
+    def read_calls():
+        return calls.read_text().splitlines() if calls.exists() else []
+    return read_calls
+
+
+# ----------------------------------------------------------------- reports from a fixed store
+
+def _line(h, net, task, method, arch, n, i, status, thr=None, attempt=1, seconds=10.0):
+    nets = {"rdma0": {"name": "rdma0", "kind": "rdma", "profile": 0},
+            "1gbit": {"name": "1gbit", "kind": "net", "profile": "1gbit"}}
+    e = {"kind": "try", "sweep": "hand", "hash": h, "cell": f"{net}_{task['model']}_{method}_n{n}",
+         "try": i, "attempt": attempt, "label": method, "architecture": arch,
+         "config": {"network": nets[net], "task": task, "method": {"method": method},
+                    "engine": "torch", "nworkers": n},
+         "status": status, "seconds": seconds, "log": f"logs/hand/{h}_try{i}.log"}
+    if status == "ok":
+        e.update(throughput=thr, throughput_std=1.5, unit="img/sec" if "resnet" in
+                 task["model"] else "sen/sec", noun="GPU",
+                 record={"environment": {"device": "cuda:0", "torch": "2.14.1",
+                                         "hosts": ["gpu1"], "git_commit": "abc123"}})
+    else:
+        e.update(reason="exit code 1" if status == "failed" else "killed after 600 s",
+                 log_tail=["Traceback (most recent call last):", "RuntimeError: boom"])
+    return e
+
+
+R50 = {"model": "resnet50", "batch_size": 64}
+BERT = {"model": "bert", "batch_size": 8, "sentence_len": 64}
+
+
+def hand_written_store(folder):
+    """Two networks x one task each, wfbp (a2a) and bspps (ps), 1 and 4 GPUs, 3 tries."""
+    os.makedirs(folder, exist_ok=True)
+    header = {"kind": "sweep", "name": "hand", "tries": 3, "min_ok": 2, "aggregate": "mean",
+              "networks": [{"name": "rdma0", "kind": "rdma", "profile": 0},
+                           {"name": "1gbit", "kind": "net", "profile": "1gbit"}],
+              "tasks": [R50, BERT], "methods": [{"method": "wfbp"}, {"method": "bspps"}],
+              "engines": ["torch"], "nworkers": [1, 4],
+              "cells": ["c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"]}
+    L = _line
+    lines = [
+        header,
+        # superseded: the same cell under an older configuration (hash not in the header)
+        L("old", "rdma0", R50, "wfbp", "a2a", 4, 0, "ok", 5000.0),
+        L("c1", "rdma0", R50, "wfbp", "a2a", 1, 0, "ok", 250.0),
+        L("c1", "rdma0", R50, "wfbp", "a2a", 1, 1, "ok", 250.0),
+        L("c1", "rdma0", R50, "wfbp", "a2a", 1, 2, "failed"),
+        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 0, "ok", 900.0),
+        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 1, "ok", 1000.0),
+        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 2, "ok", 1100.0),
+        L("c3", "rdma0", R50, "bspps", "ps", 1, 0, "ok", 240.0),
+        L("c3", "rdma0", R50, "bspps", "ps", 1, 1, "ok", 245.0),
+        L("c3", "rdma0", R50, "bspps", "ps", 1, 2, "ok", 265.0),
+        L("c4", "rdma0", R50, "bspps", "ps", 4, 0, "ok", 800.0),
+        L("c4", "rdma0", R50, "bspps", "ps", 4, 1, "failed"),
+        L("c4", "rdma0", R50, "bspps", "ps", 4, 2, "failed"),
+        L("c5", "1gbit", BERT, "wfbp", "a2a", 1, 0, "ok", 50.0),
+        L("c5", "1gbit", BERT, "wfbp", "a2a", 1, 1, "ok", 52.0),
+        L("c5", "1gbit", BERT, "wfbp", "a2a", 1, 2, "ok", 54.0),
+        L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 0, "ok", 180.0),
+        L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 1, "timeout"),
+        L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 2, "ok", 180.0),
+        L("c8", "1gbit", BERT, "bspps", "ps", 4, 0, "timeout"),
+        L("c8", "1gbit", BERT, "bspps", "ps", 4, 1, "timeout"),
+        L("c8", "1gbit", BERT, "bspps", "ps", 4, 2, "timeout"),
+        # try 2 of c1 run again with --rerun-failed: the later attempt counts
+        L("c1", "rdma0", R50, "wfbp", "a2a", 1, 2, "ok", 250.0, attempt=2, seconds=11.0),
+    ]
+    with open(os.path.join(folder, "results.jsonl"), "w") as f:
+        for e in lines:
+            f.write(json.dumps(e) + "\n")
+        f.write('{"kind": "try", "hash": "c7", "tr')  # a line cut short by a crash
+    return folder
+
+
+EXPECTED_TABLE = """\
+| DNN | BS | CONNECTION | METHOD | 1 GPU | 4 GPUs |
+| --- | --- | --- | --- | --- | --- |
+| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | 250.0 +- 0.00 | 1000.0 +- 81.65 |
+| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 250.0 +- 10.80 | 800.0 +- 0.00 (1/3 ok) |
+| BERT-Large | 8 | 1gbit (emulated) | wfbp | 52.0 +- 1.63 | 180.0 +- 0.00 |
+| BERT-Large | 8 | 1gbit (emulated) | bspps | - | timeout |
+"""
+EXPECTED_SPEEDUP = """\
+| DNN | BS | CONNECTION | METHOD | 4 GPUs |
+| --- | --- | --- | --- | --- |
+| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | 4.00x (100.0%) |
+| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | - |
+| BERT-Large | 8 | 1gbit (emulated) | wfbp | 3.46x (86.5%) |
+| BERT-Large | 8 | 1gbit (emulated) | bspps | - |
+"""
+_H = "network,connection,model,batch_size,method,architecture,engine,nworkers,try,attempt,status,throughput,throughput_std,unit,seconds,reason,hash,log"
+_R = "rdma0,10GbE with TCP/IP,resnet50,64"
+_B = "1gbit,1gbit (emulated),bert,8"
+EXPECTED_CSV = "\n".join([
+    _H,
+    f"{_R},wfbp,a2a,torch,1,0,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try0.log",
+    f"{_R},wfbp,a2a,torch,1,1,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try1.log",
+    f"{_R},wfbp,a2a,torch,1,2,2,ok,250.0,1.5,img/sec,11.0,,c1,logs/hand/c1_try2.log",
+    f"{_R},wfbp,a2a,torch,4,0,1,ok,900.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try0.log",
+    f"{_R},wfbp,a2a,torch,4,1,1,ok,1000.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try1.log",
+    f"{_R},wfbp,a2a,torch,4,2,1,ok,1100.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try2.log",
+    f"{_R},bspps,ps,torch,1,0,1,ok,240.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try0.log",
+    f"{_R},bspps,ps,torch,1,1,1,ok,245.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try1.log",
+    f"{_R},bspps,ps,torch,1,2,1,ok,265.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try2.log",
+    f"{_R},bspps,ps,torch,4,0,1,ok,800.0,1.5,img/sec,10.0,,c4,logs/hand/c4_try0.log",
+    f"{_R},bspps,ps,torch,4,1,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try1.log",
+    f"{_R},bspps,ps,torch,4,2,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try2.log",
+    f"{_B},wfbp,a2a,torch,1,0,1,ok,50.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try0.log",
+    f"{_B},wfbp,a2a,torch,1,1,1,ok,52.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try1.log",
+    f"{_B},wfbp,a2a,torch,1,2,1,ok,54.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try2.log",
+    f"{_B},wfbp,a2a,torch,4,0,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try0.log",
+    f"{_B},wfbp,a2a,torch,4,1,1,timeout,,,sen/sec,10.0,killed after 600 s,c6,logs/hand/c6_try1.log",
+    f"{_B},wfbp,a2a,torch,4,2,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try2.log",
+    f"{_B},bspps,ps,torch,4,0,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try0.log",
+    f"{_B},bspps,ps,torch,4,1,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try1.log",
+    f"{_B},bspps,ps,torch,4,2,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try2.log",
+]) + "\n"
+
+
+def test_report_from_a_hand_written_store_is_exact(tmp_path, capsys):
+    folder = hand_written_store(str(tmp_path / "hand"))
+    assert benchmarks.main(["report", folder]) == 0
+    out = capsys.readouterr().out
+    assert out == EXPECTED_TABLE + "\n" + EXPECTED_SPEEDUP
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert EXPECTED_TABLE in readme and EXPECTED_SPEEDUP in readme
+    assert ("4 rows x 2 worker counts, 3 tries per cell: 15 tries ok, 2 failed, 4 timed out, "
+            "3 not run.") in readme
+    assert "1 try of other configurations of the same cells" in readme
+    assert "1 unreadable line(s) in the store were skipped." in readme
+    assert ("| rdma0_resnet50_bspps_n4 | 1 | failed | exit code 1 | `RuntimeError: boom` | "
+            "logs/hand/c4_try1.log |") in readme
+    assert open(os.path.join(folder, "results.csv")).read() == EXPECTED_CSV
+    plots = sorted(os.listdir(os.path.join(folder, "plots")))
+    assert plots == ["1gbit_bert-bs8-len64_efficiency.png", "1gbit_bert-bs8-len64_throughput.png",
+                     "rdma0_resnet50-bs64_efficiency.png", "rdma0_resnet50-bs64_throughput.png"]
+    for p in plots:
+        with open(os.path.join(folder, "plots", p), "rb") as f:
+            data = f.read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, p
+        assert f"(plots/{p})" in readme
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    assert manifest["sweep"]["name"] == "hand"
+    assert manifest["git_commits"] == ["abc123"]
+    assert manifest["environments"] == [{"device": "cuda:0", "torch": "2.14.1",
+                                         "hosts": ["gpu1"], "git_commit": "abc123",
+                                         "tries": 15}]
+    assert manifest["tries"] == {"ok": 15, "failed": 2, "timeout": 4, "not run": 3}
+    # Regenerating gives the same files.
+    before = {f: open(os.path.join(folder, f)).read() for f in ("README.md", "results.csv")}
+    assert benchmarks.main(["report", os.path.join(folder, "results.jsonl"), "--quiet"]) == 0
+    assert {f: open(os.path.join(folder, f)).read() for f in before} == before
+
+
+def test_median_and_olympic_aggregation(tmp_path, capsys):
+    folder = hand_written_store(str(tmp_path / "hand"))
+    assert benchmarks.main(["report", folder, "--aggregate", "median", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 245.0 +- 10.80 | 800.0 +- 0.00 (1/3 ok) |" in out
+    assert "| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | 250.0 +- 0.00 | 1000.0 +- 81.65 |" in out
+    assert benchmarks.main(["report", folder, "--aggregate", "olympic", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    # fastest and slowest dropped: [900, 1000, 1100] -> 1000; [240, 245, 265] -> 245
+    assert "| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | 250.0 +- 0.00 | 1000.0 +- 0.00 |" in out
+    assert "| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 245.0 +- 0.00 | 800.0 +- 0.00 (1/3 ok) |" in out
+    # two successful tries are too few to drop two: marked, and out of the speedups
+    assert "| BERT-Large | 8 | 1gbit (emulated) | wfbp | 52.0 +- 0.00 | 180.0 +- 0.00 (2/3 ok) |" in out
+    assert "| BERT-Large | 8 | 1gbit (emulated) | wfbp | - |" in out
+    assert benchmarks.main(["report", folder, "--min-ok", "1", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 250.0 +- 10.80 | 800.0 +- 0.00 |" in out
+    assert "| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 3.20x (80.0%) |" in out
+
+
+def test_store_appends_after_a_torn_line(tmp_path):
+    path = str(tmp_path / "results.jsonl")
+    store.append(path, {"kind": "try", "hash": "a", "try": 0, "status": "ok"})
+    with open(path, "a") as f:
+        f.write('{"kind": "try", "hash": "b", "tr')  # the writer died mid-line
+    store.append(path, {"kind": "try", "hash": "c", "try": 0, "status": "ok"})
+    entries, bad = store.read(path)
+    assert [e["hash"] for e in entries] == ["a", "c"] and bad == 1
+
+
+# ---------------------------------------------------------------------------- running sweeps
+
+def test_sweep_runs_every_try_once_and_resumes_into_a_new_folder_when_complete(tmp_path, fake,
+                                                                             capsys):
     cfg = write_config(tmp_path)
-    proc = bench("--config", str(cfg))
-    assert proc.returncode == 0, describe(proc)
-    entries = sweep.read_results(str(tmp_path / "results" / "results.jsonl"))
-    assert len(entries) == 4 and all(e["status"] == "ok" for e in entries)
-    assert sorted((e["nworkers"], e["try"]) for e in entries) == [(1, 0), (1, 1), (2, 0), (2, 1)]
-    by_n = {}
-    for e in entries:
-        assert e["record"]["config"]["nworkers"] == e["nworkers"]
-        by_n.setdefault(e["nworkers"], []).append(e["record"]["result"]["throughput"]["mean"])
-        assert (tmp_path / "logs" / f"{e['cell']}_try{e['try']}.log").exists()
-    import statistics
-    expected = [f"{statistics.fmean(by_n[n]):.1f} +- {statistics.pstdev(by_n[n]):.2f}"
-                for n in (1, 2)]
-    table = (tmp_path / "results" / "report.md").read_text()
-    assert table.splitlines()[0] == "| DNN | BS | CONNECTION | METHOD | 1 CPU | 2 CPUs |"
-    assert table.splitlines()[2] == f"| BERT-Tiny | 4 | local | wfbp | {expected[0]} | {expected[1]} |"
-    assert table in proc.stdout
-    s = sweep.speedups(entries)[("local", "bert_tiny", 4, "wfbp")]
-    assert s[1]["speedup"] == 1.0
-    assert s[2]["speedup"] == pytest.approx(statistics.fmean(by_n[2]) / statistics.fmean(by_n[1]))
+    assert benchmarks.main(["--config", str(cfg), "--progress", "bar"]) == 0
+    cap = capsys.readouterr()
+    [folder] = folders(tmp_path)
+    assert os.path.basename(folder) == time.strftime("%Y-%m-%d") + "-t"
+    lines = try_lines(folder)
+    assert len(lines) == 8 and all(e["status"] == "ok" for e in lines)
+    assert collections.Counter((e["hash"], e["try"]) for e in lines).most_common(1)[0][1] == 1
+    assert len(fake()) == 8
+    # the progress bar (tqdm) with its counts; the tables on stdout
+    assert "done 8, failed 0, skipped 0" in cap.err and "8/8" in cap.err
+    table = open(os.path.join(folder, "README.md")).read()
+    assert report.throughput_table(report.build(store.read(
+        os.path.join(folder, "results.jsonl"))[0])) in cap.out
+    assert "| ResNet-18 | 4 | local | wfbp | 140.0 +- 0.00 | 252.0 +- 0.00 |" in table
+    for e in lines:
+        assert os.path.exists(e["log"]) and e["record"]["config"]["nworkers"] == \
+            e["config"]["nworkers"]
+        assert e["log_total"]["value"] == pytest.approx(e["throughput"], abs=0.05)
+    # Started again: everything is done, so a new dated folder starts; --results resumes one.
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 0
+    assert len(folders(tmp_path)) == 2 and folders(tmp_path)[1].endswith(".2-t")
+    assert len(fake()) == 16
+    assert benchmarks.main(["--config", str(cfg), "--quiet", "--results", folder]) == 0
+    assert len(fake()) == 16 and len(try_lines(folder)) == 8
 
 
-def test_failing_and_hanging_runs_do_not_stop_the_sweep(tmp_path):
-    cfg = write_config(tmp_path, nworkers=[2], tries=1, timeout=45,
-                       methods=["tests.broken_methods:Crash", "tests.broken_methods:Hang",
-                                "wfbp"])
-    proc = bench("--config", str(cfg))
-    assert proc.returncode == 1, describe(proc)
-    entries = {e["method"]["method"]: e for e in
-               sweep.read_results(str(tmp_path / "results" / "results.jsonl"))}
-    crash = entries["tests.broken_methods:Crash"]
-    assert crash["status"] == "failed" and crash["reason"].startswith("exit code")
-    assert any("test-crash: deliberate failure" in ln for ln in crash["log_tail"])
-    hang = entries["tests.broken_methods:Hang"]
-    assert hang["status"] == "timeout" and hang["reason"] == "killed after 45 s"
-    assert entries["wfbp"]["status"] == "ok"
-    # Nothing of the killed run is left behind.
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
-    table = (tmp_path / "results" / "report.md").read_text()
-    assert "| tests.broken_methods:Hang | failed |" in table
+def test_only_and_dry_run(tmp_path, fake, capsys):
+    cfg = write_config(tmp_path, methods=["wfbp", "fusion", "ddp"], nworkers=[1, 2, 4],
+                       tries=1, estimate_s=7)
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "9 to run, 0 already done" in out
+    assert "estimated time: 1 min 03 s for 9 runs (0 from this store's history, 9 guessed" in out
+    assert "local_resnet18-bs4-px32_ddp_n4 try 0:" in out and "--nworkers 4" in out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+    assert fake() == []
+    assert benchmarks.main(["--config", str(cfg), "--quiet",
+                            "--only", "method=wfbp|ddp,nworkers>=2"]) == 0
+    assert sorted(fake()) == ["ddp 2", "ddp 4", "wfbp 2", "wfbp 4"]
+    capsys.readouterr()
+    # the rest of the sweep, estimated from the history of the runs so far
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "5 to run, 4 already done" in out and "(5 from this store's history, 0 guessed" in out
+    for bad, msg in [("colour=red", "unknown axis 'colour'"), ("nworkers>x", "takes integers"),
+                     ("method>2", "needs a numeric axis"), ("method=nosuch", "matches no cell")]:
+        assert benchmarks.main(["--config", str(cfg), "--only", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and msg in err, err
 
 
-def test_report_from_a_hand_written_store_is_exact():
-    def entry(method, n, thr, status="ok"):
-        e = {"sweep": "s", "network": "rdma0", "task": {"model": "resnet50", "batch_size": 64},
-             "method": {"method": method}, "nworkers": n, "status": status}
-        if status == "ok":
-            e["record"] = {"result": {"throughput": {"mean": thr}},
-                           "environment": {"device": "cuda:0"}}
-        return e
-    entries = [entry("wfbp", 1, 250.0), entry("wfbp", 4, 900.0), entry("wfbp", 4, 1000.0),
-               entry("bspa2a", 1, 240.0), entry("bspa2a", 4, 0, status="failed")]
-    assert sweep.report(entries) == (
-        "| DNN | BS | CONNECTION | METHOD | 1 GPU | 4 GPUs |\n"
-        "| --- | --- | --- | --- | --- | --- |\n"
-        "| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | 250.0 +- 0.00 | 950.0 +- 50.00 |\n"
-        "| ResNet-50 | 64 | 10GbE with TCP/IP | bspa2a | 240.0 +- 0.00 | failed |\n")
-    s = sweep.speedups(entries)
-    assert s[("rdma0", "resnet50", 64, "wfbp")][4] == {"speedup": 3.8, "efficiency": 0.95}
+def test_crash_is_recorded_and_rerun_failed_runs_only_it(tmp_path, fake, monkeypatch, capsys):
+    cfg = write_config(tmp_path, methods=["wfbp", "tests.broken_methods:Crash"], nworkers=[1],
+                       tries=2)
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "2 tries of this sweep failed or timed out" in err
+    [folder] = folders(tmp_path)
+    crashed = [e for e in try_lines(folder) if e["status"] != "ok"]
+    assert [(e["label"], e["try"], e["status"], e["reason"]) for e in crashed] == [
+        ("tests.broken_methods:Crash", 0, "failed", "exit code 1"),
+        ("tests.broken_methods:Crash", 1, "failed", "exit code 1")]
+    assert all("RuntimeError: test-crash: deliberate failure" in e["log_tail"] for e in crashed)
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "| tests.broken_methods:Crash | failed |" in readme
+    assert "`RuntimeError: test-crash: deliberate failure`" in readme
+    assert len(fake()) == 4
+    # fixed: --rerun-failed runs the two failed tries and nothing else
+    monkeypatch.setenv("FAKE_TRAIN_FIXED", "1")
+    assert benchmarks.main(["--config", str(cfg), "--quiet", "--rerun-failed"]) == 0
+    calls = fake()
+    assert calls[4:] == ["tests.broken_methods:Crash 1"] * 2
+    assert folders(tmp_path) == [folder]
+    lines = try_lines(folder)
+    assert len(lines) == 6
+    eff = store.latest(lines)
+    assert len(eff) == 4 and all(e["status"] == "ok" for e in eff.values())
+    assert sorted(e["attempt"] for e in eff.values()) == [1, 1, 2, 2]
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "## Failed tries" not in readme and "4 tries ok, 0 failed" in readme
 
 
-def test_malformed_yaml_is_one_line(tmp_path):
+def test_hanging_run_is_killed_at_its_timeout_with_nothing_left(tmp_path, fake, capsys):
+    cfg = write_config(tmp_path, methods=["tests.broken_methods:Hang", "wfbp"], nworkers=[3],
+                       tries=1, timeout=3, kill_grace=1)
+    start = time.monotonic()
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 1
+    took = time.monotonic() - start
+    [folder] = folders(tmp_path)
+    by_label = {e["label"]: e for e in try_lines(folder)}
+    hang = by_label["tests.broken_methods:Hang"]
+    assert hang["status"] == "timeout" and hang["reason"] == "killed after 3 s"
+    assert 3 <= hang["seconds"] < 12 and took < 30
+    assert "Running warmup..." in hang["log_tail"]
+    assert any("stopped the run's process group (3 process(es))" in ln
+               for ln in hang["log_tail"])
+    assert by_label["wfbp"]["status"] == "ok"
+    # the launcher and both workers ignored SIGTERM; SIGKILL of the group got them all
+    assert leftovers(str(tmp_path)) == []
+    assert "| ResNet-18 | 4 | local | tests.broken_methods:Hang | timeout |" in \
+        open(os.path.join(folder, "README.md")).read()
+
+
+def test_sigkill_mid_run_then_restart_gives_one_record_per_try(tmp_path):
+    cfg = write_config(tmp_path, methods=["wfbp", "fusion"], nworkers=[1, 3], tries=2)
+    run_env = env(**{config.PROGRAM_ENV: FAKE, "FAKE_TRAIN_SECONDS": "0.8",
+                     "FAKE_TRAIN_CALLS": str(tmp_path / "calls.txt")})
+    cmd = [sys.executable, "benchmarks.py", "--config", str(cfg), "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=run_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    folder = None
+    while time.monotonic() < deadline:
+        found = folders(tmp_path)
+        if found:
+            folder = found[0]
+            n = len(try_lines(folder)) if os.path.exists(os.path.join(folder, "results.jsonl")) else 0
+            inflight = os.path.join(folder, "inflight.json")
+            if n >= 3 and os.path.exists(inflight) and \
+                    json.load(open(inflight))["cell"].endswith("_n3"):
+                break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the sweep never reached its fourth run: " + proc.communicate()[1])
+    time.sleep(0.3)  # well inside the run (it takes 0.8 s)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    before = try_lines(folder)
+    assert 3 <= len(before) < 8
+    restarted = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True,
+                               timeout=180)
+    assert restarted.returncode == 0, describe(restarted)
+    assert folders(tmp_path) == [folder]  # resumed, not a new folder
+    after = try_lines(folder)
+    assert after[:len(before)] == before  # nothing recorded was lost or changed
+    keys = [(e["hash"], e["try"]) for e in after]
+    assert len(keys) == 8 and len(set(keys)) == 8  # exactly one record per try
+    assert leftovers(str(tmp_path)) == []
+    # The same report as an uninterrupted sweep of the same cells.
+    other = tmp_path / "other"
+    other.mkdir()
+    cfg2 = write_config(other, methods=["wfbp", "fusion"], nworkers=[1, 3], tries=2)
+    clean = subprocess.run([sys.executable, "benchmarks.py", "--config", str(cfg2), "--quiet"],
+                           cwd=REPO, env=dict(run_env, FAKE_TRAIN_SECONDS="0"),
+                           capture_output=True, text=True, timeout=180)
+    assert clean.returncode == 0, describe(clean)
+    [folder2] = folders(other)
+
+    def tables(f):
+        text = open(os.path.join(f, "README.md")).read()
+        return text.split("## Plots")[0]
+    assert tables(folder) == tables(folder2)
+    assert "8 tries ok, 0 failed, 0 timed out, 0 not run" in tables(folder)
+
+
+# ------------------------------------------------------------------------- bad sweep files
+
+def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
+    cfg = write_config(
+        tmp_path, colour="red", nworkers=[0, 2, 3], tries=0, engines=["torch", "mxnet"],
+        networks=["local", {"rdma": 7}, {"net": "5gbit", "speed": 1}],
+        methods=["wfbp", "nosuch", {"method": "bspps", "compressor": "topk"},
+                 {"method": "wfbp", "credit": 5}, {"method": "ddp", "compressor": "fp16"}],
+        tasks=[{"model": "nonet", "batch_size": -1, "pixels": 3}],
+        timing={"warmup": 1, "rounds": 3})
+    assert benchmarks.main(["--config", str(cfg)]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("benchmarks.py: error: ")
+    expected = ["unknown key 'colour'", "nworkers entry 0", "tries must be a positive",
+                "engine 'mxnet'", "rdma must be 0", "unknown key 'speed'",
+                "unknown method 'nosuch'", "unknown model 'nonet'",
+                "batch_size must be a positive integer", "unknown key 'pixels'",
+                "timing: unknown key 'rounds'",
+                "method bspps: a parameter-server method takes compressor none only, got 'topk'",
+                "method wfbp: credit applies only to bytescheduler, byteschedulerps",
+                "method ddp: takes compressor none only, got 'fp16'"]
+    for problem in expected:
+        assert problem in err, problem
+    from ddlbench import strategies
+    unregistered = 0 if "bspps" in strategies.names() else 1  # the PS methods may not be here
+    assert f"{len(expected) + unregistered} problem(s)" in err
+    assert cap.out == ""
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+    assert fake() == []
+
+
+def test_host_file_too_small_and_missing_launcher(tmp_path):
+    (tmp_path / "two").write_text("localhost slots=2\n")
+    cfg = write_config(tmp_path, networks=["rdma0"], nworkers=[1, 2, 4],
+                       hostfile=str(tmp_path / "two"))
+    with pytest.raises(UsageError) as e:
+        config.load(str(cfg))
+    assert str(e.value).endswith(
+        f"1 problem(s): 4 workers asked for, but host file {tmp_path / 'two'} has only 2 "
+        f"slot(s)")
+    with pytest.raises(UsageError, match="holds example hosts"):
+        config.load(str(write_config(tmp_path, networks=["rdma1"], nworkers=[2, 8])))
+
+
+def test_training_script_refusals_are_caught_before_the_sweep(tmp_path):
+    # Flags the training script does not know, or values it refuses, surface at load time.
+    cfg = write_config(tmp_path, extra_args="--no-such-flag 3")
+    with pytest.raises(UsageError, match="the training script refuses cell "
+                                         "local_resnet18-bs4-px32_wfbp_n1 and 3 more: "
+                                         "unrecognized arguments: --no-such-flag 3"):
+        config.load(str(cfg))
+
+
+def test_malformed_yaml_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntasks: [unclosed\n")
-    proc = bench("--config", str(bad))
-    assert proc.returncode == 2
-    err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and "malformed YAML" in err[0], proc.stderr
-    assert proc.stdout == ""
+    assert benchmarks.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "malformed YAML" in err[0]
+    assert benchmarks.main(["report", str(tmp_path / "nothing")]) == 2
+    assert "results " in capsys.readouterr().err
 
 
-def test_every_problem_is_listed_and_nothing_starts(tmp_path):
-    cfg = write_config(tmp_path, colour="red", nworkers=[0, 2], tries=0,
-                       methods=["wfbp", "nosuch"],
-                       tasks=[{"model": "nonet", "batch_size": -1, "pixels": 3}])
-    proc = bench("--config", str(cfg))
-    assert proc.returncode == 2
-    err = proc.stderr.strip()
-    assert len(err.splitlines()) == 1
-    for problem in ["unknown key 'colour'", "nworkers entry 0", "tries must be a positive",
-                    "unknown method 'nosuch'", "unknown model 'nonet'",
-                    "batch_size must be a positive integer", "unknown key 'pixels'"]:
-        assert problem in err, problem
-    assert "7 problem(s)" in err
-    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+# ------------------------------------------------------------------------------- presets
 
-
-def test_mpi_sweep_rejects_missing_slots(tmp_path):
-    with pytest.raises(UsageError, match="holds example hosts"):
-        sweep.load(str(write_config(tmp_path, launcher="mpi", networks=["rdma0"],
-                                    nworkers=[2, 8])))
-    with pytest.raises(UsageError, match="with launcher mpi use rdma0"):
-        sweep.load(str(write_config(tmp_path, launcher="mpi", networks=["local"],
-                                    nworkers=[2])))
-
-
-def test_mpi_sweep_runs_through_the_shell_launcher(tmp_path):
-    cfg = write_config(tmp_path, launcher="mpi", networks=["rdma0"], nworkers=[2], tries=1)
-    proc = bench("--config", str(cfg))
-    assert proc.returncode == 0, describe(proc)
-    [e] = sweep.read_results(str(tmp_path / "results" / "results.jsonl"))
-    assert e["status"] == "ok" and e["record"]["environment"]["launcher"] == "mpi"
-    assert "horovod_mpi_cj.sh" in e["command"] and "nworkers=2" in e["command"]
-    assert "| BERT-Tiny | 4 | 10GbE with TCP/IP | wfbp |" in proc.stdout
-
-
-def test_presets_load():
-    quick = sweep.load(sweep.resolve_config("quick"))
-    assert quick.launcher == "local" and quick.nworkers == [1, 2, 4]
+def test_presets():
+    quick = config.load(config.resolve_config("quick"), preflight=False)
+    assert [n.name for n in quick.networks] == ["local"] and quick.nworkers == [1, 2, 4]
+    emulated = config.load(config.resolve_config("emulated"), preflight=False)
+    assert [(n.kind, n.profile) for n in emulated.networks] == [
+        ("net", "loopback"), ("net", "5gbit"), ("net", "1gbit")]
+    by_net = {c.network.name: runner.command(emulated, c, "r.json")[0]
+              for c in emulated.cells() if c.method["method"] == "wfbp" and c.nworkers == 4}
+    assert "--net" not in by_net["loopback"]
+    assert by_net["5gbit"][-2:] == ["--net", "5gbit"] and "--nworkers" in by_net["5gbit"]
     with pytest.raises(UsageError, match="example hosts"):
-        sweep.load(sweep.resolve_config("paper"))  # needs a real cluster's host files
+        config.load(config.resolve_config("paper"))  # needs a real cluster's host files
     with pytest.raises(UsageError, match="sweep config 'nope' not found"):
-        sweep.resolve_config("nope")
+        config.resolve_config("nope")
+
+
+def test_rdma_cells_go_through_the_shell_launchers(tmp_path):
+    sweep = config.load(str(write_config(
+        tmp_path, networks=[{"rdma": 2}], nworkers=[2],
+        methods=[{"method": "fusion", "threshold": 1048576},
+                 {"method": "bytescheduler", "partition": 1000, "credit": 4000}])),
+        preflight=False)
+    fusion, bsched = sweep.cells()
+    cmd, extra = runner.command(sweep, fusion, "/r.json")
+    assert cmd[-1].endswith("horovod/horovod_mpi_cj.sh")
+    assert extra["rdma"] == "2" and extra["nworkers"] == "2" and extra["threshold"] == "1048576"
+    assert extra["hostfile"].endswith("configs/cluster2")
+    assert "--output /r.json" in extra["extra_args"]
+    cmd, extra = runner.command(sweep, bsched, "/r.json")
+    assert cmd[-1].endswith("bytescheduler/horovod_mpi_cj.sh")
+    assert extra["partition"] == "1000" and extra["credit"] == "4000"
+    assert fusion.hash != bsched.hash and len(fusion.hash) == 16
+
+
+# ------------------------------------------------------------------- the real training script
+
+def test_real_runs_through_the_local_and_the_mpi_launcher(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(config.PROGRAM_ENV, raising=False)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep +
+                       os.environ.get("PATH", ""))
+    cfg = write_config(tmp_path, networks=["local", "rdma0"], methods=["wfbp"], nworkers=[1],
+                       tries=1, tasks=[{"model": "bert_tiny", "batch_size": 4,
+                                        "sentence_len": 16}], timeout=240)
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 0, capsys.readouterr().err
+    [folder] = folders(tmp_path)
+    by_net = {e["config"]["network"]["name"]: e for e in try_lines(folder)}
+    assert set(by_net) == {"local", "rdma0"}
+    for net, e in by_net.items():
+        assert e["status"] == "ok"
+        rec = e["record"]
+        assert rec["config"]["model"] == "bert_tiny" and rec["config"]["nworkers"] == 1
+        assert e["throughput"] == rec["result"]["throughput"]["mean"] > 0
+        # the original's 'Total' line agrees with the record
+        assert e["log_total"]["value"] == pytest.approx(e["throughput"], abs=0.05)
+        assert e["timing"]["first_iter_s"] > 0
+    assert by_net["rdma0"]["record"]["environment"]["launcher"] == "mpi"
+    assert "horovod_mpi_cj.sh" in by_net["rdma0"]["command"]
+    assert "nworkers=1" in by_net["rdma0"]["command"]
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "| BERT-Tiny | 4 | local | wfbp |" in readme
+    assert "| BERT-Tiny | 4 | 10GbE with TCP/IP | wfbp |" in readme
+    assert leftovers(str(tmp_path)) == []

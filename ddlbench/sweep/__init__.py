@@ -1,0 +1,39 @@
+"""Sweeps: network x task x method x engine x nworkers from a YAML file, each try its own
+process group, every finished try one line in a results store, reports made from the store.
+
+A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)::
+
+    name: quick
+    networks: [local]          # local / loopback / {net: 5gbit}: the local launcher
+                               #   (python -m ddlbench.train --nworkers N [--net PROFILE]);
+                               # rdma0 / {rdma: 1}: a real cluster through the shell launchers
+                               #   (horovod/horovod_mpi_cj.sh, bytescheduler/..., byteps/...)
+    tasks:                     # model, batch_size, image_size, sentence_len, num_classes, args
+      - {model: resnet18, batch_size: 16, image_size: 32}
+    methods:                   # ids of DESIGN.md section 2, or {method: ID, setting: value}
+      - wfbp                   #   settings: threshold, bucket_cap_mb, compressor, density,
+      - {method: fusion, threshold: 67108864}  # partition, credit, nservers, partition_bytes,
+                               #   powersgd_rank, powersgd_dense_steps, mgwfbp_min_group,
+                               #   mgwfbp_profile; label, args, optional (skip if unavailable)
+    nworkers: [1, 2, 4]
+    engines: [torch]           # torch, horovod, byteps
+    tries: 5                   # runs of each cell
+    min_ok: 3                  # fewer successful tries: the cell is marked (default tries/2)
+    aggregate: mean            # mean, median or olympic
+    timing: {warmup: 2, batches_per_iter: 5, iters: 3}
+    timeout: 600               # seconds per run; then the whole process group is killed
+    kill_grace: 15             # seconds between SIGTERM and SIGKILL of a timed-out run
+    hostfile: configs/cluster{nworkers}   # rdma networks: host file of each worker count
+    extra_args: ""             # passed through to the training script
+    results: results           # results/<date>-<name>/ (the store and the reports)
+    logs: logs                 # logs/<date>-<name>/<cell>_try<N>.log
+    estimate_s: 60             # --dry-run's guess for a run with no history in the store
+"""
+from .config import (METHODS, MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
+                     method_label, presets, resolve_config, train_args)
+from .runner import command, parse_total_line
+from .store import append, latest, read
+
+__all__ = ["METHODS", "MODEL_NAMES", "RDMA_LABELS", "Cell", "Network", "Sweep", "append",
+           "cell_hash", "command", "latest", "load", "method_label", "parse_total_line",
+           "presets", "read", "resolve_config", "train_args"]

@@ -1,0 +1,601 @@
+"""Sweep files: parse, check (every problem at once) and expand into cells.
+
+A cell is one point of the grid network x task x method x engine x nworkers; each cell is run
+``tries`` times. Its full configuration (everything that changes what is measured) plus the
+suite's version is hashed; that hash keys the cell's tries in the results store.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+
+import yaml
+
+from ..errors import UsageError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# DESIGN.md section 2: the ids are the sweep's and the table's keys.
+METHODS = {
+    "bspa2a": ("BSP-A2A", "a2a"), "wfbp": ("WFBP-A2A", "a2a"), "fusion": ("Fusion-A2A", "a2a"),
+    "mgwfbp": ("MG-WFBP", "a2a"), "bytescheduler": ("ByteScheduler-A2A", "a2a"),
+    "ddp": ("DDP", "a2a"), "bspps": ("BSP-PS", "ps"), "wfbpps": ("WFBP-PS", "ps"),
+    "byteschedulerps": ("ByteScheduler-PS", "ps"),
+}
+# Methods whose buckets go through a compressor (the others take only `none`).
+COMPRESSIBLE = {"bspa2a", "wfbp", "fusion", "mgwfbp"}
+
+# method setting -> (training-script flag, methods it applies to (None: any), kind)
+METHOD_SETTINGS = {
+    "threshold": ("--threshold", None, "nonneg"),
+    "bucket_cap_mb": ("--bucket-cap-mb", {"ddp"}, "positive"),
+    "compressor": ("--compressor", None, "name"),
+    "density": ("--density", COMPRESSIBLE, "fraction"),
+    "powersgd_rank": ("--powersgd-rank", COMPRESSIBLE, "count"),
+    "powersgd_dense_steps": ("--powersgd-dense-steps", COMPRESSIBLE, "count0"),
+    "partition": ("--partition", {"bytescheduler", "byteschedulerps"}, "count"),
+    "credit": ("--credit", {"bytescheduler", "byteschedulerps"}, "count"),
+    "nservers": ("--nservers", {"bspps", "wfbpps", "byteschedulerps"}, "count"),
+    "partition_bytes": ("--partition-bytes", {"bspps", "wfbpps", "byteschedulerps"}, "count"),
+    "mgwfbp_min_group": ("--mgwfbp-min-group", {"mgwfbp"}, "count0"),
+    "mgwfbp_profile": ("--mgwfbp-profile", {"mgwfbp"}, "name"),
+}
+METHOD_KEYS = {"method", "label", "args", "optional", *METHOD_SETTINGS}
+TASK_KEYS = {"model", "batch_size", "image_size", "sentence_len", "num_classes", "args"}
+TIMING_KEYS = {"warmup", "batches_per_iter", "iters"}
+TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
+                "iters": "--num-iters"}
+KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
+        "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
+        "logs", "estimate_s"}
+ENGINES = ("torch", "horovod", "byteps")
+AGGREGATES = ("mean", "median", "olympic")
+RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
+MODEL_NAMES = {"resnet50": "ResNet-50", "bert": "BERT-Large", "bert_base": "BERT-Base",
+               "bert_tiny": "BERT-Tiny", "resnet18": "ResNet-18", "vgg16": "VGG-16",
+               "densenet121": "DenseNet-121", "mobilenet_v2": "MobileNet-V2",
+               "inception_v3": "Inception-V3"}
+# The launchers a user runs by hand on a real cluster, by method.
+SHELL_LAUNCHERS = {"bytescheduler": "bytescheduler/horovod_mpi_cj.sh",
+                   "bspps": "byteps/byteps_launch.sh", "wfbpps": "byteps/byteps_launch.sh",
+                   "byteschedulerps": "byteps/byteps_launch.sh"}
+DEFAULT_SHELL_LAUNCHER = "horovod/horovod_mpi_cj.sh"
+# Test-only: run `python -m MODULE` instead of the training script under the local launcher.
+PROGRAM_ENV = "DDLBENCH_SWEEP_PROGRAM"
+TRAIN_MODULE = "ddlbench.train"
+
+
+def suite_version() -> str:
+    from .. import __version__
+    return __version__
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str              # the key in cell names and the --only axis
+    kind: str              # "net": local launcher (emulated or loopback); "rdma": shell launcher
+    profile: str | int     # net profile name, or rdma 0/1/2
+    label: str             # the table's CONNECTION
+
+    def config(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "profile": self.profile}
+
+
+@dataclass(frozen=True)
+class Cell:
+    network: Network
+    task: dict
+    method: dict
+    engine: str
+    nworkers: int
+    sweep: "Sweep" = field(compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return method_label(self.method)
+
+    @property
+    def architecture(self) -> str:
+        return architecture(self.method["method"])
+
+    @property
+    def name(self) -> str:
+        parts = [self.network.name, task_key(self.task), _safe(self.label)]
+        if self.engine != "torch":
+            parts.append(self.engine)
+        parts.append(f"n{self.nworkers}")
+        return "_".join(parts)
+
+    def config(self) -> dict:
+        """Everything that changes what this cell measures (and nothing else)."""
+        method = {k: v for k, v in self.method.items() if k not in ("label", "optional")}
+        cfg = {"network": self.network.config(), "task": dict(self.task), "method": method,
+               "engine": self.engine, "nworkers": self.nworkers,
+               "timing": dict(self.sweep.timing), "extra_args": self.sweep.extra_args}
+        if self.network.kind == "rdma":
+            cfg["hostfile"] = self.sweep.hostfile_for(self.nworkers)
+        program = os.environ.get(PROGRAM_ENV)
+        if program:
+            cfg["program"] = program
+        return cfg
+
+    @property
+    def hash(self) -> str:
+        return cell_hash(self.config())
+
+    def axes(self) -> dict:
+        """The values --only filters on."""
+        return {"network": self.network.name, "model": self.task["model"],
+                "bs": self.task["batch_size"], "method": self.method["method"],
+                "label": self.label, "compressor": self.method.get("compressor", "none"),
+                "engine": self.engine, "nworkers": self.nworkers,
+                "arch": self.architecture}
+
+
+def cell_hash(config: dict, version: str | None = None) -> str:
+    blob = json.dumps({"suite_version": version or suite_version(), "cell": config},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "-", text).strip("-")
+
+
+def task_key(task: dict) -> str:
+    parts = [f"{task['model']}-bs{task['batch_size']}"]
+    if "image_size" in task:
+        parts.append(f"px{task['image_size']}")
+    if "sentence_len" in task:
+        parts.append(f"len{task['sentence_len']}")
+    return "-".join(parts)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def method_label(m: dict) -> str:
+    if m.get("label"):
+        return str(m["label"])
+    extras = [f"{k}={_fmt(m[k])}" for k in METHOD_SETTINGS if k in m]
+    if m.get("args"):
+        extras.append(str(m["args"]))
+    return " ".join([m["method"], *extras])
+
+
+def architecture(method_id: str) -> str:
+    if method_id in METHODS:
+        return METHODS[method_id][1]
+    try:
+        from .. import strategies
+        return getattr(strategies.lookup(method_id), "architecture", "a2a")
+    except Exception:
+        return "a2a"
+
+
+@dataclass
+class Sweep:
+    name: str
+    path: str
+    networks: list
+    tasks: list
+    methods: list
+    nworkers: list
+    engines: list = field(default_factory=lambda: ["torch"])
+    tries: int = 5
+    min_ok: int | None = None
+    aggregate: str = "mean"
+    timing: dict = field(default_factory=dict)
+    timeout: float = 1800.0
+    kill_grace: float = 15.0
+    extra_args: str = ""
+    hostfile: str = "configs/cluster{nworkers}"
+    results_root: str = ""
+    logs_root: str = ""
+    estimate_s: float = 60.0
+    notes: list = field(default_factory=list)
+
+    def cells(self) -> list[Cell]:
+        return [Cell(net, task, method, engine, n, self) for net in self.networks
+                for task in self.tasks for method in self.methods for engine in self.engines
+                for n in self.nworkers]
+
+    def hostfile_for(self, nworkers: int) -> str:
+        return self.hostfile.replace("{nworkers}", str(nworkers))
+
+    @property
+    def min_successes(self) -> int:
+        return self.min_ok if self.min_ok is not None else max(1, math.ceil(self.tries / 2))
+
+    def header(self) -> dict:
+        """What the report needs to know about the sweep, stored with the results."""
+        return {"name": self.name, "file": self.path,
+                "networks": [dict(n.config(), label=n.label) for n in self.networks],
+                "tasks": self.tasks, "methods": self.methods, "engines": self.engines,
+                "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
+                "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
+                "extra_args": self.extra_args}
+
+
+def resolve_config(name_or_path: str) -> str:
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    candidate = os.path.join(REPO, "configs", f"{name_or_path}.yaml")
+    if os.path.isfile(candidate):
+        return candidate
+    raise UsageError(f"sweep config {name_or_path!r} not found (a path, or a preset in "
+                     f"configs/: {', '.join(presets())})")
+
+
+def presets() -> list[str]:
+    folder = os.path.join(REPO, "configs")
+    skip = {"networks"}  # the emulated-network profiles, not a sweep
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml") and f[:-5] not in skip)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def load(path: str, preflight: bool = True) -> Sweep:
+    """Parse and check a sweep file. Every problem found is listed in one UsageError, before
+    anything starts. ``preflight`` also passes every cell's arguments through the training
+    script's own argument parser and checks (so a flag it does not know, or a combination it
+    refuses, is caught here and not an hour into the sweep)."""
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read sweep file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UsageError(f"{path}: malformed YAML{where}: "
+                         f"{getattr(e, 'problem', None) or e}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: a sweep file is a YAML mapping (name, networks, tasks, "
+                         f"methods, nworkers, ...)")
+    problems: list[str] = []
+    notes: list[str] = []
+    for k in sorted(set(raw) - KEYS, key=str):
+        problems.append(f"unknown key {k!r}")
+    name = str(raw.get("name") or os.path.splitext(os.path.basename(path))[0])
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        problems.append(f"name {name!r}: use letters, digits, '_', '.', '-'")
+
+    networks = [n for n in (_network(x, problems) for x in _list(raw, "networks", ["local"],
+                                                                   problems)) if n]
+    tasks = [t for t in (_task(x, problems) for x in _list(raw, "tasks", None, problems)) if t]
+    methods = [m for m in (_method(x, problems, notes)
+                           for x in _list(raw, "methods", None, problems)) if m]
+    nworkers = _list(raw, "nworkers", [1], problems)
+    for n in nworkers:
+        if not (_is_int(n) and n > 0):
+            problems.append(f"nworkers entry {n!r} is not a positive integer")
+    nworkers = [n for n in nworkers if _is_int(n) and n > 0]
+    engines = _list(raw, "engines", ["torch"], problems)
+    for e in engines:
+        if e not in ENGINES:
+            problems.append(f"engine {e!r}: use one of {', '.join(ENGINES)}")
+    tries = raw.get("tries", 5)
+    if not (_is_int(tries) and tries > 0):
+        problems.append(f"tries must be a positive integer, got {tries!r}")
+        tries = 1
+    min_ok = raw.get("min_ok")
+    if min_ok is not None and not (_is_int(min_ok) and 0 < min_ok <= tries):
+        problems.append(f"min_ok must be an integer from 1 to tries ({tries}), got {min_ok!r}")
+        min_ok = None
+    aggregate = raw.get("aggregate", "mean")
+    if aggregate not in AGGREGATES:
+        problems.append(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+    timing = raw.get("timing", {}) or {}
+    if not isinstance(timing, dict):
+        problems.append("timing must be a mapping (warmup, batches_per_iter, iters)")
+        timing = {}
+    for k in sorted(set(timing) - TIMING_KEYS, key=str):
+        problems.append(f"timing: unknown key {k!r}")
+    for k in TIMING_KEYS & set(timing):
+        low = 0 if k == "warmup" else 1
+        if not (_is_int(timing[k]) and timing[k] >= low):
+            problems.append(f"timing: {k} must be an integer >= {low}, got {timing[k]!r}")
+    timeout = raw.get("timeout", 1800)
+    if not (_is_num(timeout) and timeout > 0):
+        problems.append(f"timeout must be a positive number of seconds, got {timeout!r}")
+        timeout = 1800
+    kill_grace = raw.get("kill_grace", 15)
+    if not (_is_num(kill_grace) and kill_grace >= 0):
+        problems.append(f"kill_grace must be a number of seconds >= 0, got {kill_grace!r}")
+        kill_grace = 15
+    estimate = raw.get("estimate_s", 60)
+    if not (_is_num(estimate) and estimate > 0):
+        problems.append(f"estimate_s must be a positive number of seconds, got {estimate!r}")
+        estimate = 60
+    extra_args = raw.get("extra_args", "") or ""
+    if not isinstance(extra_args, str):
+        problems.append("extra_args must be a string of training-script flags")
+        extra_args = ""
+    hostfile = raw.get("hostfile", "configs/cluster{nworkers}")
+    if not isinstance(hostfile, str):
+        problems.append("hostfile must be a path (may contain {nworkers})")
+        hostfile = "configs/cluster{nworkers}"
+    for key in ("results", "logs"):
+        if key in raw and not isinstance(raw[key], str):
+            problems.append(f"{key} must be a folder path")
+
+    sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
+                  methods=methods, nworkers=nworkers, engines=engines, tries=tries,
+                  min_ok=min_ok, aggregate=aggregate if aggregate in AGGREGATES else "mean",
+                  timing=dict(timing), timeout=float(timeout), kill_grace=float(kill_grace),
+                  extra_args=extra_args, hostfile=hostfile,
+                  results_root=_root(raw.get("results"), "results"),
+                  logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
+                  notes=notes)
+    problems += _check_names(tasks, methods)
+    problems += _check_combinations(sweep)
+    if preflight and not problems:
+        problems += _preflight(sweep)
+    if problems:
+        raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
+    return sweep
+
+
+def _root(value, default) -> str:
+    if not isinstance(value, str) or not value:
+        return os.path.join(REPO, default)
+    return value if os.path.isabs(value) else os.path.join(REPO, value)
+
+
+def _list(raw, key, default, problems) -> list:
+    value = raw.get(key, default)
+    if value is None:
+        problems.append(f"{key} is required")
+        return []
+    if not isinstance(value, list) or not value:
+        problems.append(f"{key} must be a non-empty list")
+        return []
+    return value
+
+
+def _network(x, problems) -> Network | None:
+    """A network entry: `rdma0|rdma1|rdma2` or {rdma: 0|1|2} (a real cluster, through the
+    shell launchers), `local`, a profile name, or {net: PROFILE} (the local launcher, emulated
+    with --net unless the profile is loopback); an optional `label` names it in tables."""
+    label = None
+    if isinstance(x, str):
+        m = re.fullmatch(r"rdma(\d+)", x)
+        x = {"rdma": int(m.group(1))} if m else {"net": x}
+    if not isinstance(x, dict):
+        problems.append(f"network {x!r}: a name, {{rdma: 0|1|2}} or {{net: PROFILE}}")
+        return None
+    for k in sorted(set(x) - {"rdma", "net", "label"}, key=str):
+        problems.append(f"network {x!r}: unknown key {k!r}")
+    label = x.get("label")
+    if ("rdma" in x) == ("net" in x):
+        problems.append(f"network {x!r}: give exactly one of rdma and net")
+        return None
+    if "rdma" in x:
+        r = x["rdma"]
+        if r not in RDMA_LABELS or not _is_int(r):
+            problems.append(f"network {x!r}: rdma must be 0 (10GbE TCP), 1 (100Gb IB RDMA) or "
+                            f"2 (TCP over the 100Gb fabric)")
+            return None
+        return Network(f"rdma{r}", "rdma", r, str(label or RDMA_LABELS[r]))
+    profile = x["net"]
+    if not isinstance(profile, str) or not re.fullmatch(r"[A-Za-z0-9_.,=+-]+", profile):
+        problems.append(f"network {x!r}: net must be a profile name (configs/networks.yaml) "
+                        f"or rate=R")
+        return None
+    if profile in ("local", "loopback"):
+        return Network(profile, "net", "loopback", str(label or profile))
+    return Network(_safe(profile), "net", profile, str(label or f"{profile} (emulated)"))
+
+
+def _task(t, problems) -> dict | None:
+    if not isinstance(t, dict) or "model" not in t or "batch_size" not in t:
+        problems.append(f"task {t!r} needs model and batch_size")
+        return None
+    for k in sorted(set(t) - TASK_KEYS, key=str):
+        problems.append(f"task {t['model']}: unknown key {k!r}")
+    for k in ("batch_size", "image_size", "sentence_len", "num_classes"):
+        if k in t and not (_is_int(t[k]) and t[k] > 0):
+            problems.append(f"task {t['model']}: {k} must be a positive integer, got {t[k]!r}")
+    if "args" in t and not isinstance(t["args"], str):
+        problems.append(f"task {t['model']}: args must be a string of training-script flags")
+    return {k: t[k] for k in ("model", "batch_size", "image_size", "sentence_len",
+                              "num_classes", "args") if k in t}
+
+
+def _method(m, problems, notes) -> dict | None:
+    m = {"method": m} if isinstance(m, str) else m
+    if not isinstance(m, dict) or not isinstance(m.get("method"), str):
+        problems.append(f"method {m!r} needs a method id")
+        return None
+    mid = m["method"]
+    for k in sorted(set(m) - METHOD_KEYS, key=str):
+        problems.append(f"method {mid}: unknown key {k!r}")
+    if m.get("optional"):
+        try:
+            from .. import strategies
+            strategies.lookup(mid)
+        except Exception as e:  # UsageError, or a method module failing to import
+            notes.append(f"optional method {mid} left out: {str(e).splitlines()[0]}")
+            return None
+    known = mid in METHODS
+    arch = architecture(mid)
+    for k, (_, applies, kind) in METHOD_SETTINGS.items():
+        if k not in m:
+            continue
+        v = m[k]
+        if known and applies is not None and mid not in applies:
+            problems.append(f"method {mid}: {k} applies only to {', '.join(sorted(applies))}")
+        ok = {"nonneg": _is_num(v) and v >= 0, "positive": _is_num(v) and v > 0,
+              "fraction": _is_num(v) and 0 < v <= 1, "count": _is_int(v) and v > 0,
+              "count0": _is_int(v) and v >= 0,
+              "name": isinstance(v, str) and v != "" and not any(c.isspace() for c in v)}[kind]
+        if not ok:
+            what = {"nonneg": "a number >= 0", "positive": "a positive number",
+                    "fraction": "a number in (0, 1]", "count": "a positive integer",
+                    "count0": "an integer >= 0", "name": "a name"}[kind]
+            problems.append(f"method {mid}: {k} must be {what}, got {v!r}")
+    comp = m.get("compressor", "none")
+    if isinstance(comp, str) and comp != "none":
+        if arch == "ps":
+            problems.append(f"method {mid}: a parameter-server method takes compressor none "
+                            f"only, got {comp!r}")
+        elif known and mid not in COMPRESSIBLE:
+            problems.append(f"method {mid}: takes compressor none only, got {comp!r} "
+                            f"(compressors: {', '.join(sorted(COMPRESSIBLE))})")
+    if "args" in m and not isinstance(m["args"], str):
+        problems.append(f"method {mid}: args must be a string of training-script flags")
+    return dict(m)
+
+
+def _check_names(tasks, methods) -> list[str]:
+    problems = []
+    try:
+        import models
+        known = set(models.names())
+    except Exception as e:  # pragma: no cover - a broken install
+        return [f"cannot list the models: {e}"]
+    for t in tasks:
+        if t["model"] not in known:
+            problems.append(f"unknown model {t['model']!r}")
+    from .. import strategies
+    for m in methods:
+        try:
+            strategies.lookup(m["method"])
+        except UsageError as e:
+            problems.append(str(e))
+        except Exception as e:
+            problems.append(f"method {m['method']}: {type(e).__name__}: {e}")
+    for m in methods:
+        if "compressor" in m and isinstance(m["compressor"], str):
+            try:
+                import compression
+                compression.check_options(m["compressor"], m.get("density", 0.001))
+            except UsageError as e:
+                problems.append(f"method {m['method']}: {e}")
+    return problems
+
+
+def _check_combinations(sweep: Sweep) -> list[str]:
+    from .. import hostfile
+    problems = []
+    rdma = any(n.kind == "rdma" for n in sweep.networks)
+    if rdma:
+        for n in sweep.nworkers:
+            path = sweep.hostfile_for(n)
+            full = path if os.path.isabs(path) else os.path.join(REPO, path)
+            try:
+                hostfile.check(full, n)
+            except UsageError as e:
+                if str(e) not in problems:
+                    problems.append(str(e))
+        for m in list(sweep.methods):
+            script = SHELL_LAUNCHERS.get(m["method"], DEFAULT_SHELL_LAUNCHER)
+            if not os.path.isfile(os.path.join(REPO, script)):
+                if m.get("optional"):
+                    sweep.methods.remove(m)
+                    sweep.notes.append(f"optional method {m['method']} left out: its launcher "
+                                       f"{script} is not in this checkout")
+                    continue
+                problems.append(f"method {m['method']} over an rdma network needs the launcher "
+                                f"{script}, which this checkout does not have")
+    if not sweep.methods and not any(p.startswith("method") for p in problems):
+        problems.append("no method left to run")
+    labels: dict[str, dict] = {}
+    for m in sweep.methods:
+        label = method_label(m)
+        if label in labels and labels[label] != m:
+            problems.append(f"two different methods share the label {label!r}; give one a "
+                            f"label")
+        labels[label] = m
+    seen = set()
+    for x in sweep.networks:
+        if x.name in seen:
+            problems.append(f"network {x.name} listed twice")
+        seen.add(x.name)
+    for axis, values in (("tasks", [json.dumps(t, sort_keys=True) for t in sweep.tasks]),
+                         ("methods", [json.dumps(m, sort_keys=True) for m in sweep.methods]),
+                         ("nworkers", sweep.nworkers), ("engines", sweep.engines)):
+        dup = sorted({str(v) for v in values if values.count(v) > 1})
+        if dup:
+            problems.append(f"{axis}: listed twice: {', '.join(dup)}")
+    return problems
+
+
+def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
+    """The training script's flags for one cell (every launcher passes these through)."""
+    t, m = cell.task, cell.method
+    args = ["--model", t["model"], "--batch-size", str(t["batch_size"])]
+    if "image_size" in t:
+        args += ["--image-size", str(t["image_size"])]
+    if "sentence_len" in t:
+        args += ["--sentence-len", str(t["sentence_len"])]
+    if "num_classes" in t:
+        args += ["--num-classes", str(t["num_classes"])]
+    args += ["--method", m["method"]]
+    for k, (flag, _, _) in METHOD_SETTINGS.items():
+        if k in m:
+            args += [flag, _fmt(m[k])]
+    if cell.engine != "torch":
+        args += ["--engine", cell.engine]
+    for k, flag in TIMING_FLAGS.items():
+        if k in sweep.timing:
+            args += [flag, str(sweep.timing[k])]
+    args += ["--output", record_path]
+    for extra in (t.get("args"), m.get("args"), sweep.extra_args):
+        if extra:
+            args += shlex.split(extra)
+    return args
+
+
+def _preflight(sweep: Sweep) -> list[str]:
+    """Every cell's flags through the training script's parser and checks, in this process."""
+    from .. import train
+    problems: dict[str, list[str]] = {}
+    seen = set()
+    for cell in sweep.cells():
+        args = train_args(sweep, cell, os.devnull)
+        if cell.network.kind == "net":
+            args = ["--nworkers", str(cell.nworkers), *args]
+            if cell.network.profile != "loopback":
+                args += ["--net", str(cell.network.profile)]
+        key = tuple(args)
+        if key in seen:
+            continue
+        seen.add(key)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                train.check(train.parse_args(args))
+            continue
+        except UsageError as e:
+            msg = str(e)
+        except SystemExit as e:
+            lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+            msg = (e.code if isinstance(e.code, str) else lines[-1] if lines
+                   else f"exit {e.code}")
+            msg = re.sub(r"^.*?error: ", "", msg)
+        except Exception as e:  # the training script's own bug: still one line
+            msg = f"{type(e).__name__}: {e}"
+        problems.setdefault(msg, []).append(cell.name)
+    out = []
+    for msg, cells in problems.items():
+        more = f" and {len(cells) - 1} more" if len(cells) > 1 else ""
+        out.append(f"the training script refuses cell {cells[0]}{more}: {msg}")
+    return out

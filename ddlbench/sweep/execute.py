@@ -1,0 +1,239 @@
+"""Running a sweep: which folder, which tries are left, the progress display, the loop."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from . import runner, store
+from .config import PROGRAM_ENV, Cell, Sweep, suite_version, task_key
+
+
+@dataclass
+class Planned:
+    cell: Cell
+    try_index: int
+    attempt: int
+
+
+@dataclass
+class Plan:
+    folder: str
+    logs: str
+    resumed: bool
+    cells: list            # the cells selected (after --only)
+    todo: list             # Planned tries to run now
+    skipped: int           # tries already finished in the store
+    entries: list          # the store's lines as read
+    rerun_failed: bool = False
+
+
+_DIR_RE = r"^(\d{4}-\d{2}-\d{2})(?:\.(\d+))?-%s$"
+
+
+def _dated_folders(root: str, name: str) -> list[str]:
+    if not os.path.isdir(root):
+        return []
+    pat = re.compile(_DIR_RE % re.escape(name))
+    found = []
+    for d in os.listdir(root):
+        m = pat.match(d)
+        if m and os.path.isfile(os.path.join(root, d, store.STORE)):
+            found.append(((m.group(1), int(m.group(2) or 1)), os.path.join(root, d)))
+    return [f for _, f in sorted(found)]
+
+
+def _new_folder(root: str, name: str) -> str:
+    day = time.strftime("%Y-%m-%d")
+    folder = os.path.join(root, f"{day}-{name}")
+    seq = 1
+    while os.path.exists(folder):
+        seq += 1
+        folder = os.path.join(root, f"{day}.{seq}-{name}")
+    return folder
+
+
+def pending(cells: list[Cell], tries: int, entries: list[dict],
+            rerun_failed: bool) -> tuple[list[Planned], int]:
+    eff = store.latest(entries)
+    todo, skipped = [], 0
+    for cell in cells:
+        h = cell.hash
+        for i in range(tries):
+            e = eff.get((h, i))
+            if e is None:
+                todo.append(Planned(cell, i, 1))
+            elif e.get("status") != "ok" and rerun_failed:
+                todo.append(Planned(cell, i, int(e.get("attempt", 1)) + 1))
+            else:
+                skipped += 1
+    return todo, skipped
+
+
+def plan(sweep: Sweep, only=None, results: str | None = None, fresh: bool = False,
+         rerun_failed: bool = False) -> Plan:
+    cells = [c for c in sweep.cells() if only is None or only(c.axes())]
+    if not cells:
+        raise UsageError("--only matches no cell of this sweep")
+    if results:
+        folder = os.path.abspath(results)
+        if os.path.isfile(folder):
+            folder = os.path.dirname(folder)
+        candidates = [folder]
+    else:
+        candidates = [] if fresh else _dated_folders(sweep.results_root, sweep.name)[-1:]
+    for folder in candidates:
+        entries, _ = store.read(store.store_path(folder))
+        todo, skipped = pending(cells, sweep.tries, entries, rerun_failed)
+        if todo or results:
+            return Plan(folder, _logs(sweep, folder), bool(entries), cells, todo, skipped,
+                        entries, rerun_failed)
+    folder = _new_folder(sweep.results_root, sweep.name)
+    todo, skipped = pending(cells, sweep.tries, [], rerun_failed)
+    return Plan(folder, _logs(sweep, folder), False, cells, todo, skipped, [], rerun_failed)
+
+
+def _logs(sweep: Sweep, folder: str) -> str:
+    return os.path.join(sweep.logs_root, os.path.basename(os.path.normpath(folder)))
+
+
+def estimate(p: Plan, sweep: Sweep) -> tuple[float, int]:
+    """Seconds the plan should take, and how many of its runs had no history to go on."""
+    by_hash: dict[str, list[float]] = {}
+    by_shape: dict[tuple, list[float]] = {}
+    every: list[float] = []
+    for e in p.entries:
+        if e.get("kind") != "try" or e.get("seconds") is None:
+            continue
+        s = float(e["seconds"])
+        by_hash.setdefault(e["hash"], []).append(s)
+        cfg = e["config"]
+        by_shape.setdefault((task_key(cfg["task"]), int(cfg["nworkers"])), []).append(s)
+        every.append(s)
+    total, guessed = 0.0, 0
+    for t in p.todo:
+        hist = (by_hash.get(t.cell.hash) or by_shape.get((task_key(t.cell.task),
+                                                          t.cell.nworkers)) or every)
+        if hist:
+            total += statistics.fmean(hist)
+        else:
+            total += sweep.estimate_s
+            guessed += 1
+    return total, guessed
+
+
+def fmt_duration(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+class Progress:
+    """A tqdm bar (current cell, done/failed/skipped, ETA from the runs so far) when stderr is
+    a terminal, plain lines otherwise, nothing with --quiet."""
+
+    def __init__(self, total: int, skipped: int, mode: str):
+        self.total, self.skipped, self.mode = total, skipped, mode
+        self.done = self.failed = 0
+        self.seconds: list[float] = []
+        self.bar = None
+        if mode == "bar":
+            import tqdm
+            tqdm.tqdm.monitor_interval = 0  # no monitor thread: children are forked
+            self.bar = tqdm.tqdm(total=total, unit="run", file=sys.stderr, smoothing=0,
+                                 dynamic_ncols=True, leave=True,
+                                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
+                                            "[{elapsed}<{remaining}]{postfix}")
+            self._postfix()
+
+    def _postfix(self):
+        self.bar.set_postfix_str(f"done {self.done}, failed {self.failed}, "
+                                 f"skipped {self.skipped}", refresh=True)
+
+    def start(self, t: Planned) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(f"{t.cell.name} try {t.try_index}", refresh=True)
+
+    def finish(self, t: Planned, entry: dict) -> None:
+        self.done += 1
+        self.seconds.append(entry.get("seconds", 0.0))
+        ok = entry["status"] == "ok"
+        if not ok:
+            self.failed += 1
+        if ok:
+            msg = f"{entry['throughput']:.1f} {entry.get('unit', '')}"
+        else:
+            msg = f"{entry['status'].upper()}: {entry.get('reason')} (log: {entry['log']})"
+        line = f"[{self.done}/{self.total}] {t.cell.name} try {t.try_index}: {msg}"
+        if self.bar is not None:
+            if not ok:
+                self.bar.write(line, file=sys.stderr)
+            self._postfix()
+            self.bar.update(1)
+        elif self.mode == "lines":
+            left = self.total - self.done
+            eta = fmt_duration(statistics.fmean(self.seconds) * left) if left else "0 s"
+            print(f"{line} ({entry.get('seconds', 0):.0f} s; failed {self.failed}, "
+                  f"skipped {self.skipped}; ETA {eta})", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Stop(BaseException):
+    pass
+
+
+def _on_term(signum, _frame):
+    raise _Stop(signum)
+
+
+def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> dict:
+    """Run the plan's tries one after the other; every finished try is in the store before the
+    next starts. Returns counts of this session's runs."""
+    os.makedirs(p.folder, exist_ok=True)
+    path = store.store_path(p.folder)
+    counts = {"ok": 0, "failed": 0, "timeout": 0}
+    with store.Lock(p.folder):
+        inflight = runner.Inflight(p.folder)
+        left = inflight.reap(sweep.kill_grace)
+        if left and mode != "none":
+            print(f"benchmarks.py: a run of an interrupted sweep was still going "
+                  f"({left['cell']} try {left['try']}); stopped it "
+                  f"({left['killed']} process(es))", file=sys.stderr, flush=True)
+        # The plan was made before taking the lock: read the store again.
+        entries, _ = store.read(path)
+        todo, skipped = pending(p.cells, sweep.tries, entries, p.rerun_failed)
+        header = {"kind": "sweep", **sweep.header(),
+                  "cells": [c.hash for c in sweep.cells()],
+                  "suite_version": suite_version(), "started": runner._now(),
+                  "host": socket.gethostname(), "pid": os.getpid(),
+                  "argv": list(argv or [])}
+        if os.environ.get(PROGRAM_ENV):
+            header["program"] = os.environ[PROGRAM_ENV]
+        store.append(path, header)
+        progress = Progress(len(todo), skipped, mode)
+        old = signal.signal(signal.SIGTERM, _on_term)
+        try:
+            for t in todo:
+                progress.start(t)
+                entry = runner.run_try(sweep, t.cell, t.try_index, t.attempt, p.folder,
+                                       p.logs, inflight)
+                store.append(path, entry)
+                counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+                progress.finish(t, entry)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+            progress.close()
+    counts["skipped"] = skipped
+    return counts

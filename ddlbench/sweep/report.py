@@ -1,0 +1,190 @@
+"""Reports of a results store, made from the store alone (``benchmarks.py report RESULTS``).
+
+In the store's folder: ``README.md`` (the original suite's table, speedups and scaling
+efficiency, failed tries), ``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
+(the sweep definition and the environments the runs reported).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+from . import store
+from .aggregate import Table, build
+
+CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
+               "engine", "nworkers", "try", "attempt", "status", "throughput",
+               "throughput_std", "unit", "seconds", "reason", "hash", "log"]
+
+
+def _plural(noun: str, n: int) -> str:
+    return f"{n} {noun}{'s' if n > 1 else ''}"
+
+
+def _md(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def throughput_table(t: Table) -> str:
+    """The original's table: DNN, BS, CONNECTION, METHOD, then one column per worker count."""
+    head = ["DNN", "BS", "CONNECTION", "METHOD"] + [_plural(t.noun, n) for n in t.counts]
+    lines = [_md(head), "|" + "|".join(" --- " for _ in head) + "|"]
+    for r in t.rows:
+        cells = [r.dnn, str(r.batch_size), r.connection, r.method]
+        cells += [r.cells[n].text() if n in r.cells else "-" for n in t.counts]
+        lines.append(_md(cells))
+    return "\n".join(lines) + "\n"
+
+
+def speedup_table(t: Table) -> str:
+    """S(P) = thr(P)/thr(1) and efficiency S(P)/P against the row's own 1-worker cell."""
+    counts = [n for n in t.counts if n != 1]
+    head = ["DNN", "BS", "CONNECTION", "METHOD"] + [_plural(t.noun, n) for n in counts]
+    lines = [_md(head), "|" + "|".join(" --- " for _ in head) + "|"]
+    for r in t.rows:
+        cells = [r.dnn, str(r.batch_size), r.connection, r.method]
+        for n in counts:
+            s = r.speedup(n)
+            cells.append("-" if s is None else f"{s[0]:.2f}x ({100 * s[1]:.1f}%)")
+        lines.append(_md(cells))
+    return "\n".join(lines) + "\n"
+
+
+def summary_counts(t: Table) -> dict:
+    counts = {"ok": 0, "failed": 0, "timeout": 0}
+    for e in t.tries_used:
+        counts[e.get("status", "failed")] = counts.get(e.get("status", "failed"), 0) + 1
+    cells = (t.header or {}).get("cells") or [h for r in t.rows for h in r.hashes.values()]
+    done = {(e["hash"], int(e["try"])) for e in t.tries_used}
+    counts["not run"] = sum(1 for h in cells for i in range(t.tries) if (h, i) not in done)
+    return counts
+
+
+def markdown(t: Table, plots: list[str] | None = None) -> str:
+    name = (t.header or {}).get("name", "sweep")
+    c = summary_counts(t)
+    agg = {"mean": "mean +- std (population std, as the original)",
+           "median": "median +- std (population std)",
+           "olympic": "olympic: the fastest and the slowest try dropped, mean +- std of the "
+                      "rest"}[t.aggregate]
+    out = [f"# Sweep {name}", ""]
+    tries_text = f"{t.tries} tries per cell" if t.tries else "tries as recorded"
+    out.append(f"{len(t.rows)} rows x {len(t.counts)} worker counts, {tries_text}: "
+               f"{c['ok']} tries ok, {c['failed']} failed, {c['timeout']} timed out, "
+               f"{c['not run']} not run.")
+    out.append("")
+    out.append(f"Throughput: total {' and '.join(sorted({r.unit for r in t.rows if r.unit})) or 'samples/sec'}"
+               f" over all workers, {agg} over the successful tries. A cell with fewer than "
+               f"{t.min_ok} successful tries{' (or fewer than 3)' if t.aggregate == 'olympic' else ''}"
+               f" is marked (k/n ok) and left out of speedups.")
+    if t.superseded:
+        out.append(f"{t.superseded} {'try' if t.superseded == 1 else 'tries'} of other configurations of the same cells (an older "
+                   f"suite version or sweep file) are in the store but not in these tables.")
+    if t.unreadable:
+        out.append(f"{t.unreadable} unreadable line(s) in the store were skipped.")
+    out += ["", "## Throughput", "", throughput_table(t).rstrip("\n"), "",
+            "## Speedup and scaling efficiency", "",
+            "S(P) = thr(P) / thr(1) (efficiency S(P)/P in brackets), thr(1) being the same "
+            "row's 1-worker throughput measured in this sweep.", "",
+            speedup_table(t).rstrip("\n"), ""]
+    bad = [e for e in t.tries_used if e.get("status") != "ok"]
+    if bad:
+        out += ["## Failed tries", "",
+                _md(["cell", "try", "status", "reason", "last log line", "log"]),
+                "| --- | --- | --- | --- | --- | --- |"]
+        for e in bad:
+            last = next((ln.strip() for ln in reversed(e.get("log_tail") or [])
+                         if ln.strip() and not ln.startswith("# benchmarks.py")), "")
+            out.append(_md([e["cell"], str(e["try"]), e.get("status", "?"),
+                            str(e.get("reason") or ""), f"`{last[:160]}`" if last else "",
+                            str(e.get("log") or "")]))
+        out.append("")
+    if plots:
+        out += ["## Plots", ""]
+        out += [f"![{os.path.splitext(os.path.basename(p))[0]}]({p})" for p in plots]
+        out.append("")
+    out += ["## Files", "",
+            "- `results.jsonl`: the store, one JSON line per finished try (the source of all "
+            "of this; `benchmarks.py report` remakes it)",
+            "- `results.csv`: every try", "- `manifest.json`: the sweep and its environments",
+            "- `records/`: each run's own JSON record", ""]
+    return "\n".join(out)
+
+
+def csv_text(t: Table) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    rows_by_hash = {h: r for r in t.rows for h in r.hashes.values()}
+    for e in t.tries_used:
+        r = rows_by_hash[e["hash"]]
+        w.writerow([r.network, r.connection, r.model, r.batch_size, r.label, r.architecture,
+                    r.engine, e["config"]["nworkers"], e["try"], e.get("attempt", 1),
+                    e.get("status"), _num(e.get("throughput")), _num(e.get("throughput_std")),
+                    e.get("unit") or r.unit, _num(e.get("seconds")), e.get("reason") or "",
+                    e["hash"], e.get("log") or ""])
+    return buf.getvalue()
+
+
+def _num(v) -> str:
+    return "" if v is None else repr(float(v))
+
+
+def manifest(t: Table, entries: list[dict]) -> dict:
+    envs: list[dict] = []
+    counts: list[int] = []
+    for e in t.tries_used:
+        env = (e.get("record") or {}).get("environment")
+        if not env:
+            continue
+        if env in envs:
+            counts[envs.index(env)] += 1
+        else:
+            envs.append(env)
+            counts.append(1)
+    heads = store.headers(entries)
+    started = [e["started"] for e in t.tries_used if e.get("started")]
+    finished = [e["finished"] for e in t.tries_used if e.get("finished")]
+    return {
+        "sweep": t.header,
+        "sweep_starts": [{k: h.get(k) for k in ("started", "host", "pid", "suite_version",
+                                                "argv")} for h in heads],
+        "suite_versions": sorted({h.get("suite_version") for h in heads if h.get("suite_version")}),
+        "git_commits": sorted({e.get("git_commit") for e in envs if e.get("git_commit")}),
+        "environments": [dict(env, tries=n) for env, n in zip(envs, counts)],
+        "tries": summary_counts(t),
+        "first_started": min(started) if started else None,
+        "last_finished": max(finished) if finished else None,
+        "aggregate": t.aggregate,
+        "min_ok": t.min_ok,
+    }
+
+
+def write_all(folder: str, aggregate_how: str | None = None, min_ok: int | None = None,
+              plots: bool = True, entries: list[dict] | None = None,
+              unreadable: int = 0) -> Table:
+    """(Re)make every report file in ``folder`` from its store."""
+    path = store.store_path(folder)
+    bad = unreadable
+    if entries is None:
+        entries, bad = store.read(path)
+    t = build(entries, aggregate_how, min_ok, bad)
+    files = []
+    if plots and t.rows:
+        from . import plots as plotting
+        files = plotting.draw(t, os.path.join(folder, "plots"))
+        files = [os.path.relpath(f, folder) for f in files]
+    _write(os.path.join(folder, "README.md"), markdown(t, files))
+    _write(os.path.join(folder, "results.csv"), csv_text(t))
+    _write(os.path.join(folder, "manifest.json"),
+           json.dumps(manifest(t, entries), indent=2, sort_keys=True) + "\n")
+    return t
+
+
+def _write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

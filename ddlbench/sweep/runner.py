@@ -1,0 +1,350 @@
+"""One try of one cell: its own session and process group, a timeout, and nothing left behind.
+
+The command is the one a user would type: ``python -m ddlbench.train --nworkers N ...`` (the
+local launcher; ``--net PROFILE`` for an emulated network) or the shell launcher of the method
+(``horovod/horovod_mpi_cj.sh`` and its variants, driven by environment variables) for a real
+cluster's ``rdma`` profile. The child starts a new session (``start_new_session``), so the whole
+run - launcher, workers, servers, mpirun - is one process group and one session: a timeout
+sends SIGTERM to the group (launchers then tear down what they made, e.g. network namespaces),
+waits ``kill_grace`` seconds, then SIGKILLs whatever is left of the session. The child also gets
+SIGTERM if the sweep itself dies (PR_SET_PDEATHSIG), and the sweep writes the running group to
+``inflight.json`` so that a restart after kill -9 finishes off any survivor first.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from .config import (DEFAULT_SHELL_LAUNCHER, PROGRAM_ENV, REPO, SHELL_LAUNCHERS, TRAIN_MODULE,
+                     Cell, Sweep, train_args)
+
+LOG_TAIL_LINES = 20
+TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
+
+
+def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict]:
+    """The command a user would type for this cell, and the environment it adds."""
+    args = train_args(sweep, cell, record_path)
+    if cell.network.kind == "net":
+        program = os.environ.get(PROGRAM_ENV) or TRAIN_MODULE
+        cmd = [sys.executable, "-m", program, "--nworkers", str(cell.nworkers),
+               "--network", cell.network.name, *args]
+        if cell.network.profile != "loopback":
+            cmd += ["--net", str(cell.network.profile)]
+        return cmd, {}
+    t, m = cell.task, cell.method
+    script = SHELL_LAUNCHERS.get(m["method"], DEFAULT_SHELL_LAUNCHER)
+    env = {"nworkers": str(cell.nworkers), "rdma": str(cell.network.profile),
+           "dnn": t["model"], "bs": str(t["batch_size"]), "method": m["method"],
+           "hostfile": _abs(sweep.hostfile_for(cell.nworkers))}
+    if "sentence_len" in t:
+        env["senlen"] = str(t["sentence_len"])
+    if "image_size" in t:
+        env["image_size"] = str(t["image_size"])
+    if "iters" in sweep.timing:
+        env["iters"] = str(sweep.timing["iters"])
+    for k in ("threshold", "compressor", "density", "partition", "credit", "nservers",
+              "partition_bytes"):
+        if k in m:
+            env[k] = str(m[k]) if not isinstance(m[k], float) or not m[k].is_integer() \
+                else str(int(m[k]))
+    if m["method"] == "byteschedulerps":
+        env["bytescheduler"] = "1"
+    if m["method"] == "bspps" and "threshold" not in m:
+        env["threshold"] = "536870912"  # the original's BSP-PS: every gradient in one push
+    # Everything else rides in extra_args, which every launcher appends last (so it wins).
+    env["extra_args"] = " ".join(shlex.quote(a) for a in args)
+    return ["bash", os.path.join(REPO, script)], env
+
+
+def _abs(path: str) -> str:
+    return path if os.path.isabs(path) else os.path.join(REPO, path)
+
+
+def describe(cmd: list[str], env: dict) -> str:
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()),
+                     *(shlex.quote(c) for c in cmd)])
+
+
+try:  # looked up here, not in the forked child
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _prctl = None
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = int(signal.SIGTERM)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the sweep that started us dies (even by
+    SIGKILL), so a run never outlives its sweep for long."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, _SIGTERM)
+
+
+# ------------------------------------------------------------------------ process sessions
+
+def session_members(sid: int, since: float | None = None) -> list[psutil.Process]:
+    """Live processes of session ``sid`` (created at or after ``since``, when given)."""
+    out = []
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if os.getsid(p.pid) != sid or p.pid == os.getpid():
+                continue
+            if since is not None and p.info["create_time"] < since - 1.0:
+                continue
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            out.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
+def kill_session(sid: int, grace_s: float, since: float | None = None,
+                 leader: subprocess.Popen | None = None) -> int:
+    """SIGTERM the process group and every member of the session, wait up to ``grace_s`` for
+    them to go, then SIGKILL the rest. Returns how many processes were signalled."""
+    members = session_members(sid, since)
+    if not members and (leader is None or leader.poll() is not None):
+        return 0
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(sid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in members:
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if leader is not None:
+                leader.poll()
+            if not session_members(sid, since) and (leader is None or
+                                                    leader.returncode is not None):
+                return len(members)
+            time.sleep(0.05)
+        members = session_members(sid, since) or members
+    if leader is not None:
+        try:
+            leader.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    return len(members)
+
+
+class Inflight:
+    """``inflight.json`` in the results folder: the run now going, so that a sweep restarted
+    after being killed outright can finish it off before anything else."""
+
+    def __init__(self, folder: str):
+        self.path = os.path.join(folder, "inflight.json")
+
+    def set(self, info: dict) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(info, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def clear(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def reap(self, grace_s: float) -> dict | None:
+        """Kill what is left of a run recorded here by a sweep that is gone."""
+        try:
+            with open(self.path) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            self.clear()
+            return None
+        killed = kill_session(int(info["sid"]), grace_s, since=float(info["started_epoch"]))
+        self.clear()
+        info["killed"] = killed
+        return info
+
+
+# ------------------------------------------------------------------------------ one try
+
+def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
+            logs: str, inflight: Inflight) -> dict:
+    """Run one try; return its store entry (status ok, failed or timeout)."""
+    t0 = time.monotonic()
+    suffix = f"_try{try_index}" + (f"_attempt{attempt}" if attempt > 1 else "")
+    logfile = os.path.join(logs, f"{cell.name}{suffix}.log")
+    record_path = os.path.join(folder, "records", f"{cell.name}{suffix}.json")
+    os.makedirs(os.path.dirname(record_path), exist_ok=True)
+    os.makedirs(logs, exist_ok=True)
+    if os.path.exists(record_path):
+        os.unlink(record_path)
+    cmd, extra_env = command(sweep, cell, record_path)
+    shown = describe(cmd, extra_env)
+    entry = {"kind": "try", "sweep": sweep.name, "hash": cell.hash, "cell": cell.name,
+             "try": try_index, "attempt": attempt, "config": cell.config(),
+             "label": cell.label, "architecture": cell.architecture, "command": shown,
+             "log": _rel(logfile), "started": _now()}
+    with open(logfile, "w") as out:
+        out.write(f"# {shown}\n")
+        out.flush()
+        started_epoch = time.time()
+        launch = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=dict(os.environ, **extra_env),
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        spawn_s = time.monotonic() - launch
+        inflight.set({"sid": proc.pid, "started_epoch": started_epoch, "cell": cell.name,
+                      "try": try_index, "sweep_pid": os.getpid()})
+        marks = _LogWatch(logfile)
+        status = reason = None
+        try:
+            deadline = launch + sweep.timeout
+            while True:
+                try:
+                    code = proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    marks.poll(launch)
+                    if time.monotonic() >= deadline:
+                        code = None
+                        break
+            ended = time.monotonic()
+            if code is None:
+                killed = kill_session(proc.pid, sweep.kill_grace, since=started_epoch,
+                                      leader=proc)
+                ended = time.monotonic()
+                status, reason = "timeout", f"killed after {sweep.timeout:g} s"
+                out.write(f"\n# benchmarks.py: timeout after {sweep.timeout:g} s; stopped the "
+                          f"run's process group ({killed} process(es))\n")
+                leftovers = 0
+            else:
+                # The launcher is gone; anything still in its session is an orphan.
+                leftovers = kill_session(proc.pid, min(sweep.kill_grace, 5.0),
+                                         since=started_epoch)
+                status = "ok" if code == 0 else "failed"
+                if code != 0:
+                    reason = (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        except BaseException:
+            kill_session(proc.pid, sweep.kill_grace, since=started_epoch, leader=proc)
+            inflight.clear()
+            raise
+    inflight.clear()
+    marks.poll(launch)
+    entry["seconds"] = round(ended - launch, 3)
+    entry["finished"] = _now()
+    entry["status"] = status
+    if leftovers:
+        entry["leftovers_killed"] = leftovers
+    log_total = parse_total_line(logfile)
+    if log_total is not None:
+        entry["log_total"] = log_total
+    if status == "ok":
+        try:
+            with open(record_path) as f:
+                record = json.load(f)
+            entry["record"] = record
+            res = record["result"]
+            entry["throughput"] = res["throughput"]["mean"]
+            entry["throughput_std"] = res["throughput"]["std"]
+            entry["unit"] = res["unit"]
+            entry["noun"] = _noun(record.get("environment", {}))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            if log_total is not None:
+                # The original suite's parsing rule: the last 'Total' line of the log.
+                entry["throughput"] = log_total["value"]
+                entry["unit"] = f"{log_total['unit']}/sec"
+                entry["noun"] = log_total["noun"]
+                entry["source"] = "log"
+            else:
+                status = entry["status"] = "failed"
+                reason = f"no run record and no 'Total' line in the log ({type(e).__name__})"
+    if status != "ok":
+        entry["reason"] = reason
+        entry["log_tail"] = tail(logfile, LOG_TAIL_LINES)
+    # The sweep's own time for this try: preparing and starting the command, then (after the
+    # run ended) looking for leftovers, reading the record and the log, building the entry.
+    # Appending it to the store comes after (a few ms: one write and an fsync).
+    after = time.monotonic() - ended
+    entry["timing"] = {"spawn_s": round(spawn_s, 4), **marks.times,
+                       "bookkeeping_s": round(after, 4),
+                       "overhead_s": round((launch - t0) + spawn_s + after, 4)}
+    return entry
+
+
+class _LogWatch:
+    """Seconds from launch to the first output and to the first timing round (``Iter #0``),
+    read from the log while the run goes on."""
+
+    def __init__(self, path: str):
+        self.path, self.pos, self.times, self.buf = path, 0, {}, ""
+
+    def poll(self, launch: float) -> None:
+        if "first_iter_s" in self.times:
+            return
+        try:
+            with open(self.path, errors="replace") as f:
+                f.seek(self.pos)
+                chunk = f.read()
+                self.pos = f.tell()
+        except OSError:
+            return
+        if not chunk:
+            return
+        now = round(time.monotonic() - launch, 3)
+        self.buf = (self.buf + chunk)[-4096:]
+        if "first_output_s" not in self.times and any(
+                ln and not ln.startswith("#") for ln in self.buf.splitlines()):
+            self.times["first_output_s"] = now
+        if "Iter #0" in self.buf:
+            self.times["first_iter_s"] = now
+
+
+def _noun(environment: dict) -> str:
+    return "GPU" if str(environment.get("device", "")).startswith("cuda") else "CPU"
+
+
+def parse_total_line(path: str) -> dict | None:
+    """The last ``Total img/sec on N GPU(s): X +-Y`` line of a log (the original's parser)."""
+    found = None
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if "Total" in line:
+                    m = TOTAL_RE.search(line)
+                    if m:
+                        noun = "GPU" if "GPU" in line.split(":")[0] else "CPU"
+                        found = {"unit": m.group(1), "workers": int(m.group(2)),
+                                 "value": float(m.group(3)), "noun": noun}
+    except OSError:
+        return None
+    return found
+
+
+def tail(path: str, n: int) -> list[str]:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()[-n:]
+    except OSError:
+        return []
+
+
+def _rel(path: str) -> str:
+    rel = os.path.relpath(path, REPO)
+    return path if rel.startswith("..") else rel
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -1,0 +1,145 @@
+"""The results store: ``results.jsonl``, one JSON line per finished try, append-only.
+
+Lines are of two kinds: ``{"kind": "sweep", ...}`` written each time a sweep starts on this
+store (its definition, so reports need nothing else), and ``{"kind": "try", "hash": ...,
+"try": i, "attempt": k, "status": ok|failed|timeout, ...}`` written once a try has finished.
+Each line is written with a single ``write`` on a file opened for appending, then flushed and
+fsynced before the next run starts; a line cut short (power loss) is skipped when reading and
+the next append starts on a fresh line. A try is identified by (cell hash, try index); when a
+failed try is run again (``--rerun-failed``) its new line has the next ``attempt`` and the
+latest attempt is the one that counts. A lock (``flock``) keeps two sweeps off one store.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+from ..errors import UsageError
+
+STORE = "results.jsonl"
+
+
+def store_path(folder_or_file: str) -> str:
+    if os.path.isdir(folder_or_file):
+        return os.path.join(folder_or_file, STORE)
+    return folder_or_file
+
+
+def append(path: str, entry: dict) -> None:
+    data = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    data = b"\n" + data  # the previous writer died mid-line
+        written = os.write(fd, data)
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path: str) -> tuple[list[dict], int]:
+    """All well-formed lines (legacy lines converted) and how many lines were unreadable."""
+    entries, bad = [], 0
+    if not os.path.exists(path):
+        return entries, 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if not isinstance(e, dict):
+                bad += 1
+                continue
+            if "kind" not in e and "cell" in e:
+                e = _legacy(e)
+            if e.get("kind") in ("sweep", "try"):
+                entries.append(e)
+    return entries, bad
+
+
+def _legacy(e: dict) -> dict:
+    """A line of the first benchmarks.py (no hash, network as a string)."""
+    from .config import RDMA_LABELS, cell_hash
+    net = e.get("network", "local")
+    if isinstance(net, str) and net.startswith("rdma") and net[4:].isdigit():
+        network = {"name": net, "kind": "rdma", "profile": int(net[4:])}
+    else:
+        network = {"name": net, "kind": "net", "profile": "loopback"}
+    config = {"network": network, "task": e.get("task", {}), "method": e.get("method", {}),
+              "engine": "torch", "nworkers": e.get("nworkers")}
+    out = dict(e, kind="try", config=config, attempt=1,
+               hash=cell_hash(config, version="legacy"))
+    out.setdefault("try", 0)
+    if isinstance(network["profile"], int):
+        out.setdefault("connection", RDMA_LABELS.get(network["profile"]))
+    rec = e.get("record")
+    if e.get("status") == "ok" and isinstance(rec, dict):
+        try:
+            out["throughput"] = rec["result"]["throughput"]["mean"]
+            out["throughput_std"] = rec["result"]["throughput"].get("std", 0.0)
+            out["unit"] = rec["result"].get("unit", "img/sec")
+            out["noun"] = ("GPU" if str(rec.get("environment", {}).get("device", ""))
+                           .startswith("cuda") else "CPU")
+        except (KeyError, TypeError):
+            out["status"] = "failed"
+            out["reason"] = "no throughput in the record"
+    return out
+
+
+def latest(entries: list[dict]) -> dict[tuple[str, int], dict]:
+    """(hash, try) -> the line of its latest attempt."""
+    out: dict[tuple[str, int], dict] = {}
+    for e in entries:
+        if e.get("kind") != "try":
+            continue
+        key = (e["hash"], int(e["try"]))
+        prev = out.get(key)
+        if prev is None or int(e.get("attempt", 1)) >= int(prev.get("attempt", 1)):
+            out[key] = e
+    return out
+
+
+def headers(entries: list[dict]) -> list[dict]:
+    return [e for e in entries if e.get("kind") == "sweep"]
+
+
+class Lock:
+    """An exclusive lock on a store's folder for the life of one sweep."""
+
+    def __init__(self, folder: str):
+        self.path = os.path.join(folder, ".lock")
+        self.fd = None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                other = os.pread(self.fd, 64, 0).decode(errors="replace").strip()
+            finally:
+                os.close(self.fd)
+                self.fd = None
+            raise UsageError(f"another sweep (pid {other or '?'}) is running on "
+                             f"{os.path.dirname(self.path)}; wait for it or stop it") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None

@@ -1,0 +1,90 @@
+"""A stand-in for ``python -m ddlbench.train`` in sweep tests (DDLBENCH_SWEEP_PROGRAM).
+
+Takes the training script's flags, imports no torch, and behaves by method name:
+- ``...:Hang``: starts its "workers" (child processes) and never finishes; it and its
+  children ignore SIGTERM, so only a SIGKILL of the whole group stops them;
+- ``...:Crash``: fails like a crashing method (exit 1, a RuntimeError line) unless
+  FAKE_TRAIN_FIXED=1;
+- anything else: starts nworkers - 1 child "workers", sleeps FAKE_TRAIN_SECONDS (default 0),
+  prints the original's log lines and writes a run record (--output) whose throughput is a
+  fixed function of method, model and nworkers, so two sweeps give the same numbers.
+Each start appends "method nworkers" to the file FAKE_TRAIN_CALLS, when set.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def throughput(method: str, model: str, nworkers: int) -> float:
+    factor = 1.0 + (sum(map(ord, method)) % 7) / 10.0 + (sum(map(ord, model)) % 3) / 20.0
+    return round(100.0 * factor * nworkers * 0.9 ** (nworkers - 1), 3)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--nworkers", type=int, default=1)
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--method", default="fusion")
+    p.add_argument("--output", default=None)
+    p.add_argument("--network", default="local")
+    p.add_argument("--num-iters", type=int, default=2)
+    args, _ = p.parse_known_args()
+    calls = os.environ.get("FAKE_TRAIN_CALLS")
+    if calls:
+        with open(calls, "a") as f:
+            f.write(f"{args.method} {args.nworkers}\n")
+    marker = args.output or "fake"
+    print(f"Model: {args.model}\nMethod: {args.method}\nBatch size: {args.batch_size}",
+          flush=True)
+    if args.method.endswith(":Hang"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                "while True: time.sleep(1)")
+        for _ in range(max(1, args.nworkers - 1)):
+            subprocess.Popen([sys.executable, "-c", code, marker])
+        print("Running warmup...", flush=True)
+        while True:
+            time.sleep(1)
+    if args.method.endswith(":Crash") and os.environ.get("FAKE_TRAIN_FIXED") != "1":
+        print("Running warmup...", flush=True)
+        print("Traceback (most recent call last):\nRuntimeError: test-crash: deliberate "
+              "failure", file=sys.stderr, flush=True)
+        return 1
+    seconds = float(os.environ.get("FAKE_TRAIN_SECONDS", "0"))
+    workers = [subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})",
+                                 marker]) for _ in range(args.nworkers - 1)]
+    print("Running warmup...", flush=True)
+    time.sleep(seconds)
+    total = throughput(args.method, args.model, args.nworkers)
+    for i in range(args.num_iters):
+        print(f"Iter #{i}: {total / args.nworkers:.1f} img/sec per CPU", flush=True)
+    for w in workers:
+        w.wait()
+    print(f"Img/sec per CPU: {total / args.nworkers:.1f} +-0.0")
+    print(f"Total img/sec on {args.nworkers} CPU(s): {total:.1f} +-0.0", flush=True)
+    if args.output:
+        record = {
+            "config": {"model": args.model, "batch_size": args.batch_size,
+                       "method": args.method, "nworkers": args.nworkers,
+                       "network": args.network},
+            "result": {"unit": "img/sec", "total_throughput": [total] * args.num_iters,
+                       "throughput": {"mean": total, "std": 0.0, "p50": total, "p90": total,
+                                      "min": total, "max": total}},
+            "environment": {"device": "cpu", "launcher": "fake", "suite_version": "fake",
+                            "python": sys.version.split()[0], "torch": None},
+            "method": {"method": args.method, "architecture": "a2a"},
+        }
+        tmp = args.output + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
