@@ -9,6 +9,9 @@ Byte counts, per worker:
 - ``wire_sent``: what one worker sends under the ring algorithms of DESIGN.md section 3,
   all-reduce ``2(P-1)/P * M``, all-gather ``(P-1) * m``. It is a model of the algorithm, not a
   packet capture; Gloo and NCCL pick ring-like algorithms for large messages.
+- parameter server (``push_pull``): ``push`` counts the bytes a worker sends to the servers and
+  ``pull`` the bytes it receives back (M each per iteration, whatever W); these are the bytes
+  actually handed to the transport, not a model.
 """
 from __future__ import annotations
 
@@ -19,10 +22,11 @@ import torch.distributed as dist
 
 
 class Comm:
-    def __init__(self, rank: int, size: int, group=None, trace: bool = False):
+    def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None):
         self.rank = rank
         self.size = size
         self.group = group
+        self.ps = ps  # PSClient of a job with parameter servers
         self.trace: list[tuple[str, int, str]] | None = [] if trace else None
         self.reset_stats()
 
@@ -59,6 +63,19 @@ class Comm:
     def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False):
         self._count("broadcast", tensor, (self.size - 1) if self.rank == src else 0)
         return dist.broadcast(tensor, src, group=self.group, async_op=async_op)
+
+    def push_pull(self, part, data: torch.Tensor):
+        """Push one partition to its server and post the pull of the sum into ``data``
+        (returns the ``ps.Handle``). Traced as one ("push", key, numel) entry: servers match
+        by key, so the order of pushes may differ between workers."""
+        nbytes = data.numel() * data.element_size()
+        for op in ("push", "pull"):
+            self.payload[op] += nbytes
+            self.calls[op] += 1
+        self.wire_sent["push"] += nbytes
+        if self.trace is not None:
+            self.trace.append(("push", part.key, data.numel()))
+        return self.ps.push_pull(part, data)
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)

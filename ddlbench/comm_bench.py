@@ -325,6 +325,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
                    help="label of the network, for the record")
+    p.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
+                   metavar="PROFILE",
+                   help="emulated network between the local workers (as the training "
+                        "script's --net; env DDLBENCH_NET)")
     p.add_argument("--output", default=None, help="write the JSON record here (rank 0)")
     return p.parse_args(argv)
 
@@ -339,6 +343,8 @@ def check(args) -> tuple[list[str], list[int]]:
         raise UsageError("--warmup must be >= 0 and --iters positive")
     if args.nworkers is not None and args.nworkers <= 0:
         raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
+    from . import netem
+    netem.check(args.net)
     lo, hi = parse_size(args.min_bytes), parse_size(args.max_bytes)
     if lo > hi:
         raise UsageError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
@@ -368,7 +374,7 @@ def main(argv=None) -> int:
 
 
 def worker(args, placement) -> int:
-    from . import engine, record
+    from . import engine, netem, record
     ops, sizes = check(args)
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads)
@@ -397,6 +403,7 @@ def worker(args, placement) -> int:
                    "warmup": args.warmup, "iters": args.iters,
                    "config": {k: v for k, v in vars(args).items() if k != "output"},
                    "results": results,
+                   "net": netem.run_info(args.net),
                    "environment": record.manifest(ctx, hosts)}
             record.write_atomic(args.output, rec)
         return 0

@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from .errors import UsageError
 from .launch import Placement
+from .ps import DEFAULT_PARTITION_BYTES, PSClient
 
 
 @dataclass
@@ -21,6 +22,9 @@ class Context:
     device: torch.device
     backend: str
     launcher: str
+    # The parameter-server side of the job (ranks size..size+nservers-1), if it has servers.
+    ps: "PSClient | None" = None
+    nservers: int = 0
 
     @property
     def is_root(self) -> bool:
@@ -51,8 +55,20 @@ def choose_backend(device: torch.device, placement: Placement, requested: str = 
     return "nccl"
 
 
+def is_server(placement: Placement, nservers: int) -> bool:
+    """Ranks W..W+S-1 of a job with S servers are the parameter servers."""
+    return nservers > 0 and placement.rank >= placement.world_size - nservers
+
+
 def init(placement: Placement, use_cuda: bool, backend: str = "auto",
-         timeout_s: float = 300.0, threads: int | None = None) -> Context:
+         timeout_s: float = 300.0, threads: int | None = None, nservers: int = 0,
+         partition_bytes: int = DEFAULT_PARTITION_BYTES) -> Context:
+    """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
+    job has ``nservers`` parameter servers, the push/pull group shared with them."""
+    nworkers = placement.world_size - nservers
+    if nworkers <= 0:
+        raise UsageError(f"{placement.world_size} processes cannot hold {nservers} servers "
+                         f"and at least one worker")
     device = choose_device(placement, use_cuda)
     backend = choose_backend(device, placement, backend)
     if device.type == "cuda":
@@ -62,14 +78,34 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         torch.set_num_threads(threads or max(1, (cores or 1) // max(1, placement.local_world_size)))
     timeout = datetime.timedelta(seconds=timeout_s)
-    if placement.launcher == "torchrun":
+    client = None
+    if nservers == 0 and placement.launcher == "torchrun":
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
-    else:
+    elif nservers == 0:
         store = _store(placement, timeout)
         dist.init_process_group(backend, store=store, rank=placement.rank,
                                 world_size=placement.world_size, timeout=timeout)
-    return Context(placement.rank, placement.world_size, placement.local_rank,
-                   placement.local_world_size, device, backend, placement.launcher)
+    else:
+        from . import ps
+        store = _store(placement, timeout)
+        dist.init_process_group(backend, store=dist.PrefixStore("ddlbench-workers/", store),
+                                rank=placement.rank, world_size=nworkers, timeout=timeout)
+        client = PSClient(ps.connect(store, placement.rank, placement.world_size, timeout_s),
+                          placement.rank, nworkers, nservers, partition_bytes, timeout_s)
+    return Context(placement.rank, nworkers, placement.local_rank,
+                   placement.local_world_size, device, backend, placement.launcher,
+                   ps=client, nservers=nservers)
+
+
+def serve(placement: Placement, nservers: int, timeout_s: float = 300.0) -> int:
+    """Run this process as a parameter server until worker 0 ends the job (DESIGN.md
+    section 6). Servers sum on the CPU; they join only the push/pull group."""
+    from . import ps
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = _store(placement, timeout)
+    nworkers = placement.world_size - nservers
+    group = ps.connect(store, placement.rank, placement.world_size, timeout_s)
+    return ps.Server(group, placement.rank, nworkers, nservers, timeout_s).run()
 
 
 def _store(p: Placement, timeout: datetime.timedelta) -> dist.Store:
@@ -107,7 +143,11 @@ def _mpi_store(p: Placement, addr: str, timeout) -> dist.Store:
     return store
 
 
-def shutdown() -> None:
+def shutdown(ctx: Context | None = None, clean: bool = True) -> None:
+    """Leave the job. After a clean run worker 0 tells the servers to stop; after a failure
+    nobody waits for them (they notice the closed connections and exit)."""
+    if ctx is not None and ctx.ps is not None and clean:
+        ctx.ps.shutdown()
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from .errors import EXIT_USAGE, UsageError
+from .ps import PSError
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Placement:
     world_size: int
     local_rank: int
     local_world_size: int
-    launcher: str  # local | torchrun | mpi | slurm | single
+    launcher: str  # local | torchrun | mpi | slurm | dmlc | single
     master_addr: str | None
     master_port: int | None
     # Who hosts the rendezvous store: "rank0" (rank 0 starts it), or "external" (the local
@@ -63,11 +64,14 @@ def detect(env=None) -> Placement | None:
     if env.get("DDLBENCH_LAUNCHER") == "local":
         return Placement(_int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"),
                          _int(env, "LOCAL_WORLD_SIZE"), "local", env.get("MASTER_ADDR"),
-                         _port(env), store_owner="external")
+                         # rank0 under --net: the store is on host 0's address (ddlbench.netem)
+                         _port(env), store_owner=env.get("DDLBENCH_STORE_OWNER", "external"))
     if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
         return Placement(_int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK", 0),
                          _int(env, "LOCAL_WORLD_SIZE", 1), "torchrun", env.get("MASTER_ADDR"),
                          _port(env), store_owner="external")
+    if env.get("DMLC_ROLE") in ("worker", "server", "scheduler") and "DMLC_PS_ROOT_URI" in env:
+        return _dmlc(env)
     if "OMPI_COMM_WORLD_RANK" in env:
         return Placement(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
                          _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
@@ -84,6 +88,36 @@ def detect(env=None) -> Placement | None:
                          env.get("SLURM_STEP_TASKS_PER_NODE", "").isdigit() else 1,
                          "slurm", addr, port)
     return None
+
+
+def _dmlc(env) -> Placement:
+    """BytePS-style variables (the PS launcher sets them; a BytePS user may already have
+    them): workers are ranks 0..W-1 by DMLC_WORKER_ID, servers W..W+S-1 by
+    DDLBENCH_SERVER_ID; worker 0 hosts the store at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT."""
+    role = env["DMLC_ROLE"]
+    if role == "scheduler":
+        raise UsageError("DMLC_ROLE=scheduler: this suite has no scheduler process; start "
+                         "only workers and servers (byteps/byteps_launch.sh does)")
+    nworkers, nservers = _int(env, "DMLC_NUM_WORKER"), _int(env, "DMLC_NUM_SERVER")
+    if nworkers is None or nservers is None:
+        raise UsageError("DMLC_ROLE set without DMLC_NUM_WORKER and DMLC_NUM_SERVER")
+    if role == "worker":
+        rank = _int(env, "DMLC_WORKER_ID")
+        if rank is None or not 0 <= rank < nworkers:
+            raise UsageError(f"DMLC_WORKER_ID must be in 0..{nworkers - 1}, got "
+                             f"{env.get('DMLC_WORKER_ID')!r}")
+    else:
+        server = _int(env, "DDLBENCH_SERVER_ID")
+        if server is None or not 0 <= server < nservers:
+            raise UsageError(f"a server needs DDLBENCH_SERVER_ID in 0..{nservers - 1}, got "
+                             f"{env.get('DDLBENCH_SERVER_ID')!r}")
+        rank = nworkers + server
+    port = _int(env, "DMLC_PS_ROOT_PORT")
+    if port is None:
+        raise UsageError("DMLC_PS_ROOT_URI set without DMLC_PS_ROOT_PORT")
+    return Placement(rank, nworkers + nservers, _int(env, "DDLBENCH_LOCAL_RANK", 0),
+                     _int(env, "DDLBENCH_LOCAL_SIZE", 1), "dmlc", env["DMLC_PS_ROOT_URI"],
+                     port)
 
 
 def _slurm_first_node(env) -> str | None:
@@ -115,15 +149,21 @@ def run_job(argv, module: str, parse_args, check, worker,
     try:
         args = parse_args(argv)
         placement = detect()
+        nservers = getattr(args, "nservers", 0) or 0  # parameter servers: extra processes
         if placement is None:
             check(args)
             nworkers = args.nworkers or 1
-            if nworkers > 1:
-                return spawn_local(nworkers, argv, module=module)
+            if nworkers > 1 or nservers > 0:
+                # The children learn the server count resolved here (a default, perhaps).
+                child_argv = [*argv, "--nservers", str(nservers)] if nservers else argv
+                return spawn_local(nworkers + nservers, child_argv, module=module,
+                                   net=getattr(args, "net", None))
             placement = single()
-        elif args.nworkers is not None and args.nworkers != placement.world_size:
-            raise UsageError(f"--nworkers {args.nworkers}, but the {placement.launcher} launcher "
-                             f"started {placement.world_size} processes")
+        elif args.nworkers is not None and args.nworkers + nservers != placement.world_size:
+            raise UsageError(f"--nworkers {args.nworkers}" +
+                             (f" and --nservers {nservers}" if nservers else "") +
+                             f", but the {placement.launcher} launcher started "
+                             f"{placement.world_size} processes")
         elif placement.launcher != "local" and check_under_launcher:
             check(args)
         return worker(args, placement)
@@ -134,6 +174,13 @@ def run_job(argv, module: str, parse_args, check, worker,
         if rank == "0":
             print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    except PSError as e:
+        # A parameter server died or cannot be reached: each worker says which, and leaves at
+        # once (its communication threads may still be blocked on the dead peer).
+        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                     if k in os.environ), "0")
+        print(f"ddlbench: worker {rank}: error: {e}", file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 def single() -> Placement:
@@ -143,7 +190,8 @@ def single() -> Placement:
 # --------------------------------------------------------------------------- local spawner
 
 def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
-                grace_s: float = 5.0, module: str = "ddlbench.train") -> int:
+                grace_s: float = 5.0, module: str = "ddlbench.train",
+                net: str | None = None) -> int:
     """Run ``python -m MODULE ARGV`` (the training script unless told otherwise; the
     communication micro-benchmark and the profiler use it too) as ``nworkers`` local processes
     and wait for them.
@@ -151,6 +199,10 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
     The first worker to fail takes the others down (SIGTERM, then SIGKILL after ``grace_s``);
     SIGINT/SIGTERM to this process does the same. Returns the job's exit code: 0 when every
     worker succeeded, else the first failure's code (128 + signal for a killed worker).
+
+    ``net``: a network profile (``ddlbench.netem``); other than loopback, each process runs as
+    a host of an emulated cluster (its own network namespace, ``ip netns exec``), which is
+    removed when the processes are gone.
     """
     import torch.distributed as dist  # the store lives in this process, on a kernel-chosen port
 
@@ -159,6 +211,7 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                     LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr,
                     MASTER_PORT=str(store.port))
     procs: list[subprocess.Popen] = []
+    cluster = None  # the emulated network of --net: one host per process
     stopping = {"signal": None}
 
     def on_signal(signum, _frame):
@@ -166,10 +219,14 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if net:
+            from . import netem
+            cluster = netem.start(nworkers, net)
         for rank in range(nworkers):
             env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            procs.append(subprocess.Popen([sys.executable, "-m", module, *argv],
-                                          env=env))
+            env.update(cluster.env(rank) if cluster else {})
+            procs.append(subprocess.Popen([*(cluster.prefix(rank) if cluster else []),
+                                           sys.executable, "-m", module, *argv], env=env))
         failure = None
         while True:
             codes = [p.poll() for p in procs]
@@ -194,6 +251,8 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
         return failure
     finally:
         _terminate(procs, grace_s)
+        if cluster is not None:
+            cluster.down()
         for s, handler in old.items():
             signal.signal(s, handler)
         del store

@@ -68,6 +68,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "of measuring on this cluster")
     m.add_argument("--mgwfbp-min-group", type=int, default=0, metavar="ELEMENTS",
                    help="MG-WFBP: also merge any group smaller than this (the original: 8192)")
+    m.add_argument("--nservers", type=int, default=_env_int("DMLC_NUM_SERVER"),
+                   help="parameter servers, extra processes that only sum (ranks after the "
+                        "workers); default for a PS method on one machine: 1 per 4 workers "
+                        "(env DMLC_NUM_SERVER)")
+    m.add_argument("--partition-bytes", type=int, default=4_096_000,
+                   help="parameter server: partition size in bytes (BytePS's 4,096,000)")
     m.add_argument("--engine", default="torch", choices=ENGINES)
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     o = p.add_argument_group("optimizer")
@@ -76,13 +82,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     o.add_argument("--momentum", type=float, default=0.9)
     o.add_argument("--weight-decay", type=float, default=0.0)
     r = p.add_argument_group("run")
-    r.add_argument("--nworkers", type=int, default=None,
+    r.add_argument("--nworkers", type=int, default=_env_int("DMLC_NUM_WORKER"),
                    help="local workers to spawn (default 1; under a launcher: its world size)")
     r.add_argument("--no-cuda", action="store_true", help="run on the CPU even if CUDA exists")
     r.add_argument("--seed", type=int, default=42)
     r.add_argument("--output", default=None, help="write the JSON run record here (rank 0)")
     r.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
                    help="label of the network this run uses, for the record and tables")
+    r.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
+                   metavar="PROFILE",
+                   help="emulated network between the local processes (env DDLBENCH_NET): "
+                        "loopback, 1gbit, 2.5gbit, 5gbit, ... (configs/networks.yaml), "
+                        "rate=R[,burst=B] or target=R,speedup=S; needs root and iproute2")
+    r.add_argument("--job-id", default=None,
+                   help="label of this job on every process's command line (the PS launcher "
+                        "finds and stops its processes by it)")
     r.add_argument("--timeout", type=float, default=300.0,
                    help="seconds a collective may wait for a peer before the run fails")
     r.add_argument("--threads", type=int, default=None,
@@ -96,7 +110,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     v.add_argument("--rtol", type=float, default=None)
     v.add_argument("--atol", type=float, default=None)
     args = p.parse_args(argv)
+    args.nservers_given = args.nservers is not None
+    if args.nservers is None:
+        # A job that runs a PS method and was not told how many servers: on one machine, the
+        # suite spawns one per 4 workers. Under a launcher the count must be given (the
+        # launcher's processes include them).
+        from . import launch, ps
+        wants = any(_is_ps(m) for m in args.method.split(","))
+        args.nservers = (ps.default_nservers(args.nworkers or 1)
+                         if wants and launch.detect() is None else 0)
     return args
+
+
+def _env_int(key):
+    value = os.environ.get(key)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"ddlbench: error: environment variable {key}={value!r} is not an "
+                         f"integer") from None
+
+
+def _is_ps(method: str) -> bool:
+    from . import strategies
+    method = method.strip()
+    if method == "all":
+        return True
+    try:
+        return strategies.lookup(method).architecture == "ps"
+    except UsageError:
+        return False
 
 
 def check(args) -> None:
@@ -114,12 +159,18 @@ def check(args) -> None:
         raise UsageError("--num-warmup-batches and --verify must be >= 0")
     if args.nworkers is not None and args.nworkers <= 0:
         raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
+    from . import netem
+    netem.check(args.net)  # a known profile or rate; root and iproute2 unless loopback
     if args.threshold is not None and args.threshold < 0:
         raise UsageError(f"--threshold must be >= 0 bytes, got {args.threshold:g}")
     if args.bucket_cap_mb is not None and args.bucket_cap_mb <= 0:
         raise UsageError(f"--bucket-cap-mb must be positive, got {args.bucket_cap_mb:g}")
     if args.lr is not None and args.lr <= 0:
         raise UsageError(f"--lr must be positive, got {args.lr:g}")
+    if args.nservers < 0 or (args.nservers == 0 and args.nservers_given):
+        raise UsageError(f"--nservers must be positive, got {args.nservers}")
+    if args.partition_bytes <= 0:
+        raise UsageError(f"--partition-bytes must be positive, got {args.partition_bytes}")
     for flag, value in (("--partition", args.partition), ("--credit", args.credit)):
         if value <= 0:  # ByteScheduler's settings, also from BYTESCHEDULER_PARTITION/_CREDIT
             raise UsageError(f"{flag} must be a positive number of elements, got {value}")
@@ -130,7 +181,9 @@ def check(args) -> None:
         raise UsageError("several methods at once only with --verify; a benchmark times one")
     from . import strategies
     for name in methods:
-        strategies.lookup(name)
+        if strategies.lookup(name).architecture == "ps" and args.nservers == 0:
+            raise UsageError(f"method {name} needs parameter servers: --nservers S (under a "
+                             f"launcher, S of its processes become servers)")
     compressors = compressor_list(args)
     if len(compressors) > 1 and not args.verify:
         raise UsageError("several compressors at once only with --verify; a benchmark times one")
@@ -157,8 +210,11 @@ def _check_engine(engine: str) -> None:
 def method_list(args) -> list[str]:
     from . import strategies
     names = []
+    # 'all' means every method this job can run: the PS methods only when it has servers.
+    every = [n for n in strategies.names()
+             if args.nservers > 0 or strategies.lookup(n).architecture != "ps"]
     for m in (m.strip() for m in args.method.split(",")):
-        for name in (strategies.names() if m == "all" else [m] if m else []):
+        for name in (every if m == "all" else [m] if m else []):
             if name not in names:
                 names.append(name)
     return names
@@ -182,7 +238,8 @@ def takes_compressor(name: str) -> bool:
     """A method takes a compressor when it reduces its own buckets through one and can say
     what they are (``groups()``, which --verify needs): the bucketed all-reduce methods."""
     from . import strategies
-    return hasattr(strategies.lookup(name), "groups")
+    cls = strategies.lookup(name)
+    return cls.architecture == "a2a" and hasattr(cls, "groups")
 
 
 def runs(args) -> list[tuple[str, str]]:
@@ -212,18 +269,25 @@ def main(argv=None) -> int:
 
 
 def worker(args, placement) -> int:
+    from . import engine
+
+    if engine.is_server(placement, args.nservers):
+        # Ranks after the workers are parameter servers: they only sum (DESIGN.md section 6).
+        return engine.serve(placement, args.nservers, timeout_s=args.timeout)
+
     import torch
     import torch.distributed as dist
 
     import compression
     import models
 
-    from . import engine, measure, record, strategies
+    from . import measure, netem, record, strategies
     from .comm import Comm
     from .verify import Reference, default_tolerance
 
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
-                      timeout_s=args.timeout, threads=args.threads)
+                      timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
+                      partition_bytes=args.partition_bytes)
 
     def log(line):
         if ctx.is_root:
@@ -279,7 +343,7 @@ def worker(args, placement) -> int:
             failed = []
             for name, comp in runs(args):
                 work, optimizer, batch = build()
-                comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
+                comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps)
                 strategy = make_strategy(name, work, optimizer, comm, batch, make_compressor(comp))
                 ref_math = None
                 if comp != "none":
@@ -322,7 +386,7 @@ def worker(args, placement) -> int:
             return 1 if failed else 0
 
         work, optimizer, batch = build()
-        comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives))
+        comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps)
         compressor = make_compressor(args.compressor)
         strategy = make_strategy(args.method, work, optimizer, comm, batch, compressor)
         compressor.reset_stats()
@@ -366,25 +430,37 @@ def worker(args, placement) -> int:
         dist.all_gather_object(rss_all, {"after_warmup": rss_warm.get("bytes"),
                                          "per_round": result["rss_bytes_per_round"],
                                          "peak": _peak_rss()})
+        servers = None
+        if strategy.architecture == "ps":
+            push = per_iter["payload_bytes"].get("push", 0)
+            pull = per_iter["payload_bytes"].get("pull", 0)
+            log(f"Parameter servers: {ctx.nservers}, partition {args.partition_bytes} bytes; "
+                f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
+                f"pulled (gradient {stats['gradient_bytes'] / 1e6:.3f} MB)")
+            if ctx.is_root:
+                servers = ctx.ps.server_stats()
         _write_trace(args, ctx, comm, args.method)
         if ctx.is_root and args.output:
             rec = {
                 "config": {k: v for k, v in vars(args).items() if k != "output"}
-                | {"nworkers": ctx.size, "lr": lr},
+                | {"nworkers": ctx.size, "nservers": ctx.nservers, "lr": lr},
                 "method": strategy.describe(),
                 "model": stats,
                 "result": result,
                 "communication_per_iteration": per_iter,
                 "compression_per_iteration": comp_stats,
                 "memory": {"rss_bytes_per_worker": rss_all},
+                "servers": servers,
                 "environment": record.manifest(ctx, hosts),
                 "network": args.network,
+                "net": netem.run_info(args.net),  # profile, configured and probed rate
             }
             record.write_atomic(args.output, rec)
         strategy.close()
         return 0
     finally:
-        engine.shutdown()
+        # After a failure nobody waits for the servers: they see the connections close.
+        engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
 
 
 def compression_line(args, st: dict) -> str:

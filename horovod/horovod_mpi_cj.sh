@@ -8,6 +8,11 @@
 # hostfile=...). rdma: 0 = 10GbE TCP, 1 = 100Gb InfiniBand with RDMA, 2 = TCP over the 100Gb
 # fabric; interfaces come from configs/cluster.conf. For small runs: image_size (CNN pixels),
 # iters (timing rounds), extra_args (passed through to the training script as they are).
+#
+# net=PROFILE (else DDLBENCH_NET): an emulated cluster on this machine instead (1gbit, 2.5gbit,
+# 5gbit, rate=R, ...; configs/networks.yaml). Then mpirun, the host file and rdma are not used:
+# the suite's local spawner runs the nworkers processes, each a host in its own network
+# namespace (python -m ddlbench.train --nworkers N --net PROFILE). Needs root and iproute2.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch_common.sh"
@@ -24,13 +29,12 @@ density="${density:-0.001}"
 image_size="${image_size:-}"
 iters="${iters:-10}"
 extra_args="${extra_args:-}"
+net="${net:-${DDLBENCH_NET:-}}"
 hostfile="${hostfile:-$root/configs/cluster$nworkers}"
 
 positive nworkers "$nworkers"
 positive bs "$bs"
 positive iters "$iters"
-master_addr="$(check_hostfile "$hostfile" "$nworkers")"
-mpi_options "$rdma"
 
 args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
       --threshold "$threshold" --compressor "$compressor" --density "$density"
@@ -38,6 +42,17 @@ args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$meth
 [ -n "$image_size" ] && args+=(--image-size "$image_size")
 # shellcheck disable=SC2206 # extra_args is meant to split into words
 [ -n "$extra_args" ] && args+=($extra_args)
+
+if [ -n "$net" ] && [ "$net" != loopback ]; then
+    # An emulated cluster on this machine: the local spawner, no mpirun and no host file.
+    cmd=("$PY" -m ddlbench.train --nworkers "$nworkers" --net "$net" "${args[@]}")
+    echo "+ ${cmd[*]}" >&2
+    cd "$root"
+    exec "${cmd[@]}"
+fi
+
+master_addr="$(check_hostfile "$hostfile" "$nworkers")"
+mpi_options "$rdma"
 
 cmd=("$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}"
      -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${args[@]}")

@@ -43,4 +43,4 @@ def create(name, model, optimizer, comm, settings) -> Strategy:
 
 
 # Registration happens on import of each module.
-from . import allreduce, bytescheduler, ddp, mgwfbp  # noqa: E402,F401
+from . import allreduce, bytescheduler, ddp, mgwfbp, ps  # noqa: E402,F401

@@ -62,6 +62,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UsageError
+from ..ps import PSError
 from . import register
 from .base import Strategy
 
@@ -137,6 +138,11 @@ class _Stop(Exception):
 class ByteScheduler(Strategy):
     name = "bytescheduler"
     display = "ByteScheduler-A2A"
+    # All-reduce needs every rank to issue the same collectives in the same order: rank 0
+    # decides and broadcasts. A subclass whose transport matches by key needs no agreement.
+    negotiated = True
+    # Credit comes back when a chunk's collective completes (a subclass may return it sooner).
+    credit_on_completion = True
 
     def __init__(self, model, optimizer, comm, settings):
         super().__init__(model, optimizer, comm, settings)
@@ -144,16 +150,16 @@ class ByteScheduler(Strategy):
         if compressor is not None and compressor.name != "none":
             raise UsageError(f"bytescheduler sends dense fp32 chunks; --compressor "
                              f"{compressor.name} is not supported with it (use none)")
-        self.partition = int(settings.get("partition") or DEFAULT_PARTITION)
+        self.partition = self._partition(settings)
         self.credit = int(settings.get("credit") or DEFAULT_CREDIT)
         if self.partition <= 0 or self.credit <= 0:
-            raise UsageError(f"bytescheduler: partition and credit must be positive elements, "
+            raise UsageError(f"{self.name}: partition and credit must be positive elements, "
                              f"got {self.partition} and {self.credit}")
         n = len(self.params)
-        self.table = chunk_table([p.numel() for p in self.params], self.partition)
+        self.table = self._chunk_table()
         self.window = CreditWindow(self.table, self.credit)
         self.nchunks = list(self.window.count) + [0] * (n - len(self.window.count))
-        self.leader = comm.rank == 0
+        self.leader = comm.rank == 0 or not self.negotiated
         self._decision_len = 1 + min(len(self.table), MAX_DECISION)
         self._opts = self._private_optimizers(optimizer)
 
@@ -172,7 +178,7 @@ class ByteScheduler(Strategy):
         self.iterations_dispatched = 0
 
         self._nego = None
-        if comm.size > 1:
+        if comm.size > 1 and self.negotiated:
             # Decisions travel on their own group, never queued behind the data all-reduces.
             self._nego = dist.new_group(backend="gloo")
         self._completions: queue.Queue = queue.Queue()
@@ -186,6 +192,17 @@ class ByteScheduler(Strategy):
             t.start()
 
     # -- set-up -----------------------------------------------------------------------------
+    def _partition(self, settings) -> int:
+        return int(settings.get("partition") or DEFAULT_PARTITION)
+
+    def _chunk_table(self) -> list[tuple[int, int, int]]:
+        return chunk_table([p.numel() for p in self.params], self.partition)
+
+    def _start_chunk(self, chunk: int, data: torch.Tensor):
+        """Start reducing one chunk (a slice of its tensor's flat gradient, summed in place);
+        returns what the completer waits on."""
+        return self.comm.allreduce(data, async_op=True)
+
     def _private_optimizers(self, optimizer):
         group_of = {}
         for g in optimizer.param_groups:
@@ -311,6 +328,8 @@ class ByteScheduler(Strategy):
             self._cv.wait(_POLL_S)
 
     def _raise_if_failed(self) -> None:
+        if isinstance(self._error, PSError):  # a dead server: the job entry reports it
+            raise PSError(str(self._error)) from self._error
         if self._error is not None:
             raise RuntimeError(f"bytescheduler: communication thread failed: "
                                f"{type(self._error).__name__}: {self._error}") from self._error
@@ -382,7 +401,7 @@ class ByteScheduler(Strategy):
                     with self._cv:
                         self._wait_bg(lambda i=i: (drain(), seen[i])[1])
                         flat = self._flat[i]
-                    work = self.comm.allreduce(flat[start:end], async_op=True)
+                    work = self._start_chunk(c, flat[start:end])
                     self._completions.put((c, work, iteration))
                 left -= len(picks)
             for work, _ in sent:
@@ -416,7 +435,7 @@ class ByteScheduler(Strategy):
             work.wait()
             i = self.table[c][0]
             with self._cv:
-                if self.leader:
+                if self.leader and self.credit_on_completion:
                     self.window.done(c)
                 self._remaining[i] -= 1
                 last = self._remaining[i] == 0

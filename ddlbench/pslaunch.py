@@ -1,0 +1,226 @@
+"""Start a parameter-server job on the hosts of a host file, as BytePS's launcher did.
+
+``python -m ddlbench.pslaunch --hostfile F --nworkers W [--nservers S] [--job-id ID] -- ARGS``
+(``byteps/byteps_launch.sh`` calls it) runs ``python -m ddlbench.train ARGS`` as W workers and
+S servers:
+
+- every host of the file local (``localhost``): the suite's local spawner does it
+  (``--nworkers W --nservers S``), servers included;
+- otherwise workers fill the hosts' slots in order, and servers (default: one per worker
+  machine, as the published runs) go round-robin over the worker machines; each process is
+  started with ``$SSH host`` (``ssh`` unless configs/cluster.conf says otherwise) or locally for
+  a local host, with the DMLC_* variables a BytePS user knows (``DMLC_ROLE``,
+  ``DMLC_WORKER_ID``, ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER``, ``DMLC_PS_ROOT_URI``,
+  ``DMLC_PS_ROOT_PORT``) plus ``DDLBENCH_SERVER_ID``. The rendezvous is ``DMLC_PS_ROOT_URI``
+  (default: the first host) on ``DMLC_PS_ROOT_PORT`` (default: a port the first host's
+  kernel reports free).
+
+When any process fails, or this launcher gets SIGINT/SIGTERM, every process of the job is
+stopped: local children directly, remote ones by ``pkill`` on their host, found by the job id
+on their command line (``--job-id``). ``--stop [--job-id ID]`` stops the suite's training
+processes (of that job, or all) on every host of the file: ``byteps/stop.sh``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+from . import hostfile
+from .errors import EXIT_USAGE, UsageError
+
+
+FORWARD_PREFIXES = ("NCCL_", "GLOO_", "DDLBENCH_", "OMP_")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m ddlbench.pslaunch")
+    p.add_argument("--hostfile", required=True)
+    p.add_argument("--nworkers", type=int, default=None)
+    p.add_argument("--nservers", type=int, default=None)
+    p.add_argument("--job-id", default=None)
+    p.add_argument("--stop", action="store_true", help="stop the suite's processes on the hosts")
+    p.add_argument("--grace", type=float, default=5.0)
+    p.add_argument("train_args", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.train_args and args.train_args[0] == "--":
+        args.train_args = args.train_args[1:]
+    return args
+
+
+def resolve(hosts: list[hostfile.Host], path: str) -> None:
+    for h in hosts:
+        if h.name in hostfile.LOCAL_NAMES:
+            continue
+        try:
+            socket.getaddrinfo(h.name, None)
+        except socket.gaierror:
+            raise UsageError(f"unknown host {h.name!r} in host file {path}") from None
+
+
+def is_local(name: str) -> bool:
+    return name in hostfile.LOCAL_NAMES or name == socket.gethostname()
+
+
+def placement(hosts: list[hostfile.Host], nworkers: int, nservers: int):
+    """(host of each worker, host of each server). Workers fill slots in file order; servers go
+    round-robin over the machines that hold workers."""
+    workers = [h.name for h in hosts for _ in range(h.slots)][:nworkers]
+    machines = list(dict.fromkeys(workers))
+    servers = [machines[s % len(machines)] for s in range(nservers)]
+    return workers, servers
+
+
+def _ssh() -> list[str]:
+    """The remote shell: $SSH (configs/cluster.conf), else non-interactive ssh."""
+    return shlex.split(os.environ.get("SSH") or "ssh -o BatchMode=yes")
+
+
+def _free_port(host: str, py: str) -> int:
+    code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+    if is_local(host):
+        return int(subprocess.run([py, "-c", code], capture_output=True, text=True,
+                                  check=True).stdout)
+    out = subprocess.run(_ssh() + [host, f"{shlex.quote(py)} -c {shlex.quote(code)}"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 or not out.stdout.strip().isdigit():
+        raise UsageError(f"cannot reach {host} over ssh to choose a port: "
+                         f"{(out.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return int(out.stdout)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+        hosts = hostfile.parse(args.hostfile)
+        resolve(hosts, args.hostfile)
+        if args.stop:
+            return stop(hosts, args.job_id)
+        if args.nworkers is None or args.nworkers <= 0:
+            raise UsageError(f"nworkers must be positive, got {args.nworkers}")
+        hostfile.check(args.hostfile, args.nworkers)
+        workers, _ = placement(hosts, args.nworkers, 0)
+        machines = len(set(workers))
+        nservers = args.nservers if args.nservers is not None else machines
+        if nservers <= 0:
+            raise UsageError(f"nservers must be positive, got {nservers}")
+        py = sys.executable
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        train = ["-m", "ddlbench.train", *args.train_args]
+        if all(is_local(h.name) for h in hosts):
+            cmd = [py, *train, "--nworkers", str(args.nworkers), "--nservers", str(nservers)]
+            print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+            os.chdir(root)
+            os.execv(py, cmd)
+        job = args.job_id or uuid.uuid4().hex[:12]
+        workers, servers = placement(hosts, args.nworkers, nservers)
+        uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
+        port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(workers[0], py))
+        common = {"DMLC_NUM_WORKER": str(args.nworkers), "DMLC_NUM_SERVER": str(nservers),
+                  "DMLC_PS_ROOT_URI": "127.0.0.1" if uri in hostfile.LOCAL_NAMES else uri,
+                  "DMLC_PS_ROOT_PORT": port}
+        roles = [(h, {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(i)})
+                 for i, h in enumerate(workers)]
+        roles += [(h, {"DMLC_ROLE": "server", "DDLBENCH_SERVER_ID": str(s)})
+                  for s, h in enumerate(servers)]
+        # Processes per host, so that CPU workers share that host's cores.
+        per_host = {h: sum(1 for x, _ in roles if x == h) for h, _ in roles}
+        seen: dict[str, int] = {}
+        for h, env in roles:
+            env.update(DDLBENCH_LOCAL_RANK=str(seen.setdefault(h, 0)),
+                       DDLBENCH_LOCAL_SIZE=str(per_host[h]))
+            seen[h] += 1
+        return run(roles, common, py, root, train + ["--job-id", job], job, args.grace)
+    except UsageError as e:
+        print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+
+def run(roles, common, py, root, train, job, grace) -> int:
+    procs: list[tuple[str, subprocess.Popen]] = []
+    stopping = {"signal": None}
+
+    def on_signal(signum, _frame):
+        stopping["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    remote = sorted({h for h, _ in roles if not is_local(h)})
+    try:
+        for host, role in roles:
+            env = dict(common, **role)
+            if is_local(host):
+                procs.append((host, subprocess.Popen([py, *train], cwd=root,
+                                                     env=dict(os.environ, **env))))
+            else:
+                # ssh forwards no environment: the network profile's settings travel too.
+                env = {k: v for k, v in os.environ.items()
+                       if k.startswith(FORWARD_PREFIXES)} | env
+                assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+                line = (f"cd {shlex.quote(root)} && exec env {assign} {shlex.quote(py)} "
+                        + " ".join(shlex.quote(a) for a in train))
+                procs.append((host, subprocess.Popen(_ssh() + [host, line],
+                                                     stdin=subprocess.DEVNULL)))
+        failure = None
+        while failure is None:
+            if stopping["signal"] is not None:
+                failure = 128 + stopping["signal"]
+                break
+            codes = [p.poll() for _, p in procs]
+            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                i, code = bad[0]
+                failure = code if code > 0 else 128 - code
+                host, role = roles[i]
+                name = (f"worker {role['DMLC_WORKER_ID']}" if role["DMLC_ROLE"] == "worker"
+                        else f"server {role['DDLBENCH_SERVER_ID']}")
+                print(f"ddlbench: {name} on {host} exited with code {code}; stopping the job",
+                      file=sys.stderr, flush=True)
+                break
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(0.1)
+        return failure
+    finally:
+        _stop_all(procs, remote, job, grace)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _stop_all(procs, remote_hosts, job, grace) -> None:
+    alive = [p for _, p in procs if p.poll() is None]
+    if alive and remote_hosts:
+        stop([hostfile.Host(h, 1) for h in remote_hosts], job, quiet=True)
+    for p in alive:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def stop(hosts, job: str | None, quiet: bool = False) -> int:
+    """Stop the suite's training processes (of ``job``, else all) on every host."""
+    pattern = f"ddlbench.train .*--job-id {job}" if job else "ddlbench.train"
+    for h in dict.fromkeys(h.name for h in hosts):
+        cmd = ["pkill", "-TERM", "-f", pattern]
+        if not is_local(h):
+            cmd = _ssh() + [h, " ".join(shlex.quote(c) for c in cmd)]
+        subprocess.run(cmd, capture_output=True, timeout=60)
+        if not quiet:
+            print(f"stopped {'job ' + job if job else 'ddlbench.train'} processes on {h}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

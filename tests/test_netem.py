@@ -1,0 +1,335 @@
+"""The emulated cluster (ddlbench.netem, --net): rates measured over real namespaced TCP, methods
+verified across it, nothing left behind after a run is killed, bad input refused in one line.
+
+The tests that build namespaces skip, with the reason, where this process is not root or
+iproute2 is missing. Every namespace a test's run made is removed by the ``netem_runs`` fixture
+even when the test fails."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddlbench import netem
+from ddlbench.errors import UsageError
+
+from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, env, run, train, verify_lines
+
+REASON = netem.unavailable_reason()
+needs_netem = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+RUN_RE = re.compile(r"run ([0-9a-f]{6})")
+GBIT = 1e9
+
+
+def netem_cli(*args, timeout=180, **extra_env):
+    return run([sys.executable, "-m", "ddlbench.netem", *args], timeout=timeout, **extra_env)
+
+
+def leftovers(run_id: str) -> list[str]:
+    """Whatever of run ``run_id`` still exists: namespaces, /etc/netns entries, its state file,
+    and links of the machine's own namespace carrying the id."""
+    found = [ns for ns in netem.list_namespaces() if run_id in ns]
+    if os.path.isdir(netem.ETC_NETNS):
+        found += [f"/etc/netns/{d}" for d in os.listdir(netem.ETC_NETNS) if run_id in d]
+    state = os.path.join(netem.state_dir(), f"{run_id}.json")
+    if os.path.exists(state):
+        found.append(state)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    found += [line.split(":")[1].strip() for line in links.splitlines() if run_id in line]
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def netem_runs():
+    """A list the test appends its run ids to; whatever of them remains afterwards is removed
+    (and so is any set whose owner died), so a failing test leaves nothing behind."""
+    ids: list[str] = []
+    yield ids
+    if REASON is None:
+        for run_id in ids:
+            netem._remove_namespaces([ns for ns in netem.list_namespaces() if run_id in ns])
+            try:
+                os.unlink(os.path.join(netem.state_dir(), f"{run_id}.json"))
+            except OSError:
+                pass
+        netem.cleanup_stale()
+
+
+def run_ids(text: str) -> list[str]:
+    return sorted(set(RUN_RE.findall(text)))
+
+
+# --------------------------------------------------------------------------- no root needed
+
+@pytest.mark.parametrize("spec,words", [
+    ("fastest", "unknown network profile 'fastest'"),
+    ("rate=0gbit", "rate must be positive"),
+    ("rate=-1gbit", "rate must be positive"),
+    ("0mbit", "rate must be positive"),
+    ("rate=1gbyte", "malformed rate '1gbyte'"),
+    ("rate=fast", "malformed rate 'fast'"),
+    ("rate=1gbit,burst=lots", "malformed burst"),
+    ("rate=1gbit,colour=red", "malformed network spec"),
+    ("rate=", "malformed network spec"),
+    ("target=10gbit,speedup=0", "speedup must be positive"),
+    ("target=10gbit", "needs both target_rate and speedup"),
+])
+def test_bad_net_is_one_line_exit_2(spec, words):
+    proc = netem_cli("probe", "--net", spec, timeout=60)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ddlbench: error: "), \
+        describe(proc)
+    assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_training_script_refuses_bad_net():
+    proc = train(*TINY_BERT, "--nworkers", "2", "--net", "rate=0mbit", timeout=120)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.strip().count("\n") == 0, describe(proc)
+    assert proc.stderr.startswith("ddlbench: error: rate must be positive"), describe(proc)
+
+
+def test_shell_launcher_maps_net_to_the_local_spawner():
+    proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=120, nworkers="2",
+               dnn="bert_tiny", bs="4", net="fastest")
+    assert proc.returncode == 2, describe(proc)
+    assert "-m ddlbench.train --nworkers 2 --net fastest" in proc.stderr
+    assert "mpirun" not in proc.stderr and "unknown network profile" in proc.stderr
+
+
+def test_profiles_rates_and_scaling(tmp_path, monkeypatch):
+    assert netem.resolve(None).loopback and netem.resolve("loopback").loopback
+    assert netem.resolve("1gbit").rate_bps == 1e9
+    assert netem.resolve("2.5gbit").rate_bps == 2.5e9
+    assert netem.resolve("5gbit").rate_bps == 5e9
+    p = netem.resolve("rate=300mbit,burst=256kb")
+    assert (p.rate_bps, p.burst) == (300e6, 256 * 1024)
+    assert netem.resolve("300mbit").rate_bps == 300e6
+    # Scaling: rate = target / speedup, and the record says how.
+    s = netem.resolve("target=10gbit,speedup=200")
+    assert s.rate_bps == pytest.approx(50e6) and s.speedup == 200
+    d = s.describe()
+    assert d["target_rate_bps"] == 10e9 and "target_rate / speedup" in d["scaling"]
+    assert netem.resolve("10gbe-scaled-200x").rate_bps == pytest.approx(50e6)
+    # A user's file adds and overrides profiles.
+    extra = tmp_path / "mine.yaml"
+    extra.write_text("profiles:\n  lab: {rate: 750mbit}\n  1gbit: {rate: 900mbit}\n")
+    monkeypatch.setenv("DDLBENCH_NETWORKS", str(extra))
+    assert netem.resolve("lab").rate_bps == 750e6 and netem.resolve("1gbit").rate_bps == 900e6
+    extra.write_text("profiles:\n  lab: {rate: 750mbit, speed: 3}\n")
+    with pytest.raises(UsageError, match="unknown key"):
+        netem.resolve("lab")
+    extra.write_text("profiles: [\n")
+    with pytest.raises(UsageError, match="malformed YAML"):
+        netem.resolve("lab")
+
+
+def test_names_fit_the_kernel_and_carry_the_run_id():
+    c = netem.Cluster(netem.MAX_HOSTS, netem.resolve("1gbit"), run_id="abcdef")
+    names = [h.ifname for h in c.hosts] + [c.port(i) for i in range(c.nhosts)] + [c.bridge]
+    assert all(len(n) <= 15 and "abcdef" in n for n in names)
+    assert all("abcdef" in ns for ns in c.namespaces)
+    assert len({h.address for h in c.hosts}) == c.nhosts
+    assert all(h.address.startswith("198.18.") for h in c.hosts)
+    with pytest.raises(UsageError):
+        netem.Cluster(netem.MAX_HOSTS + 1, netem.resolve("1gbit"))
+
+
+def test_probe_warns_when_more_than_10_percent_off(monkeypatch):
+    lines = []
+    monkeypatch.setattr(netem.Cluster, "up", lambda self, log=None: self)
+    monkeypatch.setattr(netem.Cluster, "down", lambda self: None)
+    for measured, warned in ((0.93e9, False), (0.85e9, True)):
+        lines.clear()
+        monkeypatch.setattr(netem, "probe_stream", lambda c, s, m=measured: {
+            "kind": "tcp stream host 1 -> host 0", "seconds": 1.0, "bytes": 0,
+            "rate_bps": m, "configured_bps": 1e9, "deviation": m / 1e9 - 1,
+            "within_tolerance": abs(m / 1e9 - 1) <= 0.1})
+        cluster = netem.start(2, "1gbit", log=lines.append)
+        assert any("warning" in ln for ln in lines) == warned, lines
+        info = json.loads(cluster.env(1)["DDLBENCH_NET_INFO"])
+        assert info["probe"]["rate_bps"] == measured and info["rate_bps"] == 1e9
+
+
+def test_unavailable_reasons(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "needs root" in netem.unavailable_reason()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netem, "_which", lambda tool: None)
+    assert "needs iproute2" in netem.unavailable_reason()
+    with pytest.raises(netem.NetemError, match="iproute2"):
+        netem.require()
+    assert netem.start(2, "loopback") is None  # loopback needs neither
+
+
+def test_not_root_is_one_line():
+    if os.geteuid() != 0:
+        proc = netem_cli("probe", "--net", "1gbit", timeout=60)
+    else:
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+        try:
+            ok = subprocess.run([*cmd, "-c", "import ddlbench.netem"], cwd=REPO,
+                                capture_output=True, timeout=60).returncode == 0
+        except OSError:
+            ok = False
+        if not ok:
+            pytest.skip("cannot run this Python as an unprivileged user (setpriv)")
+        proc = subprocess.run([*cmd, "-m", "ddlbench.netem", "probe", "--net", "1gbit"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.count("\n") == 1 and "needs root" in proc.stderr, describe(proc)
+
+
+# --------------------------------------------------------------------------- emulated cluster
+
+@needs_netem
+@pytest.mark.parametrize("hosts", [2, 3])
+def test_allreduce_bus_bandwidth_at_1gbit(hosts, tmp_path, netem_runs):
+    out = tmp_path / "probe.json"
+    proc = netem_cli("probe", "--net", "1gbit", "--hosts", str(hosts), "--allreduce",
+                     "--bytes", "16M", "--iters", "4", "--seconds", "0.5", "--json", str(out))
+    netem_runs += run_ids(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, describe(proc)
+    res = json.loads(out.read_text())
+    ar, stream = res["allreduce"], res["stream"]
+    assert ar["bytes"] == 16 << 20 and len(ar["times_s"]) == 4
+    assert abs(ar["busbw_bps"] / GBIT - 1) <= 0.15, ar
+    assert abs(stream["rate_bps"] / GBIT - 1) <= 0.15, stream
+    assert res["net"]["hosts"] == hosts and res["net"]["rate_bps"] == GBIT
+    assert not leftovers(res["net"]["run_id"])
+
+
+@needs_netem
+def test_wfbp_verifies_over_2_5gbit(netem_runs):
+    proc = train(*TINY_BERT, "--nworkers", "2", "--net", "2.5gbit", "--verify", "2",
+                 "--method", "wfbp")
+    netem_runs += run_ids(proc.stderr)
+    assert proc.returncode == 0, describe(proc)
+    steps = verify_lines(proc.stdout)["wfbp"]
+    assert [s[0] for s in steps] == [1, 2] and all(s[3] for s in steps), proc.stdout
+    assert "2 emulated hosts, profile 2.5gbit" in proc.stderr and "probe: tcp stream" in proc.stderr
+    assert len(netem_runs) == 1 and not leftovers(netem_runs[0])
+
+
+@needs_netem
+def test_bspps_verifies_over_2_5gbit(netem_runs):
+    from ddlbench import strategies
+    if "bspps" not in strategies.names():
+        pytest.skip("the parameter-server method bspps does not exist yet")
+    proc = train(*TINY_BERT, "--nworkers", "2", "--nservers", "1", "--net", "2.5gbit",
+                 "--verify", "2", "--method", "bspps")
+    netem_runs += run_ids(proc.stderr)
+    assert proc.returncode == 0, describe(proc)
+    steps = verify_lines(proc.stdout)["bspps"]
+    assert [s[0] for s in steps] == [1, 2] and all(s[3] for s in steps), proc.stdout
+    # Two workers and one server: three hosts.
+    assert "3 emulated hosts, profile 2.5gbit" in proc.stderr
+    assert len(netem_runs) == 1 and not leftovers(netem_runs[0])
+
+
+def start_long_run(tmp_path):
+    """A 2-worker run at 1gbit that would take minutes; returns once both workers train."""
+    out, err = open(tmp_path / "out", "w"), open(tmp_path / "err", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ddlbench.train", *TINY_BERT, "--nworkers",
+                             "2", "--net", "1gbit", "--method", "wfbp", "--timeout", "60",
+                             "--num-warmup-batches", "100000"],
+                            cwd=REPO, env=env(DDLBENCH_NET_PROBE_S="0.3"), stdout=out,
+                            stderr=err)
+    deadline = time.monotonic() + 120
+    while "Running warmup" not in (tmp_path / "out").read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the run did not start (exit {proc.poll()}):\n"
+                                 f"{(tmp_path / 'err').read_text()[-2000:]}")
+        time.sleep(0.2)
+    ids = run_ids((tmp_path / "err").read_text())
+    assert len(ids) == 1, (tmp_path / "err").read_text()
+    pids = [int(p) for i in range(2) for p in subprocess.run(
+        ["ip", "netns", "pids", f"{netem.NS_PREFIX}{ids[0]}-h{i}"], capture_output=True,
+        text=True).stdout.split()]
+    assert len(pids) == 2, pids
+    return proc, ids[0], pids
+
+
+def wait_gone(pids, timeout=30):
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+@needs_netem
+@pytest.mark.parametrize("how", ["sigkill-worker", "sigint-launcher"])
+def test_killed_run_leaves_nothing(how, tmp_path, netem_runs):
+    proc, run_id, pids = start_long_run(tmp_path)
+    netem_runs.append(run_id)
+    assert leftovers(run_id)  # the set exists while it runs
+    if how == "sigkill-worker":
+        os.kill(pids[1], signal.SIGKILL)
+    else:
+        proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=60)
+    # SIGINT: 128 + 2; a killed worker: its 137, or its peer's failure if that came first
+    assert code == 130 if how == "sigint-launcher" else code != 0
+    assert not leftovers(run_id)
+    assert not wait_gone(pids)
+
+
+@needs_netem
+def test_stale_set_of_a_killed_launcher_is_removed_at_next_start(tmp_path, netem_runs,
+                                                                 load_json):
+    proc, run_id, pids = start_long_run(tmp_path)
+    netem_runs.append(run_id)
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait(timeout=30)
+    assert any(ns.endswith("-sw") for ns in leftovers(run_id))  # stale, workers orphaned
+    for pid in pids:  # still there for the cleanup to find, but not using the CPU meanwhile
+        os.kill(pid, signal.SIGSTOP)
+    # The next run: it removes the stale set first, then runs, and records the network.
+    out = tmp_path / "rec.json"
+    nxt = train(*TINY_BERT, *QUICK_TIMING, "--nworkers", "2", "--net", "1gbit",
+                "--method", "fusion", "--output", str(out))
+    netem_runs += run_ids(nxt.stderr)
+    assert nxt.returncode == 0, describe(nxt)
+    assert f"did not clean up: {run_id}" in nxt.stderr, describe(nxt)
+    assert not leftovers(run_id)
+    assert not wait_gone(pids)  # the orphaned workers were stopped with their namespaces
+    net = load_json(out)["net"]
+    assert net["profile"] == "1gbit" and net["emulated"] and net["rate_bps"] == GBIT
+    assert net["hosts"] == 2 and net["run_id"] != run_id and net["run_id"] in netem_runs
+    assert abs(net["probe"]["rate_bps"] / GBIT - 1) <= 0.10, net["probe"]
+    assert net["probe"]["within_tolerance"]
+    assert all(not leftovers(r) for r in netem_runs)
+
+
+@needs_netem
+def test_sigterm_of_the_probe_cleans_up(netem_runs):
+    proc = subprocess.Popen([sys.executable, "-m", "ddlbench.netem", "probe", "--net", "1gbit",
+                             "--seconds", "60"], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        ids = run_ids(first)
+        netem_runs += ids
+        assert len(ids) == 1, first
+        time.sleep(1.0)  # the probe's helpers are running in the namespaces
+        assert leftovers(ids[0])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not leftovers(ids[0])
