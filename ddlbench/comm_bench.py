@@ -43,7 +43,7 @@ import time
 
 from .errors import UsageError
 
-OPS = ("allreduce", "allgather")
+OPS = ("allreduce", "allgather", "pushpull")
 KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = KIB
@@ -88,7 +88,11 @@ def message_size(op: str, nbytes: int, world: int) -> int:
 
 
 def bus_factor(op: str, world: int) -> float:
-    """busbw / algbw (nccl-tests; DESIGN.md section 3)."""
+    """busbw / algbw (nccl-tests; DESIGN.md section 3). Push/pull has no nccl-tests
+    counterpart: each worker sends the whole message and receives the whole sum, so the rate
+    its link sustains in each direction is the algbw itself (factor 1)."""
+    if op == "pushpull":
+        return 1.0
     return 2 * (world - 1) / world if op == "allreduce" else (world - 1) / world
 
 
@@ -109,11 +113,14 @@ def model_sizes(name: str, image_size=None, sentence_len: int = 64, num_classes:
 # --------------------------------------------------------------------------- measuring
 
 def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: int = 5,
-                    iters: int = 20) -> dict:
+                    iters: int = 20, ps=None) -> dict:
     """Time one collective on a message of ``nbytes`` (see ``message_size``): ``warmup``
     untimed operations, then ``iters`` timed one by one (each waited for, the device
     synchronised). An operation's time is the slowest rank's; returns ``{"mean", "median",
-    "min", "max"}`` of those, in seconds. Every rank of ``group`` must call it alike."""
+    "min", "max"}`` of those, in seconds. Every rank of ``group`` must call it alike.
+    ``pushpull`` (a job with parameter servers, ``ps`` its client): the message cut into the
+    servers' partitions, every partition pushed and its sum pulled back, as a PS method does
+    with one fused gradient."""
     import statistics
 
     import torch
@@ -136,6 +143,15 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
 
         def once():
             gather(out, src, group=group)
+    elif op == "pushpull":
+        if ps is None:
+            raise UsageError("pushpull needs parameter servers: --nservers S")
+        buf = torch.zeros(count, dtype=torch.float32, device=device)
+        parts = ps.open([(count, torch.float32)])[0]
+
+        def once():
+            for h in [ps.push_pull(part, buf[part.start:part.end]) for part in parts]:
+                h.wait()
     else:
         raise UsageError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     for _ in range(warmup):
@@ -148,6 +164,8 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
         once()
         engine.synchronize(device)
         times.append(time.perf_counter() - start)
+    if op == "pushpull":
+        ps.close()
     t = torch.tensor(times, dtype=torch.float64,
                      device=device if dist.get_backend(group) == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
@@ -201,7 +219,7 @@ def relative_errors(alpha: float, beta: float, sizes, seconds) -> list[float]:
 
 def ring_link(op: str, alpha: float, beta: float, world: int) -> dict | None:
     """Per-step ring alpha/beta implied by a per-message fit (DESIGN.md section 3)."""
-    if world <= 1:
+    if world <= 1 or op == "pushpull":
         return None
     if op == "allreduce":
         return {"alpha_s": alpha / (2 * (world - 1)),
@@ -211,7 +229,7 @@ def ring_link(op: str, alpha: float, beta: float, world: int) -> dict | None:
 
 def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int = 5,
             iters: int = 20, relative: bool = True, stat: str = "median",
-            network: str | None = None, log=None) -> dict:
+            network: str | None = None, log=None, ps=None) -> dict:
     """Time ``op`` over ``sizes`` and fit the model: the rows, the fit and its errors.
     ``stat``: which per-operation statistic is a size's time (median or mean).
     Collective: every rank calls it; every rank returns the same numbers."""
@@ -225,7 +243,7 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
         log(header(op, world, stat))
     for nbytes in msgs:
         stats = time_collective(op, nbytes, group=group, device=device, warmup=warmup,
-                                iters=iters)
+                                iters=iters, ps=ps)
         t = stats[stat]
         algbw = nbytes / t / 1e9 if t > 0 else float("inf")
         rows.append({"size_bytes": nbytes, "count": nbytes // ELEMENT_BYTES, "type": "float",
@@ -241,13 +259,16 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
         r["fit_s"] = predict(alpha, beta, r["size_bytes"])
         r["fit_error"] = e
     worst = max(range(len(errs)), key=lambda i: abs(errs[i]))
-    result = {"op": op, "nworkers": world, "backend": dist.get_backend(group),
+    result = {"op": op, "nworkers": world,
+              "backend": "gloo (push/pull)" if op == "pushpull" else dist.get_backend(group),
               "network": network, "rows": rows,
               "fit": {"alpha_s": alpha, "beta_s_per_byte": beta,
                       "method": "relative least squares" if relative else "least squares",
                       "worst_abs_error": abs(errs[worst]),
                       "worst_error_size_bytes": rows[worst]["size_bytes"],
                       "ring_link": ring_link(op, alpha, beta, world)}}
+    if ps is not None and op == "pushpull":
+        result.update(nservers=ps.nservers, partition_bytes=ps.partition_bytes)
     if log:
         log("\n".join(format_table_tail(result)))
     return result
@@ -256,8 +277,9 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
 # --------------------------------------------------------------------------- output
 
 def header(op: str, world: int, stat: str = "median") -> str:
-    size_note = "bytes each rank holds" if op == "allreduce" else "bytes gathered (P x sent)"
-    bus = "2(P-1)/P" if op == "allreduce" else "(P-1)/P"
+    size_note = ("bytes gathered (P x sent)" if op == "allgather" else "bytes each rank holds")
+    bus = {"allreduce": "2(P-1)/P", "allgather": "(P-1)/P",
+           "pushpull": "1 (each worker pushes size and pulls size)"}[op]
     return (f"# {op}, P = {world}: size = {size_note}; time = {stat} over operations of the "
             f"slowest rank's time; algbw = size/time; "
             f"busbw = algbw * {bus}\n"
@@ -329,8 +351,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                    metavar="PROFILE",
                    help="emulated network between the local workers (as the training "
                         "script's --net; env DDLBENCH_NET)")
+    p.add_argument("--nservers", type=int, default=None,
+                   help="parameter servers for --ops pushpull (default on one machine: one "
+                        "per 4 workers)")
+    p.add_argument("--partition-bytes", type=int, default=4_096_000,
+                   help="pushpull: the servers' partition size in bytes")
     p.add_argument("--output", default=None, help="write the JSON record here (rank 0)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.nservers is None:
+        # Servers are spawned here only for push/pull, and only with no launcher around.
+        from . import launch, ps
+        wants = "pushpull" in args.ops.split(",") and launch.detect() is None
+        args.nservers = ps.default_nservers(args.nworkers or 1) if wants else 0
+    return args
 
 
 def check(args) -> tuple[list[str], list[int]]:
@@ -341,6 +374,11 @@ def check(args) -> tuple[list[str], list[int]]:
                          f"known: {', '.join(OPS)}")
     if args.warmup < 0 or args.iters <= 0:
         raise UsageError("--warmup must be >= 0 and --iters positive")
+    if args.nservers < 0 or args.partition_bytes <= 0:
+        raise UsageError("--nservers must be >= 0 and --partition-bytes positive")
+    if "pushpull" in ops and args.nservers == 0:
+        raise UsageError("--ops pushpull needs parameter servers: --nservers S (under a "
+                         "launcher, S of its processes become servers)")
     if args.nworkers is not None and args.nworkers <= 0:
         raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
     from . import netem
@@ -376,8 +414,11 @@ def main(argv=None) -> int:
 def worker(args, placement) -> int:
     from . import engine, netem, record
     ops, sizes = check(args)
+    if engine.is_server(placement, args.nservers):
+        return engine.serve(placement, args.nservers, timeout_s=args.timeout)
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
-                      timeout_s=args.timeout, threads=args.threads)
+                      timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
+                      partition_bytes=args.partition_bytes)
 
     def log(line):
         if ctx.is_root:
@@ -391,7 +432,8 @@ def worker(args, placement) -> int:
         for op in ops:
             results.append(measure(op, sizes, device=ctx.device, warmup=args.warmup,
                                    iters=args.iters, relative=args.fit == "relative",
-                                   stat=args.stat, network=args.network, log=log))
+                                   stat=args.stat, network=args.network, log=log,
+                                   ps=ctx.ps))
         import socket
 
         import torch.distributed as dist
@@ -408,7 +450,7 @@ def worker(args, placement) -> int:
             record.write_atomic(args.output, rec)
         return 0
     finally:
-        engine.shutdown()
+        engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
 
 
 if __name__ == "__main__":

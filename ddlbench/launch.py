@@ -247,10 +247,10 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(0.05)
-        _terminate(procs, grace_s)
+        terminate(procs, grace_s)
         return failure
     finally:
-        _terminate(procs, grace_s)
+        terminate(procs, grace_s)
         if cluster is not None:
             cluster.down()
         for s, handler in old.items():
@@ -264,7 +264,7 @@ def _wait_all(procs, timeout_s):
         time.sleep(0.05)
 
 
-def _terminate(procs, grace_s):
+def terminate(procs, grace_s):
     alive = [p for p in procs if p.poll() is None]
     for p in alive:
         p.terminate()

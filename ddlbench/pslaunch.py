@@ -194,19 +194,13 @@ def run(roles, common, py, root, train, job, grace) -> int:
 
 
 def _stop_all(procs, remote_hosts, job, grace) -> None:
+    """Remote processes by pkill on their hosts, then the local children (ssh clients or
+    processes) with SIGTERM, SIGKILL after ``grace``."""
+    from .launch import terminate
     alive = [p for _, p in procs if p.poll() is None]
     if alive and remote_hosts:
         stop([hostfile.Host(h, 1) for h in remote_hosts], job, quiet=True)
-    for p in alive:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + grace
-    for p in alive:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    terminate(alive, grace)
 
 
 def stop(hosts, job: str | None, quiet: bool = False) -> int:

@@ -1,5 +1,4 @@
 """The communication micro-benchmark: sizes, the alpha-beta fit, the nccl-tests style table."""
-import argparse
 import sys
 
 import pytest
@@ -69,12 +68,12 @@ def test_ring_link_values():
 
 
 def _args(**kw):
-    base = dict(ops="allreduce,allgather", min_bytes="1K", max_bytes="4K", sizes="",
-                model=None, image_size=None, sentence_len=16, num_classes=1000,
-                threshold=64 * MIB, mgwfbp_profile=None, mgwfbp_min_group=0, warmup=1,
-                iters=2, nworkers=None)
-    base.update(kw)
-    return argparse.Namespace(**base)
+    """The command line's defaults (every option the command has), then these values."""
+    args = cb.parse_args(["--min-bytes", "1K", "--max-bytes", "4K", "--sentence-len", "16",
+                          "--warmup", "1", "--iters", "2"])
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
 
 
 def test_sizes_of_a_model_join_the_range():
@@ -143,4 +142,29 @@ def test_bad_input_from_the_command_line_is_one_line():
                timeout=120)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().splitlines() == [
-        "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, allgather"]
+        "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, allgather, "
+        "pushpull"]
+
+
+def test_push_pull_through_parameter_servers(tmp_path, load_json):
+    """--ops pushpull spawns the servers too (one for 2 workers) and times a message cut into
+    the servers' partitions: 64 KiB at 16 KiB partitions is 4 pushes and 4 pulls."""
+    out = tmp_path / "pp.json"
+    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops",
+                "pushpull", "--min-bytes", "1K", "--max-bytes", "64K", "--partition-bytes",
+                "16384", "--warmup", "1", "--iters", "3", "--output",
+                str(out)], timeout=180)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    (res,) = rec["results"]
+    assert res["op"] == "pushpull" and res["nservers"] == 1 and res["partition_bytes"] == 16384
+    assert [r["size_bytes"] for r in res["rows"]] == [1024 * 2 ** i for i in range(7)]
+    assert all(r["busbw_GBps"] == r["algbw_GBps"] > 0 for r in res["rows"])
+    assert res["fit"]["ring_link"] is None and res["fit"]["beta_s_per_byte"] > 0
+    assert "busbw = algbw * 1 (each worker pushes size and pulls size)" in proc.stdout
+
+
+def test_push_pull_without_servers_is_refused():
+    with pytest.raises(UsageError) as e:
+        cb.check(_args(ops="pushpull", nservers=0))
+    assert "needs parameter servers" in str(e.value)

@@ -60,6 +60,29 @@ class _Bucket:
         self.pending = None
         self.flat = None
 
+    def pack(self) -> torch.Tensor:
+        """The bucket's gradients as one flat tensor (a missing gradient counts as zeros): a
+        lone contiguous gradient is used in place, several are copied into the buffer."""
+        for p in self.params:
+            if p.grad is None:  # unused in this forward: contributes zeros
+                p.grad = torch.zeros_like(p)
+        if self.buffer is None:
+            g = self.params[0].grad
+            return g.view(-1) if g.is_contiguous() else g.reshape(-1).clone()
+        offset = 0
+        for p, n in zip(self.params, self.sizes):
+            self.buffer[offset:offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+        return self.buffer
+
+    def unpack(self, flat: torch.Tensor) -> None:
+        """Copy ``flat`` back into the gradients, unless it already is the gradient."""
+        if self.buffer is not None or not self.params[0].grad.is_contiguous():
+            offset = 0
+            for p, n in zip(self.params, self.sizes):
+                p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+                offset += n
+
 
 class BucketedAllReduce(Strategy):
     overlap = True           # start buckets from hooks during backward
@@ -112,30 +135,13 @@ class BucketedAllReduce(Strategy):
             self._next += 1
 
     def _launch(self, b: _Bucket) -> None:
-        for p in b.params:
-            if p.grad is None:  # unused in this forward: contributes zeros
-                p.grad = torch.zeros_like(p)
-        if b.buffer is None:
-            g = b.params[0].grad
-            flat = g.view(-1) if g.is_contiguous() else g.reshape(-1).clone()
-        else:
-            flat = b.buffer
-            offset = 0
-            for p, n in zip(b.params, b.sizes):
-                flat[offset:offset + n].copy_(p.grad.view(-1) if p.grad.is_contiguous()
-                                              else p.grad.reshape(-1))
-                offset += n
-        b.flat = flat
-        b.pending = self.compressor.reduce_async(tuple(b.members), flat, self.comm,
+        b.flat = b.pack()
+        b.pending = self.compressor.reduce_async(tuple(b.members), b.flat, self.comm,
                                                  shapes=[p.shape for p in b.params])
 
     def _finish(self, b: _Bucket) -> None:
         b.pending.wait()
-        if b.buffer is not None or not b.params[0].grad.is_contiguous():
-            offset = 0
-            for p, n in zip(b.params, b.sizes):
-                p.grad.copy_(b.flat[offset:offset + n].view_as(p.grad))
-                offset += n
+        b.unpack(b.flat)
         b.pending = None
         b.flat = None
         b.ready = 0

@@ -72,19 +72,7 @@ class BucketedPS(Strategy):
     def _launch(self, u: int) -> None:
         b = self.buckets[u]
         self._launched.add(u)
-        for p in b.params:
-            if p.grad is None:  # unused in this forward: contributes zeros
-                p.grad = torch.zeros_like(p)
-        if b.buffer is None:
-            g = b.params[0].grad
-            flat = g.view(-1) if g.is_contiguous() else g.reshape(-1).clone()
-        else:
-            flat = b.buffer
-            offset = 0
-            for p, n in zip(b.params, b.sizes):
-                flat[offset:offset + n].copy_(p.grad.reshape(-1))
-                offset += n
-        b.flat = flat
+        b.flat = flat = b.pack()
         b.pending = [self.comm.push_pull(part, flat[part.start:part.end])
                      for part in self.parts[u]]
 
@@ -95,14 +83,9 @@ class BucketedPS(Strategy):
         for b in self.buckets:
             for h in b.pending:
                 h.wait()
-            flat = b.flat
             if self.comm.size > 1:
-                flat.div_(self.comm.size)
-            if b.buffer is not None or not b.params[0].grad.is_contiguous():
-                offset = 0
-                for p, n in zip(b.params, b.sizes):
-                    p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
-                    offset += n
+                b.flat.div_(self.comm.size)
+            b.unpack(b.flat)
             b.pending = None
             b.flat = None
             b.ready = 0
