@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from .errors import EXIT_USAGE, UsageError
-from .ps import PSError
+from .ps import PSError, say
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def run_job(argv, module: str, parse_args, check, worker,
         # once (its communication threads may still be blocked on the dead peer).
         rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
                      if k in os.environ), "0")
-        print(f"ddlbench: worker {rank}: error: {e}", file=sys.stderr, flush=True)
+        say(f"ddlbench: worker {rank}: error: {e}")
         os._exit(1)
 
 

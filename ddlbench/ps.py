@@ -104,6 +104,13 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def say(line: str) -> None:
+    """One line on stderr in one write, so that lines of processes sharing the stream (a
+    job's workers and servers) never interleave."""
+    sys.stderr.flush()
+    os.write(2, (line + "\n").encode(errors="replace"))
+
+
 def _rss() -> int:
     import psutil
     return psutil.Process().memory_info().rss
@@ -290,8 +297,7 @@ class Server:
         self.rss_at_start = _rss()  # before any buffer: what the summing itself adds is above
 
     def _die(self, message: str) -> None:
-        print(f"ddlbench: parameter server {self.index} (rank {self.rank}): {message}",
-              file=sys.stderr, flush=True)
+        say(f"ddlbench: parameter server {self.index} (rank {self.rank}): {message}")
         # Threads blocked in receives cannot be interrupted; the process ends here, and the
         # workers waiting on it see their connections close.
         os._exit(1)
