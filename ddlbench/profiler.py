@@ -349,25 +349,13 @@ def main(argv=None) -> int:
 
 
 def worker(args, placement) -> int:
-    import torch
-    import torch.distributed as dist
-
-    import models
-
     from . import engine
     from .strategies.mgwfbp import merge_groups, schedule_time
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads)
     try:
-        torch.manual_seed(args.seed)
-        work = models.build(args.model, image_size=args.image_size,
-                            sentence_len=args.sentence_len, num_classes=args.num_classes)
-        work.model.to(ctx.device).train()
-        with torch.no_grad():
-            for t in list(work.model.parameters()) + list(work.model.buffers()):
-                dist.broadcast(t.data, 0)
-        gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
-        batch = work.make_batch(args.batch_size, ctx.device, gen)
+        from .train import replica
+        work, batch = replica(args, ctx)
 
         def forward_backward():
             work.loss(work.model, batch).backward()

@@ -279,7 +279,6 @@ def worker(args, placement) -> int:
     import torch.distributed as dist
 
     import compression
-    import models
 
     from . import measure, netem, record, strategies
     from .comm import Comm
@@ -303,15 +302,7 @@ def worker(args, placement) -> int:
 
     def build():
         """Model with rank 0's initial state, the optimizer, one fake batch on the device."""
-        torch.manual_seed(args.seed)
-        work = models.build(args.model, image_size=args.image_size,
-                            sentence_len=args.sentence_len, num_classes=args.num_classes)
-        work.model.to(ctx.device).train()
-        with torch.no_grad():
-            for t in list(work.model.parameters()) + list(work.model.buffers()):
-                dist.broadcast(t.data, 0)
-        gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
-        batch = work.make_batch(args.batch_size, ctx.device, gen)
+        work, batch = replica(args, ctx)
         return work, make_optimizer(work.model.parameters()), batch
 
     def make_compressor(name):
@@ -461,6 +452,24 @@ def worker(args, placement) -> int:
     finally:
         # After a failure nobody waits for the servers: they see the connections close.
         engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
+
+
+def replica(args, ctx):
+    """This rank's model, with rank 0's initial parameters and buffers, in training mode on
+    the device, and one fake batch of its own (different data on each rank)."""
+    import torch
+    import torch.distributed as dist
+
+    import models
+    torch.manual_seed(args.seed)
+    work = models.build(args.model, image_size=args.image_size,
+                        sentence_len=args.sentence_len, num_classes=args.num_classes)
+    work.model.to(ctx.device).train()
+    with torch.no_grad():
+        for t in list(work.model.parameters()) + list(work.model.buffers()):
+            dist.broadcast(t.data, 0)
+    gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
+    return work, work.make_batch(args.batch_size, ctx.device, gen)
 
 
 def compression_line(args, st: dict) -> str:
