@@ -83,10 +83,17 @@ NAMES = ("none", "fp16", "topk", "eftopk", "signum", "efsignum", "powersgd")
 
 class ReferenceMath:
     def __init__(self, name: str, world: int, dtype=torch.float32, density: float = 0.001,
-                 powersgd_rank: int = 4, powersgd_dense_steps: int = 0):
+                 powersgd_rank: int = 4, powersgd_dense_steps: int = 0,
+                 fp16_divide: str = "before"):
         if name not in NAMES:
             raise ValueError(f"no reference for compressor {name!r}")
+        if fp16_divide not in ("before", "after"):
+            raise ValueError(f"fp16_divide must be 'before' or 'after', got {fp16_divide!r}")
         self.name, self.world, self.dtype = name, world, dtype
+        # fp16: this suite divides by P in fp32 before the half cast; Horovod's fp16 casts,
+        # sums in half and divides the half sum by P ("after"; hvd.Compression.fp16 with
+        # op=Average).
+        self.fp16_divide = fp16_divide
         self.density, self.rank, self.dense_steps = density, powersgd_rank, powersgd_dense_steps
         self.residual = {}  # (worker, tensor name) -> residual of that tensor, in self.dtype
         self.q = {}         # tensor name -> PowerSGD's Q (float64)
@@ -106,13 +113,20 @@ class ReferenceMath:
         return sum(xs) / self.world, None
 
     def _fp16(self, names, xs, shapes, sizes):
-        halves = [(x.to(self.dtype) / self.world).half().double() for x in xs]
+        after = self.fp16_divide == "after"
+        scale = 1 if after else self.world
+        halves = [(x.to(self.dtype) / scale).half().double() for x in xs]
         total = torch.zeros_like(xs[0])
         magnitude = torch.zeros_like(xs[0])
         for h in halves:
             total += h             # exact: P halves add exactly in float64
             magnitude += h.abs()
         bound = (self.world - 1) * (FP16_UNIT * magnitude + FP16_SUBNORMAL_HALF_SPACING)
+        if after:
+            # The half sum (off by at most `bound`) divided by P and rounded to half once more.
+            p = self.world
+            total, bound = total / p, (bound + FP16_UNIT * (magnitude + bound)) / p \
+                + FP16_SUBNORMAL_HALF_SPACING
         return total, bound
 
     # -- error feedback bookkeeping, per worker and tensor ---------------------------------------

@@ -21,6 +21,9 @@ import torch
 import torch.distributed as dist
 
 
+_ITEMSIZE: dict = {}
+
+
 class Comm:
     def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None):
         self.rank = rank
@@ -37,12 +40,20 @@ class Comm:
         self.calls = defaultdict(int)
 
     def _count(self, op: str, tensor: torch.Tensor, wire_factor: float) -> None:
-        nbytes = tensor.numel() * tensor.element_size()
+        self.count(op, tensor.numel(), tensor.dtype, wire_factor)
+
+    def count(self, op: str, numel: int, dtype: torch.dtype, wire_factor: float) -> None:
+        """Account one collective of ``numel`` elements of ``dtype`` (also for collectives
+        issued elsewhere, such as Horovod's)."""
+        size = _ITEMSIZE.get(dtype)
+        if size is None:
+            size = _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
+        nbytes = numel * size
         self.payload[op] += nbytes
         self.wire_sent[op] += int(round(nbytes * wire_factor))
         self.calls[op] += 1
         if self.trace is not None:
-            self.trace.append((op, tensor.numel(), str(tensor.dtype).replace("torch.", "")))
+            self.trace.append((op, numel, str(dtype).replace("torch.", "")))
 
     def stats(self) -> dict:
         return {"payload_bytes": dict(self.payload), "wire_sent_bytes": dict(self.wire_sent),

@@ -25,6 +25,8 @@ class Context:
     # The parameter-server side of the job (ranks size..size+nservers-1), if it has servers.
     ps: "PSClient | None" = None
     nservers: int = 0
+    # --engine horovod: the HOROVOD_* settings it runs with (None on the torch engine).
+    horovod: "dict | None" = None
 
     @property
     def is_root(self) -> bool:
@@ -62,9 +64,13 @@ def is_server(placement: Placement, nservers: int) -> bool:
 
 def init(placement: Placement, use_cuda: bool, backend: str = "auto",
          timeout_s: float = 300.0, threads: int | None = None, nservers: int = 0,
-         partition_bytes: int = DEFAULT_PARTITION_BYTES) -> Context:
+         partition_bytes: int = DEFAULT_PARTITION_BYTES, engine: str = "torch",
+         method: str | None = None, threshold: float | None = None) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
-    job has ``nservers`` parameter servers, the push/pull group shared with them."""
+    job has ``nservers`` parameter servers, the push/pull group shared with them. With
+    ``engine="horovod"`` Horovod is started first, set up for ``method`` (and ``threshold``),
+    and the default group is a Gloo group beside it for everything but the method's own
+    communication (ddlbench.horovod_engine)."""
     nworkers = placement.world_size - nservers
     if nworkers <= 0:
         raise UsageError(f"{placement.world_size} processes cannot hold {nservers} servers "
@@ -79,7 +85,16 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
         torch.set_num_threads(threads or max(1, (cores or 1) // max(1, placement.local_world_size)))
     timeout = datetime.timedelta(seconds=timeout_s)
     client = None
-    if nservers == 0 and placement.launcher == "torchrun":
+    horovod = None
+    if engine == "horovod":
+        from . import horovod_engine
+        horovod = horovod_engine.start(placement, method, threshold)
+        # Gloo beside Horovod: the auxiliary collectives are few and small.
+        backend = "gloo"
+        dist.init_process_group(backend, store=horovod_engine.store(placement, timeout),
+                                rank=placement.rank, world_size=placement.world_size,
+                                timeout=timeout)
+    elif nservers == 0 and placement.launcher == "torchrun":
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
     elif nservers == 0:
         store = _store(placement, timeout)
@@ -94,7 +109,7 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
                           placement.rank, nworkers, nservers, partition_bytes, timeout_s)
     return Context(placement.rank, nworkers, placement.local_rank,
                    placement.local_world_size, device, backend, placement.launcher,
-                   ps=client, nservers=nservers)
+                   ps=client, nservers=nservers, horovod=horovod)
 
 
 def serve(placement: Placement, nservers: int, timeout_s: float = 300.0) -> int:
@@ -150,6 +165,9 @@ def shutdown(ctx: Context | None = None, clean: bool = True) -> None:
         ctx.ps.shutdown()
     if dist.is_initialized():
         dist.destroy_process_group()
+    if ctx is not None and ctx.horovod is not None:
+        from . import horovod_engine
+        horovod_engine.shutdown()
 
 
 def synchronize(device: torch.device) -> None:

@@ -3,7 +3,9 @@
 Also a small command for the shell launchers:
 ``python -m ddlbench.hostfile FILE --need N`` checks that FILE exists, is not an example file
 and holds at least N slots, then prints the rendezvous address (the first host; ``localhost``
-becomes 127.0.0.1). Bad input: one line on stderr, exit 2.
+becomes 127.0.0.1); with ``--horovod`` it prints the hosts as horovodrun's ``-H`` wants them
+(``host:slots,...``; horovodrun's own host-file reader trips on comments). Bad input: one line
+on stderr, exit 2.
 """
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ def rendezvous_address(hosts: list[Host]) -> str:
     return "127.0.0.1" if first in LOCAL_NAMES else first
 
 
+def horovodrun_hosts(hosts: list[Host]) -> str:
+    return ",".join(f"{h.name}:{h.slots}" for h in hosts)
+
+
 def check(path: str, need: int) -> list[Host]:
     hosts = parse(path)
     if need > total_slots(hosts):
@@ -75,11 +81,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ddlbench.hostfile")
     p.add_argument("path")
     p.add_argument("--need", type=int, default=1)
+    p.add_argument("--horovod", action="store_true",
+                   help="print the hosts as horovodrun -H wants them")
     args = p.parse_args(argv)
     try:
         if args.need <= 0:
             raise UsageError(f"nworkers must be positive, got {args.need}")
-        print(rendezvous_address(check(args.path, args.need)))
+        hosts = check(args.path, args.need)
+        print(horovodrun_hosts(hosts) if args.horovod else rendezvous_address(hosts))
         return 0
     except UsageError as e:
         print(f"ddlbench: error: {e}", file=sys.stderr)

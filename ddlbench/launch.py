@@ -11,6 +11,8 @@ match wins:
 - Open MPI: ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``; the rendezvous
   address comes from ``MASTER_ADDR`` (the MPI launcher sets it from the host file) and, when
   ``MASTER_PORT`` is unset, rank 0 lets the kernel choose a port and tells the others over MPI;
+- horovodrun --gloo: ``HOROVOD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE`` (only with
+  ``--engine horovod``, whose store address travels through Horovod itself);
 - Slurm job steps (``srun``): ``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID``;
   ``MASTER_ADDR`` defaults to the step's first node and ``MASTER_PORT`` must be given or is derived
   from the job id (10000 + job id mod 50000), as is usual on shared clusters.
@@ -36,7 +38,7 @@ class Placement:
     world_size: int
     local_rank: int
     local_world_size: int
-    launcher: str  # local | torchrun | mpi | slurm | dmlc | single
+    launcher: str  # local | torchrun | mpi | horovodrun | slurm | dmlc | single
     master_addr: str | None
     master_port: int | None
     # Who hosts the rendezvous store: "rank0" (rank 0 starts it), or "external" (the local
@@ -77,6 +79,12 @@ def detect(env=None) -> Placement | None:
                          _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
                          _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1), "mpi",
                          env.get("MASTER_ADDR"), _port(env))
+    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        # horovodrun --gloo (under mpirun the Open MPI variables above come first). The
+        # rendezvous is Horovod's own: --engine horovod shares rank 0's store through it.
+        return Placement(_int(env, "HOROVOD_RANK"), _int(env, "HOROVOD_SIZE"),
+                         _int(env, "HOROVOD_LOCAL_RANK", 0), _int(env, "HOROVOD_LOCAL_SIZE", 1),
+                         "horovodrun", env.get("MASTER_ADDR"), _port(env))
     if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
         port = _port(env)
         if port is None and "SLURM_JOB_ID" in env:
@@ -169,18 +177,22 @@ def run_job(argv, module: str, parse_args, check, worker,
         return worker(args, placement)
     except UsageError as e:
         # Every rank meets the same bad input; one line is enough.
-        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-                     if k in os.environ), "0")
+        rank = _launcher_rank()
         if rank == "0":
             print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except PSError as e:
         # A parameter server died or cannot be reached: each worker says which, and leaves at
         # once (its communication threads may still be blocked on the dead peer).
-        rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-                     if k in os.environ), "0")
+        rank = _launcher_rank()
         say(f"ddlbench: worker {rank}: error: {e}")
         os._exit(1)
+
+
+def _launcher_rank() -> str:
+    """This process's rank as its launcher gave it (for who prints a job-wide error)."""
+    return next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK",
+                                         "SLURM_PROCID") if k in os.environ), "0")
 
 
 def single() -> Placement:

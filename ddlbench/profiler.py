@@ -110,7 +110,8 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
 
     handles = [model.register_forward_pre_hook(pre_forward),
                model.register_forward_hook(post_forward)]
-    handles += [p.register_post_accumulate_grad_hook(ready_hook(i)) for i, p in enumerate(params)]
+    from . import compat
+    handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
     forward, ready_at, orders = [], [[] for _ in range(n)], []
     try:
         for it in range(warmup + iters):

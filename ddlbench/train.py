@@ -74,7 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(env DMLC_NUM_SERVER)")
     m.add_argument("--partition-bytes", type=int, default=4_096_000,
                    help="parameter server: partition size in bytes (BytePS's 4,096,000)")
-    m.add_argument("--engine", default="torch", choices=ENGINES)
+    m.add_argument("--engine", default="torch", choices=ENGINES,
+                   help="torch (every method, torch.distributed) or horovod (real Horovod "
+                        "0.28.1 in the environment `make horovod-env` builds: wfbp, fusion, "
+                        "bspa2a, mgwfbp, fp16; under mpirun or horovodrun)")
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     o = p.add_argument_group("optimizer")
     o.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
@@ -109,6 +112,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "parameters differ beyond tolerance")
     v.add_argument("--rtol", type=float, default=None)
     v.add_argument("--atol", type=float, default=None)
+    v.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                   help="parameters and data; float64 makes runs of different engines or "
+                        "collective orders comparable step after step (rounding differences "
+                        "stay far below any tolerance instead of growing through training)")
+    v.add_argument("--save-params", default=None, metavar="NPZ",
+                   help="with --verify: rank 0 writes the parameters after the last step to "
+                        "this .npz (name -> array; '{method}' in the path is replaced), e.g. "
+                        "to compare engines or torch versions")
     args = p.parse_args(argv)
     args.nservers_given = args.nservers is not None
     if args.nservers is None:
@@ -144,7 +155,7 @@ def _is_ps(method: str) -> bool:
         return False
 
 
-def check(args) -> None:
+def check(args, probe_engine: bool = True) -> None:
     """Reject bad input before any process is spawned."""
     positive = {"--batch-size": args.batch_size, "--sentence-len": args.sentence_len,
                 "--num-batches-per-iter": args.num_batches_per_iter,
@@ -174,9 +185,18 @@ def check(args) -> None:
     for flag, value in (("--partition", args.partition), ("--credit", args.credit)):
         if value <= 0:  # ByteScheduler's settings, also from BYTESCHEDULER_PARTITION/_CREDIT
             raise UsageError(f"{flag} must be a positive number of elements, got {value}")
-    if args.engine != "torch":
+    if args.engine == "horovod":
+        from . import horovod_engine, launch
+        horovod_engine.check(args, method_list(args), compressor_list(args),
+                             under_launcher=launch.detect() is not None or not probe_engine)
+    if args.engine != "torch" and probe_engine:  # (a sweep checks in this env, runs in Horovod's)
         _check_engine(args.engine)
     methods = method_list(args)
+    if args.save_params and not args.verify:
+        raise UsageError("--save-params needs --verify STEPS (it saves the verified parameters)")
+    if args.save_params and len(runs(args)) > 1 and "{method}" not in args.save_params:
+        raise UsageError("--save-params with several methods or compressors needs '{method}' "
+                         "in the path")
     if len(methods) > 1 and not args.verify:
         raise UsageError("several methods at once only with --verify; a benchmark times one")
     from . import strategies
@@ -198,11 +218,18 @@ def _check_engine(engine: str) -> None:
     try:
         __import__(module)
     except Exception as e:  # ImportError, or a build against another torch failing to load
+        detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
+        if engine == "horovod":
+            raise UsageError(
+                f"--engine horovod is unavailable in this Python ({detail}): Horovod 0.28.1 "
+                f"runs in its own torch 2.0.1 environment; build it with `make horovod-env` "
+                f"and start through nworkers=N engine=horovod ./horovod/horovod_mpi_cj.sh") from None
         raise UsageError(
-            f"--engine {engine} is unavailable: {module} does not import ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else 'no detail'}); Horovod 0.28.1 and BytePS "
-            f"do not build against torch >= 2.1 (DESIGN.md section 10): use --engine torch, "
+            f"--engine {engine} is unavailable: {module} does not import ({detail}); BytePS "
+            f"does not build against torch >= 2.1 (DESIGN.md section 10): use --engine torch, "
             f"which carries every method") from None
+    if engine == "horovod":
+        return
     raise UsageError(f"--engine {engine}: {module} imports, but the suite's {engine} adapter "
                      f"is not part of this version; use --engine torch")
 
@@ -213,6 +240,9 @@ def method_list(args) -> list[str]:
     # 'all' means every method this job can run: the PS methods only when it has servers.
     every = [n for n in strategies.names()
              if args.nservers > 0 or strategies.lookup(n).architecture != "ps"]
+    if args.engine == "horovod":
+        from .horovod_engine import METHODS
+        every = list(METHODS)
     for m in (m.strip() for m in args.method.split(",")):
         for name in (every if m == "all" else [m] if m else []):
             if name not in names:
@@ -234,9 +264,12 @@ def compressor_list(args) -> list[str]:
     return names or ["none"]
 
 
-def takes_compressor(name: str) -> bool:
+def takes_compressor(name: str, engine: str = "torch") -> bool:
     """A method takes a compressor when it reduces its own buckets through one and can say
-    what they are (``groups()``, which --verify needs): the bucketed all-reduce methods."""
+    what they are (``groups()``, which --verify needs): the bucketed all-reduce methods. On
+    Horovod every method takes Horovod's fp16 (other compressors are refused in check())."""
+    if engine == "horovod":
+        return True
     from . import strategies
     cls = strategies.lookup(name)
     return cls.architecture == "a2a" and hasattr(cls, "groups")
@@ -249,7 +282,7 @@ def runs(args) -> list[tuple[str, str]]:
     pairs = []
     for name in method_list(args):
         for comp in compressor_list(args):
-            if comp != "none" and not takes_compressor(name):
+            if comp != "none" and not takes_compressor(name, args.engine):
                 if name in explicit:
                     from . import strategies
                     able = [m for m in strategies.names() if takes_compressor(m)]
@@ -286,7 +319,8 @@ def worker(args, placement) -> int:
 
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
-                      partition_bytes=args.partition_bytes)
+                      partition_bytes=args.partition_bytes, engine=args.engine,
+                      method=args.method, threshold=args.threshold)
 
     def log(line):
         if ctx.is_root:
@@ -315,8 +349,9 @@ def worker(args, placement) -> int:
                     "density": args.density, "partition": args.partition,
                     "credit": args.credit, "mgwfbp_profile": args.mgwfbp_profile,
                     "mgwfbp_min_group": args.mgwfbp_min_group, "model_name": args.model,
-                    "powersgd_rank": args.powersgd_rank}
-        strategy = strategies.create(name, work.model, optimizer, comm, settings)
+                    "powersgd_rank": args.powersgd_rank, "compressor": compressor.name}
+        strategy = strategies.create(name, work.model, optimizer, comm, settings,
+                                     engine=args.engine)
 
         def forward_backward():
             work.loss(work.model, batch).backward()
@@ -343,7 +378,9 @@ def worker(args, placement) -> int:
                     ref_math = ReferenceMath(comp, ctx.size, dtype=strategy.params[0].dtype,
                                              density=args.density,
                                              powersgd_rank=args.powersgd_rank,
-                                             powersgd_dense_steps=args.powersgd_dense_steps)
+                                             powersgd_dense_steps=args.powersgd_dense_steps,
+                                             fp16_divide="after" if args.engine == "horovod"
+                                             else "before")
                     name = f"{name}+{comp}"
                 reference = Reference(work.model, make_optimizer, ctx, rtol=rtol, atol=atol,
                                       compression=ref_math)
@@ -368,6 +405,8 @@ def worker(args, placement) -> int:
                     if not ok and name not in failed:
                         failed.append(name)
                     strategy.zero_grad()
+                if args.save_params and ctx.is_root:
+                    _save_params(args.save_params.replace("{method}", name), work.model)
                 reference.close()
                 strategy.close()
                 _write_trace(args, ctx, comm, name)
@@ -412,7 +451,8 @@ def worker(args, placement) -> int:
         per_iter = {k: {op: v / timed_steps for op, v in d.items()}
                     for k, d in comm_stats.items()}
         comp_stats = None
-        if takes_compressor(args.method):
+        if args.engine == "torch" and takes_compressor(args.method):
+            # (Horovod compresses inside its own optimizer and counts nothing for us.)
             comp_stats = compressor.stats(timed_steps)
             log(compression_line(args, comp_stats))
         hosts = [None] * ctx.size
@@ -454,6 +494,14 @@ def worker(args, placement) -> int:
         engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
 
 
+def _save_params(path: str, model) -> None:
+    import numpy as np
+    arrays = {n: p.detach().cpu().double().numpy() for n, p in model.named_parameters()}
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
 def replica(args, ctx):
     """This rank's model, with rank 0's initial parameters and buffers, in training mode on
     the device, and one fake batch of its own (different data on each rank)."""
@@ -464,12 +512,25 @@ def replica(args, ctx):
     torch.manual_seed(args.seed)
     work = models.build(args.model, image_size=args.image_size,
                         sentence_len=args.sentence_len, num_classes=args.num_classes)
-    work.model.to(ctx.device).train()
+    dtype = getattr(torch, getattr(args, "dtype", "float32"))
+    work.model.to(ctx.device, dtype=dtype).train()
     with torch.no_grad():
         for t in list(work.model.parameters()) + list(work.model.buffers()):
             dist.broadcast(t.data, 0)
     gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
-    return work, work.make_batch(args.batch_size, ctx.device, gen)
+    return work, _cast(work.make_batch(args.batch_size, ctx.device, gen), dtype)
+
+
+def _cast(batch, dtype):
+    """The floating-point tensors of a batch in ``dtype`` (token ids and labels stay)."""
+    import torch
+    if isinstance(batch, torch.Tensor):
+        return batch.to(dtype) if batch.is_floating_point() else batch
+    if isinstance(batch, dict):
+        return {k: _cast(v, dtype) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_cast(v, dtype) for v in batch)
+    return batch
 
 
 def compression_line(args, st: dict) -> str:

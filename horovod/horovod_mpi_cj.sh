@@ -9,6 +9,11 @@
 # fabric; interfaces come from configs/cluster.conf. For small runs: image_size (CNN pixels),
 # iters (timing rounds), extra_args (passed through to the training script as they are).
 #
+# engine=horovod: real Horovod 0.28.1 (wfbp, fusion, bspa2a, mgwfbp; compressor none or fp16),
+# run by the Python and mpirun of the environment `make horovod-env` builds (HOROVOD_PY and
+# HOROVOD_MPIRUN from configs/cluster.conf or the environment name others). launcher=horovodrun starts it with `horovodrun --gloo`
+# (Horovod's Gloo controller) instead of mpirun; launcher=mpirun is the default.
+#
 # net=PROFILE (else DDLBENCH_NET): an emulated cluster on this machine instead (1gbit, 2.5gbit,
 # 5gbit, rate=R, ...; configs/networks.yaml). Then mpirun, the host file and rdma are not used:
 # the suite's local spawner runs the nworkers processes, each a host in its own network
@@ -31,6 +36,22 @@ iters="${iters:-10}"
 extra_args="${extra_args:-}"
 net="${net:-${DDLBENCH_NET:-}}"
 hostfile="${hostfile:-$root/configs/cluster$nworkers}"
+engine="${engine:-torch}"
+launcher="${launcher:-mpirun}"
+
+case "$engine" in
+    torch) ;;
+    horovod)
+        PY="${HOROVOD_PY:-}"
+        [ -n "$PY" ] || PY="$("$root/horovod/legacy_env.sh" python)" || exit 2
+        MPIRUN="${HOROVOD_MPIRUN:-$(dirname "$PY")/mpirun}" ;;
+    *) die "engine must be torch or horovod, got '$engine'" ;;
+esac
+case "$launcher" in
+    mpirun) ;;
+    horovodrun) [ "$engine" = horovod ] || die "launcher=horovodrun needs engine=horovod" ;;
+    *) die "launcher must be mpirun or horovodrun, got '$launcher'" ;;
+esac
 
 positive nworkers "$nworkers"
 positive bs "$bs"
@@ -38,12 +59,13 @@ positive iters "$iters"
 
 args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
       --threshold "$threshold" --compressor "$compressor" --density "$density"
-      --num-iters "$iters")
+      --num-iters "$iters" --engine "$engine")
 [ -n "$image_size" ] && args+=(--image-size "$image_size")
 # shellcheck disable=SC2206 # extra_args is meant to split into words
 [ -n "$extra_args" ] && args+=($extra_args)
 
 if [ -n "$net" ] && [ "$net" != loopback ]; then
+    [ "$engine" = torch ] || die "net= (an emulated cluster) runs on engine=torch only"
     # An emulated cluster on this machine: the local spawner, no mpirun and no host file.
     cmd=("$PY" -m ddlbench.train --nworkers "$nworkers" --net "$net" "${args[@]}")
     echo "+ ${cmd[*]}" >&2
@@ -52,6 +74,20 @@ if [ -n "$net" ] && [ "$net" != loopback ]; then
 fi
 
 master_addr="$(check_hostfile "$hostfile" "$nworkers")"
+
+if [ "$launcher" = horovodrun ]; then
+    # Horovod's own launcher with its Gloo controller, on the host file's hosts.
+    hvdrun="$(dirname "$PY")/horovodrun"
+    [ -x "$hvdrun" ] || die "horovodrun not found beside $PY"
+    hosts="$(cd "$root" && "$PY" -m ddlbench.hostfile "$hostfile" --need "$nworkers" --horovod)" || exit 2
+    cmd=("$hvdrun" --gloo -np "$nworkers" -H "$hosts"
+         "$PY" -m ddlbench.train "${args[@]}")
+    echo "+ ${cmd[*]}" >&2
+    cd "$root"
+    export MASTER_ADDR="$master_addr"
+    exec "${cmd[@]}"
+fi
+
 mpi_options "$rdma"
 
 cmd=("$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}"

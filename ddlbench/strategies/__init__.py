@@ -38,7 +38,10 @@ def lookup(name: str) -> type[Strategy]:
     raise UsageError(f"unknown method {name!r}; known: {', '.join(_REGISTRY)}")
 
 
-def create(name, model, optimizer, comm, settings) -> Strategy:
+def create(name, model, optimizer, comm, settings, engine: str = "torch") -> Strategy:
+    if engine == "horovod":  # Horovod's own machinery (imports horovod when built)
+        from . import horovod
+        return horovod.lookup(name)(model, optimizer, comm, settings)
     return lookup(name)(model, optimizer, comm, settings)
 
 

@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from .. import compat
 from ..comm import Comm
 
 
@@ -80,7 +81,7 @@ class Strategy:
                 if self._jitter:
                     self._jitter()
                 callback(i)
-            self._handles.append(p.register_post_accumulate_grad_hook(hook))
+            self._handles.append(compat.on_grad_ready(p, hook))
 
 
 def _test_jitter(rank: int):

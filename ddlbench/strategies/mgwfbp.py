@@ -142,59 +142,28 @@ def _env_int(name: str, default: int) -> int:
     return v
 
 
-@register
-class MGWFBP(BucketedAllReduce):
-    name = "mgwfbp"
-    display = "MG-WFBP"
+class MGWFBPPlanning:
+    """The planning half of MG-WFBP, shared by this engine's strategy and the Horovod lane's
+    (``strategies/horovod.py``, which hands the groups to Horovod's grouped all-reduce).
+    Needs ``self.params``, ``self.model``, ``self.comm``; call ``_init_planning`` first."""
 
-    def __init__(self, model, optimizer, comm, settings):
-        self._calibrating = False
+    def _init_planning(self, settings) -> None:
         self._planned: list[list[int]] | None = None  # groups of parameter indices
         self.plan_info: dict = {}
-        super().__init__(model, optimizer, comm, settings)
-        self.rebuild = False
         self.profile_path = settings.get("mgwfbp_profile")
         self.min_group = int(settings.get("mgwfbp_min_group") or 0)
         if self.min_group < 0:
             raise UsageError(f"--mgwfbp-min-group must be >= 0, got {self.min_group}")
         self.model_name = settings.get("model_name")
 
-    def _threshold(self, settings) -> float:
-        return 0.0  # until calibrated: one bucket per tensor, as WFBP
-
-    def _groups(self, order: list[int]) -> list[list[int]]:
-        if self._planned is None:
-            return super()._groups(order)
-        # Groups never mix dtypes or devices (one flat buffer per bucket); split if they would.
-        out = []
-        for g in self._planned:
-            current = []
-            for i in g:
-                if current and (self.params[i].dtype, self.params[i].device) != \
-                        (self.params[current[0]].dtype, self.params[current[0]].device):
-                    out.append(current)
-                    current = []
-                current.append(i)
-            out.append(current)
-        return out
-
-    def _on_ready(self, i: int) -> None:
-        if self._calibrating:
-            return
-        super()._on_ready(i)
-
-    # -- calibration ------------------------------------------------------------------------
-    def calibrate(self, forward_backward) -> None:
-        self._calibrating = True
-        try:
-            plan = self._make_plan(forward_backward)
-        finally:
-            self._calibrating = False
+    def _plan_groups(self, forward_backward) -> list[list[int]]:
+        """Profile (or read the profile), run the merge rule on rank 0, share its groups;
+        prints them on rank 0. Returns the groups of parameter indices, in backward order."""
+        plan = self._make_plan(forward_backward)
         if "error" in plan:
             raise UsageError(plan["error"])
         self._planned = plan["groups"]
         self.plan_info = plan["info"]
-        self._plan([i for g in self._planned for i in g])
         if self.comm.rank == 0:
             info = self.plan_info
             print(f"MG-WFBP: {len(self._planned)} groups from {len(self.params)} tensors "
@@ -205,6 +174,7 @@ class MGWFBP(BucketedAllReduce):
             print(f"MG-WFBP: predicted backward + communication {info['predicted_s']['mgwfbp'] * 1e3:.3f} ms "
                   f"(WFBP {info['predicted_s']['wfbp'] * 1e3:.3f} ms, backward alone "
                   f"{info['predicted_s']['backward'] * 1e3:.3f} ms)", flush=True)
+        return self._planned
 
     def _make_plan(self, forward_backward) -> dict:
         """Rank 0's plan (or the error it met), on every rank."""
@@ -258,6 +228,52 @@ class MGWFBP(BucketedAllReduce):
                 "mgwfbp": schedule_time(tb, nbytes, positions, alpha, beta)},
         }
         return {"groups": groups, "info": info}
+
+
+@register
+@register
+class MGWFBP(MGWFBPPlanning, BucketedAllReduce):
+    name = "mgwfbp"
+    display = "MG-WFBP"
+
+    def __init__(self, model, optimizer, comm, settings):
+        self._calibrating = False
+        self._init_planning(settings)
+        super().__init__(model, optimizer, comm, settings)
+        self.rebuild = False
+
+    def _threshold(self, settings) -> float:
+        return 0.0  # until calibrated: one bucket per tensor, as WFBP
+
+    def _groups(self, order: list[int]) -> list[list[int]]:
+        if self._planned is None:
+            return super()._groups(order)
+        # Groups never mix dtypes or devices (one flat buffer per bucket); split if they would.
+        out = []
+        for g in self._planned:
+            current = []
+            for i in g:
+                if current and (self.params[i].dtype, self.params[i].device) != \
+                        (self.params[current[0]].dtype, self.params[current[0]].device):
+                    out.append(current)
+                    current = []
+                current.append(i)
+            out.append(current)
+        return out
+
+    def _on_ready(self, i: int) -> None:
+        if self._calibrating:
+            return
+        super()._on_ready(i)
+
+    # -- calibration ------------------------------------------------------------------------
+    def calibrate(self, forward_backward) -> None:
+        self._calibrating = True
+        try:
+            groups = self._plan_groups(forward_backward)
+        finally:
+            self._calibrating = False
+        self._plan([i for g in groups for i in g])
 
     def describe(self) -> dict:
         d = super().describe()

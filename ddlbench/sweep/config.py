@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 
 import yaml
@@ -564,14 +565,42 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
     return args
 
 
+def _horovod_env_problem() -> str:
+    """'' when the legacy Horovod environment is built, else why not (one line)."""
+    proc = subprocess.run([os.path.join(REPO, "horovod", "legacy_env.sh"), "python"],
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        return ""
+    why = (proc.stderr.strip().splitlines() or ["not built"])[-1]
+    return why.replace("horovod-env: error: ", "engine horovod: ")
+
+
 def _preflight(sweep: Sweep) -> list[str]:
     """Every cell's flags through the training script's parser and checks, in this process."""
     from .. import train
     problems: dict[str, list[str]] = {}
     seen = set()
+    horovod_env = None
     for cell in sweep.cells():
         args = train_args(sweep, cell, os.devnull)
-        if cell.network.kind == "net":
+        if cell.engine == "horovod":
+            if cell.network.kind == "net" and cell.network.profile != "loopback":
+                problems.setdefault(f"engine horovod runs over the loopback or a real cluster, "
+                                    f"not the emulated network {cell.network.name}",
+                                    []).append(cell.name)
+                continue
+            if cell.network.kind == "net":
+                local = os.path.join(REPO, f"configs/cluster{cell.nworkers}")
+                if not os.path.isfile(local):
+                    problems.setdefault(f"engine horovod on this machine needs the host file "
+                                        f"configs/cluster{cell.nworkers}", []).append(cell.name)
+                    continue
+            if horovod_env is None:
+                horovod_env = _horovod_env_problem()
+            if horovod_env:
+                problems.setdefault(horovod_env, []).append(cell.name)
+                continue
+        if cell.network.kind == "net" and cell.engine == "torch":
             args = ["--nworkers", str(cell.nworkers), *args]
             if cell.network.profile != "loopback":
                 args += ["--net", str(cell.network.profile)]
@@ -582,7 +611,8 @@ def _preflight(sweep: Sweep) -> list[str]:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
-                train.check(train.parse_args(args))
+                # Horovod's engine imports only in its own environment: checked apart.
+                train.check(train.parse_args(args), probe_engine=cell.engine == "torch")
             continue
         except UsageError as e:
             msg = str(e)

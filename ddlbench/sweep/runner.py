@@ -34,7 +34,12 @@ TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
 def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict]:
     """The command a user would type for this cell, and the environment it adds."""
     args = train_args(sweep, cell, record_path)
-    if cell.network.kind == "net":
+    local = cell.network.kind == "net"
+    if local and cell.engine == "horovod":
+        # Horovod starts under mpirun, on this machine too: the shell launcher with this
+        # host's slots (preflight allowed only the loopback network for it).
+        args = ["--network", cell.network.name, *args]
+    elif local:
         program = os.environ.get(PROGRAM_ENV) or TRAIN_MODULE
         cmd = [sys.executable, "-m", program, "--nworkers", str(cell.nworkers),
                "--network", cell.network.name, *args]
@@ -43,9 +48,12 @@ def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict
         return cmd, {}
     t, m = cell.task, cell.method
     script = SHELL_LAUNCHERS.get(m["method"], DEFAULT_SHELL_LAUNCHER)
-    env = {"nworkers": str(cell.nworkers), "rdma": str(cell.network.profile),
+    env = {"nworkers": str(cell.nworkers), "rdma": "0" if local else str(cell.network.profile),
            "dnn": t["model"], "bs": str(t["batch_size"]), "method": m["method"],
-           "hostfile": _abs(sweep.hostfile_for(cell.nworkers))}
+           "hostfile": _abs(sweep.hostfile_for(cell.nworkers) if not local
+                            else f"configs/cluster{cell.nworkers}")}
+    if cell.engine != "torch":
+        env["engine"] = cell.engine
     if "sentence_len" in t:
         env["senlen"] = str(t["sentence_len"])
     if "image_size" in t:

