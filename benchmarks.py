@@ -86,9 +86,7 @@ def report_main(argv: list[str]) -> int:
     if bad:
         print(f"benchmarks.py: {bad} unreadable line(s) in {path} skipped", file=sys.stderr)
     if not args.quiet:
-        print(report.throughput_table(t), end="")
-        print()
-        print(report.speedup_table(t), end="")
+        print(report.console(t), end="")
     return 0
 
 
@@ -141,10 +139,7 @@ def run_main(argv: list[str]) -> int:
               if h in selected and i < sweep.tries and e.get("status") != "ok")
     if mode != "none":
         print()
-        print(report.throughput_table(t), end="")
-        print()
-        print(report.speedup_table(t), end="")
-        print()
+        print(report.console(t))
     ran = sum(counts[k] for k in ("ok", "failed", "timeout"))
     print(f"benchmarks.py: {_n(ran, 'run')} now ({counts['ok']} ok, {counts['failed']} failed, "
           f"{counts['timeout']} timed out), {counts['skipped']} already done; reports in "

@@ -8,7 +8,8 @@
 # compressor density image_size iters hostfile extra_args), with method=bytescheduler by
 # default, plus the scheduler's two settings in elements: partition (else
 # BYTESCHEDULER_PARTITION, else 4000000) and credit (else BYTESCHEDULER_CREDIT, else
-# 16000000), the published runs' values (DESIGN.md section 5).
+# 16000000), the published runs' values (DESIGN.md section 5). net=PROFILE (else DDLBENCH_NET)
+# runs it on an emulated cluster on this machine instead, as horovod/horovod_mpi_cj.sh does.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch_common.sh"
@@ -28,14 +29,13 @@ image_size="${image_size:-}"
 iters="${iters:-10}"
 extra_args="${extra_args:-}"
 hostfile="${hostfile:-$root/configs/cluster$nworkers}"
+net="${net:-${DDLBENCH_NET:-}}"
 
 positive nworkers "$nworkers"
 positive bs "$bs"
 positive iters "$iters"
 positive partition "$partition"
 positive credit "$credit"
-master_addr="$(check_hostfile "$hostfile" "$nworkers")"
-mpi_options "$rdma"
 
 args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
       --threshold "$threshold" --compressor "$compressor" --density "$density"
@@ -43,6 +43,11 @@ args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$meth
 [ -n "$image_size" ] && args+=(--image-size "$image_size")
 # shellcheck disable=SC2206 # extra_args is meant to split into words
 [ -n "$extra_args" ] && args+=($extra_args)
+
+emulated_exec "$net" "$nworkers" "${args[@]}"
+master_addr="$(check_hostfile "$hostfile" "$nworkers")"
+mpi_options "$rdma"
+oversubscription_options "$nworkers" "$master_addr"
 
 cmd=("$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}"
      -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${args[@]}")

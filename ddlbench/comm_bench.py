@@ -454,4 +454,5 @@ def worker(args, placement) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlbench import compat
+    sys.exit(compat.finish(main()))

@@ -164,7 +164,8 @@ def shutdown(ctx: Context | None = None, clean: bool = True) -> None:
     if ctx is not None and ctx.ps is not None and clean:
         ctx.ps.shutdown()
     if dist.is_initialized():
-        dist.destroy_process_group()
+        from . import compat
+        compat.destroy_process_group()  # (on torch 2.0 the process exits hard instead)
     if ctx is not None and ctx.horovod is not None:
         from . import horovod_engine
         horovod_engine.shutdown()

@@ -73,6 +73,11 @@ def start(placement, method: str, threshold: float | None) -> dict[str, str]:
     """Set the method's HOROVOD_* variables and join Horovod; returns the variables the run
     used (every HOROVOD_* in the environment)."""
     os.environ.update(horovod_settings(method, threshold))
+    if (os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo"
+            and placement.launcher == "mpi" and os.environ.get("HOROVOD_CONTROLLER") != "gloo"):
+        # Horovod 0.28.1 crashes (SIGSEGV in its Gloo broadcast) on this combination.
+        raise UsageError("HOROVOD_CPU_OPERATIONS=gloo needs Horovod's Gloo controller: start "
+                         "with launcher=horovodrun, or unset it under mpirun")
     import horovod.torch as hvd
     hvd.init()
     if (hvd.rank(), hvd.size()) != (placement.rank, placement.world_size):

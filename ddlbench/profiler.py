@@ -400,4 +400,5 @@ def format_profile(prof: dict, min_group: int, merge_groups, schedule_time) -> s
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlbench import compat
+    sys.exit(compat.finish(main()))

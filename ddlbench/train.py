@@ -561,4 +561,5 @@ def _write_trace(args, ctx, comm, name) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlbench import compat
+    sys.exit(compat.finish(main()))

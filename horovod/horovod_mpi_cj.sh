@@ -64,14 +64,10 @@ args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$meth
 # shellcheck disable=SC2206 # extra_args is meant to split into words
 [ -n "$extra_args" ] && args+=($extra_args)
 
-if [ -n "$net" ] && [ "$net" != loopback ]; then
-    [ "$engine" = torch ] || die "net= (an emulated cluster) runs on engine=torch only"
-    # An emulated cluster on this machine: the local spawner, no mpirun and no host file.
-    cmd=("$PY" -m ddlbench.train --nworkers "$nworkers" --net "$net" "${args[@]}")
-    echo "+ ${cmd[*]}" >&2
-    cd "$root"
-    exec "${cmd[@]}"
+if [ -n "$net" ] && [ "$net" != loopback ] && [ "$engine" != torch ]; then
+    die "net= (an emulated cluster) runs on engine=torch only"
 fi
+emulated_exec "$net" "$nworkers" "${args[@]}"
 
 master_addr="$(check_hostfile "$hostfile" "$nworkers")"
 
@@ -89,6 +85,7 @@ if [ "$launcher" = horovodrun ]; then
 fi
 
 mpi_options "$rdma"
+oversubscription_options "$nworkers" "$master_addr"
 
 cmd=("$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}"
      -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${args[@]}")

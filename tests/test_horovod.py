@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
+from .conftest import REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
 
 LEGACY = os.path.join(REPO, "horovod", "legacy_env.sh")
 LAUNCHER = os.path.join(REPO, "horovod", "horovod_mpi_cj.sh")
@@ -227,3 +227,11 @@ def test_hostfile_for_horovodrun(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ddlbench.hostfile", str(path), "--need", "6",
                            "--horovod"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "node1:4,node2:2", proc.stderr
+
+
+def test_gloo_operations_under_mpirun_are_refused(legacy_python, tmp_path):
+    """Horovod 0.28.1 segfaults with Gloo CPU operations under its MPI controller: one line."""
+    proc = launch(tmp_path, 2, SMALL_CNN, "fusion", [], HOROVOD_CPU_OPERATIONS="gloo")
+    assert proc.returncode == 2, describe(proc)
+    assert "HOROVOD_CPU_OPERATIONS=gloo needs Horovod's Gloo controller" in proc.stderr
+    assert "Segmentation fault" not in proc.stderr

@@ -101,12 +101,23 @@ def test_training_script_refuses_bad_net():
     assert proc.stderr.startswith("ddlbench: error: rate must be positive"), describe(proc)
 
 
-def test_shell_launcher_maps_net_to_the_local_spawner():
-    proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=120, nworkers="2",
+@pytest.mark.parametrize("launcher", ["horovod", "bytescheduler"])
+def test_shell_launcher_maps_net_to_the_local_spawner(launcher):
+    proc = run(["bash", f"{REPO}/{launcher}/horovod_mpi_cj.sh"], timeout=120, nworkers="2",
                dnn="bert_tiny", bs="4", net="fastest")
     assert proc.returncode == 2, describe(proc)
     assert "-m ddlbench.train --nworkers 2 --net fastest" in proc.stderr
     assert "mpirun" not in proc.stderr and "unknown network profile" in proc.stderr
+    if launcher == "bytescheduler":  # the scheduler's settings travel with it
+        assert "--method bytescheduler" in proc.stderr and "--credit 16000000" in proc.stderr
+
+
+def test_horovod_engine_refuses_an_emulated_network():
+    proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=120, nworkers="2",
+               dnn="bert_tiny", bs="4", net="1gbit", engine="horovod",
+               HOROVOD_PY=sys.executable)
+    assert proc.returncode == 2, describe(proc)
+    assert "runs on engine=torch only" in proc.stderr.strip().splitlines()[-1]
 
 
 def test_profiles_rates_and_scaling(tmp_path, monkeypatch):

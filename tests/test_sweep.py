@@ -77,13 +77,14 @@ def fake(monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------- reports from a fixed store
 
-def _line(h, net, task, method, arch, n, i, status, thr=None, attempt=1, seconds=10.0):
+def _line(h, net, task, method, arch, n, i, status, thr=None, attempt=1, seconds=10.0,
+          engine="torch"):
     nets = {"rdma0": {"name": "rdma0", "kind": "rdma", "profile": 0},
             "1gbit": {"name": "1gbit", "kind": "net", "profile": "1gbit"}}
     e = {"kind": "try", "sweep": "hand", "hash": h, "cell": f"{net}_{task['model']}_{method}_n{n}",
          "try": i, "attempt": attempt, "label": method, "architecture": arch,
          "config": {"network": nets[net], "task": task, "method": {"method": method},
-                    "engine": "torch", "nworkers": n},
+                    "engine": engine, "nworkers": n},
          "status": status, "seconds": seconds, "log": f"logs/hand/{h}_try{i}.log"}
     if status == "ok":
         e.update(throughput=thr, throughput_std=1.5, unit="img/sec" if "resnet" in
@@ -243,6 +244,40 @@ def test_median_and_olympic_aggregation(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 250.0 +- 10.80 | 800.0 +- 0.00 |" in out
     assert "| ResNet-50 | 64 | 10GbE with TCP/IP | bspps | 3.20x (80.0%) |" in out
+
+
+def test_engines_side_by_side_without_one_worker_cells(tmp_path, capsys):
+    """A sweep over engines at one worker count: the engine ratio table, exact, and no
+    speedup table (nothing to divide by) but a line saying why."""
+    folder = str(tmp_path / "eng")
+    os.makedirs(folder)
+    header = {"kind": "sweep", "name": "eng", "tries": 2, "min_ok": 2, "aggregate": "mean",
+              "networks": [{"name": "rdma0", "kind": "rdma", "profile": 0}], "tasks": [R50],
+              "methods": [{"method": "wfbp"}, {"method": "fusion"}],
+              "engines": ["torch", "horovod"], "nworkers": [4],
+              "cells": ["t1", "h1", "t2", "h2"]}
+    L = _line
+    lines = [header,
+             L("t1", "rdma0", R50, "wfbp", "a2a", 4, 0, "ok", 900.0),
+             L("t1", "rdma0", R50, "wfbp", "a2a", 4, 1, "ok", 1100.0),
+             L("h1", "rdma0", R50, "wfbp", "a2a", 4, 0, "ok", 800.0, engine="horovod"),
+             L("h1", "rdma0", R50, "wfbp", "a2a", 4, 1, "ok", 800.0, engine="horovod"),
+             L("t2", "rdma0", R50, "fusion", "a2a", 4, 0, "ok", 1200.0),
+             L("t2", "rdma0", R50, "fusion", "a2a", 4, 1, "ok", 1200.0),
+             L("h2", "rdma0", R50, "fusion", "a2a", 4, 0, "ok", 1000.0, engine="horovod"),
+             L("h2", "rdma0", R50, "fusion", "a2a", 4, 1, "failed", engine="horovod")]
+    with open(os.path.join(folder, "results.jsonl"), "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in lines)
+    assert benchmarks.main(["report", folder, "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    ratios = ("| DNN | BS | CONNECTION | METHOD | VS | 4 GPUs |\n"
+              "| --- | --- | --- | --- | --- | --- |\n"
+              "| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | horovod | 1.25 |\n"
+              "| ResNet-50 | 64 | 10GbE with TCP/IP | fusion | horovod | - |\n")
+    assert ratios in out and "wfbp (horovod) | 800.0 +- 0.00 |" in out
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "## Engines side by side" in readme and ratios in readme
+    assert "## Speedup" not in readme and "no 1-worker cells" in readme
 
 
 def test_store_appends_after_a_torn_line(tmp_path):

@@ -83,14 +83,16 @@ def draw(t: Table, folder: str) -> list[str]:
         ax.set_xlabel(f"# of {t.noun}s")
         ax.set_ylabel(f"Throughput ({unit})")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, ncol=2 if len(rows) > 4 else 1, loc="upper left")
+        # Outside the axes, right of the plot: a legend inside covers the tallest bars.
+        ax.legend(fontsize=7, ncol=2 if len(rows) > 8 else 1, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         if any(s.marked and s.values for r in rows for s in r.cells.values()):
             ax.text(1.0, -0.14, "hatched: too few successful tries", transform=ax.transAxes,
                     ha="right", va="top", fontsize=7)
         ax.grid(axis="y", linestyle=":", linewidth=0.5)
         fig.tight_layout()
         path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_throughput.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         files.append(path)
 
@@ -112,11 +114,12 @@ def draw(t: Table, folder: str) -> list[str]:
         ax.set_ylim(0, max(110.0, 1.1 * float(highest)))
         ax.set_title(title, fontsize=10)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                      borderaxespad=0.0)
         ax.grid(linestyle=":", linewidth=0.5)
         fig.tight_layout()
         path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_efficiency.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         files.append(path)
     return files

@@ -52,6 +52,38 @@ def speedup_table(t: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def engine_table(t: Table) -> str:
+    """Each torch-engine row over the same row on every other engine (same network, task and
+    method): thr(torch) / thr(other) per worker count; above 1 the torch engine is faster.
+    Empty when the sweep has one engine."""
+    torch_rows = {(r.network, r.task, r.label): r for r in t.rows if r.engine == "torch"}
+    pairs = [(torch_rows[(r.network, r.task, r.label)], r) for r in t.rows
+             if r.engine != "torch" and (r.network, r.task, r.label) in torch_rows]
+    if not pairs:
+        return ""
+    head = ["DNN", "BS", "CONNECTION", "METHOD", "VS"] + [_plural(t.noun, n) for n in t.counts]
+    lines = [_md(head), "|" + "|".join(" --- " for _ in head) + "|"]
+    for mine, other in pairs:
+        cells = [mine.dnn, str(mine.batch_size), mine.connection, mine.label, other.engine]
+        for n in t.counts:
+            a, b = mine.cells.get(n), other.cells.get(n)
+            ok = a and b and not a.marked and not b.marked and a.center and b.center
+            cells.append(f"{a.center / b.center:.2f}" if ok else "-")
+        lines.append(_md(cells))
+    return "\n".join(lines) + "\n"
+
+
+def console(t: Table) -> str:
+    """What benchmarks.py prints: the throughput table, then the engine ratios (several
+    engines) and the speedups (when there are 1-worker cells)."""
+    parts = [throughput_table(t)]
+    if engine_table(t):
+        parts.append(engine_table(t))
+    if 1 in t.counts:
+        parts.append(speedup_table(t))
+    return "\n".join(parts)
+
+
 def summary_counts(t: Table) -> dict:
     counts = {"ok": 0, "failed": 0, "timeout": 0}
     for e in t.tries_used:
@@ -84,11 +116,20 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
                    f"suite version or sweep file) are in the store but not in these tables.")
     if t.unreadable:
         out.append(f"{t.unreadable} unreadable line(s) in the store were skipped.")
-    out += ["", "## Throughput", "", throughput_table(t).rstrip("\n"), "",
-            "## Speedup and scaling efficiency", "",
-            "S(P) = thr(P) / thr(1) (efficiency S(P)/P in brackets), thr(1) being the same "
-            "row's 1-worker throughput measured in this sweep.", "",
-            speedup_table(t).rstrip("\n"), ""]
+    out += ["", "## Throughput", "", throughput_table(t).rstrip("\n"), ""]
+    engines = engine_table(t)
+    if engines:
+        out += ["## Engines side by side", "",
+                "thr(torch engine) / thr(other engine) for the same network, task, method and "
+                "workers, from this sweep's tries (above 1: the torch engine is faster).", "",
+                engines.rstrip("\n"), ""]
+    if 1 in t.counts:
+        out += ["## Speedup and scaling efficiency", "",
+                "S(P) = thr(P) / thr(1) (efficiency S(P)/P in brackets), thr(1) being the same "
+                "row's 1-worker throughput measured in this sweep.", "",
+                speedup_table(t).rstrip("\n"), ""]
+    else:
+        out += ["No speedups: this sweep has no 1-worker cells to measure them against.", ""]
     bad = [e for e in t.tries_used if e.get("status") != "ok"]
     if bad:
         out += ["## Failed tries", "",
