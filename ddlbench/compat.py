@@ -43,7 +43,8 @@ def destroy_process_group() -> None:
     that thread may need the GIL to free the tensors of a collective that just finished: the
     process hangs in the destructor (seen at the end of about half of the 4-worker runs in the
     Horovod environment). There the group is left alone and the process ends with
-    ``os._exit`` (``finish``), which runs no destructor."""
+    ``os._exit`` (``finish``, after MPI's Finalize where mpi4py started MPI), which runs no
+    destructor."""
     global _exit_hard
     import torch.distributed as dist
     if TORCH_VERSION >= (2, 1):
@@ -58,6 +59,9 @@ def finish(code: int) -> int:
     if _exit_hard:
         import os
         import sys
+        mpi = sys.modules.get("mpi4py.MPI")  # mpirun counts a rank without Finalize as failed
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.Finalize()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -185,12 +185,12 @@ def check(args, probe_engine: bool = True) -> None:
     for flag, value in (("--partition", args.partition), ("--credit", args.credit)):
         if value <= 0:  # ByteScheduler's settings, also from BYTESCHEDULER_PARTITION/_CREDIT
             raise UsageError(f"{flag} must be a positive number of elements, got {value}")
+    if args.engine != "torch" and probe_engine:  # (a sweep checks in this env, runs in Horovod's)
+        _check_engine(args.engine)
     if args.engine == "horovod":
         from . import horovod_engine, launch
         horovod_engine.check(args, method_list(args), compressor_list(args),
                              under_launcher=launch.detect() is not None or not probe_engine)
-    if args.engine != "torch" and probe_engine:  # (a sweep checks in this env, runs in Horovod's)
-        _check_engine(args.engine)
     methods = method_list(args)
     if args.save_params and not args.verify:
         raise UsageError("--save-params needs --verify STEPS (it saves the verified parameters)")
