@@ -30,6 +30,11 @@ COMPRESSORS = ("none", "fp16")
 MGWFBP_FUSION_BYTES = 1 << 30
 
 
+def no_mapping(method: str) -> UsageError:
+    return UsageError(f"method {method!r} has no Horovod mapping; --engine horovod runs "
+                      f"{', '.join(METHODS)} (the others run on --engine torch)")
+
+
 def horovod_settings(method: str, threshold: float | None) -> dict[str, str]:
     """The HOROVOD_* variables a method runs with (set before ``hvd.init()``)."""
     from .strategies.allreduce import HOROVOD_DEFAULT_THRESHOLD
@@ -43,16 +48,14 @@ def horovod_settings(method: str, threshold: float | None) -> dict[str, str]:
                 "HOROVOD_DISABLE_GROUP_FUSION": "1"}
     if method == "bspa2a":  # one tensor per step: fusion has nothing to do
         return {"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_CYCLE_TIME": "0"}
-    raise UsageError(f"method {method!r} has no Horovod mapping; --engine horovod runs "
-                     f"{', '.join(METHODS)}")
+    raise no_mapping(method)
 
 
 def check(args, methods: list[str], compressors: list[str], under_launcher: bool) -> None:
     """The input checks of an --engine horovod run, each a clear line."""
     for m in methods:
         if m not in METHODS:
-            raise UsageError(f"method {m!r} has no Horovod mapping; --engine horovod runs "
-                             f"{', '.join(METHODS)} (the others run on --engine torch)")
+            raise no_mapping(m)
     if len(methods) > 1:
         raise UsageError("--engine horovod runs one method per job: Horovod reads its fusion "
                          "threshold and cycle time once, at hvd.init()")
@@ -70,8 +73,8 @@ def check(args, methods: list[str], compressors: list[str], under_launcher: bool
 
 
 def start(placement, method: str, threshold: float | None) -> dict[str, str]:
-    """Set the method's HOROVOD_* variables and join Horovod; returns the variables the run
-    used (every HOROVOD_* in the environment)."""
+    """Set the method's HOROVOD_* variables and join Horovod; returns the settings the run
+    used (``recorded_settings``)."""
     os.environ.update(horovod_settings(method, threshold))
     if (os.environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo"
             and placement.launcher == "mpi" and os.environ.get("HOROVOD_CONTROLLER") != "gloo"):
@@ -83,11 +86,14 @@ def start(placement, method: str, threshold: float | None) -> dict[str, str]:
     if (hvd.rank(), hvd.size()) != (placement.rank, placement.world_size):
         raise UsageError(f"Horovod says rank {hvd.rank()} of {hvd.size()}, the launcher "
                          f"{placement.rank} of {placement.world_size}")
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("HOROVOD_")
-            and k in _RECORDED}
+    return recorded_settings()
 
 
-# Settings worth a line in the run record (not the launcher's plumbing).
+def recorded_settings() -> dict[str, str]:
+    """The HOROVOD_* settings worth a line in the run record (not the launcher's plumbing)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k in _RECORDED}
+
+
 _RECORDED = {"HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_DISABLE_GROUP_FUSION",
              "HOROVOD_CACHE_CAPACITY", "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_AUTOTUNE",
              "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS"}

@@ -23,6 +23,7 @@ import os
 import torch
 
 from ..errors import UsageError
+from ..horovod_engine import no_mapping, recorded_settings
 from .base import Strategy
 from .mgwfbp import MGWFBPPlanning
 
@@ -62,9 +63,7 @@ class _HorovodStrategy(Strategy):
         import horovod
         d["horovod"] = {"version": horovod.__version__, "torch": torch.__version__,
                         "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
-                        "settings": {k: v for k, v in sorted(os.environ.items())
-                                     if k in ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME",
-                                              "HOROVOD_DISABLE_GROUP_FUSION")},
+                        "settings": recorded_settings(),
                         "compression": self.compressor_name}
         return d
 
@@ -166,6 +165,5 @@ METHODS = {cls.name: cls for cls in (HorovodWFBP, HorovodFusion, HorovodMGWFBP, 
 
 def lookup(name: str):
     if name not in METHODS:
-        raise UsageError(f"method {name!r} has no Horovod mapping; --engine horovod runs "
-                         f"{', '.join(METHODS)}")
+        raise no_mapping(name)
     return METHODS[name]
