@@ -26,16 +26,19 @@ the decoding and the averaging are float64. Bounds:
 - topk, eftopk, signum, efsignum: None. The same entries are selected and the same values sent;
   the only difference is fp32 vs float64 summation of P values, as for dense.
 - powersgd: None is not possible. PowerSGD is computed here twice, in float64 and, with its
-  own state, in fp32 (the "shadow", the same definition in the compressor's precision). With
-  error feedback and the warm-started Q, a rounding difference in one step changes the next
-  step's inputs; on a gradient of lower rank than r (BatchNorm with a batch of 4 makes such
-  gradients) these differences grow from step to step, and no independent writing follows an
-  fp32 run for long. The distance between the shadow and float64 measures how far rounding
+  own state, in the compressor's precision (the "shadow", the same definition in the gradient's
+  dtype). With error feedback and the warm-started Q, a rounding difference in one step changes
+  the next step's inputs; on a gradient of lower rank than r (BatchNorm with a batch of 4 makes
+  such gradients) these differences grow from step to step, and no independent writing follows
+  an fp32 run for long. The distance between the shadow and float64 measures how far rounding
   alone moves the result of this very problem; the bound is POWERSGD_SHADOW_FACTOR times it,
   plus POWERSGD_BOUND_FACTOR * u * (kappa_1 + ... + kappa_t) * max |average| for the case where
-  the two happen to agree (u = 2^-24, kappa = Gram-Schmidt's amplification, summed over the
-  steps so far). Well-conditioned tensors get a tight bound (the tests assert it stays far
-  below a step); ill-conditioned ones get a loose one, and the allowance is printed.
+  the two happen to agree (u: the unit roundoff of the gradient's dtype, kappa = Gram-Schmidt's
+  amplification, summed over the steps so far). Well-conditioned tensors get a tight bound (the
+  tests assert it stays far below a step); ill-conditioned ones get a loose one, and the
+  allowance is printed. A float64 model (``--dtype float64``) has no shadow: the compressor
+  and this reference then compute in the same precision, the bound is the floor term with
+  u = 2^-53, and PowerSGD is checked to rounding level however ill-conditioned the problem.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ import torch
 POWERSGD_BOUND_FACTOR = 64
 POWERSGD_SHADOW_FACTOR = 8
 FP32_UNIT = 2.0 ** -24
+UNIT_ROUNDOFF = {torch.float32: FP32_UNIT, torch.float64: 2.0 ** -53}
 FP16_UNIT = 2.0 ** -11
 FP16_SUBNORMAL_HALF_SPACING = 2.0 ** -25
 # PowerSGD's initial Q of tensor ``name``: randn (fp32, CPU generator) seeded
@@ -197,16 +201,21 @@ class ReferenceMath:
             r = min(self.rank, rows, cols)
             if r * (rows + cols) >= rows * cols:
                 continue
-            exact, kappa = self._power_step(name, [x[seg].view(rows, cols) for x in xs], r,
-                                            torch.float64)
-            shadow, _ = self._power_step(name, [x[seg].view(rows, cols) for x in xs], r,
-                                         torch.float32)
+            grads = [x[seg].view(rows, cols) for x in xs]
+            exact, kappa = self._power_step(name, grads, r, torch.float64)
             self.kappa_sum[name] = self.kappa_sum.get(name, 0.0) + kappa
             total[seg] = exact.reshape(-1)
             top = float(exact.abs().max())
-            self.sensitivity[name] = float((shadow - exact).abs().max()) / top if top else 0.0
-            bound[seg] = (POWERSGD_SHADOW_FACTOR * float((shadow - exact).abs().max())
-                          + POWERSGD_BOUND_FACTOR * FP32_UNIT * self.kappa_sum[name] * top)
+            floor = POWERSGD_BOUND_FACTOR * UNIT_ROUNDOFF[self.dtype] * self.kappa_sum[name] * top
+            if self.dtype == torch.float64:
+                # The compressor's own precision: no shadow to measure against.
+                self.sensitivity[name] = 0.0
+                bound[seg] = floor
+                continue
+            shadow, _ = self._power_step(name, grads, r, self.dtype)
+            gap = float((shadow - exact).abs().max())
+            self.sensitivity[name] = gap / top if top else 0.0
+            bound[seg] = POWERSGD_SHADOW_FACTOR * gap + floor
         return total, bound
 
     def _power_step(self, name, grads, r, dtype):

@@ -384,12 +384,16 @@ def worker(args, placement) -> int:
                     name = f"{name}+{comp}"
                 reference = Reference(work.model, make_optimizer, ctx, rtol=rtol, atol=atol,
                                       compression=ref_math)
+                after = getattr(strategy, "groups_after_step", False)
                 for step in range(1, args.verify + 1):
-                    # The buckets this step will use (a method may re-plan after a step).
-                    groups = strategy.groups() if ref_math is not None else None
+                    # The buckets this step uses: asked before it (a method may re-plan after
+                    # a step), or after it from a method that decides them during backward.
+                    groups = strategy.groups() if ref_math is not None and not after else None
                     work.loss(strategy.module, batch).backward()
                     strategy.step()
                     strategy.synchronize()
+                    if ref_math is not None and after:
+                        groups = strategy.groups()
                     reference.step(groups)
                     max_abs, worst = reference.compare()
                     spread = reference.replica_spread()

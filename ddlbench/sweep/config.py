@@ -31,7 +31,7 @@ METHODS = {
     "byteschedulerps": ("ByteScheduler-PS", "ps"),
 }
 # Methods whose buckets go through a compressor (the others take only `none`).
-COMPRESSIBLE = {"bspa2a", "wfbp", "fusion", "mgwfbp"}
+COMPRESSIBLE = {"bspa2a", "wfbp", "fusion", "mgwfbp", "ddp"}
 
 # method setting -> (training-script flag, methods it applies to (None: any), kind)
 METHOD_SETTINGS = {
