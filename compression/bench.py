@@ -19,6 +19,7 @@ import torch
 
 import compression
 from ddlbench.comm import Comm
+from ddlbench.errors import EXIT_USAGE, UsageError
 
 
 class _Done:
@@ -106,6 +107,16 @@ def main(argv=None) -> int:
     p.add_argument("--no-timing", action="store_true", help="bytes only (one iteration)")
     p.add_argument("--cuda", action="store_true")
     args = p.parse_args(argv)
+    try:
+        for name in args.compressor:
+            compression.check_options(name, args.density, args.powersgd_rank)
+        if args.nworkers < 1 or args.iters < 1 or args.threads < 1:
+            raise UsageError("--nworkers, --iters and --threads must be positive")
+        if args.cuda and not torch.cuda.is_available():
+            raise UsageError("--cuda: no CUDA device here")
+    except UsageError as e:
+        print(f"compression.bench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     torch.set_num_threads(args.threads)
     device = "cuda" if args.cuda else "cpu"
     iters = 1 if args.no_timing else args.iters

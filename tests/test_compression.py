@@ -245,6 +245,20 @@ def test_bench_prints_bytes_per_iteration_for_every_compressor(capsys):
     assert float(rows[1][1]) == pytest.approx(dense / 2, abs=1e-3)  # fp16
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--density", "1.5"], "--density must be in (0, 1], got 1.5"),
+    (["--compressor", "topk", "zip"], "unknown compressor 'zip'"),
+    (["--powersgd-rank", "0"], "--powersgd-rank must be positive, got 0"),
+    (["--nworkers", "0"], "--nworkers, --iters and --threads must be positive"),
+])
+def test_bench_bad_input_is_one_line_and_nonzero(capsys, args, message):
+    assert bench.main(["--model", "squeezenet1_1", *args]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1, err
+    assert lines[0].startswith("compression.bench: error: ") and message in lines[0], err
+
+
 # ---------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("args,message", [
