@@ -264,15 +264,17 @@ def compressor_list(args) -> list[str]:
     return names or ["none"]
 
 
-def takes_compressor(name: str, engine: str = "torch") -> bool:
+def takes_compressor(name: str, engine: str = "torch", compressor: str | None = None) -> bool:
     """A method takes a compressor when it reduces its own buckets through one and can say
-    what they are (``groups()``, which --verify needs): the bucketed all-reduce methods. On
-    Horovod every method takes Horovod's fp16 (other compressors are refused in check())."""
+    what they are (``groups()``, which --verify needs): the all-reduce methods, less the
+    compressors a method refuses (``refuses_compressors``). On Horovod every method takes
+    Horovod's fp16 (other compressors are refused in check())."""
     if engine == "horovod":
         return True
     from . import strategies
     cls = strategies.lookup(name)
-    return cls.architecture == "a2a" and hasattr(cls, "groups")
+    return (cls.architecture == "a2a" and hasattr(cls, "groups")
+            and compressor not in getattr(cls, "refuses_compressors", {}))
 
 
 def runs(args) -> list[tuple[str, str]]:
@@ -282,14 +284,14 @@ def runs(args) -> list[tuple[str, str]]:
     pairs = []
     for name in method_list(args):
         for comp in compressor_list(args):
-            if comp != "none" and not takes_compressor(name, args.engine):
+            if comp != "none" and not takes_compressor(name, args.engine, comp):
                 if name in explicit:
                     from . import strategies
-                    able = [m for m in strategies.names() if takes_compressor(m)]
-                    raise UsageError(
-                        f"method {name!r} cannot take --compressor {comp}: it does not reduce "
-                        f"its gradients through the suite's buckets; use one of "
-                        f"{', '.join(able)}")
+                    why = getattr(strategies.lookup(name), "refuses_compressors", {}).get(
+                        comp, "it does not reduce its gradients through the suite's buckets")
+                    able = [m for m in strategies.names() if takes_compressor(m, compressor=comp)]
+                    raise UsageError(f"method {name!r} cannot take --compressor {comp}: {why}; "
+                                     f"use one of {', '.join(able)}")
                 continue
             pairs.append((name, comp))
     return pairs
@@ -455,8 +457,10 @@ def worker(args, placement) -> int:
         per_iter = {k: {op: v / timed_steps for op, v in d.items()}
                     for k, d in comm_stats.items()}
         comp_stats = None
-        if args.engine == "torch" and takes_compressor(args.method):
-            # (Horovod compresses inside its own optimizer and counts nothing for us.)
+        if args.engine == "torch" and takes_compressor(args.method) and (
+                args.compressor != "none" or compressor.counts.get("payload_bytes")):
+            # (Horovod compresses inside its own optimizer and counts nothing for us; DDP and
+            # ByteScheduler send dense gradients their own way when there is no compressor.)
             comp_stats = compressor.stats(timed_steps)
             log(compression_line(args, comp_stats))
         hosts = [None] * ctx.size

@@ -48,6 +48,19 @@ def default_tolerance(optimizer: str, lr: float) -> tuple[float, float]:
     return DEFAULT_RTOL, DEFAULT_ATOL
 
 
+def _tiles(intervals, n) -> bool:
+    """Whether the sorted (start, end) intervals cover [0, n) exactly once (an empty tensor:
+    one empty interval)."""
+    if n == 0:
+        return intervals == [(0, 0)]
+    at = 0
+    for a, b in intervals:
+        if a != at or b <= a:
+            return False
+        at = b
+    return at == n
+
+
 class Reference:
     def __init__(self, model, make_optimizer, ctx, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
                  compression=None):
@@ -98,28 +111,55 @@ class Reference:
         self.local = [None] * len(self.params)
 
     def _compressed_average(self, gathered, groups):
-        """The compressor's mathematics applied bucket by bucket to every rank's gradient."""
+        """The compressor's mathematics applied bucket by bucket to every rank's gradient.
+
+        A bucket lists parameter indices (whole gradients, with their shapes) or
+        ``(index, start, end)`` slices of a parameter's flat gradient (a method that cuts
+        tensors into chunks; a slice is named by that triple and shaped as a vector)."""
         sizes = [r.numel() for r in self.ref]
         starts = [0]
         for n in sizes:
             starts.append(starts[-1] + n)
-        covered = sorted(i for g in groups for i in g) if groups else []
-        if covered != list(range(len(self.ref))):
-            raise RuntimeError("verify with a compressor: the method's groups() must name every "
-                               f"parameter exactly once, got {groups}")
+        pieces = {i: [] for i in range(len(self.ref))}
+        buckets = []  # per bucket: [(name, shape, begin, end)] in the flat gradient
+        for g in groups or []:
+            bucket = []
+            for item in g:
+                i, a, b = item if isinstance(item, tuple) else (item, 0, None)
+                if i not in pieces:
+                    pieces = None
+                    break
+                if b is None:
+                    b, name, shape = sizes[i], i, self.ref[i].shape
+                else:
+                    name, shape = (i, a, b), (b - a,)
+                if not 0 <= a <= b <= sizes[i]:
+                    pieces = None
+                    break
+                pieces[i].append((a, b))
+                bucket.append((name, shape, starts[i] + a, starts[i] + b))
+            if pieces is None:
+                break
+            buckets.append(bucket)
+        if not groups or pieces is None or any(
+                not _tiles(sorted(p), sizes[i]) for i, p in pieces.items()):
+            raise RuntimeError("verify with a compressor: the method's groups() must cover "
+                               f"every parameter exactly once, got {groups}")
         average = torch.zeros_like(gathered[0])
         bound = torch.zeros_like(gathered[0])
         bounded = False  # None from every bucket: as exact as the dense average
-        for g in groups:
-            per_rank = [torch.cat([x[starts[i]:starts[i + 1]] for i in g]) for x in gathered]
-            avg, b = self.math.aggregate(g, per_rank, [self.ref[i].shape for i in g])
+        for bucket in buckets:
+            per_rank = [torch.cat([x[begin:end] for _, _, begin, end in bucket])
+                        for x in gathered]
+            avg, b = self.math.aggregate([name for name, *_ in bucket], per_rank,
+                                         [shape for _, shape, _, _ in bucket])
             offset = 0
-            for i in g:
-                average[starts[i]:starts[i + 1]] = avg[offset:offset + sizes[i]]
+            for _, _, begin, end in bucket:
+                average[begin:end] = avg[offset:offset + end - begin]
                 if b is not None:
-                    bound[starts[i]:starts[i + 1]] = b[offset:offset + sizes[i]]
+                    bound[begin:end] = b[offset:offset + end - begin]
                     bounded = True
-                offset += sizes[i]
+                offset += end - begin
         return average, (bound if bounded else None)
 
     def _carry_allowance(self, bound) -> None:

@@ -459,7 +459,7 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
         networks=["local", {"rdma": 7}, {"net": "5gbit", "speed": 1}],
         methods=["wfbp", "nosuch", {"method": "bspps", "compressor": "topk"},
                  {"method": "wfbp", "credit": 5},
-                 {"method": "bytescheduler", "compressor": "fp16"}],
+                 {"method": "bytescheduler", "compressor": "powersgd"}],
         tasks=[{"model": "nonet", "batch_size": -1, "pixels": 3}],
         timing={"warmup": 1, "rounds": 3})
     assert benchmarks.main(["--config", str(cfg)]) == 2
@@ -473,7 +473,7 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
                 "timing: unknown key 'rounds'",
                 "method bspps: a parameter-server method takes compressor none only, got 'topk'",
                 "method wfbp: credit applies only to bytescheduler, byteschedulerps",
-                "method bytescheduler: takes compressor none only, got 'fp16'"]
+                "method bytescheduler: cannot take compressor 'powersgd'"]
     for problem in expected:
         assert problem in err, problem
     from ddlbench import strategies

@@ -49,7 +49,15 @@ A parameter is waited for by the forward pre-hooks of the modules that own it; o
 are never called (used functionally by an ancestor, like ``MultiheadAttention.out_proj``) is
 waited for by its nearest ancestor that is called, learned in the first iteration. A gradient
 that arrives while the same parameter's previous update is still pending is reported as an
-error instead of racing. Only dense fp32 chunks are sent (``--compressor none``).
+error instead of racing.
+
+**Compression.** With ``--compressor`` (fp16, topk, eftopk, signum, efsignum) every chunk is
+its own compressor bucket: the dispatcher encodes it and starts its exchange, the completer
+waits and decodes, and the chunk then holds the average (no division afterwards). TopK keeps
+the k largest of each chunk, EF-signSGD one scale per chunk, and residuals are kept per chunk.
+PowerSGD is refused: it factorises whole matrices (a chunk is a slice of a flat gradient) and
+issues its second all-reduce while waiting, which here would be the completer thread, racing
+the dispatcher's collectives on the same group.
 """
 from __future__ import annotations
 
@@ -143,13 +151,19 @@ class ByteScheduler(Strategy):
     negotiated = True
     # Credit comes back when a chunk's collective completes (a subclass may return it sooner).
     credit_on_completion = True
+    # Compressors this method cannot run, and why (the training script's message).
+    refuses_compressors = {"powersgd": "PowerSGD factorises whole matrices with a second "
+                           "all-reduce while waiting, and bytescheduler sends slices of flat "
+                           "gradients and waits on another thread than it sends from"}
 
     def __init__(self, model, optimizer, comm, settings):
         super().__init__(model, optimizer, comm, settings)
         compressor = settings.get("compressor_obj")
-        if compressor is not None and compressor.name != "none":
-            raise UsageError(f"bytescheduler sends dense fp32 chunks; --compressor "
-                             f"{compressor.name} is not supported with it (use none)")
+        self.compressor = compressor if compressor is not None and compressor.name != "none" \
+            else None
+        if self.compressor is not None and self.compressor.name in self.refuses_compressors:
+            raise UsageError(f"{self.name} cannot take --compressor {self.compressor.name}: "
+                             f"{self.refuses_compressors[self.compressor.name]}")
         self.partition = self._partition(settings)
         self.credit = int(settings.get("credit") or DEFAULT_CREDIT)
         if self.partition <= 0 or self.credit <= 0:
@@ -199,9 +213,17 @@ class ByteScheduler(Strategy):
         return chunk_table([p.numel() for p in self.params], self.partition)
 
     def _start_chunk(self, chunk: int, data: torch.Tensor):
-        """Start reducing one chunk (a slice of its tensor's flat gradient, summed in place);
-        returns what the completer waits on."""
+        """Start reducing one chunk (a slice of its tensor's flat gradient, summed in place,
+        or averaged in place by the compressor); returns what the completer waits on."""
+        if self.compressor is not None:
+            return self.compressor.reduce_async(("chunk",) + self.table[chunk], data, self.comm,
+                                                shapes=[data.shape])
         return self.comm.allreduce(data, async_op=True)
+
+    def groups(self) -> list[list[tuple[int, int, int]]]:
+        """The compressor's buckets for --verify: every chunk alone, as (tensor, start, end)
+        of the tensor's flat gradient."""
+        return [[chunk] for chunk in self.table]
 
     def _private_optimizers(self, optimizer):
         group_of = {}
@@ -445,7 +467,8 @@ class ByteScheduler(Strategy):
             if not last:
                 continue
             p, flat = self.params[i], self._flat[i]
-            flat.div_(size)
+            if self.compressor is None:  # summed: average it (a compressor averages itself)
+                flat.div_(size)
             if self._opts[i] is not None:
                 opt, user_group = self._opts[i]
                 group = opt.param_groups[0]
@@ -478,8 +501,9 @@ class ByteScheduler(Strategy):
             # over the iterations run so far (warm-up included).
             "negotiation_messages_per_iteration": self.negotiation_messages / its,
             "negotiation_bytes_per_iteration": self.negotiation_bytes / its,
-            "compressor": "none",
         })
+        d.update(self.compressor.describe() if self.compressor is not None
+                 else {"compressor": "none"})
         return d
 
     def close(self) -> None:

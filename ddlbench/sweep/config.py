@@ -31,7 +31,9 @@ METHODS = {
     "byteschedulerps": ("ByteScheduler-PS", "ps"),
 }
 # Methods whose buckets go through a compressor (the others take only `none`).
-COMPRESSIBLE = {"bspa2a", "wfbp", "fusion", "mgwfbp", "ddp"}
+COMPRESSIBLE = {"bspa2a", "wfbp", "fusion", "mgwfbp", "ddp", "bytescheduler"}
+# Compressors a compressible method cannot run (the training script says why).
+REFUSED_COMPRESSORS = {"bytescheduler": {"powersgd"}}
 
 # method setting -> (training-script flag, methods it applies to (None: any), kind)
 METHOD_SETTINGS = {
@@ -459,7 +461,10 @@ def _method(m, problems, notes) -> dict | None:
                             f"only, got {comp!r}")
         elif known and mid not in COMPRESSIBLE:
             problems.append(f"method {mid}: takes compressor none only, got {comp!r} "
-                            f"(compressors: {', '.join(sorted(COMPRESSIBLE))})")
+                            f"(methods with compressors: {', '.join(sorted(COMPRESSIBLE))})")
+        elif comp in REFUSED_COMPRESSORS.get(mid, ()):
+            problems.append(f"method {mid}: cannot take compressor {comp!r} (python -m "
+                            f"ddlbench.train --method {mid} --compressor {comp} says why)")
     if "args" in m and not isinstance(m["args"], str):
         problems.append(f"method {mid}: args must be a string of training-script flags")
     return dict(m)
