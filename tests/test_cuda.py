@@ -38,3 +38,27 @@ def test_no_cuda_flag_keeps_the_cpu(tmp_path, load_json):
     proc = train(*TINY_BERT, *QUICK_TIMING, "--no-cuda", "--output", str(out))
     assert proc.returncode == 0, describe(proc)
     assert load_json(out)["environment"]["device"] == "cpu"
+
+
+COMPRESSORS = "fp16,topk,eftopk,signum,efsignum,powersgd"
+
+
+def test_every_compressor_verifies_on_the_gpu():
+    """NCCL with one rank, then Gloo with CUDA tensors across 2 ranks on the one GPU: every
+    compressor under fusion and DDP (its comm hook), against the float64 reference."""
+    for extra in (["--backend", "nccl"], ["--nworkers", "2"]):
+        proc = train(*SMALL_CNN, "--verify", "3", "--method", "fusion,ddp", "--threshold",
+                     "200000", "--compressor", COMPRESSORS, "--density", "0.05", *extra)
+        assert proc.returncode == 0, describe(proc)
+        lines = verify_lines(proc.stdout)
+        assert len(lines) == 12 and all(ok for steps in lines.values() for *_, ok in steps)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000003])
+def test_sign_packing_on_the_gpu_equals_the_cpu(n):
+    import compression
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    x[::7] = 0.0
+    words = compression.pack_signs(x.cuda())
+    assert words.is_cuda and torch.equal(words.cpu(), compression.pack_signs(x))
+    assert torch.equal(compression.unpack_signs(words, n).cpu(), x >= 0)

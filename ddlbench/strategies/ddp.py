@@ -85,6 +85,8 @@ class DDP(Strategy):
         return fut
 
     def _exchange_loop(self) -> None:
+        if self.params and self.params[0].is_cuda:  # a new thread starts on device 0
+            torch.cuda.set_device(self.params[0].device)
         while True:
             item = self._queue.get()
             if item is None:
