@@ -210,18 +210,10 @@ def profile_files() -> list[str]:
 
 
 def load_profiles(files: list[str] | None = None) -> dict[str, Profile]:
-    import yaml
+    from .yamlfile import load as load_yaml
     profiles: dict[str, Profile] = {}
     for path in files or profile_files():
-        try:
-            with open(path) as f:
-                raw = yaml.safe_load(f)
-        except OSError as e:
-            raise UsageError(f"network profiles file {path}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise UsageError(f"network profiles file {path}: malformed YAML"
-                             f"{f' at line {mark.line + 1}' if mark else ''}") from None
+        raw = load_yaml(path, "network profiles file")
         entries = (raw or {}).get("profiles") if isinstance(raw, dict) else None
         if not isinstance(entries, dict):
             raise UsageError(f"network profiles file {path}: expected a mapping 'profiles:' "

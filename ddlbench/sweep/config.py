@@ -17,7 +17,6 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
-import yaml
 
 from ..errors import UsageError
 
@@ -259,16 +258,8 @@ def load(path: str, preflight: bool = True) -> Sweep:
     anything starts. ``preflight`` also passes every cell's arguments through the training
     script's own argument parser and checks (so a flag it does not know, or a combination it
     refuses, is caught here and not an hour into the sweep)."""
-    try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read sweep file {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(f"{path}: malformed YAML{where}: "
-                         f"{getattr(e, 'problem', None) or e}") from None
+    from ..yamlfile import load as load_yaml
+    raw = load_yaml(path, "sweep file")
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: a sweep file is a YAML mapping (name, networks, tasks, "
                          f"methods, nworkers, ...)")
