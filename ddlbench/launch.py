@@ -21,6 +21,7 @@ Nothing here picks an address or a port of its own: they come from the environme
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -224,50 +225,69 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                     MASTER_PORT=str(store.port))
     procs: list[subprocess.Popen] = []
     cluster = None  # the emulated network of --net: one host per process
+    with stop_signals() as stopping:
+        try:
+            if net:
+                from . import netem
+                cluster = netem.start(nworkers, net)
+            for rank in range(nworkers):
+                if stopping["signal"] is not None:
+                    break
+                env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+                env.update(cluster.env(rank) if cluster else {})
+                procs.append(subprocess.Popen([*(cluster.prefix(rank) if cluster else []),
+                                               sys.executable, "-m", module, *argv], env=env))
+            # Workers that fail together (a failed verification) exit within moments of each
+            # other: only the ones still running after grace_s are stopped, and named.
+            return supervise(procs, [f"worker {r}" for r in range(nworkers)], stopping,
+                             settle_s=grace_s)
+        finally:
+            terminate(procs, grace_s)
+            if cluster is not None:
+                cluster.down()
+            del store
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """While inside, SIGINT and SIGTERM are recorded instead of raised (so set-up and tear-down
+    run to the end): yields a dict whose "signal" is the first one received, else None."""
     stopping = {"signal": None}
 
     def on_signal(signum, _frame):
-        stopping["signal"] = signum
+        if stopping["signal"] is None:
+            stopping["signal"] = signum
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if net:
-            from . import netem
-            cluster = netem.start(nworkers, net)
-        for rank in range(nworkers):
-            env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            env.update(cluster.env(rank) if cluster else {})
-            procs.append(subprocess.Popen([*(cluster.prefix(rank) if cluster else []),
-                                           sys.executable, "-m", module, *argv], env=env))
-        failure = None
-        while True:
-            codes = [p.poll() for p in procs]
-            if stopping["signal"] is not None:
-                failure = 128 + stopping["signal"]
-                break
-            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                rank, code = bad[0]
-                failure = code if code > 0 else 128 - code
-                # Workers that fail together (a failed verification) exit within moments of
-                # each other; only the ones still running after that are stopped.
-                _wait_all(procs, grace_s)
-                if any(p.poll() is None for p in procs):
-                    print(f"ddlbench: worker {rank} exited with code {code}; stopping the others",
-                          file=sys.stderr, flush=True)
-                break
-            if all(c == 0 for c in codes):
-                return 0
-            time.sleep(0.05)
-        terminate(procs, grace_s)
-        return failure
+        yield stopping
     finally:
-        terminate(procs, grace_s)
-        if cluster is not None:
-            cluster.down()
         for s, handler in old.items():
             signal.signal(s, handler)
-        del store
+
+
+def supervise(procs: list[subprocess.Popen], names: list[str], stopping: dict,
+              settle_s: float = 0.0, poll_s: float = 0.05) -> int:
+    """Wait for a job's processes (``stopping`` from ``stop_signals()``). Returns 0 when every
+    one exits 0; 128 + signal when this process got SIGINT/SIGTERM; else the first failure's
+    code (128 + signal for a killed process), after giving the others ``settle_s`` to exit on
+    their own and naming the failed one when some are still running. The caller stops
+    whatever still runs."""
+    while True:
+        if stopping["signal"] is not None:
+            return 128 + stopping["signal"]
+        codes = [p.poll() for p in procs]
+        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            i, code = bad[0]
+            _wait_all(procs, settle_s)
+            if any(p.poll() is None for p in procs):
+                print(f"ddlbench: {names[i]} exited with code {code}; stopping the others",
+                      file=sys.stderr, flush=True)
+            return code if code > 0 else 128 - code
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(poll_s)
 
 
 def _wait_all(procs, timeout_s):

@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 
 from . import hostfile
@@ -144,13 +142,14 @@ def main(argv=None) -> int:
 
 
 def run(roles, common, py, root, train, job, grace) -> int:
+    from .launch import stop_signals
+    with stop_signals() as stopping:
+        return _run(roles, common, py, root, train, job, grace, stopping)
+
+
+def _run(roles, common, py, root, train, job, grace, stopping) -> int:
+    from .launch import supervise
     procs: list[tuple[str, subprocess.Popen]] = []
-    stopping = {"signal": None}
-
-    def on_signal(signum, _frame):
-        stopping["signal"] = signum
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     remote = sorted({h for h, _ in roles if not is_local(h)})
     try:
         for host, role in roles:
@@ -167,30 +166,12 @@ def run(roles, common, py, root, train, job, grace) -> int:
                         + " ".join(shlex.quote(a) for a in train))
                 procs.append((host, subprocess.Popen(_ssh() + [host, line],
                                                      stdin=subprocess.DEVNULL)))
-        failure = None
-        while failure is None:
-            if stopping["signal"] is not None:
-                failure = 128 + stopping["signal"]
-                break
-            codes = [p.poll() for _, p in procs]
-            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                i, code = bad[0]
-                failure = code if code > 0 else 128 - code
-                host, role = roles[i]
-                name = (f"worker {role['DMLC_WORKER_ID']}" if role["DMLC_ROLE"] == "worker"
-                        else f"server {role['DDLBENCH_SERVER_ID']}")
-                print(f"ddlbench: {name} on {host} exited with code {code}; stopping the job",
-                      file=sys.stderr, flush=True)
-                break
-            if all(c == 0 for c in codes):
-                return 0
-            time.sleep(0.1)
-        return failure
+        names = [(f"worker {role['DMLC_WORKER_ID']}" if role["DMLC_ROLE"] == "worker"
+                  else f"server {role['DDLBENCH_SERVER_ID']}") + f" on {host}"
+                 for host, role in roles]
+        return supervise([p for _, p in procs], names, stopping, poll_s=0.1)
     finally:
         _stop_all(procs, remote, job, grace)
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 def _stop_all(procs, remote_hosts, job, grace) -> None:

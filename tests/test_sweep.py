@@ -528,6 +528,14 @@ def test_presets():
               for c in emulated.cells() if c.method["method"] == "wfbp" and c.nworkers == 4}
     assert "--net" not in by_net["loopback"]
     assert by_net["5gbit"][-2:] == ["--net", "5gbit"] and "--nworkers" in by_net["5gbit"]
+    # Every cell of the compression preset passes the training script's own checks (a method
+    # that refuses its compressor would fail here); the 1gbit cells need root and iproute2.
+    from ddlbench import netem
+    comp = config.load(config.resolve_config("compression"),
+                       preflight=netem.unavailable_reason() is None)
+    assert len(comp.cells()) == 40
+    assert {(c.method["method"], c.method.get("compressor", "none")) for c in comp.cells()} >= {
+        ("ddp", "powersgd"), ("bytescheduler", "fp16"), ("fusion", "eftopk")}
     with pytest.raises(UsageError, match="example hosts"):
         config.load(config.resolve_config("paper"))  # needs a real cluster's host files
     with pytest.raises(UsageError, match="sweep config 'nope' not found"):
