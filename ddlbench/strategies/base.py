@@ -33,6 +33,10 @@ class Strategy:
     name: ClassVar[str] = ""
     display: ClassVar[str] = ""
     architecture: ClassVar[str] = "a2a"
+    # A method that takes a compressor says what its buckets are with ``groups()`` (parameter
+    # indices, or (index, start, end) slices): --verify asks before each step, or after it
+    # when this is True (a method that decides them during backward, as DDP does).
+    groups_after_step: ClassVar[bool] = False
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, comm: Comm,
                  settings: dict):
