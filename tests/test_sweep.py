@@ -268,8 +268,10 @@ def test_engines_side_by_side_without_one_worker_cells(tmp_path, capsys):
              L("h2", "rdma0", R50, "fusion", "a2a", 4, 1, "failed", engine="horovod")]
     with open(os.path.join(folder, "results.jsonl"), "w") as f:
         f.writelines(json.dumps(e) + "\n" for e in lines)
-    assert benchmarks.main(["report", folder, "--no-plots"]) == 0
+    assert benchmarks.main(["report", folder]) == 0
     out = capsys.readouterr().out
+    # No 1-worker cells: a throughput plot, and no (empty) efficiency plot.
+    assert os.listdir(os.path.join(folder, "plots")) == ["rdma0_resnet50-bs64_throughput.png"]
     ratios = ("| DNN | BS | CONNECTION | METHOD | VS | 4 GPUs |\n"
               "| --- | --- | --- | --- | --- | --- |\n"
               "| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | horovod | 1.25 |\n"

@@ -96,12 +96,16 @@ def draw(t: Table, folder: str) -> list[str]:
         plt.close(fig)
         files.append(path)
 
-        fig, ax = plt.subplots(figsize=(6.0, 4.0))
+        curves = []
         for r in rows:
             pts = [(n, r.speedup(n)) for n in counts]
             pts = [(n, 100.0 * s[1]) for n, s in pts if s is not None]
-            if not pts:
-                continue
+            if pts:
+                curves.append((r, pts))
+        if not curves:  # no 1-worker cells to measure efficiency against: no empty plot
+            continue
+        fig, ax = plt.subplots(figsize=(6.0, 4.0))
+        for r, pts in curves:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r.method,
                     color=colours[id(r)], linestyle="--" if r.architecture == "ps" else "-")
         ax.axhline(100.0, color="grey", linewidth=0.6, linestyle=":")
