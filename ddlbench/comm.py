@@ -26,7 +26,7 @@ _ITEMSIZE: dict = {}
 
 # torch 2.14 deprecates all_gather_into_tensor for all_gather_single (same arguments); torch 2.0
 # (the Horovod lane) has only the former.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class Comm:
@@ -74,7 +74,7 @@ class Comm:
     def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True):
         """Gather every rank's ``tensor`` into ``output`` (size P * tensor.numel())."""
         self._count("allgather", tensor, self.size - 1)
-        return _all_gather_single(output, tensor, group=self.group, async_op=async_op)
+        return all_gather_single(output, tensor, group=self.group, async_op=async_op)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False):
         self._count("broadcast", tensor, (self.size - 1) if self.rank == src else 0)

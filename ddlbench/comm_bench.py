@@ -139,7 +139,7 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     elif op == "allgather":
         out = torch.zeros(count, dtype=torch.float32, device=device)
         src = torch.zeros(count // world, dtype=torch.float32, device=device)
-        from .comm import _all_gather_single as gather
+        from .comm import all_gather_single as gather
 
         def once():
             gather(out, src, group=group)

@@ -457,10 +457,10 @@ def worker(args, placement) -> int:
         per_iter = {k: {op: v / timed_steps for op, v in d.items()}
                     for k, d in comm_stats.items()}
         comp_stats = None
-        if args.engine == "torch" and takes_compressor(args.method) and (
-                args.compressor != "none" or compressor.counts.get("payload_bytes")):
-            # (Horovod compresses inside its own optimizer and counts nothing for us; DDP and
-            # ByteScheduler send dense gradients their own way when there is no compressor.)
+        if compressor.counts.get("payload_bytes"):
+            # Only when the method exchanged through it: Horovod compresses inside its own
+            # optimizer, the PS methods push dense, and DDP and ByteScheduler send dense
+            # gradients their own way without a compressor.
             comp_stats = compressor.stats(timed_steps)
             log(compression_line(args, comp_stats))
         hosts = [None] * ctx.size
@@ -545,15 +545,13 @@ def compression_line(args, st: dict) -> str:
     """Rank 0's figures: bytes per worker per iteration beside the dense fp32 figure (the same
     on every rank), and rank 0's encode/decode time per iteration."""
     mb = 1e6
-    ratio = st["compression_ratio"]
     return (f"Compression: {args.compressor}: per worker per iteration "
             f"{st['payload_bytes'] / mb:.3f} MB handed to collectives "
             f"(dense fp32 {st['dense_payload_bytes'] / mb:.3f} MB, ratio "
-            f"{ratio:.1f}x), {st['wire_sent_bytes'] / mb:.3f} MB sent and "
+            f"{st['compression_ratio']:.1f}x), {st['wire_sent_bytes'] / mb:.3f} MB sent and "
             f"{st['wire_received_bytes'] / mb:.3f} MB received (dense "
             f"{st['dense_wire_bytes'] / mb:.3f} MB each way, ring model); "
-            f"encode {st['encode_s'] * 1e3:.2f} ms, decode {st['decode_s'] * 1e3:.2f} ms"
-            if ratio is not None else f"Compression: {args.compressor}: nothing exchanged")
+            f"encode {st['encode_s'] * 1e3:.2f} ms, decode {st['decode_s'] * 1e3:.2f} ms")
 
 
 def _peak_rss() -> int:

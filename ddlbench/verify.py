@@ -120,6 +120,9 @@ class Reference:
         starts = [0]
         for n in sizes:
             starts.append(starts[-1] + n)
+        def invalid():
+            return RuntimeError("verify with a compressor: the method's groups() must cover "
+                                f"every parameter exactly once, got {groups}")
         pieces = {i: [] for i in range(len(self.ref))}
         buckets = []  # per bucket: [(name, shape, begin, end)] in the flat gradient
         for g in groups or []:
@@ -127,24 +130,18 @@ class Reference:
             for item in g:
                 i, a, b = item if isinstance(item, tuple) else (item, 0, None)
                 if i not in pieces:
-                    pieces = None
-                    break
+                    raise invalid()
                 if b is None:
                     b, name, shape = sizes[i], i, self.ref[i].shape
                 else:
                     name, shape = (i, a, b), (b - a,)
                 if not 0 <= a <= b <= sizes[i]:
-                    pieces = None
-                    break
+                    raise invalid()
                 pieces[i].append((a, b))
                 bucket.append((name, shape, starts[i] + a, starts[i] + b))
-            if pieces is None:
-                break
             buckets.append(bucket)
-        if not groups or pieces is None or any(
-                not _tiles(sorted(p), sizes[i]) for i, p in pieces.items()):
-            raise RuntimeError("verify with a compressor: the method's groups() must cover "
-                               f"every parameter exactly once, got {groups}")
+        if not groups or not all(_tiles(sorted(p), sizes[i]) for i, p in pieces.items()):
+            raise invalid()
         average = torch.zeros_like(gathered[0])
         bound = torch.zeros_like(gathered[0])
         bounded = False  # None from every bucket: as exact as the dense average

@@ -544,6 +544,20 @@ def test_presets():
         config.resolve_config("nope")
 
 
+def test_sweep_compressor_rules_agree_with_the_methods():
+    """The sweep checks compressor x method without importing the strategies (COMPRESSIBLE,
+    REFUSED_COMPRESSORS); they must say what the training script says."""
+    import compression
+    from ddlbench import train
+    for method, (_, arch) in config.METHODS.items():
+        for comp in compression.COMPRESSORS:
+            if comp == "none":
+                continue
+            sweep_ok = (arch == "a2a" and method in config.COMPRESSIBLE
+                        and comp not in config.REFUSED_COMPRESSORS.get(method, ()))
+            assert sweep_ok == train.takes_compressor(method, compressor=comp), (method, comp)
+
+
 def test_rdma_cells_go_through_the_shell_launchers(tmp_path):
     sweep = config.load(str(write_config(
         tmp_path, networks=[{"rdma": 2}], nworkers=[2],

@@ -29,6 +29,13 @@ from .. import compat
 from ..comm import Comm
 
 
+def given_compressor(settings: dict):
+    """The compressor a method was given, or None for ``none``: for methods that send dense
+    gradients their own way (DDP's all-reduce, ByteScheduler's chunks) unless compressing."""
+    compressor = settings.get("compressor_obj")
+    return compressor if compressor is not None and compressor.name != "none" else None
+
+
 class Strategy:
     name: ClassVar[str] = ""
     display: ClassVar[str] = ""

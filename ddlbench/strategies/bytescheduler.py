@@ -72,7 +72,7 @@ import torch.distributed as dist
 from ..errors import UsageError
 from ..ps import PSError
 from . import register
-from .base import Strategy
+from .base import Strategy, given_compressor
 
 DEFAULT_PARTITION = 4_000_000   # elements, the published runs' setting (DESIGN.md section 5)
 DEFAULT_CREDIT = 16_000_000     # elements
@@ -158,9 +158,7 @@ class ByteScheduler(Strategy):
 
     def __init__(self, model, optimizer, comm, settings):
         super().__init__(model, optimizer, comm, settings)
-        compressor = settings.get("compressor_obj")
-        self.compressor = compressor if compressor is not None and compressor.name != "none" \
-            else None
+        self.compressor = given_compressor(settings)
         if self.compressor is not None and self.compressor.name in self.refuses_compressors:
             raise UsageError(f"{self.name} cannot take --compressor {self.compressor.name}: "
                              f"{self.refuses_compressors[self.compressor.name]}")

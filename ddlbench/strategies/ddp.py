@@ -28,7 +28,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from . import register
-from .base import Strategy
+from .base import Strategy, given_compressor
 
 DDP_DEFAULT_BUCKET_MB = 25.0
 
@@ -51,9 +51,7 @@ class DDP(Strategy):
             bucket_cap_mb=self.bucket_cap_mb,
             process_group=comm.group,
         )
-        compressor = settings.get("compressor_obj")
-        self.compressor = compressor if compressor is not None and compressor.name != "none" \
-            else None
+        self.compressor = given_compressor(settings)
         self._step_groups: list[list[int]] = []
         self._last_groups: list[list[int]] = []
         if self.compressor is not None:

@@ -77,8 +77,9 @@ def console(t: Table) -> str:
     """What benchmarks.py prints: the throughput table, then the engine ratios (several
     engines) and the speedups (when there are 1-worker cells)."""
     parts = [throughput_table(t)]
-    if engine_table(t):
-        parts.append(engine_table(t))
+    engines = engine_table(t)
+    if engines:
+        parts.append(engines)
     if 1 in t.counts:
         parts.append(speedup_table(t))
     return "\n".join(parts)
