@@ -9,16 +9,17 @@
 # suite's local spawner, elsewhere over $SSH (configs/cluster.conf) with the DMLC_* variables;
 # any failure, or Ctrl-C, stops every process of the job (byteps/stop.sh stops leftovers).
 #
-# method: byteschedulerps when bytescheduler=1, else bspps when threshold >= 536870912 (every
-# gradient in one fused push, the original's BSP-PS setting), else wfbpps (threshold 0: each
-# tensor pushed as soon as it is ready); method=... overrides. nservers: default one per worker
-# machine (on one machine: one per 4 workers). partition_bytes (BytePS's 4096000), credit
-# (elements, ByteScheduler-PS), rdma (0/1/2 as the Horovod launcher), image_size, iters,
-# extra_args as for horovod/horovod_mpi_cj.sh. DMLC_NUM_WORKER, DMLC_NUM_SERVER,
-# DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT are honoured where they are set.
+# method: byteschedulerps when bytescheduler=1, else bspps when threshold is at least bspps's
+# default (every gradient in one fused push, the original's BSP-PS setting), else wfbpps
+# (threshold 0: each tensor pushed as soon as it is ready); method=... overrides. nservers:
+# default one per worker machine (on one machine: one per 4 workers). The method's settings
+# are variables named after its options (threshold, partition_bytes, credit), their defaults
+# the method's own (`python -m ddlbench.methods defaults bspps`); rdma (0/1/2 as the Horovod
+# launcher), image_size, iters, extra_args as for horovod/horovod_mpi_cj.sh. DMLC_NUM_WORKER,
+# DMLC_NUM_SERVER, DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT are honoured where they are set.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$root/ddlbench/launch_common.sh"
+source "$root/ddlbench/launch/common.sh"
 if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, from configs/cluster.conf
 
 dnn="${dnn:-resnet50}"
@@ -27,10 +28,7 @@ nworkers="${nworkers:-${DMLC_NUM_WORKER:-8}}"
 nservers="${nservers:-${DMLC_NUM_SERVER:-}}"
 senlen="${senlen:-64}"
 rdma="${rdma:-0}"
-threshold="${threshold:-0}"
 bytescheduler="${bytescheduler:-0}"
-partition_bytes="${partition_bytes:-4096000}"
-credit="${credit:-${BYTESCHEDULER_CREDIT:-16000000}}"
 image_size="${image_size:-}"
 iters="${iters:-10}"
 extra_args="${extra_args:-}"
@@ -40,18 +38,19 @@ positive nworkers "$nworkers"
 positive bs "$bs"
 positive iters "$iters"
 [ -n "$nservers" ] && positive nservers "$nservers"
-positive partition_bytes "$partition_bytes"
-[[ "$threshold" =~ ^[0-9]+$ ]] || die "threshold must be a number of bytes >= 0, got '$threshold'"
 case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$bytescheduler'" ;; esac
 if [ -z "${method:-}" ]; then
+    fused="$(cd "$root" && "$PY" -m ddlbench.methods defaults bspps | sed -n 's/^threshold=//p')"
+    given="${threshold:-0}"
+    [[ "$given" =~ ^[0-9]+$ ]] || die "threshold must be a number of bytes >= 0, got '$given'"
     if [ "$bytescheduler" = 1 ]; then method=byteschedulerps
-    elif [ "$threshold" -ge 536870912 ]; then method=bspps
+    elif [ "$given" -ge "$fused" ]; then method=bspps
     else method=wfbpps; fi
 fi
+method_args "$method" --skip nservers
 
 args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
-      --partition-bytes "$partition_bytes" --credit "$credit" --num-iters "$iters")
-[ "$method" != byteschedulerps ] && args+=(--threshold "$threshold")
+      "${METHOD_ARGS[@]}" --num-iters "$iters")
 [ -n "$image_size" ] && args+=(--image-size "$image_size")
 # shellcheck disable=SC2206 # extra_args is meant to split into words
 [ -n "$extra_args" ] && args+=($extra_args)
@@ -62,7 +61,7 @@ for opt in "${MPI_OPTS[@]}"; do
     case "$opt" in *_SOCKET_IFNAME=*|NCCL_*=*|DDLBENCH_NETWORK=*) export "${opt?}" ;; esac
 done
 
-launch=("$PY" -m ddlbench.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
+launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
 [ -n "$nservers" ] && launch+=(--nservers "$nservers")
 cd "$root"
 exec "${launch[@]}" -- "${args[@]}"

@@ -6,11 +6,11 @@
 #   hostfile=configs/cluster4 job=ID ./byteps/stop.sh   # only the processes of job ID
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$root/ddlbench/launch_common.sh"
+source "$root/ddlbench/launch/common.sh"
 if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, from configs/cluster.conf
 nworkers="${nworkers:-8}"
 hostfile="${hostfile:-$root/configs/cluster$nworkers}"
-cmd=("$PY" -m ddlbench.pslaunch --hostfile "$hostfile" --stop)
+cmd=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop)
 [ -n "${job:-}" ] && cmd+=(--job-id "$job")
 cd "$root"
 exec "${cmd[@]}"

@@ -49,25 +49,27 @@ The compressors (pure torch, CPU or CUDA, no compiled extension):
 
 On CUDA, TopK's tie check and EF-signSGD's scales read one number back to the host per bucket.
 
-Every compressor counts, per worker, the bytes it hands to collectives (``payload``), the bytes
-it sends and receives under the ring model of DESIGN.md section 3 (all-reduce of M bytes:
-2(P-1)/P * M each way; all-gather of m bytes per worker: (P-1) * m each way), the dense fp32
-figures for the same gradients, and its encode and decode time (communication excluded).
+Compressors count through the ``Comm`` they exchange with, as methods do (one count of bytes per
+run): every collective they start, the dense fp32 figures of each gradient they exchange
+(``Comm.count_dense``) and their encode and decode time (``Comm.clock``, communication
+excluded). Each compressor class declares its id, its options (``Options``) and what it sends
+(``sends``); ``COMPRESSORS`` is the registry the command line, the sweep and the launchers read.
+Nothing here imports torch at module level, so the declarations can be read without it.
 """
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from collections import defaultdict
-from contextlib import contextmanager
-
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from ddlbench.errors import UsageError
+from ddlbench.options import COUNT, COUNT0, FRACTION, NoOptions, Options, collect, option
 
-DEFAULT_DENSITY = 0.001
-DEFAULT_POWERSGD_RANK = 4
+if TYPE_CHECKING:  # annotations only: the module itself imports no torch
+    import torch
+
 POWERSGD_SEED = 1_000_003
 
 
@@ -108,120 +110,59 @@ def _numel(shape) -> int:
 
 
 class Compressor:
-    """Subclasses implement ``reduce_async``; they count what they exchange through
-    ``_allreduce``/``_allgather``, the dense figure with ``_dense`` and time their work with
-    ``_clock`` (the counters exist without calling this ``__init__``)."""
+    """One way of exchanging a flat gradient: subclasses declare ``id``, ``Options`` and
+    ``sends``, and implement ``reduce_async``."""
 
-    name = "none"
+    id: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = NoOptions
+    sends: ClassVar[str] = ""  # what goes on the wire, in a few words
 
-    def reduce_async(self, key, tensor: torch.Tensor, comm, shapes=None) -> Pending:
+    def __init__(self, options: Options | None = None):
+        self.options = options if options is not None else self.Options()
+
+    def reduce_async(self, key, tensor, comm, shapes=None) -> Pending:
         """Start exchanging ``tensor`` (flat); ``shapes`` are the shapes of the gradients
         packed in it, in order, for compressors that work per tensor (PowerSGD, EF-signSGD)."""
         raise NotImplementedError
 
     def describe(self) -> dict:
-        return {"compressor": self.name}
-
-    # -- accounting ------------------------------------------------------------------------
-    def reset_stats(self) -> None:
-        self._counts = defaultdict(float)
-        self._events = []
-
-    @property
-    def counts(self) -> defaultdict:
-        if "_counts" not in self.__dict__:
-            self.reset_stats()
-        return self._counts
-
-    def _sent(self, op: str, tensor: torch.Tensor, size: int) -> None:
-        nbytes = tensor.numel() * tensor.element_size()
-        wire = nbytes * (2 * (size - 1) / size if op == "allreduce" else size - 1)
-        self.counts["payload_bytes"] += nbytes
-        self.counts["wire_sent_bytes"] += wire
-        # Ring all-reduce and ring all-gather receive what they send.
-        self.counts["wire_received_bytes"] += wire
-
-    def _dense(self, tensor: torch.Tensor, size: int) -> None:
-        """The dense fp32 figures for the gradient ``tensor``, had it gone uncompressed."""
-        nbytes = tensor.numel() * 4
-        self.counts["dense_payload_bytes"] += nbytes
-        self.counts["dense_wire_bytes"] += nbytes * 2 * (size - 1) / size
-
-    def _allreduce(self, comm, tensor):
-        self._sent("allreduce", tensor, comm.size)
-        return comm.allreduce(tensor, async_op=True)
-
-    def _allgather(self, comm, output, tensor):
-        self._sent("allgather", tensor, comm.size)
-        return comm.allgather(output, tensor, async_op=True)
-
-    @contextmanager
-    def _clock(self, what: str, tensor: torch.Tensor):
-        """Time a block of encoding or decoding work: wall clock on the CPU, CUDA events
-        (resolved later, no synchronisation here) on a GPU."""
-        if tensor.is_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            yield
-            end.record()
-            events = self.__dict__.setdefault("_events", [])
-            events.append((what, start, end))
-            if len(events) > 4096:
-                self._resolve(len(events) // 2)
-        else:
-            t0 = time.perf_counter()
-            yield
-            self.counts[what] += time.perf_counter() - t0
-
-    def _resolve(self, n=None) -> None:
-        events = self.__dict__.setdefault("_events", [])
-        n = len(events) if n is None else n
-        for what, start, end in events[:n]:
-            end.synchronize()
-            self.counts[what] += start.elapsed_time(end) / 1000.0
-        del events[:n]
-
-    def stats(self, steps: int = 1) -> dict:
-        """Per-worker figures divided by ``steps``: bytes handed to collectives, wire bytes
-        sent and received (ring model), the dense fp32 figures, encode and decode seconds."""
-        self._resolve()
-        keys = ("payload_bytes", "wire_sent_bytes", "wire_received_bytes",
-                "dense_payload_bytes", "dense_wire_bytes", "encode_s", "decode_s")
-        out = {k: self.counts.get(k, 0.0) / steps for k in keys}
-        out["compression_ratio"] = (out["dense_payload_bytes"] / out["payload_bytes"]
-                                    if out["payload_bytes"] else None)
-        return out
+        return {"compressor": self.id, **self.options.as_dict()}
 
 
 class NoCompression(Compressor):
-    """Dense fp32 all-reduce, then divide by the number of workers (the decode time)."""
+    """Dense all-reduce, then divide by the number of workers (the decode time)."""
 
-    name = "none"
+    id = "none"
+    sends = "the gradient in its own dtype, all-reduced"
 
     def reduce_async(self, key, tensor, comm, shapes=None):
-        self._dense(tensor, comm.size)
-        work = self._allreduce(comm, tensor)
+        comm.count_dense(tensor.numel())
+        work = comm.allreduce(tensor)
         size = comm.size
 
         def finish():
             # Dividing by one worker would cost a pass over every gradient for nothing.
             if size > 1:
-                with self._clock("decode_s", tensor):
+                with comm.clock("decode_s", tensor):
                     tensor.div_(size)
         return Pending(work, finish)
 
 
 class FP16(Compressor):
-    name = "fp16"
+    """g/P cast to half, all-reduced in half, cast back."""
+
+    id = "fp16"
+    sends = "g/P in fp16, all-reduced"
 
     def reduce_async(self, key, tensor, comm, shapes=None):
-        self._dense(tensor, comm.size)
-        with self._clock("encode_s", tensor):
+        import torch
+        comm.count_dense(tensor.numel())
+        with comm.clock("encode_s", tensor):
             half = tensor.div(comm.size).to(torch.float16)
-        work = self._allreduce(comm, half)
+        work = comm.allreduce(half)
 
         def finish():
-            with self._clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor):
                 tensor.copy_(half)
         return Pending(work, finish)
 
@@ -238,6 +179,7 @@ class _FlatResidual:
         self._named = set()  # keys whose tensors have names
 
     def get(self, key, tensor, shapes) -> torch.Tensor:
+        import torch
         flat = self._flat.get(key)
         if flat is not None and flat.numel() == tensor.numel():
             return flat
@@ -278,6 +220,7 @@ def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     among equal magnitudes at the boundary the lower indices win. ``torch.topk`` picks an
     arbitrary subset of tied entries; a tie across the boundary is detected by counting and
     resolved by index, so the chosen set is a function of the values alone."""
+    import torch
     a = x.abs()
     if k >= a.numel():
         return torch.arange(a.numel(), device=x.device)
@@ -290,21 +233,28 @@ def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(idx).values
 
 
+@dataclass(frozen=True)
+class TopKOptions(Options):
+    density: float = option(0.001, FRACTION, "TopK: fraction of each bucket's elements sent")
+
+
 class TopK(Compressor):
-    name = "topk"
+    """The k largest-magnitude entries of each bucket, all-gathered and scatter-added."""
+
+    id = "topk"
+    Options = TopKOptions
+    sends = "k = density x n values (gradient dtype) and their int32 indices, all-gathered"
     error_feedback = False
 
-    def __init__(self, density: float = DEFAULT_DENSITY):
-        super().__init__()
-        self.density = density
+    def __init__(self, options: TopKOptions | None = None):
+        super().__init__(options)
+        self.density = self.options.density
         self._residual = _FlatResidual()
-
-    def describe(self) -> dict:
-        return {"compressor": self.name, "density": self.density}
 
     def encode(self, key, tensor, shapes=None):
         """(values, int32 indices) of the k largest-magnitude entries of the (corrected)
         gradient; with error feedback the residual becomes what was not sent."""
+        import torch
         k = topk_count(tensor.numel(), self.density)
         if self.error_feedback:
             corrected = tensor + self._residual.get(key, tensor, shapes)
@@ -318,16 +268,16 @@ class TopK(Compressor):
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         p = comm.size
-        self._dense(tensor, p)
-        with self._clock("encode_s", tensor):
+        comm.count_dense(tensor.numel())
+        with comm.clock("encode_s", tensor):
             values, indices = self.encode(key, tensor, shapes)
         all_values = values.new_empty(p * values.numel())
         all_indices = indices.new_empty(p * indices.numel())
-        works = [self._allgather(comm, all_values, values),
-                 self._allgather(comm, all_indices, indices)]
+        works = [comm.allgather(all_values, values),
+                 comm.allgather(all_indices, indices)]
 
         def finish():
-            with self._clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor):
                 tensor.zero_()
                 tensor.index_add_(0, all_indices.long(), all_values)
                 if p > 1:
@@ -336,7 +286,10 @@ class TopK(Compressor):
 
 
 class EFTopK(TopK):
-    name = "eftopk"
+    """TopK with error feedback: what was not sent is added to the next gradient."""
+
+    id = "eftopk"
+    sends = TopK.sends + "; the residual stays local"
     error_feedback = True
 
 
@@ -345,6 +298,7 @@ class EFTopK(TopK):
 def pack_signs(x: torch.Tensor) -> torch.Tensor:
     """Bits ``x >= 0`` of the flat ``x``, 32 per int32 word: element 32*w + j is bit j of word
     w (bit 31 is the word's sign bit); the tail of the last word is zero."""
+    import torch
     n = x.numel()
     m = (n + 31) // 32
     bits = torch.zeros(m * 32, dtype=torch.bool, device=x.device)
@@ -365,6 +319,7 @@ def _unpack(words: torch.Tensor, n: int, dtype, pm1: bool = False) -> torch.Tens
     """The n packed elements of ``words`` (int32, flat) as 0/1 in ``dtype`` (``pm1``: as
     -1/+1), through a table of the 256 byte values; the bytes are taken with shifts, so the
     result does not depend on the machine's byte order."""
+    import torch
     key = (words.device, dtype, pm1)
     table = _BYTE_BITS.get(key)
     if table is None:
@@ -376,12 +331,14 @@ def _unpack(words: torch.Tensor, n: int, dtype, pm1: bool = False) -> torch.Tens
 
 def unpack_signs(words: torch.Tensor, n: int) -> torch.Tensor:
     """The inverse of ``pack_signs``: n bools (True where the packed element was >= 0)."""
+    import torch
     return _unpack(words.reshape(-1), n, torch.bool)
 
 
 def majority_vote(words: torch.Tensor, n: int) -> torch.Tensor:
     """sign(sum of the votes) from the (P, m) packed words of P workers: float, in
     {-1, 0, +1} (0 where the votes tie)."""
+    import torch
     p = words.shape[0]
     count = torch.uint8 if p < 256 else torch.int32  # the same dtype as the table: no casts
     ayes = torch.zeros(n, dtype=count, device=words.device)
@@ -400,32 +357,39 @@ def _segment_sizes(tensor, shapes):
 
 
 class Signum(Compressor):
-    name = "signum"
+    """signSGD with majority vote: the sign bits, the sign of their sum."""
+
+    id = "signum"
+    sends = "sign bits, 32 per int32 word, all-gathered (majority vote)"
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         p, n = comm.size, tensor.numel()
-        self._dense(tensor, p)
-        with self._clock("encode_s", tensor):
+        comm.count_dense(tensor.numel())
+        with comm.clock("encode_s", tensor):
             words = pack_signs(tensor)
         gathered = words.new_empty(p * words.numel())
-        work = self._allgather(comm, gathered, words)
+        work = comm.allgather(gathered, words)
 
         def finish():
-            with self._clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor):
                 tensor.copy_(majority_vote(gathered.view(p, -1), n))
         return Pending(work, finish)
 
 
 class EFSignum(Compressor):
-    name = "efsignum"
+    """EF-signSGD: scaled signs of the error-corrected gradient, averaged over workers."""
 
-    def __init__(self):
-        super().__init__()
+    id = "efsignum"
+    sends = "sign bits and one scale per tensor, all-gathered; the residual stays local"
+
+    def __init__(self, options: NoOptions | None = None):
+        super().__init__(options)
         self._residual = _FlatResidual()
 
     def encode(self, key, tensor, shapes=None):
         """(packed sign words, one scale per tensor of the bucket); the residual becomes
         c - scale * sign(c)."""
+        import torch
         sizes = _segment_sizes(tensor, shapes)
         corrected = tensor + self._residual.get(key, tensor, shapes)
         # mean |c| per tensor, summed in float64 (reproducible to the last fp32 bit whatever
@@ -443,17 +407,17 @@ class EFSignum(Compressor):
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         p, n = comm.size, tensor.numel()
-        self._dense(tensor, p)
+        comm.count_dense(tensor.numel())
         sizes = _segment_sizes(tensor, shapes)
-        with self._clock("encode_s", tensor):
+        with comm.clock("encode_s", tensor):
             words, scales = self.encode(key, tensor, shapes)
         all_words = words.new_empty(p * words.numel())
         all_scales = scales.new_empty(p * scales.numel())
-        works = [self._allgather(comm, all_words, words),
-                 self._allgather(comm, all_scales, scales)]
+        works = [comm.allgather(all_words, words),
+                 comm.allgather(all_scales, scales)]
 
         def finish():
-            with self._clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor):
                 tensor.zero_()
                 scales_by_worker = all_scales.view(p, -1).tolist()  # one copy to the host
                 for w, scales in zip(all_words.view(p, -1), scales_by_worker):
@@ -475,6 +439,7 @@ def orthonormalize_columns(p: torch.Tensor, drop: float = 1e-4) -> None:
     than ``drop`` of its own norm after removing the earlier directions (a matrix of rank below
     r) is set to zero instead of normalising rounding noise into an arbitrary direction: it
     then contributes nothing."""
+    import torch
     m = p.to(torch.float64)
     norms = torch.linalg.vector_norm(m, dim=0)
     for i in range(m.shape[1]):
@@ -504,33 +469,47 @@ def powersgd_seed(name) -> int:
     return POWERSGD_SEED + zlib.crc32(repr(name).encode())
 
 
-class PowerSGD(Compressor):
-    name = "powersgd"
+@dataclass(frozen=True)
+class PowerSGDOptions(Options):
+    powersgd_rank: int = option(4, COUNT, "PowerSGD rank")
+    powersgd_dense_steps: int = option(
+        0, COUNT0, "PowerSGD: all-reduce dense for the first N steps (DDP's hook: 1000; here "
+        "compression starts at the first step)", metavar="N")
 
-    def __init__(self, rank: int = DEFAULT_POWERSGD_RANK, dense_steps: int = 0):
-        super().__init__()
-        self.rank = rank
-        self.dense_steps = dense_steps
+
+class PowerSGD(Compressor):
+    """Rank-r factors of each matrix, with error feedback and a warm-started Q."""
+
+    id = "powersgd"
+    Options = PowerSGDOptions
+    sends = ("rank-r factors P and Q of each matrix, all-reduced one after the other; "
+             "vectors dense")
+
+    def __init__(self, options: PowerSGDOptions | None = None):
+        super().__init__(options)
+        self.rank = self.options.powersgd_rank
+        self.dense_steps = self.options.powersgd_dense_steps
         self._q = {}       # tensor name -> Q (cols x r), shared by all workers
         self._error = {}   # tensor name -> error-feedback residual (rows x cols)
         self._calls = defaultdict(int)
 
     def describe(self) -> dict:
-        return {"compressor": self.name, "powersgd_rank": self.rank,
-                "powersgd_dense_steps": self.dense_steps, "powersgd_error_feedback": True,
+        return {**super().describe(), "powersgd_error_feedback": True,
                 "powersgd_warm_start": True}
 
     def _initial_q(self, name, cols, r, like):
+        import torch
         gen = torch.Generator().manual_seed(powersgd_seed(name))
         return torch.randn(cols, r, generator=gen, dtype=torch.float32).to(like)
 
     def reduce_async(self, key, tensor, comm, shapes=None):
+        import torch
         p = comm.size
-        self._dense(tensor, p)
+        comm.count_dense(tensor.numel())
         shapes = [tuple(tensor.shape)] if shapes is None else [tuple(s) for s in shapes]
         sizes = _segment_sizes(tensor, shapes)
         names = tensor_names(key, shapes)
-        with self._clock("encode_s", tensor):
+        with comm.clock("encode_s", tensor):
             segments = tensor.split(sizes)
             low, dense = [], []   # (name, segment, M, Q, P) / segment
             for name, shape, seg in zip(names, shapes, segments):
@@ -558,14 +537,15 @@ class PowerSGD(Compressor):
             dense_buf = torch.cat(dense) if dense else None
         works = []
         if low:
-            works.append(self._allreduce(comm, p_buf))
+            works.append(comm.allreduce(p_buf))
         if dense_buf is not None:
-            works.append(self._allreduce(comm, dense_buf))
+            works.append(comm.allreduce(dense_buf))
 
         def finish():
+            import torch
             q_buf = None
             if low:
-                with self._clock("encode_s", tensor):
+                with comm.clock("encode_s", tensor):
                     q_buf = tensor.new_empty(sum(item[3].numel() for item in low))
                     offset = 0
                     for item in low:
@@ -574,8 +554,8 @@ class PowerSGD(Compressor):
                         item[3] = q_buf[offset:offset + q.numel()].view_as(q)
                         torch.matmul(m.t(), pm, out=item[3])
                         offset += q.numel()
-                self._allreduce(comm, q_buf).wait()
-            with self._clock("decode_s", tensor):
+                comm.allreduce(q_buf).wait()
+            with comm.clock("decode_s", tensor):
                 if q_buf is not None and p > 1:
                     q_buf.div_(p)
                 for name, seg, m, q, pm in low:
@@ -593,29 +573,43 @@ class PowerSGD(Compressor):
         return Pending(works or [None], finish)
 
 
-COMPRESSORS = {"none": NoCompression, "fp16": FP16, "topk": TopK, "eftopk": EFTopK,
-               "signum": Signum, "efsignum": EFSignum, "powersgd": PowerSGD}
+COMPRESSORS: dict[str, type[Compressor]] = {
+    cls.id: cls for cls in (NoCompression, FP16, TopK, EFTopK, Signum, EFSignum, PowerSGD)}
 
 
-def check_options(name: str, density: float = DEFAULT_DENSITY,
-                  powersgd_rank: int = DEFAULT_POWERSGD_RANK, powersgd_dense_steps: int = 0):
+def option_owners() -> dict:
+    """Every compressor option by name: its declaration and (compressor id, default) of each
+    compressor declaring it."""
+    return collect((cid, cls.Options) for cid, cls in COMPRESSORS.items())
+
+
+def specs() -> list:
+    """Every compressor option, once."""
+    return [spec for spec, _ in option_owners().values()]
+
+
+def lookup(name: str) -> type[Compressor]:
     if name not in COMPRESSORS:
         raise UsageError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSORS)}")
-    if not (0.0 < density <= 1.0):
-        raise UsageError(f"--density must be in (0, 1], got {density}")
-    if powersgd_rank <= 0:
-        raise UsageError(f"--powersgd-rank must be positive, got {powersgd_rank}")
-    if powersgd_dense_steps < 0:
-        raise UsageError(f"--powersgd-dense-steps must be >= 0, got {powersgd_dense_steps}")
+    return COMPRESSORS[name]
 
 
-def create(name: str, density: float = DEFAULT_DENSITY,
-           powersgd_rank: int = DEFAULT_POWERSGD_RANK, powersgd_dense_steps: int = 0,
-           **options) -> Compressor:
-    check_options(name, density, powersgd_rank, powersgd_dense_steps)
+def check_options(name: str, **values) -> None:
+    """A clear line for an unknown compressor or a bad value of any compressor option."""
+    lookup(name)
+    known = {spec.name: spec for spec in specs()}
+    for key, value in values.items():
+        if key not in known:
+            raise TypeError(f"no compressor option {key!r}")
+        problem = known[key].problem(value)
+        if problem:
+            raise UsageError(problem)
+
+
+def create(name: str, **values) -> Compressor:
+    """The compressor ``name`` with its options taken from ``values`` (option name -> value,
+    None or missing: the default); every given option is checked, those of other compressors
+    are ignored."""
+    check_options(name, **values)
     cls = COMPRESSORS[name]
-    if cls in (TopK, EFTopK):
-        return cls(density)
-    if cls is PowerSGD:
-        return cls(powersgd_rank, powersgd_dense_steps)
-    return cls()
+    return cls(cls.Options.resolve(values))

@@ -15,11 +15,11 @@ size, nccl-tests style:
   gathered output (P x the bytes each rank sends), as nccl-tests counts them; ``count``: fp32
   elements of that message;
 - ``algbw = size / time``; ``busbw = algbw * 2(P-1)/P`` for all-reduce and ``algbw * (P-1)/P``
-  for all-gather (DESIGN.md section 3); GB/s = 1e9 bytes/s;
+  for all-gather (``ddlbench.costs``, docs/DESIGN.md section 3); GB/s = 1e9 bytes/s;
 - after each collective's table: the fitted alpha and beta, then per size the fitted model's
   time and its relative error ``err = (fit - time) / time``, and the worst ``|err|``.
 
-The model is the one MG-WFBP plans with (DESIGN.md sections 3 and 4): one message of ``M`` bytes
+The model is the one MG-WFBP plans with (docs/DESIGN.md sections 3 and 4): one message of ``M`` bytes
 costs ``alpha + beta * M``, alpha in seconds per message and beta in seconds per byte, fitted per
 (P, network, backend) and collective by least squares. The default fit minimises *relative*
 residuals (``sum ((alpha + beta M - t) / t)^2``): sizes span six orders of magnitude, and a plain
@@ -31,8 +31,9 @@ all-gather ``alpha = (P-1) a``, ``beta = (P-1)/P b`` per gathered byte).
 Sizes: powers of two from ``--min-bytes`` to ``--max-bytes``, plus ``--sizes``, plus, with
 ``--model``, the sizes of that model's gradient tensors and of its fusion buckets at
 ``--threshold`` (whole gradient at the 64 MiB default for small models), plus, with
-``--mgwfbp-profile``, the MG-WFBP groups planned from that profile. Parameter-server push/pull
-is not measured yet (it arrives with the PS methods).
+``--mgwfbp-profile``, the MG-WFBP groups planned from that profile. ``--ops pushpull`` (with
+``--nservers``) measures push/pull through parameter servers: each message cut into the
+servers' ``--partition-bytes`` partitions, pushed and its sum pulled back.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ import os
 import sys
 import time
 
+from .costs import bus_factor, ring_link
+from .planning import DEFAULT_PARTITION_BYTES
 from .errors import UsageError
 
 OPS = ("allreduce", "allgather", "pushpull")
@@ -87,21 +90,12 @@ def message_size(op: str, nbytes: int, world: int) -> int:
     return max(unit, nbytes // unit * unit)
 
 
-def bus_factor(op: str, world: int) -> float:
-    """busbw / algbw (nccl-tests; DESIGN.md section 3). Push/pull has no nccl-tests
-    counterpart: each worker sends the whole message and receives the whole sum, so the rate
-    its link sustains in each direction is the algbw itself (factor 1)."""
-    if op == "pushpull":
-        return 1.0
-    return 2 * (world - 1) / world if op == "allreduce" else (world - 1) / world
-
-
 def model_sizes(name: str, image_size=None, sentence_len: int = 64, num_classes: int = 1000,
                 threshold: float = 64 * MIB) -> list[int]:
     """Byte sizes of a model's gradient tensors and of its fusion buckets at ``threshold``."""
     import models
 
-    from .strategies.allreduce import plan_buckets
+    from .planning import plan_buckets
     work = models.build(name, image_size=image_size, sentence_len=sentence_len,
                         num_classes=num_classes)
     nbytes = [p.numel() * p.element_size() for p in work.model.parameters() if p.requires_grad]
@@ -215,16 +209,6 @@ def predict(alpha: float, beta: float, nbytes: float) -> float:
 def relative_errors(alpha: float, beta: float, sizes, seconds) -> list[float]:
     """(prediction - measurement) / measurement, per size."""
     return [(predict(alpha, beta, s) - t) / t for s, t in zip(sizes, seconds)]
-
-
-def ring_link(op: str, alpha: float, beta: float, world: int) -> dict | None:
-    """Per-step ring alpha/beta implied by a per-message fit (DESIGN.md section 3)."""
-    if world <= 1 or op == "pushpull":
-        return None
-    if op == "allreduce":
-        return {"alpha_s": alpha / (2 * (world - 1)),
-                "beta_s_per_byte": beta * world / (2 * (world - 1))}
-    return {"alpha_s": alpha / (world - 1), "beta_s_per_byte": beta * world / (world - 1)}
 
 
 def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int = 5,
@@ -354,15 +338,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nservers", type=int, default=None,
                    help="parameter servers for --ops pushpull (default on one machine: one "
                         "per 4 workers)")
-    p.add_argument("--partition-bytes", type=int, default=4_096_000,
+    p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
                    help="pushpull: the servers' partition size in bytes")
     p.add_argument("--output", default=None, help="write the JSON record here (rank 0)")
     args = p.parse_args(argv)
     if args.nservers is None:
         # Servers are spawned here only for push/pull, and only with no launcher around.
-        from . import launch, ps
-        wants = "pushpull" in args.ops.split(",") and launch.detect() is None
-        args.nservers = ps.default_nservers(args.nworkers or 1) if wants else 0
+        from .hosts.placement import detect
+        from .planning import default_nservers
+        wants = "pushpull" in args.ops.split(",") and detect() is None
+        args.nservers = default_nservers(args.nworkers or 1) if wants else 0
     return args
 
 
@@ -392,9 +377,9 @@ def check(args) -> tuple[list[str], list[int]]:
         sizes |= set(model_sizes(args.model, args.image_size, args.sentence_len,
                                  args.num_classes, args.threshold))
     if args.mgwfbp_profile:
-        from . import profiler
-        prof = profiler.read_profile(args.mgwfbp_profile)
-        from .strategies.mgwfbp import merge_groups
+        from .measure.profile_file import read_profile
+        from .planning import merge_groups
+        prof = read_profile(args.mgwfbp_profile)
         nbytes = [t["bytes"] for t in prof["tensors"]]
         groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"],
                               prof["beta_s_per_byte"], args.mgwfbp_min_group * ELEMENT_BYTES)
@@ -405,14 +390,15 @@ def check(args) -> tuple[list[str], list[int]]:
 
 
 def main(argv=None) -> int:
-    from . import launch
+    from .launch.job import run_job
     argv = list(sys.argv[1:] if argv is None else argv)
-    return launch.run_job(argv, "ddlbench.comm_bench", parse_args, check, worker,
-                          check_under_launcher=False)
+    return run_job(argv, "ddlbench.comm_bench", parse_args, check, worker,
+                   check_under_launcher=False)
 
 
 def worker(args, placement) -> int:
-    from . import engine, netem, record
+    from . import engine, netem
+    from .measure import record
     ops, sizes = check(args)
     if engine.is_server(placement, args.nservers):
         return engine.serve(placement, args.nservers, timeout_s=args.timeout)
@@ -434,11 +420,7 @@ def worker(args, placement) -> int:
                                    iters=args.iters, relative=args.fit == "relative",
                                    stat=args.stat, network=args.network, log=log,
                                    ps=ctx.ps))
-        import socket
-
-        import torch.distributed as dist
-        hosts = [None] * ctx.size
-        dist.all_gather_object(hosts, socket.gethostname())
+        environment = record.environment(ctx)
         if ctx.is_root and args.output:
             rec = {"kind": "comm_bench", "nworkers": ctx.size, "network": args.network,
                    "backend": ctx.backend, "device": ctx.device.type,
@@ -446,7 +428,7 @@ def worker(args, placement) -> int:
                    "config": {k: v for k, v in vars(args).items() if k != "output"},
                    "results": results,
                    "net": netem.run_info(args.net),
-                   "environment": record.manifest(ctx, hosts)}
+                   "environment": environment}
             record.write_atomic(args.output, rec)
         return 0
     finally:

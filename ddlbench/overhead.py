@@ -41,17 +41,31 @@ def run(args) -> int:
     import torch
     import torch.distributed as dist
 
-    import models
-
-    from . import strategies
-    from .comm import Comm
+    from . import methods
+    from .engine.comm import Comm
 
     if args.batch_size <= 0 or args.rounds <= 0 or args.batches <= 0:
         raise UsageError("--batch-size, --rounds and --batches must be positive")
     names = [m for m in args.methods.split(",") if m]
     for name in names:
-        strategies.lookup(name)
+        methods.lookup(name)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
+          f"{args.batches} batches, threads {torch.get_num_threads()}")
+    print(f"{'method':>10} {'bare s/round':>13} {'method s/round':>15} {'ratio (median)':>15}")
+    try:
+        for name in names:
+            _compare(args, name, methods.lookup(name), Comm(0, 1))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _compare(args, name, cls, comm) -> None:
+    """One method's rounds interleaved with the bare loop's, and its line."""
+    import torch
+
+    import models
 
     def build():
         torch.manual_seed(0)
@@ -69,42 +83,34 @@ def run(args) -> int:
             step()
         return time.perf_counter() - start
 
-    print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
-          f"{args.batches} batches, threads {torch.get_num_threads()}")
-    print(f"{'method':>10} {'bare s/round':>13} {'method s/round':>15} {'ratio (median)':>15}")
-    for name in names:
-        bare_work, bare_batch, bare_opt = build()
-        work, batch, opt = build()
-        strategy = strategies.create(name, work.model, opt, Comm(0, 1), {})
-
+    bare_work, bare_batch, bare_opt = build()
+    work, batch, opt = build()
+    with cls(work.model, opt, comm) as method:
         def bare_step():
             bare_work.loss(bare_work.model, bare_batch).backward()
             bare_opt.step()
             bare_opt.zero_grad(set_to_none=True)
 
         def method_step():
-            work.loss(strategy.module, batch).backward()
-            strategy.step()
-            strategy.zero_grad()
+            work.loss(method.module, batch).backward()
+            method.step()
+            method.zero_grad()
 
         timed(bare_step, args.warmup)
         timed(method_step, args.warmup)
-        strategy.synchronize()
+        method.synchronize()
         bare_t, method_t = [], []
         for r in range(args.rounds):
             # Alternate which loop goes first, so neither always inherits the other's caches.
             if r % 2 == 0:
                 bare_t.append(timed(bare_step, args.batches))
             method_t.append(timed(method_step, args.batches))
-            strategy.synchronize()
+            method.synchronize()
             if r % 2 == 1:
                 bare_t.append(timed(bare_step, args.batches))
         ratios = [b / m for b, m in zip(bare_t, method_t)]  # throughput ratio method/bare
         print(f"{name:>10} {statistics.median(bare_t):13.4f} {statistics.median(method_t):15.4f} "
               f"{statistics.median(ratios):15.3f}", flush=True)
-        strategy.close()
-    dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

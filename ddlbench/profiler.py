@@ -1,4 +1,4 @@
-"""Layer-wise profiler for MG-WFBP (DESIGN.md section 4): ``python -m ddlbench.profiler``.
+"""Layer-wise profiler for MG-WFBP (docs/DESIGN.md section 4): ``python -m ddlbench.profiler``.
 
     python -m ddlbench.profiler --model resnet50 --batch-size 64 --nworkers 4 --output prof.json
     python -m ddlbench.train --method mgwfbp --mgwfbp-profile prof.json ...
@@ -31,7 +31,6 @@ values, to plan for a cluster other than this one.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -39,9 +38,8 @@ import sys
 import time
 
 from .errors import UsageError
+from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
-PROFILE_FORMAT = "ddlbench-mgwfbp-profile"
-PROFILE_VERSION = 1
 DEFAULT_WARMUP = 5
 DEFAULT_ITERS = 50
 DEFAULT_COMM_WARMUP = 2
@@ -178,10 +176,6 @@ def fit_allreduce(nbytes: list[int], *, group=None, device=None,
             "times_s": [r["time_s"] for r in res["rows"]]}
 
 
-def trainable(model) -> list[tuple[str, object]]:
-    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-
-
 def make_profile(model, model_name: str, forward_backward, *, device=None, group=None,
                  warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS,
                  comm_warmup: int = DEFAULT_COMM_WARMUP, comm_iters: int = DEFAULT_COMM_ITERS,
@@ -224,72 +218,6 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
 def _global_rank0(group):
     import torch.distributed as dist
     return 0 if group is None else dist.get_global_rank(group, 0)
-
-
-# --------------------------------------------------------------------------- profile files
-
-def read_profile(path: str) -> dict:
-    """Load a profile file and check its form (not yet that it fits a model)."""
-    where = f"MG-WFBP profile {path}"
-    try:
-        with open(path) as f:
-            prof = json.load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UsageError(f"{where} is not valid JSON: {e}") from None
-    if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
-        raise UsageError(f"{where} is not an MG-WFBP profile (no \"format\": "
-                         f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.profiler")
-    for key, kind in (("model", str), ("tensors", list), ("backward_s", list),
-                      ("forward_s", (int, float)), ("alpha_s", (int, float)),
-                      ("beta_s_per_byte", (int, float))):
-        if not isinstance(prof.get(key), kind) or isinstance(prof.get(key), bool):
-            raise UsageError(f"{where}: missing or malformed {key!r}")
-    tensors, times = prof["tensors"], prof["backward_s"]
-    if len(tensors) != len(times):
-        raise UsageError(f"{where}: {len(tensors)} tensors but {len(times)} backward times")
-    for t in tensors:
-        if not (isinstance(t, dict) and isinstance(t.get("name"), str)
-                and isinstance(t.get("shape"), list) and isinstance(t.get("bytes"), int)):
-            raise UsageError(f"{where}: every tensor needs a name, a shape and bytes")
-    if any(not isinstance(x, (int, float)) or x < 0 for x in times) or prof["forward_s"] < 0 \
-            or prof["alpha_s"] < 0 or prof["beta_s_per_byte"] < 0:
-        raise UsageError(f"{where}: times, alpha and beta must be numbers >= 0")
-    return prof
-
-
-def match_profile(prof: dict, model, model_name: str | None, path: str) -> list[int]:
-    """The profile's tensor order as indices of ``model``'s trainable parameters; a profile
-    made for another model is refused with one line."""
-    where = f"MG-WFBP profile {path}"
-    if model_name is not None and prof["model"] != model_name:
-        raise UsageError(f"{where} is for model {prof['model']}, but this run trains "
-                         f"{model_name}; write one for it with python -m ddlbench.profiler "
-                         f"--model {model_name} --output FILE")
-    named = trainable(model)
-    index = {name: i for i, (name, _) in enumerate(named)}
-    seen = [t["name"] for t in prof["tensors"]]
-    missing = [name for name, _ in named if name not in set(seen)]
-    extra = [name for name in seen if name not in index]
-    if missing or extra or len(seen) != len(set(seen)):
-        what = (f"has no tensor {missing[0]!r} of this model" if missing else
-                f"has tensor {extra[0]!r}, which this model lacks" if extra else
-                "lists a tensor twice")
-        raise UsageError(f"{where} does not match this {model_name or 'model'} "
-                         f"({len(seen)} tensors there, {len(named)} here): it {what}")
-    for t in prof["tensors"]:
-        p = named[index[t["name"]]][1]
-        if list(p.shape) != t["shape"] or p.numel() * p.element_size() != t["bytes"]:
-            raise UsageError(f"{where} does not match this {model_name or 'model'}: tensor "
-                             f"{t['name']!r} is {t['shape']} ({t['bytes']} B) there, "
-                             f"{list(p.shape)} ({p.numel() * p.element_size()} B) here")
-    return [index[name] for name in seen]
-
-
-def write_profile(path: str, prof: dict) -> None:
-    from .record import write_atomic
-    write_atomic(path, prof)
 
 
 # --------------------------------------------------------------------------- command line
@@ -344,18 +272,17 @@ def check(args) -> None:
 
 
 def main(argv=None) -> int:
-    from . import launch
+    from .launch.job import run_job
     argv = list(sys.argv[1:] if argv is None else argv)
-    return launch.run_job(argv, "ddlbench.profiler", parse_args, check, worker)
+    return run_job(argv, "ddlbench.profiler", parse_args, check, worker)
 
 
 def worker(args, placement) -> int:
     from . import engine
-    from .strategies.mgwfbp import merge_groups, schedule_time
+    from .measure.workload import replica
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads)
     try:
-        from .train import replica
         work, batch = replica(args, ctx)
 
         def forward_backward():
@@ -367,7 +294,7 @@ def worker(args, placement) -> int:
                             comm_iters=args.comm_iters, alpha=args.alpha, beta=args.beta,
                             network=args.network, workload=workload)
         if ctx.is_root:
-            print(format_profile(prof, args.min_group, merge_groups, schedule_time), flush=True)
+            print(format_profile(prof, args.min_group), flush=True)
             if args.output:
                 write_profile(args.output, prof)
                 print(f"profile written to {args.output}", flush=True)
@@ -376,7 +303,8 @@ def worker(args, placement) -> int:
         engine.shutdown()
 
 
-def format_profile(prof: dict, min_group: int, merge_groups, schedule_time) -> str:
+def format_profile(prof: dict, min_group: int) -> str:
+    from .planning import merge_groups, schedule_time
     nbytes = [t["bytes"] for t in prof["tensors"]]
     tb = prof["backward_s"]
     a, b = prof["alpha_s"], prof["beta_s_per_byte"]

@@ -17,8 +17,9 @@ sums gives errors of a few ulps, while a gradient that was not averaged, average
 applied late is off by orders of magnitude more.
 
 With a compressor, the gathered local gradients are grouped into the method's buckets of that
-step (``strategy.groups()``, asked before the step's backward: a method may re-plan after its
-first step) and each bucket goes through the compressor's mathematics as written independently
+step (``method.plan()``, a ``BucketPlan`` of parameter slices: asked before the step's backward
+when the method declares its plan known then, since it may re-plan after its first step; after
+the step when it decides its buckets during the step, as DDP does) and each bucket goes through the compressor's mathematics as written independently
 in ``compression/reference.py`` (its own state: residuals, PowerSGD's Q), in place of the plain
 average. Where that mathematics allows a correct implementation to differ by more than fp32
 reordering (fp16's half-precision sums, PowerSGD's fp32 factorisation), it returns a
@@ -29,8 +30,14 @@ gradient) and its tolerance (5% of lr) stays as it is.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
+
+from . import session
+from .methods.base import BEFORE_STEP
+from .measure import workload
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-7
@@ -84,10 +91,9 @@ class Reference:
             return None  # leave the gradient as it is
         return capture
 
-    def step(self, groups: list[list[int]] | None = None) -> None:
+    def step(self, plan=None) -> None:
         """Average every rank's captured gradient in float64 and update the reference.
-        ``groups``: the method's buckets of this step (parameter indices, in bucket packing
-        order), needed with a compressor."""
+        ``plan``: the method's ``BucketPlan`` of this step, needed with a compressor."""
         flat = torch.cat([(g if g is not None else torch.zeros_like(r, dtype=torch.float64))
                           .reshape(-1)
                           for g, r in zip(self.local, self.ref)])
@@ -99,7 +105,7 @@ class Reference:
         if self.math is None:
             average = torch.stack(gathered).sum(0) / self.ctx.size
         else:
-            average, bound = self._compressed_average(gathered, groups)
+            average, bound = self._compressed_average(gathered, plan)
         offset = 0
         for r in self.ref:
             n = r.numel()
@@ -110,37 +116,34 @@ class Reference:
         self.opt.step()
         self.local = [None] * len(self.params)
 
-    def _compressed_average(self, gathered, groups):
+    def _compressed_average(self, gathered, plan):
         """The compressor's mathematics applied bucket by bucket to every rank's gradient.
 
-        A bucket lists parameter indices (whole gradients, with their shapes) or
-        ``(index, start, end)`` slices of a parameter's flat gradient (a method that cuts
-        tensors into chunks; a slice is named by that triple and shaped as a vector)."""
+        A bucket lists slices of parameters' flat gradients: a whole parameter is named by its
+        index and keeps its shape; a part of one (a method that cuts tensors into chunks) is
+        named by (index, start, end) and shaped as a vector."""
         sizes = [r.numel() for r in self.ref]
         starts = [0]
         for n in sizes:
             starts.append(starts[-1] + n)
+
         def invalid():
-            return RuntimeError("verify with a compressor: the method's groups() must cover "
-                                f"every parameter exactly once, got {groups}")
+            return RuntimeError("verify with a compressor: the method's plan() must cover "
+                                f"every parameter exactly once, got {plan}")
         pieces = {i: [] for i in range(len(self.ref))}
         buckets = []  # per bucket: [(name, shape, begin, end)] in the flat gradient
-        for g in groups or []:
+        for members in (plan.buckets if plan is not None else ()):
             bucket = []
-            for item in g:
-                i, a, b = item if isinstance(item, tuple) else (item, 0, None)
-                if i not in pieces:
+            for piece in members:
+                i, a, b = piece.param, piece.start, piece.end
+                if i not in pieces or not 0 <= a <= b <= sizes[i]:
                     raise invalid()
-                if b is None:
-                    b, name, shape = sizes[i], i, self.ref[i].shape
-                else:
-                    name, shape = (i, a, b), (b - a,)
-                if not 0 <= a <= b <= sizes[i]:
-                    raise invalid()
+                whole = (a, b) == (0, sizes[i])
+                name, shape = (i, self.ref[i].shape) if whole else ((i, a, b), (b - a,))
                 pieces[i].append((a, b))
                 bucket.append((name, shape, starts[i] + a, starts[i] + b))
             buckets.append(bucket)
-        if not groups or not all(_tiles(sorted(p), sizes[i]) for i, p in pieces.items()):
+        if not buckets or not all(_tiles(sorted(p), sizes[i]) for i, p in pieces.items()):
             raise invalid()
         average = torch.zeros_like(gathered[0])
         bound = torch.zeros_like(gathered[0])
@@ -227,3 +230,88 @@ class Reference:
     def close(self) -> None:
         for h in self._handles:
             h.remove()
+
+
+# -- the --verify loop ------------------------------------------------------------------------
+
+def run(args, ctx, pairs: list[tuple[str, str]]) -> int:
+    """Run every (method, compressor) pair for ``--verify STEPS`` steps beside the reference,
+    one line per step on rank 0; 1 when any step of any pair failed."""
+    lr = workload.learning_rate(args, ctx.size)
+    rtol, atol = default_tolerance(args.optimizer, lr)
+    rtol = rtol if args.rtol is None else args.rtol
+    atol = atol if args.atol is None else args.atol
+    failed = []
+    for method_id, comp in pairs:
+        name = method_id if comp == "none" else f"{method_id}+{comp}"
+        if not _verify_one(args, ctx, method_id, comp, name, rtol, atol):
+            failed.append(name)
+    _log(ctx, f"verify: {ctx.size} worker(s), {args.model}: "
+         + ("all methods match the reference" if not failed
+            else f"FAILED: {', '.join(failed)}"))
+    return 1 if failed else 0
+
+
+def _verify_one(args, ctx, method_id, comp, name, rtol, atol) -> bool:
+    run = session.build(args, ctx, method_id, comp)
+    with run.method as method:
+        run.calibrate()
+        math = None
+        if comp != "none":
+            # The compressor's mathematics, written apart from the exchange path.
+            from compression.reference import ReferenceMath
+            math = ReferenceMath(comp, ctx.size, dtype=method.params[0].dtype,
+                                 **session.compressor_values(args),
+                                 fp16_divide="after" if args.engine == "horovod" else "before")
+        reference = Reference(run.work.model, lambda p: workload.make_optimizer(args, p, run.lr),
+                              ctx, rtol=rtol, atol=atol, compression=math)
+        ok = True
+        try:
+            for step in range(1, args.verify + 1):
+                ok &= _step(run, reference, math is not None, name, step, ctx)
+        finally:
+            reference.close()
+        if args.save_params and ctx.is_root:
+            _save_params(args.save_params.replace("{method}", name), run.work.model)
+    run.write_trace(args.trace_collectives, name)
+    return ok
+
+
+def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:
+    """One step of the method beside the reference; the step's line; whether it passed."""
+    method = run.method
+    # The buckets this step uses: asked before it (a method may re-plan after a step), or
+    # after it from a method that decides them during backward.
+    before = compressed and method.plan_known == BEFORE_STEP
+    plan = method.plan() if before else None
+    run.work.loss(method.module, run.batch).backward()
+    method.step()
+    method.synchronize()
+    if compressed and not before:
+        plan = method.plan()
+    reference.step(plan)
+    max_abs, worst = reference.compare()
+    spread = reference.replica_spread()
+    ok = worst <= 1.0 and spread == 0.0
+    allowance = reference.max_allowance()
+    extra = f", compressor allowance <= {allowance:.1e}" if allowance is not None else ""
+    extra += (", replicas identical" if spread == 0.0
+              else f", replicas differ by up to {spread:.3e}")
+    _log(ctx, f"verify {name} step {step}: max |param - reference| = {max_abs:.3e} "
+         f"({worst:.3f} of tolerance, rtol {reference.rtol:g} atol {reference.atol:g}{extra}) "
+         f"{'OK' if ok else 'FAIL'}")
+    method.zero_grad()
+    return ok
+
+
+def _log(ctx, line: str) -> None:
+    if ctx.is_root:
+        print(line, flush=True)
+
+
+def _save_params(path: str, model) -> None:
+    import numpy as np
+    arrays = {n: p.detach().cpu().double().numpy() for n, p in model.named_parameters()}
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)

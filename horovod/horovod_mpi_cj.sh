@@ -9,6 +9,11 @@
 # fabric; interfaces come from configs/cluster.conf. For small runs: image_size (CNN pixels),
 # iters (timing rounds), extra_args (passed through to the training script as they are).
 #
+# The method's own settings are variables named after its options (fusion: threshold;
+# bytescheduler: partition, credit; ddp: bucket_cap_mb; ...), with compressor and the
+# compressor's options (density, powersgd_rank, ...); their defaults are the method's own:
+# `python -m ddlbench.methods defaults METHOD` lists them.
+#
 # engine=horovod: real Horovod 0.28.1 (wfbp, fusion, bspa2a, mgwfbp; compressor none or fp16),
 # run by the Python and mpirun of the environment `make horovod-env` builds (HOROVOD_PY and
 # HOROVOD_MPIRUN from configs/cluster.conf or the environment name others). launcher=horovodrun starts it with `horovodrun --gloo`
@@ -20,7 +25,7 @@
 # namespace (python -m ddlbench.train --nworkers N --net PROFILE). Needs root and iproute2.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$root/ddlbench/launch_common.sh"
+source "$root/ddlbench/launch/common.sh"
 
 dnn="${dnn:-resnet50}"
 bs="${bs:-64}"
@@ -28,9 +33,6 @@ nworkers="${nworkers:-8}"
 senlen="${senlen:-64}"
 rdma="${rdma:-0}"
 method="${method:-fusion}"
-threshold="${threshold:-67108864}"
-compressor="${compressor:-none}"
-density="${density:-0.001}"
 image_size="${image_size:-}"
 iters="${iters:-10}"
 extra_args="${extra_args:-}"
@@ -56,10 +58,10 @@ esac
 positive nworkers "$nworkers"
 positive bs "$bs"
 positive iters "$iters"
+method_args "$method"
 
 args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
-      --threshold "$threshold" --compressor "$compressor" --density "$density"
-      --num-iters "$iters" --engine "$engine")
+      "${METHOD_ARGS[@]}" --num-iters "$iters" --engine "$engine")
 [ -n "$image_size" ] && args+=(--image-size "$image_size")
 # shellcheck disable=SC2206 # extra_args is meant to split into words
 [ -n "$extra_args" ] && args+=($extra_args)
@@ -75,7 +77,7 @@ if [ "$launcher" = horovodrun ]; then
     # Horovod's own launcher with its Gloo controller, on the host file's hosts.
     hvdrun="$(dirname "$PY")/horovodrun"
     [ -x "$hvdrun" ] || die "horovodrun not found beside $PY"
-    hosts="$(cd "$root" && "$PY" -m ddlbench.hostfile "$hostfile" --need "$nworkers" --horovod)" || exit 2
+    hosts="$(cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$hostfile" --need "$nworkers" --horovod)" || exit 2
     cmd=("$hvdrun" --gloo -np "$nworkers" -H "$hosts"
          "$PY" -m ddlbench.train "${args[@]}")
     echo "+ ${cmd[*]}" >&2

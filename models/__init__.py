@@ -10,7 +10,6 @@ Names: every torchvision classification model (``resnet50``, ``vgg16``, ``densen
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Callable

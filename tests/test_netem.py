@@ -164,7 +164,7 @@ def test_probe_warns_when_more_than_10_percent_off(monkeypatch):
     monkeypatch.setattr(netem.Cluster, "down", lambda self: None)
     for measured, warned in ((0.93e9, False), (0.85e9, True)):
         lines.clear()
-        monkeypatch.setattr(netem, "probe_stream", lambda c, s, m=measured: {
+        monkeypatch.setattr(netem.spawner, "probe_stream", lambda c, s, m=measured: {
             "kind": "tcp stream host 1 -> host 0", "seconds": 1.0, "bytes": 0,
             "rate_bps": m, "configured_bps": 1e9, "deviation": m / 1e9 - 1,
             "within_tolerance": abs(m / 1e9 - 1) <= 0.1})
@@ -178,7 +178,7 @@ def test_unavailable_reasons(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert "needs root" in netem.unavailable_reason()
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(netem, "_which", lambda tool: None)
+    monkeypatch.setattr(netem.links, "_which", lambda tool: None)
     assert "needs iproute2" in netem.unavailable_reason()
     with pytest.raises(netem.NetemError, match="iproute2"):
         netem.require()

@@ -29,11 +29,11 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
     logs: logs                 # logs/<date>-<name>/<cell>_try<N>.log
     estimate_s: 60             # --dry-run's guess for a run with no history in the store
 """
-from .config import (METHODS, MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
+from .config import (MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
                      method_label, presets, resolve_config, train_args)
 from .runner import command, parse_total_line
 from .store import append, latest, read
 
-__all__ = ["METHODS", "MODEL_NAMES", "RDMA_LABELS", "Cell", "Network", "Sweep", "append",
+__all__ = ["MODEL_NAMES", "RDMA_LABELS", "Cell", "Network", "Sweep", "append",
            "cell_hash", "command", "latest", "load", "method_label", "parse_total_line",
            "presets", "read", "resolve_config", "train_args"]

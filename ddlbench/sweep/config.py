@@ -17,39 +17,15 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
+import compression
 
+from .. import methods
 from ..errors import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# DESIGN.md section 2: the ids are the sweep's and the table's keys.
-METHODS = {
-    "bspa2a": ("BSP-A2A", "a2a"), "wfbp": ("WFBP-A2A", "a2a"), "fusion": ("Fusion-A2A", "a2a"),
-    "mgwfbp": ("MG-WFBP", "a2a"), "bytescheduler": ("ByteScheduler-A2A", "a2a"),
-    "ddp": ("DDP", "a2a"), "bspps": ("BSP-PS", "ps"), "wfbpps": ("WFBP-PS", "ps"),
-    "byteschedulerps": ("ByteScheduler-PS", "ps"),
-}
-# Methods whose buckets go through a compressor (the others take only `none`).
-COMPRESSIBLE = {"bspa2a", "wfbp", "fusion", "mgwfbp", "ddp", "bytescheduler"}
-# Compressors a compressible method cannot run (the training script says why).
-REFUSED_COMPRESSORS = {"bytescheduler": {"powersgd"}}
-
-# method setting -> (training-script flag, methods it applies to (None: any), kind)
-METHOD_SETTINGS = {
-    "threshold": ("--threshold", None, "nonneg"),
-    "bucket_cap_mb": ("--bucket-cap-mb", {"ddp"}, "positive"),
-    "compressor": ("--compressor", None, "name"),
-    "density": ("--density", COMPRESSIBLE, "fraction"),
-    "powersgd_rank": ("--powersgd-rank", COMPRESSIBLE, "count"),
-    "powersgd_dense_steps": ("--powersgd-dense-steps", COMPRESSIBLE, "count0"),
-    "partition": ("--partition", {"bytescheduler", "byteschedulerps"}, "count"),
-    "credit": ("--credit", {"bytescheduler", "byteschedulerps"}, "count"),
-    "nservers": ("--nservers", {"bspps", "wfbpps", "byteschedulerps"}, "count"),
-    "partition_bytes": ("--partition-bytes", {"bspps", "wfbpps", "byteschedulerps"}, "count"),
-    "mgwfbp_min_group": ("--mgwfbp-min-group", {"mgwfbp"}, "count0"),
-    "mgwfbp_profile": ("--mgwfbp-profile", {"mgwfbp"}, "name"),
-}
-METHOD_KEYS = {"method", "label", "args", "optional", *METHOD_SETTINGS}
+# Per-method keys of a sweep file besides the method's options, the compressor and its options.
+METHOD_BASE_KEYS = {"method", "label", "args", "optional"}
 TASK_KEYS = {"model", "batch_size", "image_size", "sentence_len", "num_classes", "args"}
 TIMING_KEYS = {"warmup", "batches_per_iter", "iters"}
 TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
@@ -57,18 +33,13 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
         "logs", "estimate_s"}
-ENGINES = ("torch", "horovod", "byteps")
+ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
 MODEL_NAMES = {"resnet50": "ResNet-50", "bert": "BERT-Large", "bert_base": "BERT-Base",
                "bert_tiny": "BERT-Tiny", "resnet18": "ResNet-18", "vgg16": "VGG-16",
                "densenet121": "DenseNet-121", "mobilenet_v2": "MobileNet-V2",
                "inception_v3": "Inception-V3"}
-# The launchers a user runs by hand on a real cluster, by method.
-SHELL_LAUNCHERS = {"bytescheduler": "bytescheduler/horovod_mpi_cj.sh",
-                   "bspps": "byteps/byteps_launch.sh", "wfbpps": "byteps/byteps_launch.sh",
-                   "byteschedulerps": "byteps/byteps_launch.sh"}
-DEFAULT_SHELL_LAUNCHER = "horovod/horovod_mpi_cj.sh"
 # Test-only: run `python -m MODULE` instead of the training script under the local launcher.
 PROGRAM_ENV = "DDLBENCH_SWEEP_PROGRAM"
 TRAIN_MODULE = "ddlbench.train"
@@ -160,29 +131,41 @@ def task_key(task: dict) -> str:
     return "-".join(parts)
 
 
-def _fmt(v) -> str:
+def format_value(v) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
 
 
+def settings() -> dict:
+    """Every per-method setting a sweep file may give, by name -> (flag, the method ids it
+    applies to): each method's options (from the method registry), the compressor, and the
+    compressors' options (for the methods that take a compressor)."""
+    out = {name: (spec, {mid for mid, _ in owners})
+           for name, (spec, owners) in methods.option_owners().items()}
+    takers = {mid for mid, cls in methods.registry().items()
+              if any(cls.accepts(c) is None for c in compression.COMPRESSORS if c != "none")}
+    out["compressor"] = (None, set(methods.names()))
+    for name, (spec, _) in compression.option_owners().items():
+        out[name] = (spec, takers)
+    return out
+
+
+def setting_flag(name: str, spec) -> str:
+    return "--compressor" if name == "compressor" else spec.flag
+
+
 def method_label(m: dict) -> str:
     if m.get("label"):
         return str(m["label"])
-    extras = [f"{k}={_fmt(m[k])}" for k in METHOD_SETTINGS if k in m]
+    extras = [f"{k}={format_value(m[k])}" for k in settings() if k in m]
     if m.get("args"):
         extras.append(str(m["args"]))
     return " ".join([m["method"], *extras])
 
 
 def architecture(method_id: str) -> str:
-    if method_id in METHODS:
-        return METHODS[method_id][1]
-    try:
-        from .. import strategies
-        return getattr(strategies.lookup(method_id), "architecture", "a2a")
-    except Exception:
-        return "a2a"
+    return methods.architecture(method_id)
 
 
 @dataclass
@@ -419,49 +402,40 @@ def _method(m, problems, notes) -> dict | None:
         problems.append(f"method {m!r} needs a method id")
         return None
     mid = m["method"]
-    for k in sorted(set(m) - METHOD_KEYS, key=str):
+    known = settings()
+    for k in sorted(set(m) - METHOD_BASE_KEYS - set(known), key=str):
         problems.append(f"method {mid}: unknown key {k!r}")
-    if m.get("optional"):
-        try:
-            from .. import strategies
-            strategies.lookup(mid)
-        except Exception as e:  # UsageError, or a method module failing to import
+    try:
+        cls = methods.lookup(mid)
+    except Exception as e:  # UsageError, or a method module failing to import
+        if m.get("optional"):
             notes.append(f"optional method {mid} left out: {str(e).splitlines()[0]}")
             return None
-    known = mid in METHODS
-    arch = architecture(mid)
-    for k, (_, applies, kind) in METHOD_SETTINGS.items():
-        if k not in m:
+        cls = None  # reported by _check_names
+    for k, (spec, applies) in known.items():
+        if k not in m or k == "compressor":
             continue
-        v = m[k]
-        if known and applies is not None and mid not in applies:
+        if cls is not None and mid in methods.registry() and mid not in applies:
             problems.append(f"method {mid}: {k} applies only to {', '.join(sorted(applies))}")
-        ok = {"nonneg": _is_num(v) and v >= 0, "positive": _is_num(v) and v > 0,
-              "fraction": _is_num(v) and 0 < v <= 1, "count": _is_int(v) and v > 0,
-              "count0": _is_int(v) and v >= 0,
-              "name": isinstance(v, str) and v != "" and not any(c.isspace() for c in v)}[kind]
-        if not ok:
-            what = {"nonneg": "a number >= 0", "positive": "a positive number",
-                    "fraction": "a number in (0, 1]", "count": "a positive integer",
-                    "count0": "an integer >= 0", "name": "a name"}[kind]
-            problems.append(f"method {mid}: {k} must be {what}, got {v!r}")
+        problem = spec.sweep_problem(m[k])
+        if problem:
+            problems.append(f"method {mid}: {problem}")
     comp = m.get("compressor", "none")
-    if isinstance(comp, str) and comp != "none":
-        if arch == "ps":
+    if not isinstance(comp, str) or comp == "" or any(c.isspace() for c in comp):
+        problems.append(f"method {mid}: compressor must be a name, got {comp!r}")
+    elif comp != "none" and cls is not None:
+        why = cls.accepts(comp)
+        if why is not None and cls.architecture == methods.PS:
             problems.append(f"method {mid}: a parameter-server method takes compressor none "
                             f"only, got {comp!r}")
-        elif known and mid not in COMPRESSIBLE:
-            problems.append(f"method {mid}: takes compressor none only, got {comp!r} "
-                            f"(methods with compressors: {', '.join(sorted(COMPRESSIBLE))})")
-        elif comp in REFUSED_COMPRESSORS.get(mid, ()):
-            problems.append(f"method {mid}: cannot take compressor {comp!r} (python -m "
-                            f"ddlbench.train --method {mid} --compressor {comp} says why)")
+        elif why is not None:
+            problems.append(f"method {mid}: cannot take compressor {comp!r}: {why}")
     if "args" in m and not isinstance(m["args"], str):
         problems.append(f"method {mid}: args must be a string of training-script flags")
     return dict(m)
 
 
-def _check_names(tasks, methods) -> list[str]:
+def _check_names(tasks, entries) -> list[str]:
     problems = []
     try:
         import models
@@ -471,26 +445,24 @@ def _check_names(tasks, methods) -> list[str]:
     for t in tasks:
         if t["model"] not in known:
             problems.append(f"unknown model {t['model']!r}")
-    from .. import strategies
-    for m in methods:
+    for m in entries:
         try:
-            strategies.lookup(m["method"])
+            methods.lookup(m["method"])
         except UsageError as e:
             problems.append(str(e))
         except Exception as e:
             problems.append(f"method {m['method']}: {type(e).__name__}: {e}")
-    for m in methods:
+    for m in entries:
         if "compressor" in m and isinstance(m["compressor"], str):
             try:
-                import compression
-                compression.check_options(m["compressor"], m.get("density", 0.001))
+                compression.lookup(m["compressor"])
             except UsageError as e:
                 problems.append(f"method {m['method']}: {e}")
     return problems
 
 
 def _check_combinations(sweep: Sweep) -> list[str]:
-    from .. import hostfile
+    from ..hosts import hostfile
     problems = []
     rdma = any(n.kind == "rdma" for n in sweep.networks)
     if rdma:
@@ -503,7 +475,7 @@ def _check_combinations(sweep: Sweep) -> list[str]:
                 if str(e) not in problems:
                     problems.append(str(e))
         for m in list(sweep.methods):
-            script = SHELL_LAUNCHERS.get(m["method"], DEFAULT_SHELL_LAUNCHER)
+            script = shell_launcher(m["method"])
             if not os.path.isfile(os.path.join(REPO, script)):
                 if m.get("optional"):
                     sweep.methods.remove(m)
@@ -546,9 +518,9 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
     if "num_classes" in t:
         args += ["--num-classes", str(t["num_classes"])]
     args += ["--method", m["method"]]
-    for k, (flag, _, _) in METHOD_SETTINGS.items():
+    for k, (spec, _) in settings().items():
         if k in m:
-            args += [flag, _fmt(m[k])]
+            args += [setting_flag(k, spec), format_value(m[k])]
     if cell.engine != "torch":
         args += ["--engine", cell.engine]
     for k, flag in TIMING_FLAGS.items():
@@ -559,6 +531,15 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
         if extra:
             args += shlex.split(extra)
     return args
+
+
+def shell_launcher(method_id: str) -> str:
+    """The launcher a user runs this method with on a cluster (the method declares it)."""
+    try:
+        return methods.lookup(method_id).launcher
+    except Exception:
+        from ..methods.base import DEFAULT_LAUNCHER
+        return DEFAULT_LAUNCHER
 
 
 def _horovod_env_problem() -> str:

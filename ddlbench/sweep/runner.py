@@ -24,8 +24,9 @@ import time
 
 import psutil
 
-from .config import (DEFAULT_SHELL_LAUNCHER, PROGRAM_ENV, REPO, SHELL_LAUNCHERS, TRAIN_MODULE,
-                     Cell, Sweep, train_args)
+from .. import methods
+from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, format_value, settings,
+                     shell_launcher, train_args)
 
 LOG_TAIL_LINES = 20
 TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
@@ -47,7 +48,7 @@ def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict
             cmd += ["--net", str(cell.network.profile)]
         return cmd, {}
     t, m = cell.task, cell.method
-    script = SHELL_LAUNCHERS.get(m["method"], DEFAULT_SHELL_LAUNCHER)
+    script = shell_launcher(m["method"])
     env = {"nworkers": str(cell.nworkers), "rdma": "0" if local else str(cell.network.profile),
            "dnn": t["model"], "bs": str(t["batch_size"]), "method": m["method"],
            "hostfile": _abs(sweep.hostfile_for(cell.nworkers) if not local
@@ -60,15 +61,12 @@ def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict
         env["image_size"] = str(t["image_size"])
     if "iters" in sweep.timing:
         env["iters"] = str(sweep.timing["iters"])
-    for k in ("threshold", "compressor", "density", "partition", "credit", "nservers",
-              "partition_bytes"):
+    # The launchers read a method's settings from variables named after them, and their
+    # defaults from the method registry; a method may also need variables that select it.
+    for k in settings():
         if k in m:
-            env[k] = str(m[k]) if not isinstance(m[k], float) or not m[k].is_integer() \
-                else str(int(m[k]))
-    if m["method"] == "byteschedulerps":
-        env["bytescheduler"] = "1"
-    if m["method"] == "bspps" and "threshold" not in m:
-        env["threshold"] = "536870912"  # the original's BSP-PS: every gradient in one push
+            env[k] = format_value(m[k])
+    env.update(methods.lookup(m["method"]).launcher_vars)
     # Everything else rides in extra_args, which every launcher appends last (so it wins).
     env["extra_args"] = " ".join(shlex.quote(a) for a in args)
     return ["bash", os.path.join(REPO, script)], env

@@ -1,4 +1,6 @@
-"""The parameter-server architecture's transport (DESIGN.md section 6), BytePS style.
+"""The parameter-server architecture's transport and summation server, BytePS style.
+
+See docs/DESIGN.md section 6.
 
 A job with servers has ``W + S`` processes: ranks ``0..W-1`` are workers, ranks ``W..W+S-1``
 are servers. All of them join one Gloo process group used only for push and pull (point-to-point
@@ -38,12 +40,13 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 import threading
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from ..errors import PSError, say
 
 # Message kinds, first word of a header.
 OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
@@ -51,21 +54,9 @@ OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
 TAG_CONTROL, TAG_HEADER, TAG_PLAN, TAG_STATS = 1, 2, 3, 4
 TAG_DATA = 16
 
-DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 _IDLE = datetime.timedelta(days=1)    # a server waiting for the next message: peers that die
 #                                       are noticed at once (closed socket), hangs by workers
-
-
-class PSError(RuntimeError):
-    """A parameter server failed or could not be reached; the message names it."""
-
-
-def default_nservers(nworkers: int, hosts: int = 1) -> int:
-    """One server per worker machine; on one machine one per 4 workers, at least 1."""
-    if hosts > 1:
-        return hosts
-    return max(1, -(-nworkers // 4))
 
 
 @dataclass(frozen=True)
@@ -102,13 +93,6 @@ def plan(units: list[tuple[int, torch.dtype]], partition_bytes: int,
 
 def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
-
-
-def say(line: str) -> None:
-    """One line on stderr in one write, so that lines of processes sharing the stream (a
-    job's workers and servers) never interleave."""
-    sys.stderr.flush()
-    os.write(2, (line + "\n").encode(errors="replace"))
 
 
 def _rss() -> int:

@@ -16,37 +16,32 @@ from it, as DDP rebuilds its buckets after the first iteration.
 """
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-import compression
-
-from . import register
-from .base import Strategy
+from ..options import NONNEG, Options, option
+from ..planning import plan_buckets
+from .base import BucketPlan, Method
 
 HOROVOD_DEFAULT_THRESHOLD = 64 * 1024 * 1024
 
 
-def plan_buckets(nbytes: list[int], threshold: float, keys: list | None = None) -> list[list[int]]:
-    """Split positions 0..n-1 (in backward order) into consecutive groups of at most
-    ``threshold`` bytes; threshold 0 gives one group per tensor. ``keys`` (e.g. dtypes) that
-    differ also close a group."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    total = 0
-    for i, n in enumerate(nbytes):
-        fits = current and total + n <= threshold and (keys is None or keys[i] == keys[current[0]])
-        if current and not fits:
-            groups.append(current)
-            current, total = [], 0
-        current.append(i)
-        total += n
-    if current:
-        groups.append(current)
-    return groups
+def threshold_option(default: float, help: str):
+    """The fusion threshold in bytes, an option of every method that fuses by one."""
+    return option(default, NONNEG, help, must="must be >= 0 bytes")
 
 
-class _Bucket:
-    def __init__(self, params: list[torch.nn.Parameter], members: list[int]):
+@dataclass(frozen=True)
+class FusionOptions(Options):
+    threshold: float = threshold_option(
+        float(HOROVOD_DEFAULT_THRESHOLD),
+        "fusion threshold in bytes (Horovod semantics: 0 = one message per tensor)")
+
+
+class Bucket:
+    """Gradients reduced together, packed into one flat tensor."""
+
+    def __init__(self, params: list, members: list[int]):
+        import torch
         self.members = members
         self.params = [params[i] for i in members]
         self.sizes = [p.numel() for p in self.params]
@@ -60,9 +55,10 @@ class _Bucket:
         self.pending = None
         self.flat = None
 
-    def pack(self) -> torch.Tensor:
+    def pack(self):
         """The bucket's gradients as one flat tensor (a missing gradient counts as zeros): a
         lone contiguous gradient is used in place, several are copied into the buffer."""
+        import torch
         for p in self.params:
             if p.grad is None:  # unused in this forward: contributes zeros
                 p.grad = torch.zeros_like(p)
@@ -75,7 +71,7 @@ class _Bucket:
             offset += n
         return self.buffer
 
-    def unpack(self, flat: torch.Tensor) -> None:
+    def unpack(self, flat) -> None:
         """Copy ``flat`` back into the gradients, unless it already is the gradient."""
         if self.buffer is not None or not self.params[0].grad.is_contiguous():
             offset = 0
@@ -84,25 +80,28 @@ class _Bucket:
                 offset += n
 
 
-class BucketedAllReduce(Strategy):
-    overlap = True           # start buckets from hooks during backward
-    default_threshold = 0.0  # bytes
+class BucketedAllReduce(Method):
+    """Buckets started strictly in bucket order from gradient hooks, each reduced through the
+    compressor; subclasses choose the threshold (and whether to overlap)."""
 
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm, settings)
-        self.compressor = settings.get("compressor_obj") or compression.create("none")
-        self.threshold = self._threshold(settings)
-        self.rebuild = settings.get("rebuild_buckets", True)
-        n = len(self.params)
-        self._plan(list(reversed(range(n))))
+    overlap = True  # start buckets from hooks during backward
+    rebuild = True  # re-plan from rank 0's gradient order after the first step
+
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        return None
+
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        self.threshold = self._threshold()
+        self._plan(list(reversed(range(len(self.params)))))
         self._seen: list[int] = []
         self._steps = 0
         if self.overlap:
             self._register_ready_hooks(self._on_ready)
 
-    def _threshold(self, settings) -> float:
-        t = settings.get("threshold")
-        return self.default_threshold if t is None else float(t)
+    def _threshold(self) -> float:
+        return 0.0
 
     # -- planning ---------------------------------------------------------------------------
     def _groups(self, order: list[int]) -> list[list[int]]:
@@ -112,7 +111,7 @@ class BucketedAllReduce(Strategy):
 
     def _plan(self, order: list[int]) -> None:
         self.order = order
-        self.buckets = [_Bucket(self.params, g) for g in self._groups(order)]
+        self.buckets = [Bucket(self.params, g) for g in self._groups(order)]
         self.bucket_of = {}
         for b in self.buckets:
             for i in b.members:
@@ -134,12 +133,12 @@ class BucketedAllReduce(Strategy):
             self._launch(b)
             self._next += 1
 
-    def _launch(self, b: _Bucket) -> None:
+    def _launch(self, b: Bucket) -> None:
         b.flat = b.pack()
         b.pending = self.compressor.reduce_async(tuple(b.members), b.flat, self.comm,
                                                  shapes=[p.shape for p in b.params])
 
-    def _finish(self, b: _Bucket) -> None:
+    def _finish(self, b: Bucket) -> None:
         b.pending.wait()
         b.unpack(b.flat)
         b.pending = None
@@ -160,6 +159,7 @@ class BucketedAllReduce(Strategy):
             self._rebuild_from_rank0()
 
     def _rebuild_from_rank0(self) -> None:
+        import torch
         n = len(self.params)
         seen = self._seen + [i for i in reversed(range(n)) if i not in set(self._seen)]
         order = torch.tensor(seen, dtype=torch.int64)
@@ -172,9 +172,9 @@ class BucketedAllReduce(Strategy):
             self._plan(order)
         self._seen = []
 
-    def groups(self) -> list[list[int]]:
-        """The current buckets as lists of parameter indices (order of model.parameters())."""
-        return [list(b.members) for b in self.buckets]
+    def plan(self) -> BucketPlan:
+        """The current buckets, each a list of whole parameters in packing order."""
+        return BucketPlan.of_params([b.members for b in self.buckets], self.params)
 
     def describe(self) -> dict:
         d = super().describe()
@@ -191,28 +191,28 @@ class BucketedAllReduce(Strategy):
         return d
 
 
-@register
 class WFBP(BucketedAllReduce):
-    name = "wfbp"
+    id = "wfbp"
     display = "WFBP-A2A"
-    default_threshold = 0.0
-
-    def _threshold(self, settings) -> float:
-        return 0.0
+    summary = "each gradient is all-reduced the moment its hook fires, in backward order"
 
 
-@register
 class Fusion(BucketedAllReduce):
-    name = "fusion"
+    id = "fusion"
     display = "Fusion-A2A"
-    default_threshold = float(HOROVOD_DEFAULT_THRESHOLD)
+    summary = ("gradients packed in backward order into buckets of at most `--threshold` "
+               "bytes (Horovod's tensor fusion; 0 = WFBP)")
+    Options = FusionOptions
+
+    def _threshold(self) -> float:
+        return float(self.options.threshold)
 
 
-@register
 class BSPA2A(BucketedAllReduce):
-    name = "bspa2a"
+    id = "bspa2a"
     display = "BSP-A2A"
+    summary = "waits for the whole backward, then one all-reduce of every gradient"
     overlap = False
 
-    def _threshold(self, settings) -> float:
+    def _threshold(self) -> float:
         return float("inf")

@@ -12,8 +12,8 @@ hook divides after the half cast and the PowerSGD hook starts after 1000 dense s
 
 DDP calls the hook on the autograd thread as each bucket becomes ready, in bucket order on every
 rank, and waits for the hook's future at the end of backward. The hook only queues the bucket;
-one exchange thread per strategy runs the compressor on the queued buckets one after the other
-and completes their futures, so backward computation goes on while a bucket is encoded and
+one exchange thread per method (started by ``start()``) runs the compressor on the queued
+buckets one after the other and completes their futures, so backward computation goes on while a bucket is encoded and
 exchanged, and every collective of the compressor (PowerSGD's second all-reduce included) is
 issued from that one thread in bucket order, the same on every rank. DDP itself issues no
 collective on the group during backward (its buffer broadcasts and bucket rebuild run in
@@ -21,29 +21,37 @@ forward, after the queue has drained), so sharing the group is safe.
 """
 from __future__ import annotations
 
-import queue
-import threading
+from dataclasses import dataclass
 
-import torch
-from torch.nn.parallel import DistributedDataParallel
-
-from . import register
-from .base import Strategy, given_compressor
+from ..options import POSITIVE, Options, option
+from .base import AFTER_STEP, BucketPlan, Method
+from .threads import QueueWorker
 
 DDP_DEFAULT_BUCKET_MB = 25.0
 
 
-@register
-class DDP(Strategy):
-    name = "ddp"
-    display = "DDP"
-    # --verify asks for the buckets after the step: DDP decides them inside backward (it
-    # rebuilds them in the order gradients arrived, after its first step).
-    groups_after_step = True
+@dataclass(frozen=True)
+class DDPOptions(Options):
+    bucket_cap_mb: float = option(DDP_DEFAULT_BUCKET_MB, POSITIVE, "DDP bucket size")
 
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm, settings)
-        self.bucket_cap_mb = float(settings.get("bucket_cap_mb") or DDP_DEFAULT_BUCKET_MB)
+
+class DDP(Method):
+    id = "ddp"
+    display = "DDP"
+    summary = "torch `DistributedDataParallel` with its own buckets"
+    Options = DDPOptions
+    # DDP decides its buckets inside backward (it rebuilds them in the order gradients
+    # arrived, after its first step): --verify asks for them after the step.
+    plan_known = AFTER_STEP
+
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        return None
+
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        from torch.nn.parallel import DistributedDataParallel
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        self.bucket_cap_mb = float(self.options.bucket_cap_mb)
         device = next(model.parameters()).device
         self.ddp = DistributedDataParallel(
             model,
@@ -51,21 +59,21 @@ class DDP(Strategy):
             bucket_cap_mb=self.bucket_cap_mb,
             process_group=comm.group,
         )
-        self.compressor = given_compressor(settings)
         self._step_groups: list[list[int]] = []
         self._last_groups: list[list[int]] = []
-        if self.compressor is not None:
+        self._exchange = None
+        if self.given_compressor() is not None:
             self._index = {id(p): i for i, p in enumerate(self.params)}
-            self._queue: queue.Queue = queue.Queue()
-            self._thread = threading.Thread(target=self._exchange_loop, daemon=True,
-                                            name="ddlbench-ddp-compressor")
-            self._thread.start()
+            self._exchange = QueueWorker("ddlbench-ddp-compressor", self._exchange_one,
+                                         device=self.params[0].device if self.params else None)
             self.ddp.register_comm_hook(None, self._hook)
-        # Without a compressor DDP all-reduces every gradient once per step; counted from the
-        # model, since its buckets are internal. Ring wire bytes as in Comm.
-        nbytes = sum(p.numel() * p.element_size() for p in self.params)
-        self._per_step = nbytes
-        self._wire = int(round(nbytes * 2 * (comm.size - 1) / comm.size))
+        # Without a compressor DDP all-reduces every gradient once per step: counted from the
+        # model, since its buckets are internal.
+        self._numel = sum(p.numel() for p in self.params)
+
+    def start(self) -> None:
+        if self._exchange is not None:
+            self._exchange.start()
 
     @property
     def module(self):
@@ -73,48 +81,43 @@ class DDP(Strategy):
 
     # -- the comm hook (compressor only) ----------------------------------------------------------
     def _hook(self, _state, bucket):  # (DDP rejects a return annotation given as a string)
+        import torch
         params = bucket.parameters()
         members = tuple(self._index[id(p)] for p in params)
         if bucket.index() == 0:
             self._step_groups = []  # the first bucket of a new backward
         self._step_groups.append(list(members))
-        fut: torch.futures.Future = torch.futures.Future()
-        self._queue.put((members, bucket.buffer(), [p.shape for p in params], fut))
+        fut = torch.futures.Future()
+        self._exchange.put((members, bucket.buffer(), [p.shape for p in params], fut))
         return fut
 
-    def _exchange_loop(self) -> None:
-        if self.params and self.params[0].is_cuda:  # a new thread starts on device 0
-            torch.cuda.set_device(self.params[0].device)
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            members, flat, shapes, fut = item
-            try:
-                self.compressor.reduce_async(members, flat, self.comm, shapes).wait()
-            except BaseException as e:  # DDP's wait at the end of backward raises it
-                fut.set_exception(e)
-            else:
-                fut.set_result(flat)
+    def _exchange_one(self, item) -> None:
+        members, flat, shapes, fut = item
+        try:
+            self.compressor.reduce_async(members, flat, self.comm, shapes).wait()
+        except BaseException as e:  # DDP's wait at the end of backward raises it
+            fut.set_exception(e)
+        else:
+            fut.set_result(flat)
 
     # -- the step -----------------------------------------------------------------------------------
     def step(self) -> None:
         self.optimizer.step()
-        if self.compressor is None:
-            self.comm.payload["allreduce"] += self._per_step
-            self.comm.wire_sent["allreduce"] += self._wire
+        if self._exchange is None:
+            dtype = self.params[0].dtype if self.params else None
+            self.comm.count("allreduce", self._numel, dtype, calls=0)
         else:
             self._last_groups = self._step_groups
 
-    def groups(self) -> list[list[int]]:
-        """The buckets the last step exchanged (parameter indices, in bucket packing order):
+    def plan(self) -> BucketPlan:
+        """The buckets the last step exchanged (whole parameters, in bucket packing order):
         DDP plans them itself and re-plans after its first step."""
-        return [list(g) for g in self._last_groups]
+        return BucketPlan.of_params(self._last_groups, self.params, AFTER_STEP)
 
     def describe(self) -> dict:
         d = super().describe()
         d.update({"bucket_cap_mb": self.bucket_cap_mb})
-        if self.compressor is None:
+        if self._exchange is None:
             d["bytes_counted_from"] = "model"
         else:
             d.update({"comm_hook": "ddlbench compressor", "buckets": len(self._last_groups),
@@ -122,7 +125,6 @@ class DDP(Strategy):
         return d
 
     def close(self) -> None:
-        if self.compressor is not None and self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        if self._exchange is not None:
+            self._exchange.stop()
         super().close()

@@ -1,8 +1,9 @@
 # Shared by the shell launchers (sourced, not run). Needs $root, the repository root.
 # Resolves the Python and mpirun to use from configs/cluster.conf, checks the host file, and
-# builds the mpirun options of a network profile (rdma=0/1/2, DESIGN.md section 9).
+# builds the mpirun options of a network profile (rdma=0/1/2, docs/DESIGN.md section 9) and the
+# training script's flags for a method's options (from the method registry).
 
-# shellcheck source=../configs/cluster.conf
+# shellcheck source=../../configs/cluster.conf
 source "$root/configs/cluster.conf"
 
 if [ -z "${PY}" ]; then
@@ -16,7 +17,7 @@ die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
 
 # check_hostfile FILE N: prints the rendezvous address or exits with one line.
 check_hostfile() {
-    (cd "$root" && "$PY" -m ddlbench.hostfile "$1" --need "$2") || exit 2
+    (cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$1" --need "$2") || exit 2
 }
 
 # mpi_options RDMA: fills the array MPI_OPTS for mpirun.
@@ -68,6 +69,19 @@ emulated_exec() {
     echo "+ ${cmd[*]}" >&2
     cd "$root"
     exec "${cmd[@]}"
+}
+
+# method_args METHOD [--skip OPTION]...: fills the array METHOD_ARGS with the training script's
+# flags for METHOD's options (and the compressor's, for a method that takes one), each from the
+# variable named after it (threshold=..., partition=..., credit=..., compressor=..., density=...)
+# or else its default, as the methods themselves declare them (python -m ddlbench.methods args);
+# a bad value stops the launcher with the registry's one line.
+method_args() {
+    local out
+    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@")" || exit 2
+    METHOD_ARGS=()
+    if [ -n "$out" ]; then mapfile -t METHOD_ARGS <<< "$out"; fi
+    return 0
 }
 
 # positive NAME VALUE: exits unless VALUE is a positive integer.

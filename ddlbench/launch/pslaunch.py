@@ -1,6 +1,6 @@
 """Start a parameter-server job on the hosts of a host file, as BytePS's launcher did.
 
-``python -m ddlbench.pslaunch --hostfile F --nworkers W [--nservers S] [--job-id ID] -- ARGS``
+``python -m ddlbench.launch.pslaunch --hostfile F --nworkers W [--nservers S] [--job-id ID] -- ARGS``
 (``byteps/byteps_launch.sh`` calls it) runs ``python -m ddlbench.train ARGS`` as W workers and
 S servers:
 
@@ -30,15 +30,16 @@ import subprocess
 import sys
 import uuid
 
-from . import hostfile
-from .errors import EXIT_USAGE, UsageError
+from ..errors import EXIT_USAGE, UsageError
+from ..hosts import hostfile
+from ..hosts.procs import stop_signals, supervise, terminate
 
 
 FORWARD_PREFIXES = ("NCCL_", "GLOO_", "DDLBENCH_", "OMP_")
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m ddlbench.pslaunch")
+    p = argparse.ArgumentParser(prog="python -m ddlbench.launch.pslaunch")
     p.add_argument("--hostfile", required=True)
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--nservers", type=int, default=None)
@@ -142,13 +143,11 @@ def main(argv=None) -> int:
 
 
 def run(roles, common, py, root, train, job, grace) -> int:
-    from .launch import stop_signals
     with stop_signals() as stopping:
         return _run(roles, common, py, root, train, job, grace, stopping)
 
 
 def _run(roles, common, py, root, train, job, grace, stopping) -> int:
-    from .launch import supervise
     procs: list[tuple[str, subprocess.Popen]] = []
     remote = sorted({h for h, _ in roles if not is_local(h)})
     try:
@@ -177,7 +176,6 @@ def _run(roles, common, py, root, train, job, grace, stopping) -> int:
 def _stop_all(procs, remote_hosts, job, grace) -> None:
     """Remote processes by pkill on their hosts, then the local children (ssh clients or
     processes) with SIGTERM, SIGKILL after ``grace``."""
-    from .launch import terminate
     alive = [p for _, p in procs if p.poll() is None]
     if alive and remote_hosts:
         stop([hostfile.Host(h, 1) for h in remote_hosts], job, quiet=True)

@@ -1,4 +1,4 @@
-"""ByteScheduler-A2A (DESIGN.md section 5): partitions, priority, a credit window, per-layer
+"""ByteScheduler-A2A (docs/DESIGN.md section 5): partitions, priority, a credit window, per-layer
 updates and a next forward that overlaps the tail of communication.
 
 What it does, per iteration:
@@ -62,22 +62,32 @@ the dispatcher's collectives on the same group.
 from __future__ import annotations
 
 import heapq
-import queue
 import threading
 from collections import deque
+from dataclasses import dataclass
 
-import torch
-import torch.distributed as dist
+from ..errors import PSError
+from ..options import COUNT, Options, option
+from . import threads
+from .base import BucketPlan, Method, Slice
 
-from ..errors import UsageError
-from ..ps import PSError
-from . import register
-from .base import Strategy, given_compressor
-
-DEFAULT_PARTITION = 4_000_000   # elements, the published runs' setting (DESIGN.md section 5)
+DEFAULT_PARTITION = 4_000_000   # elements, the published runs' setting (docs/DESIGN.md section 5)
 DEFAULT_CREDIT = 16_000_000     # elements
 MAX_DECISION = 128              # chunk ids per negotiation message
 _POLL_S = 0.5                   # waits wake up this often to notice a failed thread
+ELEMENTS = "must be a positive number of elements"
+
+
+def credit_option():
+    return option(DEFAULT_CREDIT, COUNT, "ByteScheduler credit window in elements",
+                  env="BYTESCHEDULER_CREDIT", must=ELEMENTS)
+
+
+@dataclass(frozen=True)
+class ByteSchedulerOptions(Options):
+    partition: int = option(DEFAULT_PARTITION, COUNT, "ByteScheduler partition size in elements",
+                            env="BYTESCHEDULER_PARTITION", must=ELEMENTS)
+    credit: int = credit_option()
 
 
 def chunk_table(sizes: list[int], partition: int) -> list[tuple[int, int, int]]:
@@ -142,31 +152,34 @@ class _Stop(Exception):
     pass
 
 
-@register
-class ByteScheduler(Strategy):
-    name = "bytescheduler"
+class ByteScheduler(Method):
+    id = "bytescheduler"
     display = "ByteScheduler-A2A"
+    summary = ("gradients cut into `--partition`-element chunks, sent front layers first "
+               "under a `--credit` window; each layer updated as soon as its chunks are "
+               "reduced, and the next forward overlaps the rest")
+    Options = ByteSchedulerOptions
+    launcher = "bytescheduler/horovod_mpi_cj.sh"
     # All-reduce needs every rank to issue the same collectives in the same order: rank 0
     # decides and broadcasts. A subclass whose transport matches by key needs no agreement.
     negotiated = True
     # Credit comes back when a chunk's collective completes (a subclass may return it sooner).
     credit_on_completion = True
-    # Compressors this method cannot run, and why (the training script's message).
-    refuses_compressors = {"powersgd": "PowerSGD factorises whole matrices with a second "
-                           "all-reduce while waiting, and bytescheduler sends slices of flat "
-                           "gradients and waits on another thread than it sends from"}
 
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm, settings)
-        self.compressor = given_compressor(settings)
-        if self.compressor is not None and self.compressor.name in self.refuses_compressors:
-            raise UsageError(f"{self.name} cannot take --compressor {self.compressor.name}: "
-                             f"{self.refuses_compressors[self.compressor.name]}")
-        self.partition = self._partition(settings)
-        self.credit = int(settings.get("credit") or DEFAULT_CREDIT)
-        if self.partition <= 0 or self.credit <= 0:
-            raise UsageError(f"{self.name}: partition and credit must be positive elements, "
-                             f"got {self.partition} and {self.credit}")
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        if compressor == "powersgd":
+            return ("PowerSGD factorises whole matrices with a second all-reduce while "
+                    "waiting, and bytescheduler sends slices of flat gradients and waits on "
+                    "another thread than it sends from")
+        return None
+
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        import torch.distributed as dist
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        self.chunk_compressor = self.given_compressor()
+        self.partition = self._partition()
+        self.credit = int(self.options.credit)
         n = len(self.params)
         self.table = self._chunk_table()
         self.window = CreditWindow(self.table, self.credit)
@@ -180,7 +193,7 @@ class ByteScheduler(Strategy):
         self._iter = 0                    # training iteration (step() calls so far)
         self._ready_iter = [-1] * n       # iteration of the gradient last marked ready
         self._update_iter = [-1] * n      # iteration of the last applied update
-        self._flat: list[torch.Tensor | None] = [None] * n
+        self._flat: list = [None] * n  # each tensor's flat gradient while in flight
         self._events: deque[int] = deque()  # tensors marked ready, in order
         self._remaining = list(self.nchunks)
         self._error: BaseException | None = None
@@ -193,35 +206,36 @@ class ByteScheduler(Strategy):
         if comm.size > 1 and self.negotiated:
             # Decisions travel on their own group, never queued behind the data all-reduces.
             self._nego = dist.new_group(backend="gloo")
-        self._completions: queue.Queue = queue.Queue()
         self._register_ready_hooks(self._on_ready)
         self._install_forward_waits()
-        self._threads = [threading.Thread(target=self._guard(self._dispatch_loop),
-                                          name="bytescheduler-dispatch", daemon=True),
-                         threading.Thread(target=self._guard(self._complete_loop),
-                                          name="bytescheduler-complete", daemon=True)]
-        for t in self._threads:
-            t.start()
+        device = self.params[0].device if self.params else None
+        self._dispatcher = threading.Thread(target=self._guard(self._dispatch_loop, device),
+                                            name="bytescheduler-dispatch", daemon=True)
+        self._completer = threads.QueueWorker("bytescheduler-complete", self._complete_one,
+                                              on_error=self._failed, device=device)
+
+    def start(self) -> None:
+        self._dispatcher.start()
+        self._completer.start()
 
     # -- set-up -----------------------------------------------------------------------------
-    def _partition(self, settings) -> int:
-        return int(settings.get("partition") or DEFAULT_PARTITION)
+    def _partition(self) -> int:
+        return int(self.options.partition)
 
     def _chunk_table(self) -> list[tuple[int, int, int]]:
         return chunk_table([p.numel() for p in self.params], self.partition)
 
-    def _start_chunk(self, chunk: int, data: torch.Tensor):
+    def _start_chunk(self, chunk: int, data):
         """Start reducing one chunk (a slice of its tensor's flat gradient, summed in place,
         or averaged in place by the compressor); returns what the completer waits on."""
-        if self.compressor is not None:
-            return self.compressor.reduce_async(("chunk",) + self.table[chunk], data, self.comm,
-                                                shapes=[data.shape])
+        if self.chunk_compressor is not None:
+            return self.chunk_compressor.reduce_async(("chunk",) + self.table[chunk], data,
+                                                      self.comm, shapes=[data.shape])
         return self.comm.allreduce(data, async_op=True)
 
-    def groups(self) -> list[list[tuple[int, int, int]]]:
-        """The compressor's buckets for --verify: every chunk alone, as (tensor, start, end)
-        of the tensor's flat gradient."""
-        return [[chunk] for chunk in self.table]
+    def plan(self) -> BucketPlan:
+        """The compressor's buckets: every chunk alone, a slice of its tensor's gradient."""
+        return BucketPlan(tuple((Slice(*chunk),) for chunk in self.table), self.plan_known)
 
     def _private_optimizers(self, optimizer):
         group_of = {}
@@ -312,6 +326,7 @@ class ByteScheduler(Strategy):
     def step(self) -> None:
         """Mark every parameter without a gradient this iteration ready (as zeros) and return;
         the updates happen as the chunks complete."""
+        import torch
         with self._cv:
             self._raise_if_failed()
             for i, p in enumerate(self.params):
@@ -355,19 +370,21 @@ class ByteScheduler(Strategy):
                                f"{type(self._error).__name__}: {self._error}") from self._error
 
     # -- background threads -------------------------------------------------------------------
-    def _guard(self, loop):
+    def _guard(self, loop, device):
         def run():
             try:
-                if self.params and self.params[0].device.type == "cuda":
-                    torch.cuda.set_device(self.params[0].device)
+                threads.on_device(device)
                 loop()
             except _Stop:
                 pass
             except BaseException as e:  # reported to the training thread
-                with self._cv:
-                    self._error = e
-                    self._cv.notify_all()
+                self._failed(e)
         return run
+
+    def _failed(self, error: BaseException) -> None:
+        with self._cv:
+            self._error = error
+            self._cv.notify_all()
 
     def _wait_bg(self, predicate) -> None:
         while not predicate():
@@ -422,7 +439,7 @@ class ByteScheduler(Strategy):
                         self._wait_bg(lambda i=i: (drain(), seen[i])[1])
                         flat = self._flat[i]
                     work = self._start_chunk(c, flat[start:end])
-                    self._completions.put((c, work, iteration))
+                    self._completer.put((c, work, iteration))
                 left -= len(picks)
             for work, _ in sent:
                 work.wait()
@@ -431,6 +448,8 @@ class ByteScheduler(Strategy):
             self.iterations_dispatched = iteration
 
     def _negotiate(self, picks: list[int], sent: list) -> list[int]:
+        import torch
+        import torch.distributed as dist
         if self._nego is None:
             return picks
         msg = torch.full((self._decision_len,), -1, dtype=torch.int32)
@@ -445,41 +464,38 @@ class ByteScheduler(Strategy):
         self.negotiation_bytes += msg.numel() * msg.element_size()
         return picks
 
-    def _complete_loop(self) -> None:
-        size = self.comm.size
-        while True:
-            item = self._completions.get()
-            if item is None:
-                return
-            c, work, iteration = item
-            work.wait()
-            i = self.table[c][0]
-            with self._cv:
-                if self.leader and self.credit_on_completion:
-                    self.window.done(c)
-                self._remaining[i] -= 1
-                last = self._remaining[i] == 0
-                if last:
-                    self._remaining[i] = self.nchunks[i]
-                self._cv.notify_all()
-            if not last:
-                continue
-            p, flat = self.params[i], self._flat[i]
-            if self.compressor is None:  # summed: average it (a compressor averages itself)
-                flat.div_(size)
-            if self._opts[i] is not None:
-                opt, user_group = self._opts[i]
-                group = opt.param_groups[0]
-                for k, v in user_group.items():
-                    if k != "params":
-                        group[k] = v
-                p.grad = flat.view(p.shape)
-                opt.step()
-            p.grad = None
-            with self._cv:
-                self._flat[i] = None
-                self._update_iter[i] = iteration
-                self._cv.notify_all()
+    def _complete_one(self, item) -> None:
+        """The completer: wait for one chunk (in start order), return its credit, and when it
+        was its tensor's last, average the tensor and apply its update."""
+        c, work, iteration = item
+        work.wait()
+        i = self.table[c][0]
+        with self._cv:
+            if self.leader and self.credit_on_completion:
+                self.window.done(c)
+            self._remaining[i] -= 1
+            last = self._remaining[i] == 0
+            if last:
+                self._remaining[i] = self.nchunks[i]
+            self._cv.notify_all()
+        if not last:
+            return
+        p, flat = self.params[i], self._flat[i]
+        if self.chunk_compressor is None:  # summed: average it (a compressor averages itself)
+            flat.div_(self.comm.size)
+        if self._opts[i] is not None:
+            opt, user_group = self._opts[i]
+            group = opt.param_groups[0]
+            for k, v in user_group.items():
+                if k != "params":
+                    group[k] = v
+            p.grad = flat.view(p.shape)
+            opt.step()
+        p.grad = None
+        with self._cv:
+            self._flat[i] = None
+            self._update_iter[i] = iteration
+            self._cv.notify_all()
 
     # -- the rest of the interface ----------------------------------------------------------------
     def describe(self) -> dict:
@@ -500,20 +516,25 @@ class ByteScheduler(Strategy):
             "negotiation_messages_per_iteration": self.negotiation_messages / its,
             "negotiation_bytes_per_iteration": self.negotiation_bytes / its,
         })
-        d.update(self.compressor.describe() if self.compressor is not None
-                 else {"compressor": "none"})
+        d.update(self.compressor.describe())
         return d
 
     def close(self) -> None:
-        if self._error is None:
-            self.synchronize()
-        with self._cv:
-            self._stop = True
-            self._cv.notify_all()
-        self._completions.put(None)
-        for t in self._threads:
-            t.join(timeout=10)
-        super().close()
-        if self._nego is not None:
-            dist.destroy_process_group(self._nego)
-            self._nego = None
+        """Finish what is in flight (unless a thread failed), stop both threads (an error if
+        one does not stop), remove the hooks and the negotiation group."""
+        try:
+            if self._error is None and self._dispatcher.is_alive():
+                self.synchronize()
+        finally:
+            with self._cv:
+                self._stop = True
+                self._cv.notify_all()
+            try:
+                self._completer.stop()
+                threads.join(self._dispatcher)
+            finally:
+                super().close()
+                if self._nego is not None:
+                    import torch.distributed as dist
+                    dist.destroy_process_group(self._nego)
+                    self._nego = None

@@ -1,4 +1,5 @@
-"""The torch engine: torch.distributed set up from a Placement (NCCL on CUDA, Gloo on CPU)."""
+"""The torch engine: torch.distributed set up from a Placement (NCCL on CUDA, Gloo on CPU), the
+parameter servers' side of a job, and the Horovod lane's start."""
 from __future__ import annotations
 
 import datetime
@@ -8,9 +9,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .errors import UsageError
-from .launch import Placement
-from .ps import DEFAULT_PARTITION_BYTES, PSClient
+from .. import compat
+from ..errors import UsageError
+from ..hosts.placement import Placement
+from ..planning import DEFAULT_PARTITION_BYTES
+from .ps import PSClient
 
 
 @dataclass
@@ -64,13 +67,13 @@ def is_server(placement: Placement, nservers: int) -> bool:
 
 def init(placement: Placement, use_cuda: bool, backend: str = "auto",
          timeout_s: float = 300.0, threads: int | None = None, nservers: int = 0,
-         partition_bytes: int = DEFAULT_PARTITION_BYTES, engine: str = "torch",
-         method: str | None = None, threshold: float | None = None) -> Context:
+         partition_bytes: int = DEFAULT_PARTITION_BYTES,
+         horovod: dict[str, str] | None = None) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
     job has ``nservers`` parameter servers, the push/pull group shared with them. With
-    ``engine="horovod"`` Horovod is started first, set up for ``method`` (and ``threshold``),
-    and the default group is a Gloo group beside it for everything but the method's own
-    communication (ddlbench.horovod_engine)."""
+    ``horovod`` (the HOROVOD_* settings of the method to run) Horovod is started first, and the
+    default group is a Gloo group beside it for everything but the method's own communication
+    (ddlbench.engine.horovod)."""
     nworkers = placement.world_size - nservers
     if nworkers <= 0:
         raise UsageError(f"{placement.world_size} processes cannot hold {nservers} servers "
@@ -85,13 +88,12 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
         torch.set_num_threads(threads or max(1, (cores or 1) // max(1, placement.local_world_size)))
     timeout = datetime.timedelta(seconds=timeout_s)
     client = None
-    horovod = None
-    if engine == "horovod":
-        from . import horovod_engine
-        horovod = horovod_engine.start(placement, method, threshold)
+    if horovod is not None:
+        from . import horovod as horovod_lane
+        horovod = horovod_lane.start(placement, horovod)
         # Gloo beside Horovod: the auxiliary collectives are few and small.
         backend = "gloo"
-        dist.init_process_group(backend, store=horovod_engine.store(placement, timeout),
+        dist.init_process_group(backend, store=horovod_lane.store(placement, timeout),
                                 rank=placement.rank, world_size=placement.world_size,
                                 timeout=timeout)
     elif nservers == 0 and placement.launcher == "torchrun":
@@ -164,11 +166,10 @@ def shutdown(ctx: Context | None = None, clean: bool = True) -> None:
     if ctx is not None and ctx.ps is not None and clean:
         ctx.ps.shutdown()
     if dist.is_initialized():
-        from . import compat
         compat.destroy_process_group()  # (on torch 2.0 the process exits hard instead)
     if ctx is not None and ctx.horovod is not None:
-        from . import horovod_engine
-        horovod_engine.shutdown()
+        from . import horovod
+        horovod.shutdown()
 
 
 def synchronize(device: torch.device) -> None:

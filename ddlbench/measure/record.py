@@ -11,7 +11,7 @@ import tempfile
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def git_commit() -> str | None:
@@ -36,7 +36,7 @@ def _version(module: str) -> str | None:
 
 
 def manifest(ctx, hosts: list[str]) -> dict:
-    from . import __version__
+    from .. import __version__
     device = (torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda"
               else platform.processor() or platform.machine())
     return {
@@ -56,6 +56,54 @@ def manifest(ctx, hosts: list[str]) -> dict:
         "hosts": hosts,
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
+    }
+
+
+def environment(ctx) -> dict:
+    """The manifest with every worker's host name (collective: every worker calls it)."""
+    import torch.distributed as dist
+    hosts = [None] * ctx.size
+    dist.all_gather_object(hosts, socket.gethostname())
+    return manifest(ctx, hosts)
+
+
+def peak_rss() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict,
+               result: dict, communication: dict, compression: dict | None,
+               rss_after_warmup: int | None) -> dict:
+    """A benchmark's record: the configuration (the command line, with the running method's
+    effective options), the method's description, the model, the timings, bytes per
+    iteration, memory, the servers' figures and the environment. Collective: every worker
+    calls it; rank 0's is the one to write."""
+    import torch.distributed as dist
+
+    from .. import netem
+    rss = [None] * ctx.size
+    dist.all_gather_object(rss, {"after_warmup": rss_after_warmup,
+                                 "per_round": result["rss_bytes_per_round"],
+                                 "peak": peak_rss()})
+    env = environment(ctx)
+    servers = (ctx.ps.server_stats() if ctx.is_root and ctx.ps is not None
+               and method.get("architecture") == "ps" else None)
+    config = {k: v for k, v in vars(args).items() if k != "output"}
+    config.update(options)
+    config.update(nworkers=ctx.size, nservers=ctx.nservers, lr=lr)
+    return {
+        "config": config,
+        "method": method,
+        "model": model,
+        "result": result,
+        "communication_per_iteration": communication,
+        "compression_per_iteration": compression,
+        "memory": {"rss_bytes_per_worker": rss},
+        "servers": servers,
+        "environment": env,
+        "network": args.network,
+        "net": netem.run_info(args.net),  # profile, configured and probed rate
     }
 
 

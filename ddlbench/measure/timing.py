@@ -1,4 +1,4 @@
-"""The measurement protocol of DESIGN.md section 8, and the original suite's log lines.
+"""The measurement protocol of docs/DESIGN.md section 8, and the original suite's log lines.
 
 Warm-up batches, then timing rounds of several batches each. Every rank times each round; the
 round's time is the slowest rank's (an all-reduce MAX after the round, outside the timed part);
@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import engine
+from .. import engine
 
 try:  # resident memory, for the flat-memory check
     import psutil
@@ -89,10 +89,3 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
         "per_worker_conf": conf,
         "rss_bytes_per_round": rss,
     }
-
-
-def parse_total(text: str) -> list[float]:
-    """The original suite's parsing rule: every line containing 'Total', the number after the
-    last ': '."""
-    return [float(line.split(": ")[-1].split()[0]) for line in text.splitlines()
-            if "Total" in line]

@@ -1,7 +1,7 @@
 """MPI host files (Open MPI syntax: ``host slots=N`` per line, ``#`` comments).
 
 Also a small command for the shell launchers:
-``python -m ddlbench.hostfile FILE --need N`` checks that FILE exists, is not an example file
+``python -m ddlbench.hosts.hostfile FILE --need N`` checks that FILE exists, is not an example file
 and holds at least N slots, then prints the rendezvous address (the first host; ``localhost``
 becomes 127.0.0.1); with ``--horovod`` it prints the hosts as horovodrun's ``-H`` wants them
 (``host:slots,...``; horovodrun's own host-file reader trips on comments). Bad input: one line
@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .errors import EXIT_USAGE, UsageError
+from ..errors import EXIT_USAGE, UsageError
 
 EXAMPLE_MARKER = "# ddlbench: example hosts"
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -78,7 +78,7 @@ def check(path: str, need: int) -> list[Host]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ddlbench.hostfile")
+    p = argparse.ArgumentParser(prog="python -m ddlbench.hosts.hostfile")
     p.add_argument("path")
     p.add_argument("--need", type=int, default=1)
     p.add_argument("--horovod", action="store_true",

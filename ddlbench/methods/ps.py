@@ -1,4 +1,4 @@
-"""Parameter-server methods (DESIGN.md sections 2 and 6): BSP-PS, WFBP-PS, ByteScheduler-PS.
+"""Parameter-server methods (docs/DESIGN.md sections 2 and 6): BSP-PS, WFBP-PS, ByteScheduler-PS.
 
 Gradients are grouped into units in backward order by a fusion threshold in bytes (BytePS-like
 semantics: ``bspps`` defaults to 536,870,912, one unit for any model the suite has, pushed after
@@ -16,52 +16,78 @@ are not re-planned from observed order as the all-reduce methods' buckets are.
 """
 from __future__ import annotations
 
-import queue
-import threading
+from dataclasses import dataclass
 
-import torch
-
-from .. import ps
 from ..errors import UsageError
-from . import register
-from .allreduce import _Bucket, plan_buckets
-from .base import Strategy
-from .bytescheduler import ByteScheduler
+from ..options import COUNT, Options, option
+from ..planning import DEFAULT_PARTITION_BYTES
+from . import threads
+from .allreduce import Bucket, threshold_option
+from .base import PS, BucketPlan, Method
+from .bytescheduler import ByteScheduler, credit_option
 
 BSP_PS_THRESHOLD = 536_870_912  # bytes: every gradient in one fused unit
 
 
-def require_servers(name: str, comm, settings: dict) -> None:
+def nservers_option():
+    return option(None, COUNT, "parameter servers, extra processes that only sum (ranks after "
+                  "the workers); default for a PS method on one machine: 1 per 4 workers",
+                  env="DMLC_NUM_SERVER")
+
+
+def partition_bytes_option():
+    return option(DEFAULT_PARTITION_BYTES, COUNT,
+                  "parameter server: partition size in bytes (BytePS's 4,096,000)")
+
+
+@dataclass(frozen=True)
+class BSPPSOptions(Options):
+    threshold: float = threshold_option(float(BSP_PS_THRESHOLD), "PS fusion threshold in bytes")
+    nservers: int | None = nservers_option()
+    partition_bytes: int = partition_bytes_option()
+
+
+@dataclass(frozen=True)
+class WFBPPSOptions(Options):
+    threshold: float = threshold_option(0.0, "PS fusion threshold in bytes (0: one unit per "
+                                        "tensor)")
+    nservers: int | None = nservers_option()
+    partition_bytes: int = partition_bytes_option()
+
+
+@dataclass(frozen=True)
+class ByteSchedulerPSOptions(Options):
+    credit: int = credit_option()
+    nservers: int | None = nservers_option()
+    partition_bytes: int = partition_bytes_option()
+
+
+def require_servers(name: str, comm) -> None:
     if comm.ps is None:
         raise UsageError(f"method {name} needs parameter servers: start the job with "
                          f"--nservers S (S >= 1 extra processes)")
-    compressor = settings.get("compressor_obj")
-    if compressor is not None and compressor.name != "none":
-        raise UsageError(f"method {name} pushes dense gradients; --compressor "
-                         f"{compressor.name} is for the all-reduce methods")
 
 
-class BucketedPS(Strategy):
-    architecture = "ps"
+class BucketedPS(Method):
+    architecture = PS
+    launcher = "byteps/byteps_launch.sh"
     overlap = True
-    default_threshold = 0.0
 
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm, settings)
-        require_servers(self.name, comm, settings)
-        t = settings.get("threshold")
-        self.threshold = self.default_threshold if t is None else float(t)
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        from ..planning import plan_buckets
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        require_servers(self.id, comm)
+        self.threshold = float(self.options.threshold)
         order = list(reversed(range(len(self.params))))
         nbytes = [self.params[i].numel() * self.params[i].element_size() for i in order]
         keys = [(self.params[i].dtype, self.params[i].device) for i in order]
         groups = [[order[j] for j in g] for g in plan_buckets(nbytes, self.threshold, keys)]
-        self.buckets = [_Bucket(self.params, g) for g in groups]
+        self.buckets = [Bucket(self.params, g) for g in groups]
         self.unit_of = {i: u for u, b in enumerate(self.buckets) for i in b.members}
         self.parts = comm.ps.open([(b.numel, b.params[0].dtype) for b in self.buckets])
         self._launched: set[int] = set()
         if self.overlap:
             self._register_ready_hooks(self._on_ready)
-
     def _on_ready(self, i: int) -> None:
         u = self.unit_of[i]
         b = self.buckets[u]
@@ -92,8 +118,8 @@ class BucketedPS(Strategy):
         self._launched.clear()
         self.optimizer.step()
 
-    def groups(self) -> list[list[int]]:
-        return [list(b.members) for b in self.buckets]
+    def plan(self) -> BucketPlan:
+        return BucketPlan.of_params([b.members for b in self.buckets], self.params)
 
     def describe(self) -> dict:
         d = super().describe()
@@ -118,25 +144,27 @@ class BucketedPS(Strategy):
         self.comm.ps.close()
 
 
-@register
 class BSPPS(BucketedPS):
-    name = "bspps"
+    id = "bspps"
     display = "BSP-PS"
+    summary = ("after the whole backward, the fused gradient (one unit up to `--threshold` "
+               "bytes) is pushed to the parameter servers in `--partition-bytes` partitions "
+               "and the sums pulled back")
+    Options = BSPPSOptions
     overlap = False
-    default_threshold = float(BSP_PS_THRESHOLD)
 
 
-@register
 class WFBPPS(BucketedPS):
-    name = "wfbpps"
+    id = "wfbpps"
     display = "WFBP-PS"
+    summary = ("each gradient pushed from its hook the moment it is ready (`--threshold` "
+               "fuses)")
+    Options = WFBPPSOptions
     overlap = True
-    default_threshold = 0.0
 
 
-@register
 class ByteSchedulerPS(ByteScheduler):
-    """ByteScheduler over the parameter servers (DESIGN.md sections 5 and 6).
+    """ByteScheduler over the parameter servers (docs/DESIGN.md sections 5 and 6).
 
     The A2A scheduler's partition + priority + credit rules, per-tensor updates and forward
     pre-hooks, with two differences that the transport allows or needs:
@@ -152,21 +180,33 @@ class ByteSchedulerPS(ByteScheduler):
     unit a server sums), so ``--partition`` (A2A, in elements) does not apply here;
     ``--credit`` is in elements as for the A2A scheduler.
     """
-    name = "byteschedulerps"
+    id = "byteschedulerps"
     display = "ByteScheduler-PS"
-    architecture = "ps"
+    summary = ("the ByteScheduler rules (priority, `--credit` window, per-layer update, next "
+               "forward overlapping) over push/pull of `--partition-bytes` partitions")
+    architecture = PS
+    Options = ByteSchedulerPSOptions
+    launcher = "byteps/byteps_launch.sh"
+    launcher_vars = {"bytescheduler": "1"}
     negotiated = False
     credit_on_completion = False
 
-    def __init__(self, model, optimizer, comm, settings):
-        require_servers(self.name, comm, settings)
-        self._pushes: queue.Queue = queue.Queue()
-        super().__init__(model, optimizer, comm, settings)
-        self._credit_thread = threading.Thread(target=self._guard(self._credit_loop),
-                                               name="bytescheduler-credit", daemon=True)
-        self._credit_thread.start()
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        return Method.accepts(compressor)
 
-    def _partition(self, settings) -> int:
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        require_servers(self.id, comm)
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        self._credit = threads.QueueWorker("bytescheduler-credit", self._return_credit,
+                                           on_error=self._failed)
+
+    def start(self) -> None:
+        super().start()
+        self._credit.start()
+
+    def _partition(self) -> int:
+        from ..engine import ps
         size = self.params[0].element_size() if self.params else 4
         return ps.partition_elements(self.comm.ps.partition_bytes, size)
 
@@ -175,21 +215,17 @@ class ByteSchedulerPS(ByteScheduler):
         self._part_of = [p for unit in self.parts for p in unit]
         return [(p.unit, p.start, p.end) for p in self._part_of]
 
-    def _start_chunk(self, chunk: int, data: torch.Tensor):
+    def _start_chunk(self, chunk: int, data):
         handle = self.comm.push_pull(self._part_of[chunk], data)
-        self._pushes.put((chunk, handle))
+        self._credit.put((chunk, handle))
         return handle
 
-    def _credit_loop(self) -> None:
-        while True:
-            item = self._pushes.get()
-            if item is None:
-                return
-            chunk, handle = item
-            handle.wait_push()
-            with self._cv:
-                self.window.done(chunk)
-                self._cv.notify_all()
+    def _return_credit(self, item) -> None:
+        chunk, handle = item
+        handle.wait_push()
+        with self._cv:
+            self.window.done(chunk)
+            self._cv.notify_all()
 
     def describe(self) -> dict:
         d = super().describe()
@@ -205,7 +241,10 @@ class ByteSchedulerPS(ByteScheduler):
         return d
 
     def close(self) -> None:
-        super().close()
-        self._pushes.put(None)
-        self._credit_thread.join(timeout=10)
-        self.comm.ps.close()
+        try:
+            super().close()
+        finally:
+            try:
+                self._credit.stop()
+            finally:
+                self.comm.ps.close()

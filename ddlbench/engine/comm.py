@@ -1,0 +1,163 @@
+"""The collectives a method may use, with what they move counted (the one place bytes are counted).
+
+Every method talks through one ``Comm``, and so does the compressor it hands its buckets to;
+that is where bytes are counted and where the order of collectives can be traced
+(``trace=True``), so a test can check that every rank issues the same sequence. Collectives
+sum; averaging is the caller's business.
+
+Byte counts, per worker:
+- ``payload``: bytes of the tensors handed to collectives (the nccl-tests "algbw" bytes);
+- ``wire_sent``: what one worker sends under the ring model of ``ddlbench.costs``
+  (docs/DESIGN.md section 3), all-reduce ``2(P-1)/P * M``, all-gather ``(P-1) * m``. It is a
+  model of the algorithm, not a packet capture; Gloo and NCCL pick ring-like algorithms for
+  large messages.
+- parameter server (``push_pull``): ``push`` counts the bytes a worker sends to the servers and
+  ``pull`` the bytes it receives back (M each per iteration, whatever W); these are the bytes
+  actually handed to the transport, not a model.
+
+A compressor also reports here, per gradient it exchanges, the dense fp32 figures that gradient
+would have cost (``count_dense``), and times its encoding and decoding (``clock``); the run's
+compression figures (``compression_stats``) are read from these counters.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+
+from ..costs import bus_factor, sent_bytes
+
+_ITEMSIZE: dict = {}
+_RING_OPS = ("allreduce", "allgather")  # what compressors exchange with
+
+# torch 2.14 deprecates all_gather_into_tensor for all_gather_single (same arguments); torch 2.0
+# (the Horovod lane) has only the former.
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    size = _ITEMSIZE.get(dtype)
+    if size is None:
+        size = _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
+    return size
+
+
+class Comm:
+    def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None):
+        self.rank = rank
+        self.size = size
+        self.group = group
+        self.ps = ps  # PSClient of a job with parameter servers
+        self.trace: list[tuple[str, int, str]] | None = [] if trace else None
+        self.reset_stats()
+
+    # -- accounting ------------------------------------------------------------------------
+    def reset_stats(self) -> None:
+        self.payload = defaultdict(int)
+        self.wire_sent = defaultdict(int)
+        self.calls = defaultdict(int)
+        self.dense = defaultdict(float)     # dense fp32 payload and wire bytes of compressed data
+        self.seconds = defaultdict(float)   # encode_s, decode_s
+        self._events = []                   # CUDA timing events not yet read
+
+    def count(self, op: str, numel: int, dtype: torch.dtype, calls: int = 1,
+              root: bool = True) -> None:
+        """Account ``calls`` collectives moving ``numel`` elements of ``dtype`` in all (also
+        for collectives issued elsewhere, such as Horovod's or DDP's own; ``calls=0`` when
+        their number is unknown: then nothing is traced either). ``root``: whether this rank
+        is a broadcast's source."""
+        nbytes = numel * itemsize(dtype)
+        self.payload[op] += nbytes
+        self.wire_sent[op] += sent_bytes(op, nbytes, self.size, root=root)
+        self.calls[op] += calls
+        if self.trace is not None and calls:
+            self.trace.append((op, numel, str(dtype).replace("torch.", "")))
+
+    def count_dense(self, numel: int) -> None:
+        """A compressor exchanged a gradient of ``numel`` elements: what it would have cost as
+        a dense fp32 all-reduce."""
+        nbytes = numel * 4
+        self.dense["payload_bytes"] += nbytes
+        self.dense["wire_bytes"] += nbytes * bus_factor("allreduce", self.size)
+
+    @contextmanager
+    def clock(self, what: str, tensor: torch.Tensor):
+        """Time a block of encoding or decoding work (``what``: encode_s or decode_s): wall
+        clock on the CPU, CUDA events (read later, no synchronisation here) on a GPU."""
+        if tensor.is_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events.append((what, start, end))
+            if len(self._events) > 4096:
+                self._read_events(len(self._events) // 2)
+        else:
+            t0 = time.perf_counter()
+            yield
+            self.seconds[what] += time.perf_counter() - t0
+
+    def _read_events(self, n: int | None = None) -> None:
+        n = len(self._events) if n is None else n
+        for what, start, end in self._events[:n]:
+            end.synchronize()
+            self.seconds[what] += start.elapsed_time(end) / 1000.0
+        del self._events[:n]
+
+    def stats(self) -> dict:
+        return {"payload_bytes": dict(self.payload), "wire_sent_bytes": dict(self.wire_sent),
+                "calls": dict(self.calls)}
+
+    def compression_stats(self, steps: int = 1) -> dict | None:
+        """Per-worker compression figures divided by ``steps``: bytes handed to collectives,
+        wire bytes sent and received (ring model: a ring all-reduce or all-gather receives what
+        it sends), the dense fp32 figures of the same gradients, encode and decode seconds.
+        None when no compressor exchanged anything."""
+        if not self.dense["payload_bytes"]:
+            return None
+        self._read_events()
+        payload = sum(self.payload[op] for op in _RING_OPS)
+        wire = sum(self.wire_sent[op] for op in _RING_OPS)
+        out = {"payload_bytes": payload / steps, "wire_sent_bytes": wire / steps,
+               "wire_received_bytes": wire / steps,
+               "dense_payload_bytes": self.dense["payload_bytes"] / steps,
+               "dense_wire_bytes": self.dense["wire_bytes"] / steps,
+               "encode_s": self.seconds["encode_s"] / steps,
+               "decode_s": self.seconds["decode_s"] / steps}
+        out["compression_ratio"] = (out["dense_payload_bytes"] / out["payload_bytes"]
+                                    if out["payload_bytes"] else None)
+        return out
+
+    # -- collectives -----------------------------------------------------------------------
+    def allreduce(self, tensor: torch.Tensor, async_op: bool = True):
+        """Sum ``tensor`` over all ranks, in place."""
+        self.count("allreduce", tensor.numel(), tensor.dtype)
+        return dist.all_reduce(tensor, group=self.group, async_op=async_op)
+
+    def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True):
+        """Gather every rank's ``tensor`` into ``output`` (size P * tensor.numel())."""
+        self.count("allgather", tensor.numel(), tensor.dtype)
+        return all_gather_single(output, tensor, group=self.group, async_op=async_op)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False):
+        self.count("broadcast", tensor.numel(), tensor.dtype, root=self.rank == src)
+        return dist.broadcast(tensor, src, group=self.group, async_op=async_op)
+
+    def push_pull(self, part, data: torch.Tensor):
+        """Push one partition to its server and post the pull of the sum into ``data``
+        (returns the ``ps.Handle``). Traced as one ("push", key, numel) entry: servers match
+        by key, so the order of pushes may differ between workers."""
+        nbytes = data.numel() * data.element_size()
+        for op in ("push", "pull"):
+            self.payload[op] += nbytes
+            self.calls[op] += 1
+        self.wire_sent["push"] += nbytes
+        if self.trace is not None:
+            self.trace.append(("push", part.key, data.numel()))
+        return self.ps.push_pull(part, data)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)

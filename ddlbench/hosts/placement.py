@@ -1,0 +1,150 @@
+"""Where this process sits in its job: rank, world size and rendezvous, as whichever launcher
+started it says.
+
+A worker learns its rank, world size and local rank from whichever launcher started it, first
+match wins:
+
+- the suite's local spawner (``python -m ddlbench.train --nworkers N`` with no launcher around it):
+  ``DDLBENCH_LAUNCHER=local`` plus the torchrun-style variables below; the spawner hosts the
+  rendezvous store itself, on a port the kernel chose, so there is no port race;
+- torchrun: ``TORCHELASTIC_RUN_ID`` plus ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/
+  ``MASTER_PORT`` (torchrun's agent hosts the store);
+- Open MPI: ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``; the rendezvous
+  address comes from ``MASTER_ADDR`` (the MPI launcher sets it from the host file) and, when
+  ``MASTER_PORT`` is unset, rank 0 lets the kernel choose a port and tells the others over MPI;
+- horovodrun --gloo: ``HOROVOD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE`` (only with
+  ``--engine horovod``, whose store address travels through Horovod itself);
+- Slurm job steps (``srun``): ``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID``;
+  ``MASTER_ADDR`` defaults to the step's first node and ``MASTER_PORT`` must be given or is derived
+  from the job id (10000 + job id mod 50000), as is usual on shared clusters.
+
+Nothing here picks an address or a port of its own: they come from the environment or the kernel.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+from ..errors import UsageError, env_int
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    launcher: str  # local | torchrun | mpi | horovodrun | slurm | dmlc | single
+    master_addr: str | None
+    master_port: int | None
+    # Who hosts the rendezvous store: "rank0" (rank 0 starts it), or "external" (the local
+    # spawner or torchrun's agent already runs it; every rank is a client).
+    store_owner: str = "rank0"
+
+
+def _port(env):
+    return env_int("MASTER_PORT", env=env)
+
+
+def detect(env=None) -> Placement | None:
+    """The placement given by a launcher, or None when no launcher started this process."""
+    env = os.environ if env is None else env
+
+    def _int(key, default=None):
+        return env_int(key, default, env=env)
+
+    if env.get("DDLBENCH_LAUNCHER") == "local":
+        return Placement(_int("RANK"), _int("WORLD_SIZE"), _int("LOCAL_RANK"),
+                         _int("LOCAL_WORLD_SIZE"), "local", env.get("MASTER_ADDR"),
+                         # rank0 under --net: the store is on host 0's address (ddlbench.netem)
+                         _port(env), store_owner=env.get("DDLBENCH_STORE_OWNER", "external"))
+    if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
+        return Placement(_int("RANK"), _int("WORLD_SIZE"), _int("LOCAL_RANK", 0),
+                         _int("LOCAL_WORLD_SIZE", 1), "torchrun", env.get("MASTER_ADDR"),
+                         _port(env), store_owner="external")
+    if env.get("DMLC_ROLE") in ("worker", "server", "scheduler") and "DMLC_PS_ROOT_URI" in env:
+        return _dmlc(env)
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return Placement(_int("OMPI_COMM_WORLD_RANK"), _int("OMPI_COMM_WORLD_SIZE"),
+                         _int("OMPI_COMM_WORLD_LOCAL_RANK", 0),
+                         _int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), "mpi",
+                         env.get("MASTER_ADDR"), _port(env))
+    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        # horovodrun --gloo (under mpirun the Open MPI variables above come first). The
+        # rendezvous is Horovod's own: --engine horovod shares rank 0's store through it.
+        return Placement(_int("HOROVOD_RANK"), _int("HOROVOD_SIZE"),
+                         _int("HOROVOD_LOCAL_RANK", 0), _int("HOROVOD_LOCAL_SIZE", 1),
+                         "horovodrun", env.get("MASTER_ADDR"), _port(env))
+    if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        port = _port(env)
+        if port is None and "SLURM_JOB_ID" in env:
+            port = 10000 + _int("SLURM_JOB_ID") % 50000
+        addr = env.get("MASTER_ADDR") or _slurm_first_node(env)
+        return Placement(_int("SLURM_PROCID"), _int("SLURM_STEP_NUM_TASKS"),
+                         _int("SLURM_LOCALID", 0),
+                         _int("SLURM_STEP_TASKS_PER_NODE", 1) if
+                         env.get("SLURM_STEP_TASKS_PER_NODE", "").isdigit() else 1,
+                         "slurm", addr, port)
+    return None
+
+
+def _dmlc(env) -> Placement:
+    """BytePS-style variables (the PS launcher sets them; a BytePS user may already have
+    them): workers are ranks 0..W-1 by DMLC_WORKER_ID, servers W..W+S-1 by
+    DDLBENCH_SERVER_ID; worker 0 hosts the store at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT."""
+    role = env["DMLC_ROLE"]
+
+    def _int(key, default=None):
+        return env_int(key, default, env=env)
+
+    if role == "scheduler":
+        raise UsageError("DMLC_ROLE=scheduler: this suite has no scheduler process; start "
+                         "only workers and servers (byteps/byteps_launch.sh does)")
+    nworkers, nservers = _int("DMLC_NUM_WORKER"), _int("DMLC_NUM_SERVER")
+    if nworkers is None or nservers is None:
+        raise UsageError("DMLC_ROLE set without DMLC_NUM_WORKER and DMLC_NUM_SERVER")
+    if role == "worker":
+        rank = _int("DMLC_WORKER_ID")
+        if rank is None or not 0 <= rank < nworkers:
+            raise UsageError(f"DMLC_WORKER_ID must be in 0..{nworkers - 1}, got "
+                             f"{env.get('DMLC_WORKER_ID')!r}")
+    else:
+        server = _int("DDLBENCH_SERVER_ID")
+        if server is None or not 0 <= server < nservers:
+            raise UsageError(f"a server needs DDLBENCH_SERVER_ID in 0..{nservers - 1}, got "
+                             f"{env.get('DDLBENCH_SERVER_ID')!r}")
+        rank = nworkers + server
+    port = _int("DMLC_PS_ROOT_PORT")
+    if port is None:
+        raise UsageError("DMLC_PS_ROOT_URI set without DMLC_PS_ROOT_PORT")
+    return Placement(rank, nworkers + nservers, _int("DDLBENCH_LOCAL_RANK", 0),
+                     _int("DDLBENCH_LOCAL_SIZE", 1), "dmlc", env["DMLC_PS_ROOT_URI"],
+                     port)
+
+
+def _slurm_first_node(env) -> str | None:
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return None
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                             text=True, timeout=30, check=True).stdout.split()
+        return out[0] if out else None
+    except (OSError, subprocess.SubprocessError):
+        # Plain names or "name[1-4]": the first name of the first range.
+        first = nodelist.split(",")[0]
+        if "[" in first:
+            base, rng = first.split("[", 1)
+            return base + rng.split("-")[0].split(",")[0].rstrip("]")
+        return first
+
+
+def launcher_rank() -> str:
+    """This process's rank as its launcher gave it (for who prints a job-wide error)."""
+    return next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK",
+                                         "SLURM_PROCID") if k in os.environ), "0")
+
+
+def single() -> Placement:
+    return Placement(0, 1, 0, 1, "single", "127.0.0.1", None)

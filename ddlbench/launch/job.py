@@ -1,0 +1,54 @@
+"""The entry every job-level command shares (training script, comm_bench, profiler): parse,
+check, then spawn local workers or join the launcher's job; bad input is one line and exit 2."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import EXIT_USAGE, PSError, UsageError, say
+from ..hosts.placement import detect, launcher_rank, single
+from .local import spawn_local
+
+
+def run_job(argv, module: str, parse_args, check, worker,
+            check_under_launcher: bool = True) -> int:
+    """The entry of every job-level command (training script, comm_bench, profiler).
+
+    Parses ``argv``; with no launcher around, checks the input and spawns ``--nworkers`` local
+    copies of ``python -m MODULE`` (or runs in this process for one worker); under a launcher,
+    checks that ``--nworkers`` agrees with it and runs ``worker(args, placement)``. Bad input is
+    one line on stderr (from rank 0 only) and exit code 2.
+    """
+    try:
+        args = parse_args(argv)
+        placement = detect()
+        nservers = getattr(args, "nservers", 0) or 0  # parameter servers: extra processes
+        if placement is None:
+            check(args)
+            nworkers = args.nworkers or 1
+            if nworkers > 1 or nservers > 0:
+                # The children learn the server count resolved here (a default, perhaps).
+                child_argv = [*argv, "--nservers", str(nservers)] if nservers else argv
+                return spawn_local(nworkers + nservers, child_argv, module=module,
+                                   net=getattr(args, "net", None))
+            placement = single()
+        elif args.nworkers is not None and args.nworkers + nservers != placement.world_size:
+            raise UsageError(f"--nworkers {args.nworkers}" +
+                             (f" and --nservers {nservers}" if nservers else "") +
+                             f", but the {placement.launcher} launcher started "
+                             f"{placement.world_size} processes")
+        elif placement.launcher != "local" and check_under_launcher:
+            check(args)
+        return worker(args, placement)
+    except UsageError as e:
+        # Every rank meets the same bad input; one line is enough.
+        rank = launcher_rank()
+        if rank == "0":
+            print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except PSError as e:
+        # A parameter server died or cannot be reached: each worker says which, and leaves at
+        # once (its communication threads may still be blocked on the dead peer).
+        rank = launcher_rank()
+        say(f"ddlbench: worker {rank}: error: {e}")
+        os._exit(1)

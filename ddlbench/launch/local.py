@@ -1,0 +1,55 @@
+"""The suite's own local spawner: ``--nworkers N`` processes on this machine (each a host of an
+emulated cluster under ``--net``), the first failure taking the others down."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from .. import netem
+from ..hosts.procs import stop_signals, supervise, terminate
+
+
+def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
+                grace_s: float = 5.0, module: str = "ddlbench.train",
+                net: str | None = None) -> int:
+    """Run ``python -m MODULE ARGV`` (the training script unless told otherwise; the
+    communication micro-benchmark and the profiler use it too) as ``nworkers`` local processes
+    and wait for them.
+
+    The first worker to fail takes the others down (SIGTERM, then SIGKILL after ``grace_s``);
+    SIGINT/SIGTERM to this process does the same. Returns the job's exit code: 0 when every
+    worker succeeded, else the first failure's code (128 + signal for a killed worker).
+
+    ``net``: a network profile (``ddlbench.netem``); other than loopback, each process runs as
+    a host of an emulated cluster (its own network namespace, ``ip netns exec``), which is
+    removed when the processes are gone.
+    """
+    import torch.distributed as dist  # the store lives in this process, on a kernel-chosen port
+
+    store = dist.TCPStore(master_addr, 0, None, True, wait_for_workers=False)
+    base_env = dict(os.environ, DDLBENCH_LAUNCHER="local", WORLD_SIZE=str(nworkers),
+                    LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr,
+                    MASTER_PORT=str(store.port))
+    procs: list[subprocess.Popen] = []
+    cluster = None  # the emulated network of --net: one host per process
+    with stop_signals() as stopping:
+        try:
+            if net:
+                cluster = netem.start(nworkers, net)
+            for rank in range(nworkers):
+                if stopping["signal"] is not None:
+                    break
+                env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+                env.update(cluster.env(rank) if cluster else {})
+                procs.append(subprocess.Popen([*(cluster.prefix(rank) if cluster else []),
+                                               sys.executable, "-m", module, *argv], env=env))
+            # Workers that fail together (a failed verification) exit within moments of each
+            # other: only the ones still running after grace_s are stopped, and named.
+            return supervise(procs, [f"worker {r}" for r in range(nworkers)], stopping,
+                             settle_s=grace_s)
+        finally:
+            terminate(procs, grace_s)
+            if cluster is not None:
+                cluster.down()
+            del store

@@ -1,0 +1,1 @@
+"""Measuring a run: the workload replica, the timing protocol, and the run record."""

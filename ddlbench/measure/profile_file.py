@@ -1,0 +1,83 @@
+"""MG-WFBP profile files: the format ``python -m ddlbench.profiler`` writes and MG-WFBP reads.
+
+A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name and workload,
+the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
+``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
+``backend``, ``device``, ``network``).
+"""
+from __future__ import annotations
+
+import json
+
+from ..errors import UsageError
+
+PROFILE_FORMAT = "ddlbench-mgwfbp-profile"
+PROFILE_VERSION = 1
+
+
+def trainable(model) -> list[tuple[str, object]]:
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+def read_profile(path: str) -> dict:
+    """Load a profile file and check its form (not yet that it fits a model)."""
+    where = f"MG-WFBP profile {path}"
+    try:
+        with open(path) as f:
+            prof = json.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UsageError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
+        raise UsageError(f"{where} is not an MG-WFBP profile (no \"format\": "
+                         f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.profiler")
+    for key, kind in (("model", str), ("tensors", list), ("backward_s", list),
+                      ("forward_s", (int, float)), ("alpha_s", (int, float)),
+                      ("beta_s_per_byte", (int, float))):
+        if not isinstance(prof.get(key), kind) or isinstance(prof.get(key), bool):
+            raise UsageError(f"{where}: missing or malformed {key!r}")
+    tensors, times = prof["tensors"], prof["backward_s"]
+    if len(tensors) != len(times):
+        raise UsageError(f"{where}: {len(tensors)} tensors but {len(times)} backward times")
+    for t in tensors:
+        if not (isinstance(t, dict) and isinstance(t.get("name"), str)
+                and isinstance(t.get("shape"), list) and isinstance(t.get("bytes"), int)):
+            raise UsageError(f"{where}: every tensor needs a name, a shape and bytes")
+    if any(not isinstance(x, (int, float)) or x < 0 for x in times) or prof["forward_s"] < 0 \
+            or prof["alpha_s"] < 0 or prof["beta_s_per_byte"] < 0:
+        raise UsageError(f"{where}: times, alpha and beta must be numbers >= 0")
+    return prof
+
+
+def match_profile(prof: dict, model, model_name: str | None, path: str) -> list[int]:
+    """The profile's tensor order as indices of ``model``'s trainable parameters; a profile
+    made for another model is refused with one line."""
+    where = f"MG-WFBP profile {path}"
+    if model_name is not None and prof["model"] != model_name:
+        raise UsageError(f"{where} is for model {prof['model']}, but this run trains "
+                         f"{model_name}; write one for it with python -m ddlbench.profiler "
+                         f"--model {model_name} --output FILE")
+    named = trainable(model)
+    index = {name: i for i, (name, _) in enumerate(named)}
+    seen = [t["name"] for t in prof["tensors"]]
+    missing = [name for name, _ in named if name not in set(seen)]
+    extra = [name for name in seen if name not in index]
+    if missing or extra or len(seen) != len(set(seen)):
+        what = (f"has no tensor {missing[0]!r} of this model" if missing else
+                f"has tensor {extra[0]!r}, which this model lacks" if extra else
+                "lists a tensor twice")
+        raise UsageError(f"{where} does not match this {model_name or 'model'} "
+                         f"({len(seen)} tensors there, {len(named)} here): it {what}")
+    for t in prof["tensors"]:
+        p = named[index[t["name"]]][1]
+        if list(p.shape) != t["shape"] or p.numel() * p.element_size() != t["bytes"]:
+            raise UsageError(f"{where} does not match this {model_name or 'model'}: tensor "
+                             f"{t['name']!r} is {t['shape']} ({t['bytes']} B) there, "
+                             f"{list(p.shape)} ({p.numel() * p.element_size()} B) here")
+    return [index[name] for name in seen]
+
+
+def write_profile(path: str, prof: dict) -> None:
+    from .record import write_atomic
+    write_atomic(path, prof)

@@ -1,0 +1,171 @@
+"""What a synchronisation method is: the declarations every method makes, and the interface the
+training loop drives.
+
+A method is one ``Method`` subclass that declares, as class attributes:
+
+- ``id`` (the sweep's and the tables' key), ``display`` (the tables' name), ``architecture``
+  (``a2a`` or ``ps``) and ``summary`` (its grouping and schedule, one line);
+- ``Options``: a frozen dataclass of ``ddlbench.options.option()`` fields, each with its
+  default, check, help text and flag; the method receives an instance of it;
+- ``accepts(compressor)``: None when it can exchange its gradients through that compressor,
+  else the reason it cannot;
+- ``plan_known``: whether ``plan()`` (its buckets, as slices of parameters) is known before a
+  step or only after it;
+- ``launcher`` (and ``launcher_vars``): the shell launcher a user runs it with on a cluster.
+
+The registry (``ddlbench.methods``) finds every such class; the training script's flags and
+checks, the sweep's tables and checks, ``--method all``, the launchers' arguments and the
+README's method table all derive from these declarations.
+
+A method plays the part of Horovod's ``DistributedOptimizer``: it wraps a model and a plain
+torch optimizer, owns every hook, thread and communication handle, and its ``step()`` applies
+one synchronous-SGD update computed from the average of all workers' gradients. The training
+loop is the same for every method::
+
+    with method:                                        # start(): threads; close() at the end
+        method.calibrate(forward_backward)              # methods that plan from measurements
+        loss = workload.loss(method.module, batch)      # forward through method.module
+        loss.backward()                                 # hooks may start communication here
+        method.step()                                   # finish what step needs, update
+        method.zero_grad()
+
+``synchronize()`` finishes anything a method deliberately leaves running past ``step()`` (a
+scheduler that overlaps the next forward with the tail of communication); after it, the
+parameters are final. The verifier and the timer call it; the loop itself need not.
+
+Nothing here imports torch at module level: reading the declarations costs no torch import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from .. import options
+from ..options import NoOptions
+
+if TYPE_CHECKING:  # annotations only
+    import torch
+    from torch import nn
+
+    from ..engine.comm import Comm
+
+A2A, PS = "a2a", "ps"
+BEFORE_STEP, AFTER_STEP = "before_step", "after_step"
+DEFAULT_LAUNCHER = "horovod/horovod_mpi_cj.sh"
+NOT_BUCKETED = "it does not reduce its gradients through the suite's buckets"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Elements ``start:end`` of parameter ``param``'s flat gradient (``param``: index in the
+    model's trainable parameters, in ``model.parameters()`` order)."""
+    param: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """What a method hands its compressor: buckets of slices, each bucket exchanged as one
+    flat tensor in the order listed; ``known``: BEFORE_STEP (asked before a step's backward, it
+    describes that step) or AFTER_STEP (the method decides during the step: ask after it)."""
+    buckets: tuple[tuple[Slice, ...], ...]
+    known: str
+
+    @classmethod
+    def of_params(cls, groups, params, known: str = BEFORE_STEP) -> "BucketPlan":
+        """Buckets of whole parameters, given as lists of parameter indices."""
+        return cls(tuple(tuple(Slice(i, 0, params[i].numel()) for i in g) for g in groups),
+                   known)
+
+
+class Method:
+    id: ClassVar[str] = ""
+    display: ClassVar[str] = ""
+    architecture: ClassVar[str] = A2A
+    summary: ClassVar[str] = ""
+    Options: ClassVar[type[options.Options]] = NoOptions
+    plan_known: ClassVar[str] = BEFORE_STEP
+    launcher: ClassVar[str] = DEFAULT_LAUNCHER
+    launcher_vars: ClassVar[dict] = {}  # fixed launcher variables that select this method
+    engine: ClassVar[str] = "torch"
+
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        """None when this method can send its gradients through ``compressor``, else why not
+        (a clause for "method M cannot take --compressor C: ...")."""
+        return None if compressor == "none" else NOT_BUCKETED
+
+    def __init__(self, model: "nn.Module", optimizer: "torch.optim.Optimizer", comm: "Comm",
+                 options: options.Options | None = None, compressor=None,
+                 model_name: str | None = None):
+        """``compressor``: a ``compression.Compressor`` (None: ``none``); ``model_name``: the
+        workload's name, for methods that match it against a profile."""
+        import compression
+        self.model = model
+        self.optimizer = optimizer
+        self.comm = comm
+        self.options = options if options is not None else self.Options()
+        self.compressor = compressor if compressor is not None else compression.create("none")
+        self.model_name = model_name
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._handles = []
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the method's threads (none by default); called once, before training."""
+
+    def close(self) -> None:
+        """Stop threads, remove hooks, release groups; safe after a failure, and twice."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def __enter__(self) -> "Method":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the training loop ---------------------------------------------------------------------
+    @property
+    def module(self) -> "nn.Module":
+        """What the training loop calls forward on (DDP returns its wrapper)."""
+        return self.model
+
+    def calibrate(self, forward_backward) -> None:
+        """Called once before training with a function that runs one forward and backward
+        pass on this rank's batch (no update). Methods that plan from measurements (MG-WFBP's
+        per-tensor backward times) measure here; every rank calls it, so collectives are fine.
+        Gradients are cleared afterwards by the caller."""
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Finish all outstanding communication and updates."""
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def plan(self) -> BucketPlan:
+        """The buckets handed to the compressor (--verify applies the compressor's
+        mathematics to the same buckets); required of methods that accept a compressor."""
+        raise NotImplementedError(f"{self.id or type(self).__name__} has no bucket plan")
+
+    def describe(self) -> dict:
+        """Settings and derived facts (groups, buffer sizes) for the run record."""
+        return {"method": self.id, "architecture": self.architecture}
+
+    # -- helpers -------------------------------------------------------------------------------
+    def given_compressor(self):
+        """The compressor, or None for ``none``: for methods that send dense gradients their
+        own way (DDP's all-reduce, ByteScheduler's chunks) unless compressing."""
+        return self.compressor if self.compressor.id != "none" else None
+
+    def _register_ready_hooks(self, callback) -> None:
+        """Call ``callback(index)`` when parameter ``index``'s gradient is fully accumulated."""
+        from .. import compat
+        for i, p in enumerate(self.params):
+            self._handles.append(compat.on_grad_ready(p, lambda _p, i=i: callback(i)))

@@ -1,0 +1,117 @@
+"""``python -m ddlbench.netem``: the command line (probe, cleanup, profiles, status, helpers)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..errors import EXIT_USAGE, UsageError
+from . import helper
+from .cluster import Cluster
+from .links import require
+from .probe import PROBE_TOLERANCE, probe_allreduce, probe_line, probe_stream
+from .profiles import load_profiles, resolve
+from .state import _owner_alive, _read_states, cleanup_stale
+from .units import format_rate, parse_size
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m ddlbench.netem",
+                                description="Emulated cluster on one machine (network "
+                                            "namespaces, veth, bridge, tc tbf).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    pr = sub.add_parser("probe", help="set up N hosts, measure, tear down, print")
+    pr.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "1gbit",
+                    help="profile name, rate=R[,burst=B] or target=R,speedup=S")
+    pr.add_argument("--hosts", type=int, default=2, help="emulated hosts (>= 2)")
+    pr.add_argument("--seconds", type=float, default=1.0,
+                    help="TCP stream probe from host 1 to host 0 (0: skip it)")
+    pr.add_argument("--allreduce", action="store_true",
+                    help="also time Gloo all-reduces over all hosts (bus bandwidth)")
+    pr.add_argument("--bytes", default="16M", help="all-reduce size (16M)")
+    pr.add_argument("--iters", type=int, default=5, help="timed all-reduces (5, after 1 warm-up)")
+    pr.add_argument("--json", default=None, metavar="FILE", help="also write the results here")
+    cl = sub.add_parser("cleanup", help="remove the emulated networks of runs that are gone")
+    cl.add_argument("--all", action="store_true",
+                    help="also those of runs still alive (they will fail)")
+    sub.add_parser("profiles", help="list the network profiles")
+    sub.add_parser("status", help="list the emulated networks that exist now")
+    helper.add_parsers(sub)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command in helper.COMMANDS:
+        return helper.COMMANDS[args.command](args)
+    try:
+        if args.command == "probe":
+            return _cmd_probe(args)
+        if args.command == "cleanup":
+            require()
+            removed = cleanup_stale(include_live=args.all)
+            print(f"removed {len(removed)} emulated network(s)"
+                  + (f": {', '.join(removed)}" if removed else ""))
+            return 0
+        if args.command == "status":
+            require()
+            states = _read_states()
+            for path, s in states:
+                alive = _owner_alive(s)
+                print(f"run {s.get('run_id')}: profile {s.get('profile')}, owner "
+                      f"{s.get('owner_pid')} {'alive' if alive else 'gone (stale)'}, "
+                      f"{len(s.get('namespaces') or [])} namespaces")
+            if not states:
+                print("no emulated networks")
+            return 0
+        for name, prof in load_profiles().items():
+            rate = "no emulation" if prof.loopback else format_rate(prof.rate_bps)
+            if prof.speedup is not None:
+                rate += f" (= {format_rate(prof.target_rate_bps)} / {prof.speedup:g})"
+            print(f"{name:20s} {rate:28s} {prof.description}")
+        return 0
+    except UsageError as e:
+        print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+
+def _cmd_probe(args) -> int:
+    profile = resolve(args.net)
+    if args.hosts < 2:
+        raise UsageError(f"--hosts must be at least 2 to measure a link, got {args.hosts}")
+    if args.iters <= 0 or args.seconds < 0:
+        raise UsageError("--iters must be positive and --seconds >= 0")
+    nbytes = parse_size(args.bytes, "--bytes")
+    if nbytes < 4:
+        raise UsageError("--bytes must be at least 4 (one fp32)")
+    nbytes -= nbytes % 4
+    if not profile.loopback:
+        require()
+    results = {}
+    with Cluster(args.hosts, profile) as cluster:
+        print(f"netem: {cluster.summary()}" if not profile.loopback
+              else f"netem: {args.hosts} processes on this machine's loopback (no emulation)",
+              flush=True)
+        if args.seconds > 0:
+            cluster.probe = probe_stream(cluster, args.seconds)
+            results["stream"] = cluster.probe
+            print(f"netem: {probe_line(cluster)}", flush=True)
+            if not cluster.probe["within_tolerance"]:
+                print(f"netem: warning: more than {PROBE_TOLERANCE * 100:.0f}% off the profile",
+                      flush=True)
+        if args.allreduce:
+            ar = probe_allreduce(cluster, nbytes, args.iters)
+            results["allreduce"] = ar
+            line = (f"netem: all-reduce of {nbytes} B over {args.hosts} hosts: median "
+                    f"{ar['median_s'] * 1e3:.1f} ms of {args.iters}, algbw "
+                    f"{format_rate(ar['algbw_bps'])}, busbw {format_rate(ar['busbw_bps'])}")
+            if ar.get("deviation") is not None:
+                line += f" ({ar['deviation'] * 100:+.1f}% of the profile's rate)"
+            print(line, flush=True)
+        results["net"] = cluster.describe()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return 0

@@ -1,0 +1,180 @@
+"""Typed options: a method or a compressor declares each setting once (default, check, help,
+command-line flag, environment fallback) and everything else derives from that declaration."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What values an option takes, and how each consumer says so when one is wrong."""
+    name: str
+    type: type                          # int, float or str: the command line's conversion
+    test: Callable[[Any], bool]         # the value is acceptable
+    must: str                           # the training script's phrase: "--flag MUST, got v"
+    sweep: str                          # the sweep file's phrase: "k must be SWEEP, got v"
+    show: Callable[[Any], str] = str    # the value in a message
+    checked_on_cli: bool = True         # False: any string the command line gives will do
+
+
+def _g(v) -> str:
+    return f"{v:g}"
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+NONNEG = Kind("nonneg", float, lambda v: _is_number(v) and v >= 0, "must be >= 0",
+              "a number >= 0", _g)
+POSITIVE = Kind("positive", float, lambda v: _is_number(v) and v > 0, "must be positive",
+                "a positive number", _g)
+FRACTION = Kind("fraction", float, lambda v: _is_number(v) and 0 < v <= 1,
+                "must be in (0, 1]", "a number in (0, 1]")
+COUNT = Kind("count", int, lambda v: _is_int(v) and v > 0, "must be positive",
+             "a positive integer")
+COUNT0 = Kind("count0", int, lambda v: _is_int(v) and v >= 0, "must be >= 0",
+              "an integer >= 0")
+NAME = Kind("name", str, lambda v: isinstance(v, str) and v != "" and
+            not any(c.isspace() for c in v), "must be a name", "a name", checked_on_cli=False)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One declared option. ``name`` is the field, the argparse destination, the sweep key and
+    the shell launchers' variable; ``flag`` the training script's flag."""
+    name: str
+    default: Any
+    kind: Kind
+    help: str
+    flag: str
+    env: str | None = None     # environment variable read when the flag is not given
+    must: str = ""             # the error phrase, when more precise than the kind's
+    metavar: str | None = None
+
+    def problem(self, value) -> str | None:
+        """The training script's one line for a bad value (None: fine)."""
+        if value is None or not self.kind.checked_on_cli or self.kind.test(value):
+            return None
+        return f"{self.flag} {self.must or self.kind.must}, got {self.kind.show(value)}"
+
+    def sweep_problem(self, value) -> str | None:
+        """The sweep file's phrase for a bad value (None: fine)."""
+        if self.kind.test(value):
+            return None
+        return f"{self.name} must be {self.kind.sweep}, got {value!r}"
+
+    def parse(self, text: str):
+        """A value given as text (a launcher or environment variable): checked, converted;
+        one line naming the option when it is not a valid value."""
+        try:
+            value = self.kind.type(text)
+        except ValueError:
+            value = None
+        if value is None or not self.kind.test(value):
+            raise UsageError(f"{self.name} must be {self.kind.sweep}, got {text!r}")
+        return value
+
+    def format(self, value) -> str:
+        """The value as the command line takes it (integral floats without '.0')."""
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+
+
+def option(default, kind: Kind, help: str, *, flag: str | None = None, env: str | None = None,
+           must: str = "", metavar: str | None = None):
+    """A field of an options dataclass: its default, kind, help text, flag (default
+    ``--name-with-dashes``), environment fallback, error phrase and argparse metavar."""
+    return field(default=default, metadata={"ddlbench": dict(
+        kind=kind, help=help, flag=flag, env=env, must=must, metavar=metavar)})
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of every options dataclass (``@dataclass(frozen=True) class X(Options)``)."""
+
+    @classmethod
+    def specs(cls) -> list[Spec]:
+        out = []
+        for f in dataclasses.fields(cls):
+            meta = f.metadata.get("ddlbench")
+            if meta is None:
+                raise TypeError(f"{cls.__name__}.{f.name} is not declared with option()")
+            out.append(Spec(f.name, f.default, meta["kind"], meta["help"],
+                            meta["flag"] or "--" + f.name.replace("_", "-"), meta["env"],
+                            meta["must"], meta["metavar"]))
+        return out
+
+    @classmethod
+    def resolve(cls, values: Mapping[str, Any]) -> "Options":
+        """The options from ``values`` (a name missing or None: the default), each checked."""
+        given = {}
+        for spec in cls.specs():
+            value = values.get(spec.name)
+            if value is None:
+                continue
+            problem = spec.problem(value)
+            if problem:
+                raise UsageError(problem)
+            given[spec.name] = value
+        return cls(**given)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class NoOptions(Options):
+    """A method or compressor with nothing to set."""
+
+
+def from_environment(spec: Spec, environ: Mapping[str, str] | None = None):
+    """The value of the launcher variable named after the option, else of its environment
+    fallback, else None (a bad value: one line naming the option)."""
+    environ = os.environ if environ is None else environ
+    for key in (spec.name, spec.env):
+        if key and environ.get(key, "") != "":
+            return spec.parse(environ[key])
+    return None
+
+
+def collect(declarations) -> dict[str, tuple[Spec, list[tuple[str, Any]]]]:
+    """Every option of ``declarations`` ((owner id, Options class) pairs) by name: its
+    declaration and (owner, default) of each owner declaring it. Owners sharing a name must
+    declare it alike (kind, flag, environment fallback)."""
+    out: dict[str, tuple[Spec, list]] = {}
+    for owner, options in declarations:
+        for spec in options.specs():
+            first, owners = out.setdefault(spec.name, (spec, []))
+            if (first.kind, first.flag, first.env) != (spec.kind, spec.flag, spec.env):
+                raise TypeError(f"option {spec.name!r} of {owner} is declared unlike that of "
+                                f"{owners[0][0]}")
+            owners.append((owner, spec.default))
+    return out
+
+
+def add_flags(group, collected, environ: Mapping[str, str] | None = None) -> None:
+    """One argparse flag per collected option. The flag's default is its environment
+    fallback's text when set (argparse converts and the checks see it like a given value),
+    else None: each owner resolves its own default."""
+    environ = os.environ if environ is None else environ
+    for name, (spec, owners) in collected.items():
+        by_default: dict[str, list[str]] = {}
+        for owner, default in owners:
+            shown = "none" if default is None else spec.format(default)
+            by_default.setdefault(shown, []).append(owner)
+        where = "; ".join(f"{', '.join(o)}: {d}" for d, o in by_default.items())
+        env = f" (env {spec.env})" if spec.env else ""
+        group.add_argument(spec.flag, dest=name, type=spec.kind.type, metavar=spec.metavar,
+                           default=environ.get(spec.env) or None if spec.env else None,
+                           help=f"{spec.help}{env} [{where}]")

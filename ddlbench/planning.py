@@ -1,0 +1,125 @@
+"""Pure planning: fusion buckets by a byte threshold, MG-WFBP's merge rule with the
+iteration-time recurrences it is built on (docs/DESIGN.md sections 3 and 4), and the parameter
+servers' defaults (section 6)."""
+from __future__ import annotations
+
+DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
+
+
+def default_nservers(nworkers: int, hosts: int = 1) -> int:
+    """One server per worker machine; on one machine one per 4 workers, at least 1."""
+    if hosts > 1:
+        return hosts
+    return max(1, -(-nworkers // 4))
+
+
+def plan_buckets(nbytes: list[int], threshold: float, keys: list | None = None) -> list[list[int]]:
+    """Split positions 0..n-1 (in backward order) into consecutive groups of at most
+    ``threshold`` bytes; threshold 0 gives one group per tensor. ``keys`` (e.g. dtypes) that
+    differ also close a group."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, n in enumerate(nbytes):
+        fits = current and total + n <= threshold and (keys is None or keys[i] == keys[current[0]])
+        if current and not fits:
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _comm_starts(ready: list[float], tc: list[float]) -> list[float]:
+    """tauc of docs/DESIGN.md section 3, forward indices: tauc[L-1] = ready[L-1];
+    tauc[l] = max(tauc[l+1] + tc[l+1], ready[l])."""
+    n = len(ready)
+    tauc = [0.0] * n
+    tauc[n - 1] = ready[n - 1]
+    for l in range(n - 2, -1, -1):
+        tauc[l] = max(tauc[l + 1] + tc[l + 1], ready[l])
+    return tauc
+
+
+def _forward_view(backward_s, nbytes):
+    """Backward-order lists to the forward indices of DESIGN.md (l = 0 next to the input):
+    backward position b is layer l = L-1-b. Returns tb, sizes, ready = taub + tb."""
+    n = len(nbytes)
+    tb = [float(backward_s[n - 1 - l]) for l in range(n)]
+    size = [int(nbytes[n - 1 - l]) for l in range(n)]
+    taub = [0.0] * n
+    for l in range(n - 2, -1, -1):
+        taub[l] = taub[l + 1] + tb[l + 1]
+    return tb, size, [taub[l] + tb[l] for l in range(n)]
+
+
+def merge_groups(backward_s: list[float], nbytes: list[int], alpha: float, beta: float,
+                 min_group_bytes: int = 0) -> list[list[int]]:
+    """MG-WFBP's merge rule, exactly as docs/DESIGN.md section 4 states it.
+
+    Inputs in *backward order* (position 0 = the first gradient ready, the layer next to the
+    output): ``backward_s[b]`` the backward time of tensor b (the gap since the previous one was
+    ready), ``nbytes[b]`` its size; ``alpha`` seconds per message and ``beta`` seconds per byte
+    (one message of M bytes costs ``alpha + beta*M``); ``min_group_bytes`` the original's
+    small-group option (0 = off).
+
+    The rule is written in forward indices, l = 0 next to the input; backward position b is
+    l = L-1-b. With taub[L-1] = 0, taub[l] = taub[l+1] + tb[l+1] (when l's backward starts),
+    tc[l] = alpha + beta*bytes(l) and tauc from section 3 (when l's message starts), walk
+    l = L-1 down to 1: merge l into l-1 when ``taub[l-1] + tb[l-1] < tauc[l] + alpha`` (l-1 is
+    ready before l's message would have paid its start-up cost), or, the option, when l's group
+    so far is smaller than ``min_group_bytes``. A merge sets tc[l] = 0, moves l's bytes to l-1,
+    sets tc[l-1] = alpha + beta*bytes(l-1) and recomputes tauc; otherwise the group closes at l.
+    Tensor 0 ends the last group.
+
+    Interpretation choices: the comparison is strict (a tie does not merge); "bytes(l-1)" after
+    a merge is the whole group's bytes so far, and the small-group test looks at that same
+    running total, checked only when the timing rule did not merge.
+
+    Returns the groups as lists of backward positions, in backward order (consecutive runs
+    covering 0..L-1): the first group is the first to be sent."""
+    n = len(nbytes)
+    if len(backward_s) != n:
+        raise ValueError(f"{len(backward_s)} backward times for {n} tensors")
+    if n == 0:
+        return []
+    _, size, ready = _forward_view(backward_s, nbytes)
+    tc = [alpha + beta * s for s in size]
+    tauc = _comm_starts(ready, tc)
+    groups, current = [], []
+    for l in range(n - 1, 0, -1):
+        current.append(n - 1 - l)
+        merge = ready[l - 1] < tauc[l] + alpha or size[l] < min_group_bytes
+        if merge:
+            size[l - 1] += size[l]
+            size[l] = 0
+            tc[l] = 0.0
+            tc[l - 1] = alpha + beta * size[l - 1]
+            tauc = _comm_starts(ready, tc)
+        else:
+            groups.append(current)
+            current = []
+    current.append(n - 1)
+    groups.append(current)
+    return groups
+
+
+def schedule_time(backward_s: list[float], nbytes: list[int], groups: list[list[int]],
+                  alpha: float, beta: float) -> float:
+    """Predicted time from the start of the backward pass until the last message is done
+    (``tauc[0] + tc[0]`` of docs/DESIGN.md section 3) when ``groups`` (backward positions, as
+    ``merge_groups`` returns them) are each sent as one message of ``alpha + beta*bytes``
+    after their last tensor is ready, one message at a time. Add the forward time for an
+    iteration's time. ``[[0], [1], ...]`` is WFBP."""
+    n = len(nbytes)
+    if n == 0:
+        return 0.0
+    _, _, ready = _forward_view(backward_s, nbytes)
+    tc = [0.0] * n
+    for g in groups:
+        l = n - 1 - max(g)  # the group goes when its last tensor (lowest l) is ready
+        tc[l] = alpha + beta * sum(nbytes[b] for b in g)
+    tauc = _comm_starts(ready, tc)
+    return tauc[0] + tc[0]

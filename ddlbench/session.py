@@ -1,0 +1,72 @@
+"""One method on one rank, set up from the command line: the replica, its optimizer, the
+compressor, the counting ``Comm`` and the method object (shared by the benchmark and --verify)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import compression
+
+from . import methods
+from .engine.comm import Comm
+from .measure import workload
+
+
+def compressor_values(args) -> dict:
+    """Every compressor option's value: given on the command line, else its default."""
+    given = {spec.name: getattr(args, spec.name) for spec in compression.specs()}
+    return {spec.name: spec.default if given[spec.name] is None else given[spec.name]
+            for spec in compression.specs()}
+
+
+def method_options(cls, args):
+    """Method class ``cls``'s options from the command line (its defaults where not given)."""
+    return cls.Options.resolve(vars(args))
+
+
+@dataclass
+class Run:
+    work: object           # models.Workload
+    batch: object
+    optimizer: object
+    lr: float
+    comm: Comm
+    method: methods.Method
+
+    def forward_backward(self) -> None:
+        """One forward and backward pass on this rank's batch, outside the method."""
+        self.work.loss(self.work.model, self.batch).backward()
+
+    def train_step(self) -> None:
+        """One training step through the method."""
+        self.work.loss(self.method.module, self.batch).backward()
+        self.method.step()
+        self.method.zero_grad()
+
+    def calibrate(self) -> None:
+        """The method's calibration (MG-WFBP measures here), leaving no gradient and no count
+        behind."""
+        self.method.calibrate(self.forward_backward)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.comm.reset_stats()
+
+    def write_trace(self, prefix: str | None, name: str) -> None:
+        """``--trace-collectives PREFIX``: this rank's sequence of collectives, as JSON."""
+        if prefix and self.comm.trace is not None:
+            path = f"{prefix}.{name.replace(':', '_')}.{self.comm.rank}.json"
+            with open(path, "w") as f:
+                json.dump(self.comm.trace, f)
+
+
+def build(args, ctx, method_id: str, compressor_id: str) -> Run:
+    """The run of ``method_id`` with ``compressor_id`` on this rank, not yet started (use it
+    as ``with run.method:``)."""
+    cls = methods.lookup(method_id, args.engine)
+    work, batch = workload.replica(args, ctx)
+    lr = workload.learning_rate(args, ctx.size)
+    optimizer = workload.make_optimizer(args, work.model.parameters(), lr)
+    comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps)
+    compressor = compression.create(compressor_id, **compressor_values(args))
+    method = cls(work.model, optimizer, comm, method_options(cls, args), compressor,
+                 model_name=args.model)
+    return Run(work, batch, optimizer, lr, comm, method)
