@@ -133,7 +133,7 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     elif op == "allgather":
         out = torch.zeros(count, dtype=torch.float32, device=device)
         src = torch.zeros(count // world, dtype=torch.float32, device=device)
-        from .comm import all_gather_single as gather
+        from .engine.comm import all_gather_single as gather
 
         def once():
             gather(out, src, group=group)

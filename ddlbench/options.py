@@ -164,17 +164,21 @@ def collect(declarations) -> dict[str, tuple[Spec, list[tuple[str, Any]]]]:
 
 
 def add_flags(group, collected, environ: Mapping[str, str] | None = None) -> None:
-    """One argparse flag per collected option. The flag's default is its environment
-    fallback's text when set (argparse converts and the checks see it like a given value),
-    else None: each owner resolves its own default."""
+    """One argparse flag per collected option. Its default: the environment fallback's text
+    when set (argparse converts it and the checks see it like a given value), else the default
+    its owners share, else None (each owner then applies its own)."""
     environ = os.environ if environ is None else environ
     for name, (spec, owners) in collected.items():
         by_default: dict[str, list[str]] = {}
         for owner, default in owners:
             shown = "none" if default is None else spec.format(default)
             by_default.setdefault(shown, []).append(owner)
-        where = "; ".join(f"{', '.join(o)}: {d}" for d, o in by_default.items())
+        shared = {default for _, default in owners}
+        default = next(iter(shared)) if len(shared) == 1 else None
+        if spec.env and environ.get(spec.env):
+            default = environ[spec.env]
+        where = ("; ".join(f"{', '.join(o)}: {d}" for d, o in by_default.items())
+                 if len(shared) > 1 else ", ".join(o for o, _ in owners))
         env = f" (env {spec.env})" if spec.env else ""
         group.add_argument(spec.flag, dest=name, type=spec.kind.type, metavar=spec.metavar,
-                           default=environ.get(spec.env) or None if spec.env else None,
-                           help=f"{spec.help}{env} [{where}]")
+                           default=default, help=f"{spec.help}{env} [{where}]")

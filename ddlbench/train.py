@@ -29,6 +29,13 @@ from .options import add_flags
 ENGINES = methods.ENGINES
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line (``ddlbench: error: ...``) and exit code 2, as all bad input."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Defaults in the help, except for flags whose default each method decides."""
 
@@ -37,8 +44,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ddlbench.train", description=__doc__.split("\n")[0],
-                                formatter_class=_Help)
+    p = _Parser(prog="python -m ddlbench.train", description=__doc__.split("\n")[0],
+                formatter_class=_Help)
     w = p.add_argument_group("workload")
     w.add_argument("--model", default="resnet50",
                    help="torchvision classification model, or bert / bert_base / bert_tiny")
@@ -125,18 +132,16 @@ def _takers() -> str:
 
 
 def _job_settings(args) -> None:
-    """What the job as a whole needs before anything starts: how many parameter servers (the
-    local spawner starts one per 4 workers for a PS method that was not told; under a launcher
-    the count must be given, the launcher's processes include them) and their partition size."""
+    """How many parameter servers the job has, decided before anything starts: the local
+    spawner starts one per 4 workers for a PS method that was not told; under a launcher the
+    count must be given (the launcher's processes include them)."""
     from .hosts import placement
-    from .planning import DEFAULT_PARTITION_BYTES, default_nservers
+    from .planning import default_nservers
     args.nservers_given = args.nservers is not None
     if args.nservers is None:
         wants = any(_is_ps(m) for m in args.method.split(","))
         args.nservers = (default_nservers(args.nworkers or 1)
                          if wants and placement.detect() is None else 0)
-    if args.partition_bytes is None:
-        args.partition_bytes = DEFAULT_PARTITION_BYTES
 
 
 def _is_ps(method: str) -> bool:

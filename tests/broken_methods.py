@@ -1,10 +1,10 @@
 """Deliberately wrong methods: ``--verify`` must catch each of them."""
 import compression
-from ddlbench.strategies.allreduce import WFBP, Fusion
+from ddlbench.methods.allreduce import WFBP, Fusion
 
 
 class _SumOnly(compression.Compressor):
-    name = "sum-only"
+    id = "sum-only"
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         return compression.Pending(comm.allreduce(tensor), lambda: None)
@@ -12,16 +12,17 @@ class _SumOnly(compression.Compressor):
 
 class NoAverage(WFBP):
     """Sums the gradients but forgets to divide by the number of workers."""
-    name = "test-no-average"
+    id = "test-no-average"
 
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm, dict(settings, compressor_obj=_SumOnly()))
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        super().__init__(model, optimizer, comm, options, _SumOnly(), model_name)
 
 
 class _Skip(compression.Compressor):
-    name = "skip"
+    id = "skip"
 
     def __init__(self, inner, skip_key):
+        super().__init__()
         self.inner, self.skip_key = inner, skip_key
 
     def reduce_async(self, key, tensor, comm, shapes=None):
@@ -32,16 +33,16 @@ class _Skip(compression.Compressor):
 
 class SkipFirstTensor(WFBP):
     """Never reduces the first parameter's gradient: every rank keeps its local one."""
-    name = "test-skip-first-tensor"
+    id = "test-skip-first-tensor"
 
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm,
-                         dict(settings, compressor_obj=_Skip(compression.create("none"), (0,))))
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        super().__init__(model, optimizer, comm, options,
+                         _Skip(compression.create("none"), (0,)), model_name)
 
 
 class Crash(WFBP):
     """Fails in its first step, as a buggy method would."""
-    name = "test-crash"
+    id = "test-crash"
 
     def step(self):
         raise RuntimeError("test-crash: deliberate failure")
@@ -49,7 +50,7 @@ class Crash(WFBP):
 
 class Hang(WFBP):
     """Never finishes its first step."""
-    name = "test-hang"
+    id = "test-hang"
 
     def step(self):
         import time
@@ -58,6 +59,16 @@ class Hang(WFBP):
 
 
 # -- broken compressors: verify with the matching --compressor must fail on each ----------------
+
+class _Broken(Fusion):
+    """Fusion with the broken subclass ``BrokenCompressor`` of the compressor it was given
+    (run with the matching --compressor)."""
+    BrokenCompressor = compression.Compressor
+
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        super().__init__(model, optimizer, comm, options,
+                         self.BrokenCompressor(compressor.options), model_name)
+
 
 class _TopKWithoutOffsets(compression.TopK):
     """Sends each selected index relative to the start of its own tensor instead of the
@@ -73,13 +84,10 @@ class _TopKWithoutOffsets(compression.TopK):
         return values, (idx.long() - starts[which]).to(torch.int32)
 
 
-class FusionTopKWithoutOffsets(Fusion):
+class FusionTopKWithoutOffsets(_Broken):
     """Run with --compressor topk."""
-    name = "test-topk-without-offsets"
-
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm,
-                         dict(settings, compressor_obj=_TopKWithoutOffsets(settings["density"])))
+    id = "test-topk-without-offsets"
+    BrokenCompressor = _TopKWithoutOffsets
 
 
 class _EFTopKKeepsSent(compression.EFTopK):
@@ -93,13 +101,10 @@ class _EFTopKKeepsSent(compression.EFTopK):
         return values, idx
 
 
-class FusionEFTopKKeepsSent(Fusion):
+class FusionEFTopKKeepsSent(_Broken):
     """Run with --compressor eftopk."""
-    name = "test-eftopk-keeps-sent"
-
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm,
-                         dict(settings, compressor_obj=_EFTopKKeepsSent(settings["density"])))
+    id = "test-eftopk-keeps-sent"
+    BrokenCompressor = _EFTopKKeepsSent
 
 
 class _PowerSGDSumsQ(compression.PowerSGD):
@@ -112,21 +117,15 @@ class _PowerSGDSumsQ(compression.PowerSGD):
             def __init__(self, inner):
                 self.inner = inner
 
-            def allreduce(self, t, async_op=True):
-                return self.inner.allreduce(t, async_op=async_op)
-
-            def allgather(self, out, t, async_op=True):
-                return self.inner.allgather(out, t, async_op=async_op)
+            def __getattr__(self, name):  # everything else as the real Comm
+                return getattr(self.inner, name)
         return super().reduce_async(key, tensor, _NoDivide(comm), shapes)
 
 
-class FusionPowerSGDSumsQ(Fusion):
+class FusionPowerSGDSumsQ(_Broken):
     """Run with --compressor powersgd."""
-    name = "test-powersgd-sums-q"
-
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm,
-                         dict(settings, compressor_obj=_PowerSGDSumsQ(settings["powersgd_rank"])))
+    id = "test-powersgd-sums-q"
+    BrokenCompressor = _PowerSGDSumsQ
 
 
 class _SignumLocalOnly(compression.Signum):
@@ -139,13 +138,10 @@ class _SignumLocalOnly(compression.Signum):
         return compression.Pending(pending, lambda: tensor.copy_(local))
 
 
-class FusionSignumLocalOnly(Fusion):
+class FusionSignumLocalOnly(_Broken):
     """Run with --compressor signum."""
-    name = "test-signum-local-only"
-
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm,
-                         dict(settings, compressor_obj=_SignumLocalOnly()))
+    id = "test-signum-local-only"
+    BrokenCompressor = _SignumLocalOnly
 
 
 class _PowerSGDColdStart(compression.PowerSGD):
@@ -157,11 +153,7 @@ class _PowerSGDColdStart(compression.PowerSGD):
         return super().reduce_async(key, tensor, comm, shapes)
 
 
-class FusionPowerSGDColdStart(Fusion):
+class FusionPowerSGDColdStart(_Broken):
     """Run with --compressor powersgd."""
-    name = "test-powersgd-cold-start"
-
-    def __init__(self, model, optimizer, comm, settings):
-        super().__init__(model, optimizer, comm,
-                         dict(settings, compressor_obj=_PowerSGDColdStart(
-                             settings["powersgd_rank"])))
+    id = "test-powersgd-cold-start"
+    BrokenCompressor = _PowerSGDColdStart

@@ -35,7 +35,11 @@ def run(cmd, timeout=300, **extra_env):
 
 
 def train(*args, timeout=300, **extra_env):
-    return run([sys.executable, "-m", "ddlbench.train", "--timeout", "60", *args],
+    """The training script; with DDLBENCH_TEST_HOOK_JITTER_MS=J, the same behind a random
+    0..J ms delay in every method's gradient hooks (tests/jittered_train.py)."""
+    module = "tests.jittered_train" if "DDLBENCH_TEST_HOOK_JITTER_MS" in extra_env \
+        else "ddlbench.train"
+    return run([sys.executable, "-m", module, "--timeout", "60", *args],
                timeout=timeout, **extra_env)
 
 

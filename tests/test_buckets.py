@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from ddlbench.comm import Comm
-from ddlbench.strategies import create
-from ddlbench.strategies.allreduce import plan_buckets
+from ddlbench.engine.comm import Comm
+from ddlbench.methods import create
+from ddlbench.planning import plan_buckets
 
 
 def test_threshold_zero_is_one_bucket_per_tensor():

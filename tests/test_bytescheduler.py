@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from ddlbench import strategies, train as train_mod
-from ddlbench.strategies.bytescheduler import ByteScheduler, CreditWindow, chunk_table
+from ddlbench import methods, train as train_mod
+from ddlbench.methods.bytescheduler import ByteScheduler, CreditWindow, chunk_table
 
 from .conftest import REPO, TINY_BERT, QUICK_TIMING, describe, run, train, \
     verify_lines
@@ -130,8 +130,9 @@ def _setup(credit, partition=100, optimizer="sgd"):
     make = ((lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)) if optimizer == "sgd"
             else (lambda ps: torch.optim.Adam(ps, lr=0.01)))
     comm = HandComm()
-    s = ByteScheduler(net, make(net.parameters()), comm, {"partition": partition,
-                                                          "credit": credit})
+    s = ByteScheduler(net, make(net.parameters()), comm,
+                      ByteScheduler.Options(partition=partition, credit=credit))
+    s.start()
     return s, comm, net, twin, make(twin.parameters())
 
 
@@ -272,7 +273,7 @@ def test_next_forward_waits_only_for_its_own_layers():
 
 # -- the real method on several workers ---------------------------------------------------------
 def test_registered():
-    cls = strategies.lookup("bytescheduler")
+    cls = methods.lookup("bytescheduler")
     assert cls is ByteScheduler and cls.display == "ByteScheduler-A2A"
 
 

@@ -1,7 +1,7 @@
 """The launchers run a 2-worker job end to end on one machine; bad input stops them early."""
 import pytest
 
-from ddlbench import hostfile, launch
+from ddlbench.hosts import hostfile, placement
 from ddlbench.errors import UsageError
 
 from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, run, train, verify_lines
@@ -87,7 +87,7 @@ def test_missing_hostfile_message():
 # --------------------------------------------------------------------- placement and host files
 
 def test_detect_open_mpi():
-    p = launch.detect({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
+    p = placement.detect({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
                        "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
                        "MASTER_ADDR": "10.0.0.1"})
     assert (p.rank, p.world_size, p.local_rank, p.local_world_size, p.launcher) == \
@@ -96,7 +96,7 @@ def test_detect_open_mpi():
 
 
 def test_detect_torchrun():
-    p = launch.detect({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2",
+    p = placement.detect({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2",
                        "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h",
                        "MASTER_PORT": "29500"})
     assert (p.rank, p.world_size, p.launcher, p.master_port, p.store_owner) == \
@@ -104,7 +104,7 @@ def test_detect_torchrun():
 
 
 def test_detect_slurm_step():
-    p = launch.detect({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1",
+    p = placement.detect({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1",
                        "SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_JOB_ID": "123456",
                        "SLURM_STEP_NODELIST": "gpu[07-08]", "PATH": "/nonexistent"})
     assert (p.rank, p.world_size, p.local_rank, p.local_world_size, p.launcher) == \
@@ -113,9 +113,9 @@ def test_detect_slurm_step():
 
 
 def test_detect_nothing_and_bad_values():
-    assert launch.detect({"PATH": "/bin"}) is None
+    assert placement.detect({"PATH": "/bin"}) is None
     with pytest.raises(UsageError, match="OMPI_COMM_WORLD_RANK='x' is not an integer"):
-        launch.detect({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"})
+        placement.detect({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"})
 
 
 def test_hostfile_parsing(tmp_path):

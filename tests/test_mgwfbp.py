@@ -10,10 +10,11 @@ import torch.distributed as dist
 from torch import nn
 
 from ddlbench import profiler
-from ddlbench.comm import Comm
+from ddlbench.measure import profile_file
+from ddlbench.engine.comm import Comm
 from ddlbench.errors import UsageError
-from ddlbench.strategies import create
-from ddlbench.strategies.mgwfbp import merge_groups, schedule_time
+from ddlbench.methods import create
+from ddlbench.planning import merge_groups, schedule_time
 
 from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
 
@@ -136,7 +137,7 @@ def test_strategy_plans_from_a_profile_file(tmp_path, capsys, min_group, groups,
     path.write_text(json.dumps(_profile(_mlp(), "mlp", MLP_TB, 2.0, 0.0)))
     model = _mlp()
     s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
-               {"mgwfbp_profile": str(path), "mgwfbp_min_group": min_group, "model_name": "mlp"})
+               {"mgwfbp_profile": str(path), "mgwfbp_min_group": min_group}, model_name="mlp")
     s.calibrate(lambda: pytest.fail("a profile file means no measuring"))
     d = s.describe()
     assert d["bucket_bytes"] == bucket_bytes and d["buckets"] == len(groups)
@@ -158,9 +159,9 @@ def test_profile_order_is_the_plan_order(tmp_path):
     path.write_text(json.dumps(_profile(_mlp(), "mlp", [3.0] * 6, 1.0, 0.0, order=order)))
     model = _mlp()
     s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
-               {"mgwfbp_profile": str(path), "model_name": "mlp"})
+               {"mgwfbp_profile": str(path)}, model_name="mlp")
     s.calibrate(None)
-    assert s.groups() == [[i] for i in order]
+    assert [[piece.param for piece in b] for b in s.plan().buckets] == [[i] for i in order]
     s.close()
 
 
@@ -182,7 +183,7 @@ def test_a_profile_that_does_not_fit_is_refused(tmp_path, change, message):
     path.write_text(json.dumps(prof))
     model = _mlp()
     s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
-               {"mgwfbp_profile": str(path), "model_name": "mlp"})
+               {"mgwfbp_profile": str(path)}, model_name="mlp")
     with pytest.raises(UsageError) as e:
         s.calibrate(None)
     assert message in str(e.value) and "\n" not in str(e.value)
@@ -191,7 +192,7 @@ def test_a_profile_that_does_not_fit_is_refused(tmp_path, change, message):
 
 def test_missing_profile_file(tmp_path):
     with pytest.raises(UsageError, match="cannot read MG-WFBP profile .*nope.json"):
-        profiler.read_profile(str(tmp_path / "nope.json"))
+        profile_file.read_profile(str(tmp_path / "nope.json"))
 
 
 class _Net(nn.Module):
@@ -337,7 +338,7 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     prof = load_json(path)
     import models
     model = models.build("bert_tiny", sentence_len=16).model
-    order = profiler.match_profile(prof, model, "bert_tiny", str(path))
+    order = profile_file.match_profile(prof, model, "bert_tiny", str(path))
     n = len(list(model.parameters()))
     assert sorted(order) == list(range(n)) and len(prof["backward_s"]) == n
     assert prof["nworkers"] == 1 and prof["backend"] == "gloo"

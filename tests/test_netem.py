@@ -236,8 +236,8 @@ def test_wfbp_verifies_over_2_5gbit(netem_runs):
 
 @needs_netem
 def test_bspps_verifies_over_2_5gbit(netem_runs):
-    from ddlbench import strategies
-    if "bspps" not in strategies.names():
+    from ddlbench import methods
+    if "bspps" not in methods.names():
         pytest.skip("the parameter-server method bspps does not exist yet")
     proc = train(*TINY_BERT, "--nworkers", "2", "--nservers", "1", "--net", "2.5gbit",
                  "--verify", "2", "--method", "bspps")

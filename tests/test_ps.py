@@ -10,8 +10,10 @@ import psutil
 import pytest
 import torch
 
-from ddlbench import ps, pslaunch
-from ddlbench.hostfile import Host
+from ddlbench import planning
+from ddlbench.engine import ps
+from ddlbench.hosts.hostfile import Host
+from ddlbench.launch import pslaunch
 
 from .conftest import (QUICK_TIMING, REPO, SMALL_CNN, TINY_BERT, describe, env, run, train,
                        verify_lines)
@@ -43,8 +45,8 @@ def test_more_servers_than_partitions_leaves_some_idle():
 
 
 def test_default_server_count():
-    assert [ps.default_nservers(w) for w in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]
-    assert ps.default_nservers(16, hosts=4) == 4
+    assert [planning.default_nservers(w) for w in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]
+    assert planning.default_nservers(16, hosts=4) == 4
 
 
 def test_launcher_placement_fills_slots_and_puts_servers_on_worker_machines():

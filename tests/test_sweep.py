@@ -478,8 +478,8 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
                 "method bytescheduler: cannot take compressor 'powersgd'"]
     for problem in expected:
         assert problem in err, problem
-    from ddlbench import strategies
-    unregistered = 0 if "bspps" in strategies.names() else 1  # the PS methods may not be here
+    from ddlbench import methods
+    unregistered = 0 if "bspps" in methods.names() else 1  # the PS methods may not be here
     assert f"{len(expected) + unregistered} problem(s)" in err
     assert cap.out == ""
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
@@ -542,20 +542,6 @@ def test_presets():
         config.load(config.resolve_config("paper"))  # needs a real cluster's host files
     with pytest.raises(UsageError, match="sweep config 'nope' not found"):
         config.resolve_config("nope")
-
-
-def test_sweep_compressor_rules_agree_with_the_methods():
-    """The sweep checks compressor x method without importing the strategies (COMPRESSIBLE,
-    REFUSED_COMPRESSORS); they must say what the training script says."""
-    import compression
-    from ddlbench import train
-    for method, (_, arch) in config.METHODS.items():
-        for comp in compression.COMPRESSORS:
-            if comp == "none":
-                continue
-            sweep_ok = (arch == "a2a" and method in config.COMPRESSIBLE
-                        and comp not in config.REFUSED_COMPRESSORS.get(method, ()))
-            assert sweep_ok == train.takes_compressor(method, compressor=comp), (method, comp)
 
 
 def test_rdma_cells_go_through_the_shell_launchers(tmp_path):

