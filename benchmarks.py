@@ -34,10 +34,11 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="EXPR", default=None,
                    help="run only the cells matching EXPR, e.g. 'method=wfbp|fusion,nworkers>=2' "
                         "(axes: network model bs method label compressor engine nworkers arch)")
-    p.add_argument("--rerun-failed", action="store_true",
-                   help="run failed and timed-out tries again (default: they count as done)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the runs still to do and the estimated time; start nothing")
+    for flag, text in (("--rerun-failed", "run failed and timed-out tries again (default: "
+                                          "they count as done)"),
+                       ("--dry-run", "print the runs still to do and the estimated time; "
+                                     "start nothing")):
+        p.add_argument(flag, action="store_true", help=text)
     p.add_argument("--results", default=None, metavar="DIR",
                    help="results folder to use (default: the latest unfinished "
                         "results/<date>-<name>/, else a new one)")

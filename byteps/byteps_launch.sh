@@ -20,23 +20,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
-if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, from configs/cluster.conf
 
-dnn="${dnn:-resnet50}"
-bs="${bs:-64}"
-nworkers="${nworkers:-${DMLC_NUM_WORKER:-8}}"
-nservers="${nservers:-${DMLC_NUM_SERVER:-}}"
-senlen="${senlen:-64}"
-rdma="${rdma:-0}"
-bytescheduler="${bytescheduler:-0}"
-image_size="${image_size:-}"
-iters="${iters:-10}"
-extra_args="${extra_args:-}"
-hostfile="${hostfile:-$root/configs/cluster$nworkers}"
+defaults "nworkers=${DMLC_NUM_WORKER:-8}" "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0
+defaults "hostfile=$root/configs/cluster$nworkers"
 
 positive nworkers "$nworkers"
-positive bs "$bs"
-positive iters "$iters"
 [ -n "$nservers" ] && positive nservers "$nservers"
 case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$bytescheduler'" ;; esac
 if [ -z "${method:-}" ]; then
@@ -47,13 +35,7 @@ if [ -z "${method:-}" ]; then
     elif [ "$given" -ge "$fused" ]; then method=bspps
     else method=wfbpps; fi
 fi
-method_args "$method" --skip nservers
-
-args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
-      "${METHOD_ARGS[@]}" --num-iters "$iters")
-[ -n "$image_size" ] && args+=(--image-size "$image_size")
-# shellcheck disable=SC2206 # extra_args is meant to split into words
-[ -n "$extra_args" ] && args+=($extra_args)
+job_args "$method" --skip nservers
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
 mpi_options "$rdma"
@@ -64,4 +46,4 @@ done
 launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
 [ -n "$nservers" ] && launch+=(--nservers "$nservers")
 cd "$root"
-exec "${launch[@]}" -- "${args[@]}"
+exec "${launch[@]}" -- "${ARGS[@]}"

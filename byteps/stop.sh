@@ -7,7 +7,6 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
-if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, from configs/cluster.conf
 nworkers="${nworkers:-8}"
 hostfile="${hostfile:-$root/configs/cluster$nworkers}"
 cmd=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop)

@@ -1,16 +1,16 @@
-"""Gradient compressors: what is sent instead of the dense fp32 gradient (DESIGN.md section 7).
+"""Gradient compressors: what is sent instead of the dense fp32 gradient (docs/DESIGN.md section 7).
 
 A compressor has one job, in the spirit of torch DDP's comm hooks: take a flat gradient tensor,
 exchange it with the other workers in whatever encoded form it likes, and leave the average of
 all workers' (decoded) gradients in that tensor. It knows nothing of buckets, hooks or
-schedules; the strategy decides when and on what to call it::
+schedules; the method decides when and on what to call it::
 
     pending = compressor.reduce_async(key, flat, comm, shapes)   # encodes, starts communication
     pending.wait()                                               # flat now holds the average
 
 ``key`` is a stable name of the bucket; ``shapes`` the shapes of the gradients packed in it, in
 order. State (error-feedback residuals, PowerSGD's Q) is kept per gradient tensor: when ``key`` is
-a tuple with one entry per shape (what every strategy here passes: the parameters' indices),
+a tuple with one entry per shape (what every method here passes: the parameters' indices),
 entry j names tensor j, so the state follows a tensor when a method re-plans its buckets (fusion
 does after its first step); any other key is opaque and its state is kept per key.
 
@@ -128,6 +128,18 @@ class Compressor:
     def describe(self) -> dict:
         return {"compressor": self.id, **self.options.as_dict()}
 
+    def encode(self, key, tensor, shapes=None) -> tuple:
+        """The tensors to send for ``tensor`` (compressors that all-gather their encoding)."""
+        raise NotImplementedError
+
+    def _gather_encoded(self, key, tensor, comm, shapes):
+        """Count the dense figure, encode (timed), start all-gathering every encoded tensor;
+        returns (the handles, the gathered tensors)."""
+        comm.count_dense(tensor.numel())
+        with comm.clock("encode_s", tensor):
+            encoded = self.encode(key, tensor, shapes)
+        return _allgather_each(comm, *encoded)
+
 
 class NoCompression(Compressor):
     """Dense all-reduce, then divide by the number of workers (the decode time)."""
@@ -165,6 +177,13 @@ class FP16(Compressor):
             with comm.clock("decode_s", tensor):
                 tensor.copy_(half)
         return Pending(work, finish)
+
+
+def _allgather_each(comm, *tensors):
+    """Start all-gathering each tensor into a new one holding every worker's copy in rank
+    order (P times its size); returns (the handles, the gathered tensors)."""
+    gathered = [t.new_empty(comm.size * t.numel()) for t in tensors]
+    return [comm.allgather(out, t) for out, t in zip(gathered, tensors)], gathered
 
 
 # -- state that follows the tensors --------------------------------------------------------
@@ -268,13 +287,7 @@ class TopK(Compressor):
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         p = comm.size
-        comm.count_dense(tensor.numel())
-        with comm.clock("encode_s", tensor):
-            values, indices = self.encode(key, tensor, shapes)
-        all_values = values.new_empty(p * values.numel())
-        all_indices = indices.new_empty(p * indices.numel())
-        works = [comm.allgather(all_values, values),
-                 comm.allgather(all_indices, indices)]
+        works, (all_values, all_indices) = self._gather_encoded(key, tensor, comm, shapes)
 
         def finish():
             with comm.clock("decode_s", tensor):
@@ -362,13 +375,12 @@ class Signum(Compressor):
     id = "signum"
     sends = "sign bits, 32 per int32 word, all-gathered (majority vote)"
 
+    def encode(self, key, tensor, shapes=None):
+        return (pack_signs(tensor),)
+
     def reduce_async(self, key, tensor, comm, shapes=None):
         p, n = comm.size, tensor.numel()
-        comm.count_dense(tensor.numel())
-        with comm.clock("encode_s", tensor):
-            words = pack_signs(tensor)
-        gathered = words.new_empty(p * words.numel())
-        work = comm.allgather(gathered, words)
+        work, (gathered,) = self._gather_encoded(key, tensor, comm, shapes)
 
         def finish():
             with comm.clock("decode_s", tensor):
@@ -407,14 +419,8 @@ class EFSignum(Compressor):
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         p, n = comm.size, tensor.numel()
-        comm.count_dense(tensor.numel())
         sizes = _segment_sizes(tensor, shapes)
-        with comm.clock("encode_s", tensor):
-            words, scales = self.encode(key, tensor, shapes)
-        all_words = words.new_empty(p * words.numel())
-        all_scales = scales.new_empty(p * scales.numel())
-        works = [comm.allgather(all_words, words),
-                 comm.allgather(all_scales, scales)]
+        works, (all_words, all_scales) = self._gather_encoded(key, tensor, comm, shapes)
 
         def finish():
             with comm.clock("decode_s", tensor):
@@ -586,6 +592,15 @@ def option_owners() -> dict:
 def specs() -> list:
     """Every compressor option, once."""
     return [spec for spec, _ in option_owners().values()]
+
+
+def table() -> str:
+    """The compressors as a Markdown table (id, options and defaults, what each sends)."""
+    rows = ["| id | options (default) | sends |", "| --- | --- | --- |"]
+    for cid, cls in COMPRESSORS.items():
+        opts = ", ".join(f"`{s.flag}` ({s.format(s.default)})" for s in cls.Options.specs())
+        rows.append(f"| `{cid}` | {opts or '-'} | {cls.sends} |")
+    return "\n".join(rows)
 
 
 def lookup(name: str) -> type[Compressor]:

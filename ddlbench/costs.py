@@ -1,5 +1,5 @@
-"""The one cost model of bytes on the wire (ring collectives, docs/DESIGN.md "Cost models"):
-what a worker sends per collective, and the nccl-tests bus-bandwidth factors derived from it."""
+"""The one cost model of bytes on the wire: what a worker sends per collective (ring algorithms,
+docs/DESIGN.md section 3), and the nccl-tests bus-bandwidth factors derived from it."""
 from __future__ import annotations
 
 # A message's size is counted as nccl-tests counts it: for all-reduce the tensor every rank

@@ -44,7 +44,7 @@ def _comm_starts(ready: list[float], tc: list[float]) -> list[float]:
 
 
 def _forward_view(backward_s, nbytes):
-    """Backward-order lists to the forward indices of DESIGN.md (l = 0 next to the input):
+    """Backward-order lists to the forward indices of docs/DESIGN.md (l = 0 next to the input):
     backward position b is layer l = L-1-b. Returns tb, sizes, ready = taub + tb."""
     n = len(nbytes)
     tb = [float(backward_s[n - 1 - l]) for l in range(n)]

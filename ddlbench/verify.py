@@ -19,14 +19,14 @@ applied late is off by orders of magnitude more.
 With a compressor, the gathered local gradients are grouped into the method's buckets of that
 step (``method.plan()``, a ``BucketPlan`` of parameter slices: asked before the step's backward
 when the method declares its plan known then, since it may re-plan after its first step; after
-the step when it decides its buckets during the step, as DDP does) and each bucket goes through the compressor's mathematics as written independently
-in ``compression/reference.py`` (its own state: residuals, PowerSGD's Q), in place of the plain
-average. Where that mathematics allows a correct implementation to differ by more than fp32
-reordering (fp16's half-precision sums, PowerSGD's fp32 factorisation), it returns a
-per-element bound on the averaged gradient; for SGD the bound is carried through the optimizer's
-linear update (momentum, weight decay, dampening, Nesterov) into a per-element allowance added to
-the tolerance. Under Adam the allowance is not propagated (its step is not linear in the
-gradient) and its tolerance (5% of lr) stays as it is.
+the step when it decides its buckets during the step, as DDP does) and each bucket goes through
+the compressor's mathematics as written independently in ``compression/reference.py`` (its own
+state: residuals, PowerSGD's Q), in place of the plain average. Where that mathematics allows a
+correct implementation to differ by more than fp32 reordering (fp16's half-precision sums,
+PowerSGD's fp32 factorisation), it returns a per-element bound on the averaged gradient; for SGD
+the bound is carried through the optimizer's linear update (momentum, weight decay, dampening,
+Nesterov) into a per-element allowance added to the tolerance. Under Adam the allowance is not
+propagated (its step is not linear in the gradient) and its tolerance (5% of lr) stays as it is.
 """
 from __future__ import annotations
 

@@ -27,19 +27,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
-dnn="${dnn:-resnet50}"
-bs="${bs:-64}"
-nworkers="${nworkers:-8}"
-senlen="${senlen:-64}"
-rdma="${rdma:-0}"
-method="${method:-fusion}"
-image_size="${image_size:-}"
-iters="${iters:-10}"
-extra_args="${extra_args:-}"
-net="${net:-${DDLBENCH_NET:-}}"
-hostfile="${hostfile:-$root/configs/cluster$nworkers}"
-engine="${engine:-torch}"
-launcher="${launcher:-mpirun}"
+defaults nworkers=8 rdma=0 method=fusion engine=torch launcher=mpirun "net=${DDLBENCH_NET:-}"
+defaults "hostfile=$root/configs/cluster$nworkers"
 
 case "$engine" in
     torch) ;;
@@ -56,20 +45,12 @@ case "$launcher" in
 esac
 
 positive nworkers "$nworkers"
-positive bs "$bs"
-positive iters "$iters"
-method_args "$method"
-
-args=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$method"
-      "${METHOD_ARGS[@]}" --num-iters "$iters" --engine "$engine")
-[ -n "$image_size" ] && args+=(--image-size "$image_size")
-# shellcheck disable=SC2206 # extra_args is meant to split into words
-[ -n "$extra_args" ] && args+=($extra_args)
+job_args "$method"
 
 if [ -n "$net" ] && [ "$net" != loopback ] && [ "$engine" != torch ]; then
     die "net= (an emulated cluster) runs on engine=torch only"
 fi
-emulated_exec "$net" "$nworkers" "${args[@]}"
+emulated_exec "$net" "$nworkers" "${ARGS[@]}"
 
 master_addr="$(check_hostfile "$hostfile" "$nworkers")"
 
@@ -79,7 +60,7 @@ if [ "$launcher" = horovodrun ]; then
     [ -x "$hvdrun" ] || die "horovodrun not found beside $PY"
     hosts="$(cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$hostfile" --need "$nworkers" --horovod)" || exit 2
     cmd=("$hvdrun" --gloo -np "$nworkers" -H "$hosts"
-         "$PY" -m ddlbench.train "${args[@]}")
+         "$PY" -m ddlbench.train "${ARGS[@]}")
     echo "+ ${cmd[*]}" >&2
     cd "$root"
     export MASTER_ADDR="$master_addr"
@@ -90,6 +71,6 @@ mpi_options "$rdma"
 oversubscription_options "$nworkers" "$master_addr"
 
 cmd=("$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}"
-     -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${args[@]}")
+     -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${ARGS[@]}")
 echo "+ ${cmd[*]}" >&2
 exec "${cmd[@]}"

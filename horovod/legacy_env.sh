@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The legacy environment of the real-Horovod lane (--engine horovod; DESIGN.md section 10).
+# The legacy environment of the real-Horovod lane (--engine horovod; docs/DESIGN.md section 10).
 #
 #   horovod/legacy_env.sh build [--optional]   build it (reused while its inputs are unchanged)
 #   horovod/legacy_env.sh python               print its Python, or say why there is none

@@ -61,13 +61,14 @@ class Hang(WFBP):
 # -- broken compressors: verify with the matching --compressor must fail on each ----------------
 
 class _Broken(Fusion):
-    """Fusion with the broken subclass ``BrokenCompressor`` of the compressor it was given
-    (run with the matching --compressor)."""
+    """Fusion with ``BrokenCompressor``, a broken subclass of the compressor it should be run
+    with (--compressor ...), in place of the one it was given (with that one's options)."""
     BrokenCompressor = compression.Compressor
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
-        super().__init__(model, optimizer, comm, options,
-                         self.BrokenCompressor(compressor.options), model_name)
+        broken = self.BrokenCompressor(
+            self.BrokenCompressor.Options.resolve(compressor.options.as_dict()))
+        super().__init__(model, optimizer, comm, options, broken, model_name)
 
 
 class _TopKWithoutOffsets(compression.TopK):

@@ -1,4 +1,4 @@
-"""ByteScheduler-A2A (DESIGN.md section 5): the dispatch rule, per-layer updates and forward
+"""ByteScheduler-A2A (docs/DESIGN.md section 5): the dispatch rule, per-layer updates and forward
 waits in one process with a communication stub that the test completes by hand; then the real
 method on 1-4 workers against the reference, under hook jitter, and its flags and launcher."""
 import json

@@ -223,7 +223,7 @@ def test_legacy_env_not_built_and_unreachable_registry(tmp_path):
 def test_hostfile_for_horovodrun(tmp_path):
     path = tmp_path / "hosts"
     path.write_text("# two machines\nnode1 slots=4\n\nnode2 slots=2  # second\n")
-    proc = subprocess.run([sys.executable, "-m", "ddlbench.hostfile", str(path), "--need", "6",
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.hosts.hostfile", str(path), "--need", "6",
                            "--horovod"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "node1:4,node2:2", proc.stderr
 

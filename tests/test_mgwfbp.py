@@ -1,5 +1,5 @@
 """MG-WFBP: the merge rule on hand-worked inputs, the profiler, profile files, and the method
-proven equal to single-process SGD (DESIGN.md sections 2-4)."""
+proven equal to single-process SGD (docs/DESIGN.md sections 2-4)."""
 import json
 import re
 import sys
@@ -20,7 +20,7 @@ from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
 
 # --------------------------------------------------------------------------- the merge rule
 # Inputs are in backward order (position 0 = first gradient ready). The hand calculations use
-# the forward indices of DESIGN.md, l = L-1-b, ready[l] = taub[l] + tb[l]. Numbers are exact
+# the forward indices of docs/DESIGN.md, l = L-1-b, ready[l] = taub[l] + tb[l]. Numbers are exact
 # in binary, so every comparison below is exact.
 
 

@@ -115,7 +115,7 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
 
 
 def serve(placement: Placement, nservers: int, timeout_s: float = 300.0) -> int:
-    """Run this process as a parameter server until worker 0 ends the job (DESIGN.md
+    """Run this process as a parameter server until worker 0 ends the job (docs/DESIGN.md
     section 6). Servers sum on the CPU; they join only the push/pull group."""
     from . import ps
     timeout = datetime.timedelta(seconds=timeout_s)

@@ -1,10 +1,11 @@
 """The real-Horovod lane's engine side: join Horovod, and a Gloo group beside it.
 
-See docs/DESIGN.md section 10. Horovod 0.28.1 builds only beside torch 2.0.1, so this runs in the legacy environment that
-``make horovod-env`` builds (``horovod/legacy_env.sh``), started by ``mpirun`` (Horovod's MPI
-controller) or ``horovodrun --gloo`` (its Gloo controller); ``horovod/horovod_mpi_cj.sh
-engine=horovod`` does either. Code here and in ``methods/horovod.py`` must not use torch
-APIs newer than 2.0; what differs between versions lives in ``ddlbench.compat``.
+See docs/DESIGN.md section 10. Horovod 0.28.1 builds only beside torch 2.0.1, so this runs in
+the legacy environment that ``make horovod-env`` builds (``horovod/legacy_env.sh``), started by
+``mpirun`` (Horovod's MPI controller) or ``horovodrun --gloo`` (its Gloo controller);
+``horovod/horovod_mpi_cj.sh engine=horovod`` does either. Code here and in
+``methods/horovod.py`` must not use torch APIs newer than 2.0; what differs between versions
+lives in ``ddlbench.compat``.
 
 The methods are Horovod's own machinery (``ddlbench/methods/horovod.py``: each says which
 HOROVOD_* settings it needs): ``hvd.DistributedOptimizer`` with the fusion threshold and cycle

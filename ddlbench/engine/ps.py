@@ -7,7 +7,7 @@ are servers. All of them join one Gloo process group used only for push and pull
 sends and receives); the workers also form their own default group for everything else
 (initial broadcast, timing, verification), so the all-to-all methods never see the servers.
 
-Protocol, per *session* (one strategy object's lifetime):
+Protocol, per *session* (one method object's lifetime):
 
 - **Plan.** Every worker cuts the same list of units (a tensor, or a fused group of tensors)
   into partitions of ``partition_bytes`` and numbers them: the key. Partition ``key`` lives on

@@ -5,6 +5,7 @@
 
 # shellcheck source=../../configs/cluster.conf
 source "$root/configs/cluster.conf"
+if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, for the PS launcher's ssh
 
 if [ -z "${PY}" ]; then
     if [ -x "$root/.venv/bin/python" ]; then PY="$root/.venv/bin/python"; else PY=python3; fi
@@ -22,7 +23,7 @@ check_hostfile() {
 
 # mpi_options RDMA: fills the array MPI_OPTS for mpirun.
 mpi_options() {
-    local rdma="$1" iface subnet
+    local rdma="${1:-0}" iface subnet
     MPI_OPTS=(--oversubscribe --bind-to none --map-by slot --mca pml ob1 --mca btl self,sm,tcp)
     [ "$(id -u)" = "0" ] && MPI_OPTS+=(--allow-run-as-root)
     [ -n "${MPI_HOME}" ] && MPI_OPTS+=(--prefix "$MPI_HOME")
@@ -81,6 +82,34 @@ method_args() {
     out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@")" || exit 2
     METHOD_ARGS=()
     if [ -n "$out" ]; then mapfile -t METHOD_ARGS <<< "$out"; fi
+    return 0
+}
+
+# defaults NAME=VALUE...: sets each variable NAME to VALUE unless it is already set (and not
+# empty), as ${NAME:-VALUE} would, for several variables in one line.
+defaults() {
+    local pair name
+    for pair in "$@"; do
+        name="${pair%%=*}"
+        if [ -z "${!name:-}" ]; then printf -v "$name" '%s' "${pair#*=}"; fi
+    done
+}
+
+# job_args METHOD [--skip OPTION]...: the variables every launcher takes, with the original's
+# defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters=10, extra_args for small runs),
+# checked; fills the array ARGS with the training script's flags: the workload, METHOD with
+# its options (method_args), --engine when $engine is set, and extra_args last (so they win).
+job_args() {
+    defaults dnn=resnet50 bs=64 senlen=64 image_size= iters=10 extra_args=
+    positive bs "$bs"
+    positive iters "$iters"
+    method_args "$@"
+    ARGS=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$1"
+          "${METHOD_ARGS[@]}" --num-iters "$iters")
+    if [ -n "${engine:-}" ]; then ARGS+=(--engine "$engine"); fi
+    if [ -n "$image_size" ]; then ARGS+=(--image-size "$image_size"); fi
+    # shellcheck disable=SC2206 # extra_args is meant to split into words
+    if [ -n "$extra_args" ]; then ARGS+=($extra_args); fi
     return 0
 }
 

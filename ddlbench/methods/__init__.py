@@ -140,7 +140,7 @@ def pairs(spec: str, compressors: list[str], engine: str = "torch",
     return out
 
 
-# -- options: flags, defaults, launcher arguments ---------------------------------------------------
+# -- options: flags, defaults, launcher arguments --------------------------------------------
 
 def option_owners(engine: str = "torch") -> dict[str, tuple[Spec, list[tuple[str, object]]]]:
     """Every method option by name: its declaration and (method id, default) of each method
@@ -161,22 +161,25 @@ def launcher_args(spec: str, environ=None, skip: tuple[str, ...] = ()) -> list[s
     classes = [lookup(name) for name in selected(spec)]
     if not classes:
         raise UsageError("method must name a method, got ''")
-    declared = collect((cls.id, cls.Options) for cls in classes)
-    comp_name = environ.get("compressor") or "none"
+
+    def flags(collected, with_defaults: bool) -> list[str]:
+        out = []
+        for name, (spec_, owners) in collected.items():
+            if name in skip:
+                continue
+            value = from_environment(spec_, environ)
+            if value is None and with_defaults:
+                value = owners[0][1]
+            if value is not None:
+                out += [spec_.flag, spec_.format(value)]
+        return out
+
+    out = flags(collect((cls.id, cls.Options) for cls in classes), len(classes) == 1)
     if any(cls.accepts(c) is None for cls in classes for c in compression.COMPRESSORS
            if c != "none"):
-        declared.update(collect([(comp_name, compression.lookup(comp_name).Options)]))
-        out = ["--compressor", comp_name]
-    else:
-        out = []
-    for name, (spec_, owners) in declared.items():
-        if name in skip:
-            continue
-        value = from_environment(spec_, environ)
-        if value is None and len(classes) == 1:
-            value = owners[0][1]
-        if value is not None:
-            out += [spec_.flag, spec_.format(value)]
+        name = environ.get("compressor") or "none"
+        out += ["--compressor", name]
+        out += flags(collect([(name, compression.lookup(name).Options)]), True)
     return out
 
 

@@ -125,8 +125,16 @@ class Method:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as e:  # the run's own error is the one that propagates
+            from ..errors import say
+            say(f"ddlbench: while stopping {self.id or type(self).__name__} after an error: "
+                f"{type(e).__name__}: {e}")
 
     # -- the training loop ---------------------------------------------------------------------
     @property

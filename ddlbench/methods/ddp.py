@@ -13,11 +13,11 @@ hook divides after the half cast and the PowerSGD hook starts after 1000 dense s
 DDP calls the hook on the autograd thread as each bucket becomes ready, in bucket order on every
 rank, and waits for the hook's future at the end of backward. The hook only queues the bucket;
 one exchange thread per method (started by ``start()``) runs the compressor on the queued
-buckets one after the other and completes their futures, so backward computation goes on while a bucket is encoded and
-exchanged, and every collective of the compressor (PowerSGD's second all-reduce included) is
-issued from that one thread in bucket order, the same on every rank. DDP itself issues no
-collective on the group during backward (its buffer broadcasts and bucket rebuild run in
-forward, after the queue has drained), so sharing the group is safe.
+buckets one after the other and completes their futures, so backward computation goes on while a
+bucket is encoded and exchanged, and every collective of the compressor (PowerSGD's second all-
+reduce included) is issued from that one thread in bucket order, the same on every rank. DDP
+itself issues no collective on the group during backward (its buffer broadcasts and bucket
+rebuild run in forward, after the queue has drained), so sharing the group is safe.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ class DDP(Method):
         else:
             fut.set_result(flat)
 
-    # -- the step -----------------------------------------------------------------------------------
+    # -- the step ----------------------------------------------------------------------------
     def step(self) -> None:
         self.optimizer.step()
         if self._exchange is None:

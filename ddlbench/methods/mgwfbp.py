@@ -51,7 +51,7 @@ class MGWFBPOptions(Options):
         "for the alpha-beta fit", env="DDLBENCH_MGWFBP_COMM_ITERS", metavar="N")
 
 
-# --------------------------------------------------------------------------- the strategy
+# --------------------------------------------------------------------------- the method
 
 class MGWFBPPlanning:
     """The planning half of MG-WFBP, shared by this engine's method and the Horovod lane's

@@ -10,13 +10,13 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
                                #   (horovod/horovod_mpi_cj.sh, bytescheduler/..., byteps/...)
     tasks:                     # model, batch_size, image_size, sentence_len, num_classes, args
       - {model: resnet18, batch_size: 16, image_size: 32}
-    methods:                   # ids of DESIGN.md section 2, or {method: ID, setting: value}
+    methods:                   # ids of docs/DESIGN.md section 2, or {method: ID, setting: value}
       - wfbp                   #   settings: threshold, bucket_cap_mb, compressor, density,
       - {method: fusion, threshold: 67108864}  # partition, credit, nservers, partition_bytes,
                                #   powersgd_rank, powersgd_dense_steps, mgwfbp_min_group,
                                #   mgwfbp_profile; label, args, optional (skip if unavailable)
     nworkers: [1, 2, 4]
-    engines: [torch]           # torch, horovod, byteps
+    engines: [torch]           # torch, horovod
     tries: 5                   # runs of each cell
     min_ok: 3                  # fewer successful tries: the cell is marked (default tries/2)
     aggregate: mean            # mean, median or olympic

@@ -1,7 +1,7 @@
 """From the store's lines to a table: rows (network, task, method, engine), a column per worker
 count, and in each cell the successful tries' throughputs aggregated.
 
-Aggregation (DESIGN.md section 8 and the original suite): ``mean`` (mean +- population std over
+Aggregation (docs/DESIGN.md section 8 and the original suite): ``mean`` (mean +- population std over
 the successful tries, as the original's numpy did), ``median`` (median +- the same std), or
 ``olympic`` (MLPerf style: drop the fastest and the slowest try, then mean +- std of the rest;
 needs 3 successful tries). A cell with fewer than ``min_ok`` successful tries (or fewer than 3

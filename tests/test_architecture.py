@@ -1,0 +1,201 @@
+"""The structure docs/DESIGN.md describes holds in the code: layers, no import cycle, every
+design reference resolves, one description per method, declarations readable without torch."""
+import ast
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+PACKAGES = ("ddlbench", "compression", "models")
+TOP_SCRIPTS = ("benchmarks",)
+DESIGN = os.path.join(REPO, "docs", "DESIGN.md")
+
+
+def _modules() -> dict[str, str]:
+    """module name -> file, for every module of the suite (tests excluded)."""
+    out = {name: os.path.join(REPO, f"{name}.py") for name in TOP_SCRIPTS}
+    for pkg in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(REPO, pkg)):
+            if "__pycache__" in folder:
+                continue
+            for f in files:
+                if f.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(folder, f), REPO)[:-3]
+                    name = rel.replace(os.sep, ".")
+                    out[name[:-len(".__init__")] if name.endswith(".__init__") else name] = \
+                        os.path.join(folder, f)
+    return out
+
+
+def _imports(modules: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the suite's modules it imports, anywhere in its body (function-level imports
+    count). ``from pkg import sub`` with ``sub`` a module is an import of ``pkg.sub`` only."""
+    graph = {}
+    for name, path in modules.items():
+        is_pkg = path.endswith("__init__.py")
+        here = name.split(".") if is_pkg else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module
+                                                                        else []))
+                        if node.level else node.module)
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    targets.append(sub if sub in modules else base)
+            for t in targets:
+                while t and t not in modules:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    deps.add(t)
+        graph[name] = deps
+    return graph
+
+
+def _layers() -> list[tuple[int, str, list[str]]]:
+    """(layer, name, module patterns) from the table of docs/DESIGN.md section 12."""
+    text = open(DESIGN).read()
+    section = text.split("## 12. Architecture", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        m = re.match(r"\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|\s*(.+?)\s*\|\s*$", line)
+        if m:
+            rows.append((int(m.group(1)), m.group(2), re.findall(r"`([^`]+)`", m.group(3))))
+    return rows
+
+
+def _layer_of(module: str, layers) -> int | None:
+    best = None
+    for number, _, patterns in layers:
+        for p in patterns:
+            if p == module or (p.endswith(".*") and (module == p[:-2]
+                                                     or module.startswith(p[:-1]))):
+                best = number
+    return best
+
+
+def test_every_module_is_in_a_layer_and_imports_only_its_own_or_lower_layers():
+    layers = _layers()
+    assert [n for n, _, _ in layers] == list(range(len(layers))) and len(layers) >= 8
+    modules = _modules()
+    unplaced = sorted(m for m in modules if _layer_of(m, layers) is None)
+    assert unplaced == [], "modules in no layer of docs/DESIGN.md section 12"
+    upward = sorted(f"{m} (layer {_layer_of(m, layers)}) imports {d} (layer {_layer_of(d, layers)})"
+                    for m, deps in _imports(modules).items() for d in deps
+                    if _layer_of(d, layers) > _layer_of(m, layers))
+    assert upward == []
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = _imports(_modules())
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path + [node, nxt]))
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+
+
+def test_every_module_says_what_it_is_in_its_first_line():
+    missing = []
+    for name, path in _modules().items():
+        doc = ast.get_docstring(ast.parse(open(path).read()))
+        if not doc or not doc.splitlines()[0].strip():
+            missing.append(name)
+    assert missing == []
+
+
+def _design_references():
+    """(file, line number, section numbers) of every 'docs/DESIGN.md section(s) ...' in the
+    suite's code, scripts, configs and README."""
+    pattern = re.compile(r"DESIGN\.md,?\s+sections?\s+((?:\d+(?:-\d+)?(?:,\s*|\s+and\s+)?)+)")
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "logs",
+                                                                           "results", "docs")]
+        for f in files:
+            if not f.endswith((".py", ".sh", ".md", ".yaml", ".conf")) and f != "Makefile":
+                continue
+            path = os.path.join(folder, f)
+            for i, line in enumerate(open(path, errors="replace"), 1):
+                for m in pattern.finditer(line):
+                    numbers = set()
+                    for part in re.findall(r"\d+(?:-\d+)?", m.group(1)):
+                        lo, _, hi = part.partition("-")
+                        numbers |= set(range(int(lo), int(hi or lo) + 1))
+                    yield os.path.relpath(path, REPO), i, numbers
+
+
+def test_every_design_reference_resolves_to_a_heading():
+    headings = {int(n) for n in re.findall(r"^## (\d+)\. ", open(DESIGN).read(), re.M)}
+    refs = list(_design_references())
+    assert len(refs) > 20  # the code does cite it
+    dangling = [f"{f}:{i}: section {n}" for f, i, numbers in refs for n in sorted(numbers)
+                if n not in headings]
+    assert dangling == []
+    stale = [f"{os.path.relpath(p, REPO)}"
+             for p in (os.path.join(d, f) for d, _, fs in os.walk(os.path.join(REPO, "ddlbench"))
+                       for f in fs if f.endswith(".py"))
+             if re.search(r"(?<!docs/)DESIGN\.md", open(p).read())]
+    assert stale == [], "references must name docs/DESIGN.md"
+
+
+def test_the_declarations_load_without_torch():
+    """The method and compressor registries, and what the launchers ask of them, import no
+    torch: `python -m ddlbench.methods` stays cheap."""
+    code = ("import sys; from ddlbench import methods; import compression; "
+            "methods.option_owners(); methods.names('horovod'); methods.table(); "
+            "methods.launcher_args('bytescheduler', {}); compression.option_owners(); "
+            "compression.table(); "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_method_table_is_the_registry_s():
+    from ddlbench import methods
+    readme = open(os.path.join(REPO, "README.md")).read()
+    assert methods.table() in readme
+
+
+def test_shared_options_are_declared_alike_and_flags_are_unique():
+    import compression
+    from ddlbench import methods
+    owners = {**methods.option_owners(), **compression.option_owners()}
+    flags = [spec.flag for spec, _ in owners.values()]
+    assert len(flags) == len(set(flags))
+    assert len(methods.option_owners()) + len(compression.option_owners()) == len(owners)
+    for engine in methods.ENGINES:
+        for name, cls in methods.registry(engine).items():
+            assert cls.id == name and cls.display and cls.summary, name
+            assert cls.architecture in (methods.A2A, methods.PS), name
+            assert cls.accepts("none") is None, name
+
+
+@pytest.mark.parametrize("command,expected", [
+    (["defaults", "fusion"], "threshold=67108864\n"),
+    (["defaults", "bytescheduler"], "partition=4000000\ncredit=16000000\n"),
+    (["args", "ddp"], "--bucket-cap-mb\n25\n--compressor\nnone\n"),
+])
+def test_the_launchers_ask_the_registry(command, expected):
+    env = {k: v for k, v in os.environ.items() if k not in ("compressor", "bucket_cap_mb")}
+    out = subprocess.run([sys.executable, "-m", "ddlbench.methods", *command], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == expected

@@ -1,0 +1,94 @@
+"""Methods are context managers: after an exception inside a run, whether in the training
+thread or in a method's own thread, no method thread and no process group is left."""
+import threading
+
+import pytest
+import torch.distributed as dist
+
+from ddlbench import train
+from ddlbench.hosts.placement import single
+from ddlbench.measure import timing
+from ddlbench.methods import threads
+
+from .conftest import TINY_BERT
+
+RUN = [*TINY_BERT, "--num-warmup-batches", "3", "--num-batches-per-iter", "1",
+       "--num-iters", "1"]
+
+
+class Injected(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def clean_world():
+    if dist.is_initialized():  # another test's world of one
+        dist.destroy_process_group()
+    before = set(threading.enumerate())
+    yield before
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _fail_after(steps):
+    """timing.run that trains ``steps`` batches, then fails as a crashing workload would."""
+    def run(ctx, train_step, finish, **kw):
+        for _ in range(steps):
+            train_step()
+        raise Injected("injected failure in the training loop")
+    return run
+
+
+@pytest.mark.parametrize("method,compressor", [
+    ("bytescheduler", "none"),   # dispatcher and completer threads, updates left in flight
+    ("bytescheduler", "topk"),
+    ("ddp", "fp16"),             # DDP's exchange thread
+    ("fusion", "eftopk"),
+])
+def test_an_exception_in_the_loop_leaves_no_thread_and_no_group(clean_world, monkeypatch,
+                                                                method, compressor):
+    monkeypatch.setattr(timing, "run", _fail_after(3))
+    args = train.parse_args([*RUN, "--method", method, "--compressor", compressor,
+                             "--partition", "20000"])
+    with pytest.raises(Injected):
+        train.worker(args, single())
+    assert not dist.is_initialized()
+    assert set(threading.enumerate()) == clean_world
+
+
+def test_an_exception_in_a_method_thread_is_raised_and_leaves_nothing(clean_world,
+                                                                      monkeypatch):
+    """A chunk's compressor failing on the ByteScheduler's dispatcher thread: the training
+    thread gets the error, and the method still stops both its threads."""
+    import compression
+    calls = {"n": 0}
+    real = compression.FP16.reduce_async
+
+    def failing(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 20:
+            raise Injected("injected failure in the compressor")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(compression.FP16, "reduce_async", failing)
+    args = train.parse_args([*RUN, "--method", "bytescheduler", "--compressor", "fp16",
+                             "--partition", "20000"])
+    with pytest.raises(RuntimeError, match="communication thread failed: Injected"):
+        train.worker(args, single())
+    assert calls["n"] == 20
+    assert not dist.is_initialized()
+    assert set(threading.enumerate()) == clean_world
+
+
+def test_a_thread_that_does_not_stop_is_an_error_naming_it():
+    release = threading.Event()
+    worker = threads.QueueWorker("test-stuck-worker", lambda item: release.wait(30))
+    worker.start()
+    worker.put("item")
+    with pytest.raises(threads.ThreadLeftRunning,
+                       match="thread test-stuck-worker still running 0.2 s after it was asked "
+                             "to stop"):
+        worker.stop(timeout=0.2)
+    release.set()
+    worker.stop()
+    assert not worker._thread.is_alive()

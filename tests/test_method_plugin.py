@@ -1,0 +1,98 @@
+"""A new method is one file: declared in a package of its own, named by DDLBENCH_METHODS, it
+appears in --help, --method all, --verify, the sweep's checks and the launchers' defaults,
+with no other file touched."""
+import os
+import sys
+
+from .conftest import REPO, TINY_BERT, describe, run, train, verify_lines
+
+PLUGIN = '''
+"""A trivial all-reduce variant with one option: the gradient in `pieces` buckets."""
+from dataclasses import dataclass
+
+from ddlbench.methods.allreduce import BucketedAllReduce
+from ddlbench.options import COUNT, Options, option
+
+
+@dataclass(frozen=True)
+class PiecesOptions(Options):
+    pieces: int = option(2, COUNT, "how many all-reduces the gradient is cut into")
+
+
+class Pieces(BucketedAllReduce):
+    id = "pieces"
+    display = "Pieces-A2A"
+    summary = "the gradient in `--pieces` buckets of about equal bytes, in backward order"
+    Options = PiecesOptions
+
+    def _threshold(self):
+        total = sum(p.numel() * p.element_size() for p in self.params)
+        return total / self.options.pieces
+'''
+
+
+def _plugin_env(tmp_path):
+    pkg = tmp_path / "myplugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""Methods of my own."""\n')
+    (pkg / "pieces.py").write_text(PLUGIN)
+    return {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "DDLBENCH_METHODS": "myplugins.pieces"}
+
+
+def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
+    env = _plugin_env(tmp_path)
+    # --help: the method and its option, with the default it declares.
+    proc = train("--help", timeout=120, **env)
+    assert proc.returncode == 0, describe(proc)
+    text = " ".join(proc.stdout.split())
+    assert "byteschedulerps, pieces) or module:Class" in text
+    assert "--pieces PIECES how many all-reduces the gradient is cut into [pieces] " \
+        "(default: 2)" in text
+
+    # --method all verifies it with the rest; alone, its option changes its buckets.
+    proc = train(*TINY_BERT, "--verify", "1", "--method", "all", "--nworkers", "1",
+                 timeout=300, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "pieces" in verify_lines(proc.stdout)
+    assert "all methods match the reference" in proc.stdout
+    proc = train(*TINY_BERT, "--method", "pieces", "--pieces", "0", timeout=120, **env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "ddlbench: error: --pieces must be positive, got 0"
+
+    # The sweep: its option is accepted on it and refused on the others.
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("methods:\n  - {method: pieces, pieces: 3}\n  - {method: wfbp, pieces: 3}\n"
+                     "tasks:\n  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
+                     f"results: {tmp_path / 'results'}\nlogs: {tmp_path / 'logs'}\n")
+    proc = run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
+               timeout=300, **env)
+    assert proc.returncode == 2
+    assert "1 problem(s): method wfbp: pieces applies only to pieces" in proc.stderr
+    sweep.write_text(sweep.read_text().replace("  - {method: wfbp, pieces: 3}\n", ""))
+    proc = run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
+               timeout=300, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "--method pieces --pieces 3" in proc.stdout
+
+    # The launchers: its defaults, and its variable turned into its flag.
+    proc = run([sys.executable, "-m", "ddlbench.methods", "defaults", "pieces"], **env)
+    assert proc.stdout == "pieces=2\n", describe(proc)
+    out = tmp_path / "rec.json"
+    proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=300, nworkers="2",
+               method="pieces", pieces="4", dnn="bert_tiny", bs="4", senlen="16", iters="1",
+               extra_args=f"--num-warmup-batches 1 --num-batches-per-iter 1 --output {out}",
+               **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "--method pieces --pieces 4 --compressor none" in proc.stderr
+    rec = load_json(out)
+    assert rec["config"]["pieces"] == 4 and rec["method"]["method"] == "pieces"
+    assert rec["method"]["buckets"] == _expected_buckets(4)
+
+
+def _expected_buckets(pieces):
+    """Buckets of bert_tiny's gradient in backward order at a threshold of 1/pieces of it."""
+    import models
+    from ddlbench.planning import plan_buckets
+    sizes = [p.numel() * 4 for p in models.build("bert_tiny", sentence_len=16).model.parameters()]
+    return len(plan_buckets(sizes[::-1], sum(sizes) / pieces))
