@@ -277,16 +277,10 @@ def benchmark(args, ctx) -> int:
     with run.method as method:
         run.calibrate()
         model = run.work.stats()
-        log(f"Model: {args.model}")
-        log(f"Method: {args.method} ({method.display or method.id}), engine {args.engine}, "
-            f"backend {ctx.backend}, compressor {args.compressor}")
-        log(f"Batch size: {args.batch_size}")
-        log(f"Number of {ctx.device_noun}s: {ctx.size}")
-        log(f"Parameters: {model['parameters']}, gradient bytes: {model['gradient_bytes']}, "
-            f"tensors: {model['tensors']}")
+        _print_header(log, args, ctx, method, model)
         warm = {}
 
-        def on_warm():
+        def on_warm():  # what the timed rounds count starts here
             run.comm.reset_stats()
             warm["rss"] = timing.rss_bytes()
 
@@ -296,25 +290,42 @@ def benchmark(args, ctx) -> int:
                             batches_per_iter=args.num_batches_per_iter, iters=args.num_iters,
                             unit=run.work.unit, log=log, on_warm=on_warm)
         steps = args.num_iters * args.num_batches_per_iter
-        per_iter = {k: {op: v / steps for op, v in d.items()}
-                    for k, d in run.comm.stats().items()}
+        traffic = run.comm.stats(steps)
         compressed = run.comm.compression_stats(steps)
-        if compressed is not None:
-            log(compression_line(args, compressed))
-        if method.architecture == methods.PS:
-            push = per_iter["payload_bytes"].get("push", 0)
-            pull = per_iter["payload_bytes"].get("pull", 0)
-            log(f"Parameter servers: {ctx.nservers}, partition {args.partition_bytes} bytes; "
-                f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
-                f"pulled (gradient {model['gradient_bytes'] / 1e6:.3f} MB)")
+        _print_traffic(log, args, ctx, method, model, traffic, compressed)
         rec = record.run_record(args, ctx, lr=run.lr, options=method.options.as_dict(),
                                 method=method.describe(), model=model, result=result,
-                                communication=per_iter, compression=compressed,
+                                communication=traffic, compression=compressed,
                                 rss_after_warmup=warm.get("rss"))
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:
         record.write_atomic(args.output, rec)
     return 0
+
+
+def _print_header(log, args, ctx, method, model: dict) -> None:
+    """The original suite's header lines, and the method that runs."""
+    log(f"Model: {args.model}")
+    log(f"Method: {args.method} ({method.display or method.id}), engine {args.engine}, "
+        f"backend {ctx.backend}, compressor {args.compressor}")
+    log(f"Batch size: {args.batch_size}")
+    log(f"Number of {ctx.device_noun}s: {ctx.size}")
+    log(f"Parameters: {model['parameters']}, gradient bytes: {model['gradient_bytes']}, "
+        f"tensors: {model['tensors']}")
+
+
+def _print_traffic(log, args, ctx, method, model: dict, traffic: dict,
+                   compressed: dict | None) -> None:
+    """What went over the wire per worker per iteration: the compressor's figures, the
+    parameter servers' pushes and pulls."""
+    if compressed is not None:
+        log(compression_line(args, compressed))
+    if method.architecture == methods.PS:
+        push = traffic["payload_bytes"].get("push", 0)
+        pull = traffic["payload_bytes"].get("pull", 0)
+        log(f"Parameter servers: {ctx.nservers}, partition {args.partition_bytes} bytes; "
+            f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
+            f"pulled (gradient {model['gradient_bytes'] / 1e6:.3f} MB)")
 
 
 def _horovod_settings(args) -> dict | None:

@@ -107,9 +107,13 @@ class Comm:
             self.seconds[what] += start.elapsed_time(end) / 1000.0
         del self._events[:n]
 
-    def stats(self) -> dict:
-        return {"payload_bytes": dict(self.payload), "wire_sent_bytes": dict(self.wire_sent),
-                "calls": dict(self.calls)}
+    def stats(self, steps: int = 1) -> dict:
+        """Bytes handed to collectives, wire bytes sent and calls, per operation, divided by
+        ``steps``."""
+        return {name: {op: v / steps for op, v in counts.items()}
+                for name, counts in (("payload_bytes", self.payload),
+                                     ("wire_sent_bytes", self.wire_sent),
+                                     ("calls", self.calls))}
 
     def compression_stats(self, steps: int = 1) -> dict | None:
         """Per-worker compression figures divided by ``steps``: bytes handed to collectives,

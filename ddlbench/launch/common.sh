@@ -79,7 +79,7 @@ emulated_exec() {
 # a bad value stops the launcher with the registry's one line.
 method_args() {
     local out
-    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@")" || exit 2
+    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@" 2>&1)" || die "${out#ddlbench: error: }"
     METHOD_ARGS=()
     if [ -n "$out" ]; then mapfile -t METHOD_ARGS <<< "$out"; fi
     return 0

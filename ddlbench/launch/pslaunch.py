@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         if nservers <= 0:
             raise UsageError(f"nservers must be positive, got {nservers}")
         py = sys.executable
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         train = ["-m", "ddlbench.train", *args.train_args]
         if all(is_local(h.name) for h in hosts):
             cmd = [py, *train, "--nworkers", str(args.nworkers), "--nservers", str(nservers)]

@@ -109,6 +109,7 @@ class Method:
         self.compressor = compressor if compressor is not None else compression.create("none")
         self.model_name = model_name
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.failed = False  # set when the run failed: close() then waits for nothing
         self._handles = []
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -126,13 +127,18 @@ class Method:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        from ..errors import PSError, say
         if exc_type is None:
             self.close()
             return
+        if isinstance(exc, PSError):
+            # A parameter server is gone: threads may be blocked on it for good, and the job
+            # entry ends this process at once with the error's line.
+            return
+        self.failed = True  # nothing left in flight is waited for
         try:
             self.close()
         except Exception as e:  # the run's own error is the one that propagates
-            from ..errors import say
             say(f"ddlbench: while stopping {self.id or type(self).__name__} after an error: "
                 f"{type(e).__name__}: {e}")
 

@@ -520,10 +520,10 @@ class ByteScheduler(Method):
         return d
 
     def close(self) -> None:
-        """Finish what is in flight (unless a thread failed), stop both threads (an error if
-        one does not stop), remove the hooks and the negotiation group."""
+        """Finish what is in flight (unless the run or a thread failed), stop both threads (an
+        error if one does not stop), remove the hooks and the negotiation group."""
         try:
-            if self._error is None and self._dispatcher.is_alive():
+            if self._error is None and not self.failed and self._dispatcher.is_alive():
                 self.synchronize()
         finally:
             with self._cv:
