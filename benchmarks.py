@@ -22,12 +22,12 @@ import argparse
 import os
 import sys
 
-from ddlbench.errors import EXIT_USAGE, UsageError
+from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
 
 
 def _run_parser() -> argparse.ArgumentParser:
     from ddlbench.sweep import config
-    p = argparse.ArgumentParser(prog="benchmarks.py", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="benchmarks.py", description=__doc__.split("\n")[0],
                                 epilog="benchmarks.py report RESULTS --help: the report command")
     p.add_argument("--config", default="paper",
                    help=f"sweep file, or a preset in configs/ ({', '.join(config.presets())})")
@@ -53,7 +53,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchmarks.py report",
+    p = ArgumentParser(prog="benchmarks.py report",
                                 description="Remake README.md, results.csv, plots/ and "
                                             "manifest.json of a results folder from its store "
                                             "alone, and print the tables.")
@@ -125,6 +125,8 @@ def run_main(argv: list[str]) -> int:
         print(f"estimated time: {execute.fmt_duration(seconds)} for {len(p.todo)} runs "
               f"({basis})")
         return 0
+    for what, folder in (("results folder", p.folder), ("logs folder", p.logs)):
+        check_writable(folder, what, folder=True)
     try:
         counts = execute.execute(sweep, p, mode, argv)
     except (KeyboardInterrupt, execute._Stop) as e:

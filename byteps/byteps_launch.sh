@@ -15,7 +15,8 @@
 # default one per worker machine (on one machine: one per 4 workers). The method's settings
 # are variables named after its options (threshold, partition_bytes, credit), their defaults
 # the method's own (`python -m ddlbench.methods defaults bspps`); rdma (0/1/2 as the Horovod
-# launcher), image_size, iters, extra_args as for horovod/horovod_mpi_cj.sh. DMLC_NUM_WORKER,
+# launcher), image_size, iters, extra_args, dry_run as for horovod/horovod_mpi_cj.sh; job=ID
+# names the job for byteps/stop.sh (default: a new id, printed). DMLC_NUM_WORKER,
 # DMLC_NUM_SERVER, DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT are honoured where they are set.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,12 +31,12 @@ case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$byt
 if [ -z "${method:-}" ]; then
     fused="$(cd "$root" && "$PY" -m ddlbench.methods defaults bspps | sed -n 's/^threshold=//p')"
     given="${threshold:-0}"
-    [[ "$given" =~ ^[0-9]+$ ]] || die "threshold must be a number of bytes >= 0, got '$given'"
+    [[ "$given" =~ ^[0-9]{1,18}$ ]] || die "threshold must be a number of bytes >= 0, got '$given'"
     if [ "$bytescheduler" = 1 ]; then method=byteschedulerps
     elif [ "$given" -ge "$fused" ]; then method=bspps
     else method=wfbpps; fi
 fi
-job_args "$method" --skip nservers
+job_args "$method" --skip nservers --architecture ps
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
 mpi_options "$rdma"
@@ -45,5 +46,5 @@ done
 
 launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
 [ -n "$nservers" ] && launch+=(--nservers "$nservers")
-cd "$root"
-exec "${launch[@]}" -- "${ARGS[@]}"
+[ -n "${job:-}" ] && launch+=(--job-id "$job")
+launch_exec "${launch[@]}" -- "${ARGS[@]}"

@@ -2,14 +2,15 @@
 # Stop the suite's training processes (workers and servers) on every host of a host file, as
 # the original's stop script did after a parameter-server run:
 #
-#   ./byteps/stop.sh                       # hosts of configs/cluster$nworkers (default 8)
-#   hostfile=configs/cluster4 job=ID ./byteps/stop.sh   # only the processes of job ID
+#   job=ID ./byteps/stop.sh                        # hosts of configs/cluster$nworkers (8)
+#   hostfile=configs/cluster4 job=ID ./byteps/stop.sh
+#
+# Only the processes of job ID (the launcher prints it; byteps_launch.sh takes job=ID) are
+# stopped: other jobs, other users' runs and a test suite beside it are left alone.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
-nworkers="${nworkers:-8}"
-hostfile="${hostfile:-$root/configs/cluster$nworkers}"
-cmd=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop)
-[ -n "${job:-}" ] && cmd+=(--job-id "$job")
-cd "$root"
-exec "${cmd[@]}"
+[ -n "${job:-}" ] || die "job= is required: the id the launcher printed (job ID: ...); stop.sh stops only that job's processes"
+defaults nworkers=8
+defaults "hostfile=$root/configs/cluster$nworkers"
+launch_exec "$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop --job-id "$job"

@@ -12,14 +12,13 @@ encode and decode only (communication excluded), on this machine's CPU unless ``
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
 import compression
 from ddlbench.engine.comm import Comm
-from ddlbench.errors import EXIT_USAGE, UsageError
+from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError
 from ddlbench.options import add_flags
 
 
@@ -92,7 +91,7 @@ def _mb(x):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compression.bench",
+    p = ArgumentParser(prog="python -m compression.bench",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--model", nargs="+", default=["resnet50", "bert_base"])
     p.add_argument("--compressor", nargs="+", default=list(compression.COMPRESSORS))

@@ -44,7 +44,8 @@ import time
 
 from .costs import bus_factor, ring_link
 from .planning import DEFAULT_PARTITION_BYTES
-from .errors import UsageError
+from .errors import ArgumentParser, UsageError, check_writable
+from .options import check_flags
 
 OPS = ("allreduce", "allgather", "pushpull")
 KIB = 1024
@@ -54,7 +55,7 @@ DEFAULT_MAX_BYTES = 256 * MIB
 ELEMENT_BYTES = 4  # fp32
 _UNITS = {"": 1, "B": 1, "K": KIB, "KB": KIB, "KIB": KIB, "M": MIB, "MB": MIB, "MIB": MIB,
           "G": 1024 * MIB, "GB": 1024 * MIB, "GIB": 1024 * MIB}
-
+MAX_SIZE = 16 * 1024 * MIB  # one message: beyond this the buffers alone exhaust memory
 
 # --------------------------------------------------------------------------- sizes
 
@@ -67,9 +68,10 @@ def parse_size(text: str) -> int:
         value = float(digits)
     except ValueError:
         raise UsageError(f"bad size {text!r}: expected bytes such as 4096, 1K, 64KiB, 256M")
-    if unit not in _UNITS or value <= 0:
-        raise UsageError(f"bad size {text!r}: expected a positive size such as 4096, 1K, 256M")
-    return int(value * _UNITS[unit])
+    if unit not in _UNITS or not 0 < value * _UNITS.get(unit, 1) <= MAX_SIZE:
+        raise UsageError(f"bad size {text!r}: expected a size from 1 byte to 16G, such as "
+                         f"4096, 1K, 256M")
+    return max(1, int(value * _UNITS[unit]))
 
 
 def pow2_sizes(lo: int, hi: int) -> list[int]:
@@ -299,8 +301,8 @@ def _bandwidth(beta: float) -> str:
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ddlbench.comm_bench",
-                                description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.comm_bench",
+                                description=__doc__.split("\n")[0], raise_errors=True,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--ops", default="allreduce,allgather",
                    help=f"comma-separated collectives: {', '.join(OPS)}")
@@ -359,6 +361,11 @@ def check(args) -> tuple[list[str], list[int]]:
                          f"known: {', '.join(OPS)}")
     if args.warmup < 0 or args.iters <= 0:
         raise UsageError("--warmup must be >= 0 and --iters positive")
+    check_flags(args, positive=("--iters", "--timeout", "--threads", "--nworkers",
+                                "--image-size", "--sentence-len", "--num-classes"),
+                nonneg=("--warmup", "--threshold", "--mgwfbp-min-group"))
+    if args.output:
+        check_writable(args.output)
     if args.nservers < 0 or args.partition_bytes <= 0:
         raise UsageError("--nservers must be >= 0 and --partition-bytes positive")
     if "pushpull" in ops and args.nservers == 0:

@@ -1,15 +1,35 @@
-"""Errors the user caused (one line, non-zero exit), a failed parameter server, and the helpers
-that read integers from the environment and write whole lines to stderr."""
+"""Errors the user caused (one line, non-zero exit; an argument parser that says so in one line),
+a failed parameter server, and the helpers
+that read integers from the environment, check before any work that a path can be written, and
+write whole lines to stderr."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+import tempfile
 
 EXIT_USAGE = 2
 
 
 class UsageError(Exception):
     """Bad input (an unknown model, a batch size <= 0, a missing host file, ...)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with one line for a bad flag (``PROG: error: MESSAGE``, exit code 2, no usage
+    block); with ``raise_errors`` a UsageError instead, for a caller that decides who prints it
+    (a job's rank 0)."""
+
+    def __init__(self, *args, raise_errors: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.raise_errors = raise_errors
+
+    def error(self, message):
+        if self.raise_errors:
+            raise UsageError(message)
+        say(f"{self.prog}: error: {message}")
+        sys.exit(EXIT_USAGE)
 
 
 class PSError(RuntimeError):
@@ -29,6 +49,27 @@ def env_int(key: str, default: int | None = None, env=None, minimum: int | None 
     if minimum is not None and number < minimum:
         raise UsageError(f"environment variable {key} must be >= {minimum}, got {number}")
     return number
+
+
+def check_writable(path: str, what: str = "--output", folder: bool = False) -> None:
+    """Before any work: ``path`` can become a file (or, with ``folder``, a folder that takes
+    files): not a folder (not a file), and its nearest existing folder takes a new file. One
+    line naming ``what`` otherwise; nothing is left behind."""
+    if os.path.isdir(path) != folder and os.path.exists(path):
+        raise UsageError(f"{what} {path} is a {'file' if folder else 'folder'}; give "
+                         f"{'a folder' if folder else 'a file name'}")
+    directory = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(directory):
+        if os.path.exists(directory):
+            raise UsageError(f"{what} {path}: {directory} is not a folder")
+        directory = os.path.dirname(directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ddlbench-check-", dir=directory)
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be written ({directory}: "
+                         f"{e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def say(line: str) -> None:

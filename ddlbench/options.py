@@ -3,6 +3,7 @@ command-line flag, environment fallback) and everything else derives from that d
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -27,7 +28,8 @@ def _g(v) -> str:
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (nan and inf are never a setting: JSON has no word for them)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _is_int(v) -> bool:
@@ -44,6 +46,16 @@ COUNT = Kind("count", int, lambda v: _is_int(v) and v > 0, "must be positive",
              "a positive integer")
 COUNT0 = Kind("count0", int, lambda v: _is_int(v) and v >= 0, "must be >= 0",
               "an integer >= 0")
+
+
+def count_at_least(minimum: int, unit: str) -> Kind:
+    """Integers from ``minimum`` up: a size below which a setting only makes a run crawl (one
+    message per few elements). Declare the kind once and share it: owners sharing an option
+    must share its kind."""
+    return Kind(f"count>={minimum}", int, lambda v: _is_int(v) and v >= minimum,
+                f"must be at least {minimum} {unit}", f"an integer >= {minimum}")
+
+
 NAME = Kind("name", str, lambda v: isinstance(v, str) and v != "" and
             not any(c.isspace() for c in v), "must be a name", "a name", checked_on_cli=False)
 
@@ -182,3 +194,32 @@ def add_flags(group, collected, environ: Mapping[str, str] | None = None) -> Non
         env = f" (env {spec.env})" if spec.env else ""
         group.add_argument(spec.flag, dest=name, type=spec.kind.type, metavar=spec.metavar,
                            default=default, help=f"{spec.help}{env} [{where}]")
+
+
+# -- the plain flags of the job-level commands (training script, comm_bench, profiler) -----------
+
+# Upper bounds of workload sizes and counts: beyond them a run only fails later (out of memory)
+# or never ends.
+LIMITS = {"--batch-size": 1 << 16, "--sentence-len": 1 << 14, "--image-size": 1 << 13,
+          "--num-classes": 1 << 24, "--num-batches-per-iter": 1 << 20, "--num-iters": 1 << 20,
+          "--num-warmup-batches": 1 << 20, "--verify": 1 << 20, "--warmup": 1 << 20,
+          "--iters": 1 << 20, "--comm-warmup": 1 << 20, "--comm-iters": 1 << 20,
+          "--nworkers": 1 << 20, "--nservers": 1 << 20, "--threads": 4096,
+          "--seed": (1 << 32) - 1, "--timeout": 1e7}
+
+
+def check_flags(args, positive=(), nonneg=()) -> None:
+    """One line for the first of the named flags (``--batch-size``, the attribute
+    ``batch_size``) whose value is not a finite number, not positive (``positive``) or not
+    >= 0 (``nonneg``), or above its limit in LIMITS. Unset (None) values are skipped."""
+    for flags, low, phrase in ((positive, None, "positive"), (nonneg, 0, ">= 0")):
+        for flag in flags:
+            value = getattr(args, flag[2:].replace("-", "_"))
+            if value is None:
+                continue
+            ok = _is_number(value) and (value > 0 if low is None else value >= low)
+            if not ok:
+                raise UsageError(f"{flag} must be {'a finite number ' if phrase == '>= 0' else ''}"
+                                 f"{phrase}, got {value:g}")
+            if flag in LIMITS and value > LIMITS[flag]:
+                raise UsageError(f"{flag} must be at most {LIMITS[flag]:g}, got {value:g}")

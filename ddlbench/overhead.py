@@ -11,16 +11,15 @@ hits both alike. The bare loop is forward, backward, ``optimizer.step()``,
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
-from .errors import EXIT_USAGE, UsageError
+from .errors import EXIT_USAGE, ArgumentParser, UsageError
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ddlbench.overhead", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m ddlbench.overhead", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="resnet18")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--image-size", type=int, default=None)

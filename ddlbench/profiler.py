@@ -37,7 +37,8 @@ import statistics
 import sys
 import time
 
-from .errors import UsageError
+from .errors import ArgumentParser, UsageError, check_writable
+from .options import check_flags
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
 DEFAULT_WARMUP = 5
@@ -223,8 +224,8 @@ def _global_rank0(group):
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ddlbench.profiler",
-                                description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.profiler",
+                                description=__doc__.split("\n")[0], raise_errors=True,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch-size", type=int, default=64)
@@ -260,6 +261,13 @@ def check(args) -> None:
             raise UsageError(f"{flag} must be positive, got {v:g}")
     if args.warmup < 0 or args.comm_warmup < 0 or args.min_group < 0:
         raise UsageError("--warmup, --comm-warmup and --min-group must be >= 0")
+    check_flags(args, positive=("--batch-size", "--iters", "--comm-iters", "--sentence-len",
+                                "--num-classes", "--timeout", "--image-size", "--nworkers",
+                                "--threads"),
+                nonneg=("--warmup", "--comm-warmup", "--min-group", "--alpha", "--beta",
+                        "--seed"))
+    if args.output:
+        check_writable(args.output)
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
     if args.alpha is not None and (args.alpha < 0 or args.beta < 0):

@@ -23,17 +23,10 @@ import sys
 import compression
 
 from . import methods
-from .errors import UsageError, env_int
-from .options import add_flags
+from .errors import ArgumentParser, UsageError, check_writable, env_int
+from .options import add_flags, check_flags
 
 ENGINES = methods.ENGINES
-
-
-class _Parser(argparse.ArgumentParser):
-    """A bad flag is one line (``ddlbench: error: ...``) and exit code 2, as all bad input."""
-
-    def error(self, message):
-        raise UsageError(message)
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -44,8 +37,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = _Parser(prog="python -m ddlbench.train", description=__doc__.split("\n")[0],
-                formatter_class=_Help)
+    p = ArgumentParser(prog="python -m ddlbench.train", description=__doc__.split("\n")[0],
+                       formatter_class=_Help, raise_errors=True)
     w = p.add_argument_group("workload")
     w.add_argument("--model", default="resnet50",
                    help="torchvision classification model, or bert / bert_base / bert_tiny")
@@ -116,8 +109,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "this .npz (name -> array; '{method}' in the path is replaced), e.g. "
                         "to compare engines or torch versions")
     args = p.parse_args(argv)
+    args.given = _given(p, argv)
     _job_settings(args)
     return args
+
+
+def _given(parser: argparse.ArgumentParser, argv) -> set[str]:
+    """The destinations the command line set (not a default, not an environment fallback):
+    a flag that the chosen method or mode would ignore is refused rather than ignored."""
+    unset = object()
+    saved = [(a, a.default) for a in parser._actions]
+    try:
+        for a, _ in saved:
+            a.default = unset
+        ns = parser.parse_args(argv)
+    finally:
+        for a, default in saved:
+            a.default = default
+    return {k for k, v in vars(ns).items() if v is not unset}
 
 
 def _takers() -> str:
@@ -149,21 +158,16 @@ def _is_ps(method: str) -> bool:
     return method == "all" or methods.architecture(method) == methods.PS
 
 
+TIMING = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
+
+
 def check(args, probe_engine: bool = True) -> None:
     """Reject bad input before any process is spawned."""
-    positive = {"--batch-size": args.batch_size, "--sentence-len": args.sentence_len,
-                "--num-batches-per-iter": args.num_batches_per_iter,
-                "--num-iters": args.num_iters, "--num-classes": args.num_classes,
-                "--timeout": args.timeout}
-    for flag, value in positive.items():
-        if value <= 0:
-            raise UsageError(f"{flag} must be positive, got {value:g}")
-    if args.image_size is not None and args.image_size <= 0:
-        raise UsageError(f"--image-size must be positive, got {args.image_size}")
-    if args.num_warmup_batches < 0 or args.verify < 0:
-        raise UsageError("--num-warmup-batches and --verify must be >= 0")
-    if args.nworkers is not None and args.nworkers <= 0:
-        raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
+    check_flags(args, positive=("--batch-size", "--sentence-len", "--num-batches-per-iter",
+                                "--num-iters", "--num-classes", "--timeout", "--image-size",
+                                "--nworkers", "--lr", "--threads"),
+                nonneg=("--num-warmup-batches", "--verify", "--momentum", "--weight-decay",
+                        "--rtol", "--atol", "--seed"))
     from . import netem
     netem.check(args.net)  # a known profile or rate; root and iproute2 unless loopback
     options = {**methods.option_owners(), **compression.option_owners()}
@@ -172,8 +176,9 @@ def check(args, probe_engine: bool = True) -> None:
             problem = spec.problem(getattr(args, name))
             if problem:
                 raise UsageError(problem)
-    if args.lr is not None and args.lr <= 0:
-        raise UsageError(f"--lr must be positive, got {args.lr:g}")
+    _check_ignored(args)
+    if args.output:
+        check_writable(args.output)
     if args.engine == "horovod":
         _check_horovod(args, probe_engine)
     names = method_list(args)
@@ -194,6 +199,24 @@ def check(args, probe_engine: bool = True) -> None:
     import models
     if args.model not in models.names():
         models.build(args.model)  # raises the UsageError listing what exists
+
+
+def _check_ignored(args) -> None:
+    """A flag the run would ignore is an error: a method's option that none of the chosen
+    methods declares, a compressor's that none of the chosen compressors declares, timing
+    flags and --output under --verify (it times and records nothing)."""
+    if args.verify:
+        ignored = [n for n in TIMING if n in args.given]
+        if ignored:
+            raise UsageError(f"--{ignored[0].replace('_', '-')} has no effect with --verify "
+                             f"(a verification times nothing and writes no record)")
+    for owners, chosen in ((methods.option_owners(), method_list(args)),
+                           (compression.option_owners(), compressor_list(args))):
+        for name, (spec, declared) in owners.items():
+            ids = [owner for owner, _ in declared]
+            if name in args.given and not set(ids) & set(chosen):
+                raise UsageError(f"{spec.flag} is an option of {', '.join(ids)}, not of "
+                                 f"{', '.join(chosen)}")
 
 
 def _check_horovod(args, probe_engine: bool) -> None:

@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from .errors import UsageError
 
+MAX_BYTES = 1 << 20     # a sweep or profile file is a few kilobytes
+MAX_NODES = 100_000     # after alias expansion
+
 
 def load(path: str, what: str):
     """The parsed contents of the YAML file ``path`` (``what`` names it in messages)."""
     import yaml
     try:
         with open(path) as f:
-            return yaml.safe_load(f)
+            text = f.read(MAX_BYTES + 1)
+        if len(text) > MAX_BYTES:
+            raise UsageError(f"{what} {path} is larger than {MAX_BYTES} bytes")
+        nodes = _expanded_nodes(yaml.compose(text, yaml.SafeLoader))
+        if nodes > MAX_NODES:
+            # Aliases of aliases grow a document exponentially (the "billion laughs").
+            raise UsageError(f"{what} {path} expands to {nodes:.3g} YAML nodes (through its "
+                             f"aliases); at most {MAX_NODES} are allowed")
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise UsageError(f"{what} {path} nests too deeply") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8 text") from None
     except OSError as e:
         raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
     except yaml.YAMLError as e:
@@ -18,3 +33,22 @@ def load(path: str, what: str):
         where = f" at line {mark.line + 1}" if mark else ""
         raise UsageError(f"{what} {path}: malformed YAML{where}: "
                          f"{getattr(e, 'problem', None) or e}") from None
+
+
+def _expanded_nodes(root) -> int:
+    """How many nodes the document has once every alias is expanded, counted without
+    expanding (a node shared by aliases is counted once per use)."""
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once
+        children = node.value if isinstance(node.value, list) else []
+        total = 1
+        for child in children:
+            for part in (child if isinstance(child, tuple) else (child,)):
+                total += size(part)
+        sizes[id(node)] = total
+        return total
+    return 0 if root is None else size(root)

@@ -7,7 +7,8 @@
 # runs `python -m ddlbench.train` on the hosts of configs/cluster$nworkers (override with
 # hostfile=...). rdma: 0 = 10GbE TCP, 1 = 100Gb InfiniBand with RDMA, 2 = TCP over the 100Gb
 # fabric; interfaces come from configs/cluster.conf. For small runs: image_size (CNN pixels),
-# iters (timing rounds), extra_args (passed through to the training script as they are).
+# iters (timing rounds), extra_args (more flags for the training script, split into words as a
+# shell would, quotes honoured, nothing expanded); dry_run=1 prints the command and runs nothing.
 #
 # The method's own settings are variables named after its options (fusion: threshold;
 # bytescheduler: partition, credit; ddp: bucket_cap_mb; ...), with compressor and the
@@ -59,18 +60,12 @@ if [ "$launcher" = horovodrun ]; then
     hvdrun="$(dirname "$PY")/horovodrun"
     [ -x "$hvdrun" ] || die "horovodrun not found beside $PY"
     hosts="$(cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$hostfile" --need "$nworkers" --horovod)" || exit 2
-    cmd=("$hvdrun" --gloo -np "$nworkers" -H "$hosts"
-         "$PY" -m ddlbench.train "${ARGS[@]}")
-    echo "+ ${cmd[*]}" >&2
-    cd "$root"
     export MASTER_ADDR="$master_addr"
-    exec "${cmd[@]}"
+    launch_exec "$hvdrun" --gloo -np "$nworkers" -H "$hosts" "$PY" -m ddlbench.train "${ARGS[@]}"
 fi
 
 mpi_options "$rdma"
 oversubscription_options "$nworkers" "$master_addr"
 
-cmd=("$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}"
-     -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${ARGS[@]}")
-echo "+ ${cmd[*]}" >&2
-exec "${cmd[@]}"
+launch_exec "$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}" \
+    -x "MASTER_ADDR=$master_addr" "$PY" -m ddlbench.train "${ARGS[@]}"

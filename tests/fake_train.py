@@ -7,7 +7,8 @@ Takes the training script's flags, imports no torch, and behaves by method name:
   FAKE_TRAIN_FIXED=1;
 - anything else: starts nworkers - 1 child "workers", sleeps FAKE_TRAIN_SECONDS (default 0),
   prints the original's log lines and writes a run record (--output) whose throughput is a
-  fixed function of method, model and nworkers, so two sweeps give the same numbers.
+  fixed function of method, model and nworkers, so two sweeps give the same numbers, and
+  the suite's variables it inherited (``inherited``).
 Each start appends "method nworkers" to the file FAKE_TRAIN_CALLS, when set.
 """
 import argparse
@@ -78,6 +79,10 @@ def main() -> int:
             "environment": {"device": "cpu", "launcher": "fake", "suite_version": "fake",
                             "python": sys.version.split()[0], "torch": None},
             "method": {"method": args.method, "architecture": "a2a"},
+            # What of the suite's own settings this run inherited (the sweep's environment).
+            "inherited": {k: v for k, v in os.environ.items()
+                          if k.startswith(("DDLBENCH_NET", "BYTESCHEDULER_", "DMLC_",
+                                           "HOROVOD_FUSION", "OMP_"))},
         }
         tmp = args.output + ".tmp"
         with open(tmp, "w") as f:

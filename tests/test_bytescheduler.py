@@ -345,7 +345,7 @@ def test_published_defaults_and_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("args,env,message", [
-    (["--partition", "0"], {}, "--partition must be a positive number of elements, got 0"),
+    (["--partition", "0"], {}, "--partition must be at least 1000 elements, got 0"),
     (["--credit", "-5"], {}, "--credit must be a positive number of elements, got -5"),
     ([], {"BYTESCHEDULER_CREDIT": "0"}, "--credit must be a positive number of elements, got 0"),
 ])

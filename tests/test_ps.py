@@ -216,7 +216,7 @@ def test_a_dead_worker_stops_the_servers_and_the_other_workers():
 @pytest.mark.parametrize("args,message", [
     (["--nservers", "0"], "--nservers must be positive, got 0"),
     (["--nservers", "-2"], "--nservers must be positive, got -2"),
-    (["--partition-bytes", "0"], "--partition-bytes must be positive, got 0"),
+    (["--partition-bytes", "0"], "--partition-bytes must be at least 4096 bytes, got 0"),
     (["--compressor", "topk"], "cannot take --compressor topk"),
 ])
 def test_bad_ps_input_is_one_line(args, message):

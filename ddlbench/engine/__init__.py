@@ -136,8 +136,20 @@ def _store(p: Placement, timeout: datetime.timedelta) -> dist.Store:
         raise UsageError(f"{p.launcher} launch without a rendezvous: set MASTER_ADDR and "
                          "MASTER_PORT (or use the suite's launchers, which set them)")
     is_master = p.rank == 0 and p.store_owner == "rank0"
-    return dist.TCPStore(addr, port, p.world_size, is_master, timeout=timeout,
-                         wait_for_workers=False)
+    try:
+        return dist.TCPStore(addr, port, p.world_size, is_master, timeout=timeout,
+                             wait_for_workers=False)
+    except (RuntimeError, OSError) as e:  # DistNetworkError: in use, unreachable, timed out
+        what = "open" if is_master else "reach"
+        raise UsageError(f"cannot {what} the rendezvous store at MASTER_ADDR={addr} "
+                         f"MASTER_PORT={port} ({_first_line(e)}); choose a free port or leave "
+                         f"MASTER_PORT unset under mpirun (rank 0 then lets the kernel pick)"
+                         ) from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
 
 
 def _mpi_store(p: Placement, addr: str, timeout) -> dist.Store:

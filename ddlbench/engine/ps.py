@@ -160,8 +160,11 @@ class PSClient:
         try:
             work.wait(self.timeout)
         except Exception as e:  # a closed connection, or the timeout
+            # The server may have stopped because another worker died: the launcher's line
+            # names the first process of the job that failed.
             raise PSError(f"{what} to/from {self.server_name(server)} failed: "
-                          f"{_first_line(e)}") from None
+                          f"{_first_line(e)} (the server, or a process it served, stopped)"
+                          ) from None
 
     def _send(self, tensor, server: int, tag: int):
         try:

@@ -9,15 +9,29 @@ on stderr, exit 2.
 """
 from __future__ import annotations
 
-import argparse
+import ipaddress
 import os
+import re
 import sys
 from dataclasses import dataclass
 
-from ..errors import EXIT_USAGE, UsageError
+from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 
 EXAMPLE_MARKER = "# ddlbench: example hosts"
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+MAX_SLOTS = 4096  # per host: more is a typo (a 20-digit count), not a machine
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
+
+
+def valid_host(name: str) -> bool:
+    """An RFC 1123 host name or an IP address: nothing a command line could take for an
+    option (a leading '-') or for code."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
 
 
 @dataclass(frozen=True)
@@ -40,16 +54,17 @@ def parse(path: str) -> list[Host]:
         if not line:
             continue
         name, *fields = line.split()
+        if not valid_host(name):
+            raise UsageError(f"{path}:{lineno}: {name[:60]!r} is not a host name or an IP "
+                             f"address (an MPI host file has 'HOST slots=N' lines)")
         slots = 1
         for field in fields:
             key, _, value = field.partition("=")
             if key == "slots":
-                try:
-                    slots = int(value)
-                except ValueError:
-                    raise UsageError(f"{path}:{lineno}: bad slot count {value!r}") from None
-                if slots <= 0:
-                    raise UsageError(f"{path}:{lineno}: slots must be positive")
+                if not value.isdigit() or not 1 <= int(value) <= MAX_SLOTS:
+                    raise UsageError(f"{path}:{lineno}: bad slot count {value[:30]!r} (an "
+                                     f"integer from 1 to {MAX_SLOTS})")
+                slots = int(value)
         hosts.append(Host(name, slots))
     if not hosts:
         raise UsageError(f"host file {path} lists no hosts")
@@ -78,7 +93,7 @@ def check(path: str, need: int) -> list[Host]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ddlbench.hosts.hostfile")
+    p = ArgumentParser(prog="python -m ddlbench.hosts.hostfile")
     p.add_argument("path")
     p.add_argument("--need", type=int, default=1)
     p.add_argument("--horovod", action="store_true",

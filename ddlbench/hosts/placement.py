@@ -142,8 +142,11 @@ def _slurm_first_node(env) -> str | None:
 
 def launcher_rank() -> str:
     """This process's rank as its launcher gave it (for who prints a job-wide error)."""
+    if os.environ.get("DMLC_ROLE") == "server":  # the PS launcher's servers: workers speak
+        return "server"
     return next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK",
-                                         "SLURM_PROCID") if k in os.environ), "0")
+                                         "SLURM_PROCID", "DMLC_WORKER_ID")
+                 if k in os.environ), "0")
 
 
 def single() -> Placement:

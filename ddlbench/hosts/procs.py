@@ -1,12 +1,69 @@
 """Supervising a job's processes: signals recorded while setting up and tearing down, the
-first failure named, the rest stopped (SIGTERM, then SIGKILL)."""
+first failure named, the rest stopped (SIGTERM, then SIGKILL); children that die with their
+parent, even when it is killed outright."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
 import subprocess
-import sys
+import threading
 import time
+
+from ..errors import say
+
+try:  # looked up here, not in a forked child
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _prctl = None
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = int(signal.SIGTERM)
+PARENT_ENV = "DDLBENCH_PARENT_PID"   # the spawner a local process must not outlive
+STDIN_ENV = "DDLBENCH_WATCH_STDIN"   # 1: the launcher's connection is stdin (ssh)
+
+
+def die_with_parent():
+    """A ``preexec_fn`` for Popen: the child gets SIGTERM when this process dies, even by
+    SIGKILL (Linux's parent-death signal, kept across exec), and exits at once if this
+    process died before the child could ask for it."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, _SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
+def watch_parent(environ=None, poll_s: float = 0.5) -> None:
+    """In a job's process: a daemon thread that ends this process when what started it is
+    gone, for the cases the parent-death signal does not reach: the spawner named by
+    DDLBENCH_PARENT_PID is no longer the parent (it died and we were re-parented), or, with
+    DDLBENCH_WATCH_STDIN=1, stdin (the launcher's ssh connection) reached its end."""
+    environ = os.environ if environ is None else environ
+    parent = environ.get(PARENT_ENV, "")
+    if parent.isdigit():
+        def orphaned() -> None:
+            while os.getppid() == int(parent):
+                time.sleep(poll_s)
+            _leave("its spawner (pid " + parent + ") is gone")
+        threading.Thread(target=orphaned, name="ddlbench-parent-watch", daemon=True).start()
+    if environ.get(STDIN_ENV) == "1":
+        def hung_up() -> None:
+            try:
+                while os.read(0, 4096):
+                    pass
+            except OSError:
+                pass
+            _leave("its launcher's connection closed")
+        threading.Thread(target=hung_up, name="ddlbench-stdin-watch", daemon=True).start()
+
+
+def _leave(why: str) -> None:
+    os.write(2, f"ddlbench: process {os.getpid()}: {why}; exiting\n".encode())
+    os._exit(128 + _SIGTERM)
 
 
 @contextlib.contextmanager
@@ -40,15 +97,24 @@ def supervise(procs: list[subprocess.Popen], names: list[str], stopping: dict,
         codes = [p.poll() for p in procs]
         bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if bad:
-            i, code = bad[0]
+            # A process killed by a signal is the cause; peers that lost it fail after it.
+            i, code = min(bad, key=lambda ic: (ic[1] > 0, ic[0]))
             _wait_all(procs, settle_s)
-            if any(p.poll() is None for p in procs):
-                print(f"ddlbench: {names[i]} exited with code {code}; stopping the others",
-                      file=sys.stderr, flush=True)
+            if code < 0 or any(p.poll() is None for p in procs):
+                how = (f"was killed by {_signal_name(-code)}" if code < 0
+                       else f"exited with code {code}")
+                say(f"ddlbench: {names[i]} (pid {procs[i].pid}) {how}; stopping the others")
             return code if code > 0 else 128 - code
         if all(c == 0 for c in codes):
             return 0
         time.sleep(poll_s)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _wait_all(procs, timeout_s):

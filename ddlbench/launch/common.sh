@@ -66,10 +66,7 @@ emulated_exec() {
     local net="$1" n="$2"
     shift 2
     { [ -n "$net" ] && [ "$net" != loopback ]; } || return 0
-    local cmd=("$PY" -m ddlbench.train --nworkers "$n" --net "$net" "$@")
-    echo "+ ${cmd[*]}" >&2
-    cd "$root"
-    exec "${cmd[@]}"
+    launch_exec "$PY" -m ddlbench.train --nworkers "$n" --net "$net" "$@"
 }
 
 # method_args METHOD [--skip OPTION]...: fills the array METHOD_ARGS with the training script's
@@ -108,12 +105,42 @@ job_args() {
           "${METHOD_ARGS[@]}" --num-iters "$iters")
     if [ -n "${engine:-}" ]; then ARGS+=(--engine "$engine"); fi
     if [ -n "$image_size" ]; then ARGS+=(--image-size "$image_size"); fi
-    # shellcheck disable=SC2206 # extra_args is meant to split into words
-    if [ -n "$extra_args" ]; then ARGS+=($extra_args); fi
+    if [ -n "$extra_args" ]; then split_words "$extra_args"; ARGS+=("${WORDS[@]}"); fi
     return 0
 }
 
-# positive NAME VALUE: exits unless VALUE is a positive integer.
+# split_words TEXT: fills the array WORDS with TEXT split as a POSIX shell splits a command
+# line's words (quotes and backslashes honoured), with nothing evaluated or expanded: no
+# variables, no globbing, no command substitution. Unbalanced quotes stop the launcher.
+split_words() {
+    local split='import shlex, sys
+try:
+    words = shlex.split(sys.argv[2])
+except ValueError as e:
+    sys.exit(f"{sys.argv[1]}: cannot split {sys.argv[2]!r} into words: {e}")
+sys.stdout.write("".join(w + "\0" for w in words))'
+    local err
+    err="$("$PY" -c "$split" extra_args "$1" 2>&1 >/dev/null)" || die "$err"
+    mapfile -d '' -t WORDS < <("$PY" -c "$split" extra_args "$1")
+    return 0
+}
+
+# launch_exec CMD...: runs CMD in place of the launcher from the repository root, after
+# printing it (+ ...) on stderr; with dry_run=1 it only prints it, quoted, on stdout and exits 0
+# (what the launcher would run, for checks).
+launch_exec() {
+    case "${dry_run:-0}" in
+        0) ;;
+        1) printf '%q ' "$@"; echo; exit 0 ;;
+        *) die "dry_run must be 0 or 1, got '${dry_run}'" ;;
+    esac
+    echo "+ $*" >&2
+    cd "$root"
+    exec "$@"
+}
+
+# positive NAME VALUE: exits unless VALUE is a positive integer (below 10^9: the shell's
+# arithmetic never sees an overflow).
 positive() {
-    [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || die "$1 must be a positive integer, got '$2'"
+    [[ "$2" =~ ^[1-9][0-9]{0,8}$ ]] || die "$1 must be a positive integer, got '$2'"
 }

@@ -7,7 +7,8 @@ import sys
 
 from ..errors import EXIT_USAGE, PSError, UsageError, say
 from ..hosts.placement import detect, launcher_rank, single
-from .local import spawn_local
+from ..hosts.procs import watch_parent
+from .local import check_capacity, spawn_local
 
 
 def run_job(argv, module: str, parse_args, check, worker,
@@ -27,18 +28,21 @@ def run_job(argv, module: str, parse_args, check, worker,
             check(args)
             nworkers = args.nworkers or 1
             if nworkers > 1 or nservers > 0:
+                check_capacity(nworkers + nservers)
                 # The children learn the server count resolved here (a default, perhaps).
                 child_argv = [*argv, "--nservers", str(nservers)] if nservers else argv
                 return spawn_local(nworkers + nservers, child_argv, module=module,
                                    net=getattr(args, "net", None))
             placement = single()
-        elif args.nworkers is not None and args.nworkers + nservers != placement.world_size:
-            raise UsageError(f"--nworkers {args.nworkers}" +
-                             (f" and --nservers {nservers}" if nservers else "") +
-                             f", but the {placement.launcher} launcher started "
-                             f"{placement.world_size} processes")
-        elif placement.launcher != "local" and check_under_launcher:
-            check(args)
+        else:
+            watch_parent()  # a spawner or launcher killed outright takes this process along
+            if args.nworkers is not None and args.nworkers + nservers != placement.world_size:
+                raise UsageError(f"--nworkers {args.nworkers}" +
+                                 (f" and --nservers {nservers}" if nservers else "") +
+                                 f", but the {placement.launcher} launcher started "
+                                 f"{placement.world_size} processes")
+            if placement.launcher != "local" and check_under_launcher:
+                check(args)
         return worker(args, placement)
     except UsageError as e:
         # Every rank meets the same bad input; one line is enough.

@@ -7,7 +7,26 @@ import subprocess
 import sys
 
 from .. import netem
-from ..hosts.procs import stop_signals, supervise, terminate
+from ..errors import UsageError
+from ..hosts.procs import PARENT_ENV, die_with_parent, stop_signals, supervise, terminate
+
+# What one local process needs at least (a small model's worker: interpreter, torch, buffers),
+# and how many may share one core before the run is only contention.
+MIN_PROCESS_BYTES = 150 << 20
+PROCESSES_PER_CORE = 8
+
+
+def check_capacity(nprocs: int) -> None:
+    """Refuse a local job this machine cannot hold, before anything starts (one line)."""
+    import psutil
+    cores = os.cpu_count() or 1
+    free = psutil.virtual_memory().available
+    limit = min(max(8, PROCESSES_PER_CORE * cores), free // MIN_PROCESS_BYTES)
+    if nprocs > limit:
+        raise UsageError(f"{nprocs} local processes asked for, but this machine holds at most "
+                         f"{limit} ({cores} cores x {PROCESSES_PER_CORE}, "
+                         f"{free / (1 << 30):.1f} GiB free at {MIN_PROCESS_BYTES >> 20} MiB "
+                         f"each); use a host file and a launcher for more")
 
 
 def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
@@ -29,6 +48,7 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
 
     store = dist.TCPStore(master_addr, 0, None, True, wait_for_workers=False)
     base_env = dict(os.environ, DDLBENCH_LAUNCHER="local", WORLD_SIZE=str(nworkers),
+                    **{PARENT_ENV: str(os.getpid())},
                     LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr,
                     MASTER_PORT=str(store.port))
     procs: list[subprocess.Popen] = []
@@ -43,7 +63,8 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
                 env.update(cluster.env(rank) if cluster else {})
                 procs.append(subprocess.Popen([*(cluster.prefix(rank) if cluster else []),
-                                               sys.executable, "-m", module, *argv], env=env))
+                                               sys.executable, "-m", module, *argv], env=env,
+                                              preexec_fn=die_with_parent()))
             # Workers that fail together (a failed verification) exit within moments of each
             # other: only the ones still running after grace_s are stopped, and named.
             return supervise(procs, [f"worker {r}" for r in range(nworkers)], stopping,

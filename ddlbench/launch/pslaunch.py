@@ -17,29 +17,58 @@ S servers:
 
 When any process fails, or this launcher gets SIGINT/SIGTERM, every process of the job is
 stopped: local children directly, remote ones by ``pkill`` on their host, found by the job id
-on their command line (``--job-id``). ``--stop [--job-id ID]`` stops the suite's training
-processes (of that job, or all) on every host of the file: ``byteps/stop.sh``.
+on their command line (``--job-id``, printed as ``job ID: ...``). Killed outright (SIGKILL),
+the launcher still takes the job along: local children get the parent-death signal, remote
+ones see their ssh connection's stdin close. ``--stop --job-id ID`` stops that job's processes
+on every host of the file, and nothing else: ``byteps/stop.sh``.
+
+Everything sent to a remote shell is quoted, and only variables with valid names
+(``[A-Za-z_][A-Za-z0-9_]*``) are forwarded; host names and job ids are checked first.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import socket
 import subprocess
 import sys
 import uuid
 
-from ..errors import EXIT_USAGE, UsageError
+from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 from ..hosts import hostfile
-from ..hosts.procs import stop_signals, supervise, terminate
+from ..hosts.procs import (PARENT_ENV, STDIN_ENV, die_with_parent, stop_signals, supervise,
+                           terminate)
 
 
 FORWARD_PREFIXES = ("NCCL_", "GLOO_", "DDLBENCH_", "OMP_")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+
+
+def check_job_id(job: str) -> str:
+    if not JOB_ID.match(job):
+        raise UsageError(f"job id must be 1 to 64 of [A-Za-z0-9_.-], got {job!r}")
+    return job
+
+
+def forwarded_env(environ) -> dict[str, str]:
+    """The variables that travel to remote processes (ssh forwards none): the suite's, Gloo's,
+    NCCL's and OpenMP's. A name that is not a shell variable name is refused: it would be
+    code in the remote command line."""
+    out = {}
+    for k, v in environ.items():
+        if k.startswith(FORWARD_PREFIXES):
+            if not ENV_NAME.match(k):
+                raise UsageError(f"environment variable {k!r} is not a valid variable name "
+                                 f"and cannot be forwarded to remote hosts; unset it")
+            out[k] = v
+    return out
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m ddlbench.launch.pslaunch")
+    p = ArgumentParser(prog="python -m ddlbench.launch.pslaunch")
     p.add_argument("--hostfile", required=True)
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--nservers", type=int, default=None)
@@ -100,7 +129,12 @@ def main(argv=None) -> int:
         args = parse_args(argv)
         hosts = hostfile.parse(args.hostfile)
         resolve(hosts, args.hostfile)
+        if args.job_id is not None:
+            check_job_id(args.job_id)
         if args.stop:
+            if args.job_id is None:
+                raise UsageError("--stop needs --job-id ID (the id the launcher printed): only "
+                                 "that job's processes are stopped")
             return stop(hosts, args.job_id)
         if args.nworkers is None or args.nworkers <= 0:
             raise UsageError(f"nworkers must be positive, got {args.nworkers}")
@@ -113,12 +147,15 @@ def main(argv=None) -> int:
         py = sys.executable
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         train = ["-m", "ddlbench.train", *args.train_args]
+        job = args.job_id or uuid.uuid4().hex[:12]
+        print(f"job ID: {job} (job={job} ./byteps/stop.sh stops it)", file=sys.stderr,
+              flush=True)
         if all(is_local(h.name) for h in hosts):
-            cmd = [py, *train, "--nworkers", str(args.nworkers), "--nservers", str(nservers)]
+            cmd = [py, *train, "--nworkers", str(args.nworkers), "--nservers", str(nservers),
+                   "--job-id", job]
             print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
             os.chdir(root)
             os.execv(py, cmd)
-        job = args.job_id or uuid.uuid4().hex[:12]
         workers, servers = placement(hosts, args.nworkers, nservers)
         uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
         port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(workers[0], py))
@@ -154,23 +191,34 @@ def _run(roles, common, py, root, train, job, grace, stopping) -> int:
         for host, role in roles:
             env = dict(common, **role)
             if is_local(host):
+                env[PARENT_ENV] = str(os.getpid())
                 procs.append((host, subprocess.Popen([py, *train], cwd=root,
-                                                     env=dict(os.environ, **env))))
+                                                     env=dict(os.environ, **env),
+                                                     preexec_fn=die_with_parent())))
             else:
-                # ssh forwards no environment: the network profile's settings travel too.
-                env = {k: v for k, v in os.environ.items()
-                       if k.startswith(FORWARD_PREFIXES)} | env
-                assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-                line = (f"cd {shlex.quote(root)} && exec env {assign} {shlex.quote(py)} "
-                        + " ".join(shlex.quote(a) for a in train))
-                procs.append((host, subprocess.Popen(_ssh() + [host, line],
-                                                     stdin=subprocess.DEVNULL)))
+                # ssh forwards no environment: the network profile's settings travel too. The
+                # remote process watches its stdin, our pipe: it ends when we do.
+                env = forwarded_env(os.environ) | env | {STDIN_ENV: "1"}
+                procs.append((host, subprocess.Popen(_ssh() + [host, remote_line(root, env, py,
+                                                                                  train)],
+                                                     stdin=subprocess.PIPE,
+                                                     preexec_fn=die_with_parent())))
         names = [(f"worker {role['DMLC_WORKER_ID']}" if role["DMLC_ROLE"] == "worker"
                   else f"server {role['DDLBENCH_SERVER_ID']}") + f" on {host}"
                  for host, role in roles]
         return supervise([p for _, p in procs], names, stopping, poll_s=0.1)
     finally:
         _stop_all(procs, remote, job, grace)
+
+
+def remote_line(root: str, env: dict, py: str, argv: list[str]) -> str:
+    """The command line a remote shell runs: every word quoted, every name checked."""
+    for k in env:
+        if not ENV_NAME.match(k):
+            raise UsageError(f"environment variable {k!r} cannot be forwarded")
+    assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return (f"cd {shlex.quote(root)} && exec env {assign} {shlex.quote(py)} "
+            + " ".join(shlex.quote(a) for a in argv))
 
 
 def _stop_all(procs, remote_hosts, job, grace) -> None:
@@ -182,16 +230,16 @@ def _stop_all(procs, remote_hosts, job, grace) -> None:
     terminate(alive, grace)
 
 
-def stop(hosts, job: str | None, quiet: bool = False) -> int:
-    """Stop the suite's training processes (of ``job``, else all) on every host."""
-    pattern = f"ddlbench.train .*--job-id {job}" if job else "ddlbench.train"
+def stop(hosts, job: str, quiet: bool = False) -> int:
+    """Stop the processes of job ``job`` (its id on their command line) on every host."""
+    pattern = f"ddlbench[.]train .*--job-id {re.escape(check_job_id(job))}( |$)"
     for h in dict.fromkeys(h.name for h in hosts):
         cmd = ["pkill", "-TERM", "-f", pattern]
         if not is_local(h):
             cmd = _ssh() + [h, " ".join(shlex.quote(c) for c in cmd)]
         subprocess.run(cmd, capture_output=True, timeout=60)
         if not quiet:
-            print(f"stopped {'job ' + job if job else 'ddlbench.train'} processes on {h}")
+            print(f"stopped the processes of job {job} on {h}")
     return 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -89,7 +90,7 @@ def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict
     env = environment(ctx)
     servers = (ctx.ps.server_stats() if ctx.is_root and ctx.ps is not None
                and method.get("architecture") == "ps" else None)
-    config = {k: v for k, v in vars(args).items() if k != "output"}
+    config = {k: v for k, v in vars(args).items() if k not in ("output", "given")}
     config.update(options)
     config.update(nworkers=ctx.size, nservers=ctx.nservers, lr=lr)
     return {
@@ -107,6 +108,23 @@ def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict
     }
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _strict(value):
+    """The record as strict JSON: a non-finite float (no JSON word for it) becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def write_atomic(path: str, record: dict) -> None:
     """Write JSON so that a reader never sees half a file: temp file, fsync, rename."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -114,9 +132,10 @@ def write_atomic(path: str, record: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".record-", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
+            json.dump(_strict(record), f, indent=2, sort_keys=True, allow_nan=False)
             f.write("\n")
             f.flush()
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is not what the user asked for
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

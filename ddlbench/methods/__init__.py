@@ -76,10 +76,13 @@ def lookup(name: str, engine: str = "torch") -> type[Method]:
                          f"{', '.join(names('horovod'))} (the others run on --engine torch)")
     if ":" in name:
         module, _, attr = name.partition(":")
+        if not (all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()):
+            raise UsageError(f"method {name!r} is neither a known id nor module:Class; known: "
+                             f"{', '.join(registry(engine))}")
         try:
             cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise UsageError(f"cannot load method {name!r}: {e}") from None
+        except Exception as e:  # ImportError, AttributeError, or the module's own error
+            raise UsageError(f"cannot load method {name!r}: {type(e).__name__}: {e}") from None
         if not (isinstance(cls, type) and issubclass(cls, Method)):
             raise UsageError(f"method {name!r} is not a Method subclass")
         return cls

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..options import COUNT, Options, option
+from ..options import COUNT, Options, count_at_least, option
 from ..planning import DEFAULT_PARTITION_BYTES
 from . import threads
 from .allreduce import Bucket, threshold_option
@@ -35,8 +35,13 @@ def nservers_option():
                   env="DMLC_NUM_SERVER")
 
 
+# Below this every push is a handful of elements: the run crawls (messages per iteration =
+# gradient bytes / partition, each a round trip to a server).
+PARTITION_BYTES = count_at_least(4096, "bytes")
+
+
 def partition_bytes_option():
-    return option(DEFAULT_PARTITION_BYTES, COUNT,
+    return option(DEFAULT_PARTITION_BYTES, PARTITION_BYTES,
                   "parameter server: partition size in bytes (BytePS's 4,096,000)")
 
 

@@ -6,18 +6,18 @@ import json
 import os
 import sys
 
-from ..errors import EXIT_USAGE, UsageError
+from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 from . import helper
 from .cluster import Cluster
 from .links import require
 from .probe import PROBE_TOLERANCE, probe_allreduce, probe_line, probe_stream
 from .profiles import load_profiles, resolve
-from .state import _owner_alive, _read_states, cleanup_stale
+from .state import _owner_alive, _read_states, cleanup_stale, reap
 from .units import format_rate, parse_size
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m ddlbench.netem",
+    p = ArgumentParser(prog="python -m ddlbench.netem",
                                 description="Emulated cluster on one machine (network "
                                             "namespaces, veth, bridge, tc tbf).")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -35,6 +35,9 @@ def parse_args(argv):
     cl = sub.add_parser("cleanup", help="remove the emulated networks of runs that are gone")
     cl.add_argument("--all", action="store_true",
                     help="also those of runs still alive (they will fail)")
+    rp = sub.add_parser("reap", help=argparse.SUPPRESS)  # started by a cluster (state.py)
+    rp.add_argument("run_id")
+    rp.add_argument("--owner", type=int, required=True)
     sub.add_parser("profiles", help="list the network profiles")
     sub.add_parser("status", help="list the emulated networks that exist now")
     helper.add_parsers(sub)
@@ -45,6 +48,9 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command in helper.COMMANDS:
         return helper.COMMANDS[args.command](args)
+    if args.command == "reap":
+        reap(args.run_id, args.owner)
+        return 0
     try:
         if args.command == "probe":
             return _cmd_probe(args)

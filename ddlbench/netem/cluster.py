@@ -34,7 +34,7 @@ from ..errors import UsageError
 from .links import (NS_PREFIX, TBF_LATENCY, _NS_RE, _remove_namespaces, build,
                     list_namespaces, netns_exec, require, write_hosts_files)
 from .profiles import Profile
-from .state import _read_states, cleanup_stale, state_dir, write_state
+from .state import _read_states, cleanup_stale, start_reaper, state_dir, write_state
 from .units import format_rate
 
 STORE_PORT = 29500          # rank 0's rendezvous store, on its own address in its own namespace
@@ -125,6 +125,7 @@ class Cluster:
         require()
         cleanup_stale(log=log)
         self._write_state()
+        start_reaper(self.run_id)  # tears the set down if this process is killed outright
         try:
             self._build()
         except BaseException:

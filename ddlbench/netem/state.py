@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -26,11 +27,12 @@ def state_dir() -> str:
 
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot: with the PID, it tells a live owner
-    from a later process that reused its PID."""
+    from a later process that reused its PID. None for a process that is gone (or a zombie:
+    dead, not yet reaped by its parent)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        return stat.rsplit(")", 1)[1].split()[19]
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]
     except (OSError, IndexError):
         return None
 
@@ -54,11 +56,14 @@ def _read_states() -> list[tuple[str, dict]]:
         path = os.path.join(directory, name)
         try:
             with open(path) as f:
-                out.append((path, json.load(f)))
+                state = json.load(f)
         except (OSError, ValueError):
-            # Half-written by a run killed at that moment: its names follow the pattern, and
-            # the orphan sweep below finds them.
-            out.append((path, {"run_id": name[:-5], "namespaces": []}))
+            state = None
+        if not isinstance(state, dict) or not isinstance(state.get("namespaces", []), list):
+            # Half-written by a run killed at that moment (or not ours): its names follow the
+            # pattern, and the orphan sweep below finds them.
+            state = {"run_id": name[:-5], "namespaces": []}
+        out.append((path, state))
     return out
 
 
@@ -81,6 +86,19 @@ def write_state(run_id: str, profile: str, namespaces: list[str]) -> str:
     return path
 
 
+def _remove_run(path: str, run_id: str, state: dict) -> None:
+    """Remove run ``run_id``'s set: the namespaces its state file names and any others of its
+    id (with what runs in them), then the state file."""
+    names = list(state.get("namespaces") or [])
+    names += [ns for ns in list_namespaces() if _NS_RE.match(ns)
+              and _NS_RE.match(ns).group(1) == run_id and ns not in names]
+    _remove_namespaces(names)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def cleanup_stale(include_live: bool = False, log=None) -> list[str]:
     """Remove the sets of runs whose owner process is gone (all sets with ``include_live``),
     and namespaces of this package's pattern that no state file accounts for. Returns the run
@@ -92,14 +110,7 @@ def cleanup_stale(include_live: bool = False, log=None) -> list[str]:
         if state.get("owner_pid") is not None and not include_live and _owner_alive(state):
             known.add(run_id)
             continue
-        names = list(state.get("namespaces") or [])
-        names += [ns for ns in list_namespaces() if _NS_RE.match(ns)
-                  and _NS_RE.match(ns).group(1) == run_id and ns not in names]
-        _remove_namespaces(names)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        _remove_run(path, run_id, state)
         removed.append(run_id)
     # Namespaces of the pattern that no state file accounts for (a run writes its state file
     # before it creates anything, so one that started meanwhile has its file by now).
@@ -117,3 +128,29 @@ def cleanup_stale(include_live: bool = False, log=None) -> list[str]:
         log(f"removed the emulated network(s) of {len(removed)} earlier run(s) that did not "
             f"clean up: {', '.join(removed)}")
     return removed
+
+
+def start_reaper(run_id: str) -> None:
+    """A detached watcher of this process (``python -m ddlbench.netem reap``): when this process
+    dies without removing run ``run_id``'s state file (kill -9), the watcher removes the run's
+    namespaces and whatever still runs inside them, within a fraction of a second."""
+    subprocess.Popen([sys.executable, "-m", "ddlbench.netem", "reap", run_id,
+                      "--owner", str(os.getpid())],
+                     cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                         os.path.abspath(__file__)))),
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def reap(run_id: str, owner: int, poll_s: float = 0.1) -> bool:
+    """Wait while ``owner`` lives and run ``run_id``'s state file exists; if the owner died and
+    left the file, remove the run's set. Returns whether it removed anything."""
+    path = os.path.join(state_dir(), f"{run_id}.json")
+    start = _start_time(owner)
+    while os.path.exists(path) and start is not None and _start_time(owner) == start:
+        time.sleep(poll_s)
+    if not os.path.exists(path):
+        return False
+    states = [s for p, s in _read_states() if p == path]
+    _remove_run(path, run_id, states[0] if states else {})
+    return True

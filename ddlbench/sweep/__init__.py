@@ -25,6 +25,9 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
     kill_grace: 15             # seconds between SIGTERM and SIGKILL of a timed-out run
     hostfile: configs/cluster{nworkers}   # rdma networks: host file of each worker count
     extra_args: ""             # passed through to the training script
+    env: {OMP_NUM_THREADS: 1}  # variables for every run; inherited suite settings (DDLBENCH_*,
+                               #   DMLC_*, BYTESCHEDULER_*, HOROVOD_*) are dropped, the rest
+                               #   that matters (OMP_*, NCCL_*, GLOO_*) recorded and hashed
     results: results           # results/<date>-<name>/ (the store and the reports)
     logs: logs                 # logs/<date>-<name>/<cell>_try<N>.log
     estimate_s: 60             # --dry-run's guess for a run with no history in the store

@@ -32,7 +32,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s"}
+        "logs", "estimate_s", "env"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -43,6 +43,43 @@ MODEL_NAMES = {"resnet50": "ResNet-50", "bert": "BERT-Large", "bert_base": "BERT
 # Test-only: run `python -m MODULE` instead of the training script under the local launcher.
 PROGRAM_ENV = "DDLBENCH_SWEEP_PROGRAM"
 TRAIN_MODULE = "ddlbench.train"
+
+# The environment of a sweep's runs (docs/DESIGN.md section 15): a cell runs with exactly the
+# configuration it records. Inherited variables that would change what a run measures or how
+# it is placed are dropped unless the sweep file's `env:` sets them: the suite's own settings
+# (DDLBENCH_NET, the options' fallbacks such as BYTESCHEDULER_PARTITION, DMLC_NUM_SERVER, ...),
+# Horovod's, and a launcher's placement (a sweep started under mpirun or torchrun).
+DROPPED_PREFIXES = ("DDLBENCH_", "DMLC_", "BYTESCHEDULER_", "HOROVOD_", "TORCHELASTIC_",
+                    "OMPI_COMM_WORLD_")
+DROPPED_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"}
+# ... except where things are (caches, state files, which Horovod build) and test hooks:
+PASSED_NAMES = {"DDLBENCH_NETEM_STATE", "DDLBENCH_CACHE", "DDLBENCH_NET_PROBE_S", PROGRAM_ENV,
+                "HOROVOD_PY", "HOROVOD_MPIRUN"}
+# Inherited variables kept that change code or threads or transports: recorded in each cell's
+# configuration (and so in its hash).
+RECORDED_PREFIXES = ("OMP_", "MKL_", "KMP_", "NCCL_", "GLOO_")
+RECORDED_NAMES = {"DDLBENCH_METHODS", "DDLBENCH_NETWORKS"}
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _dropped(name: str) -> bool:
+    return name not in PASSED_NAMES and name not in RECORDED_NAMES and (
+        name.startswith(DROPPED_PREFIXES) or name in DROPPED_NAMES)
+
+
+def inherited_settings(environ=None) -> dict[str, str]:
+    """The inherited variables a run keeps that change what it measures (recorded)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if k in RECORDED_NAMES or k.startswith(RECORDED_PREFIXES)}
+
+
+def child_environment(sweep_env: dict, environ=None) -> dict[str, str]:
+    """The environment a sweep's run starts with: this one without the dropped variables,
+    plus the sweep file's ``env:``."""
+    environ = os.environ if environ is None else environ
+    return {**{k: v for k, v in environ.items() if not _dropped(k)}, **sweep_env}
 
 
 def suite_version() -> str:
@@ -97,6 +134,11 @@ class Cell:
         program = os.environ.get(PROGRAM_ENV)
         if program:
             cfg["program"] = program
+        if self.sweep.env:
+            cfg["env"] = dict(self.sweep.env)
+        inherited = {k: v for k, v in inherited_settings().items() if k not in self.sweep.env}
+        if inherited:
+            cfg["environment"] = inherited
         return cfg
 
     @property
@@ -189,6 +231,7 @@ class Sweep:
     logs_root: str = ""
     estimate_s: float = 60.0
     notes: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # variables the sweep file sets for every run
 
     def cells(self) -> list[Cell]:
         return [Cell(net, task, method, engine, n, self) for net in self.networks
@@ -209,7 +252,7 @@ class Sweep:
                 "tasks": self.tasks, "methods": self.methods, "engines": self.engines,
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
-                "extra_args": self.extra_args}
+                "extra_args": self.extra_args, "env": self.env}
 
 
 def resolve_config(name_or_path: str) -> str:
@@ -312,6 +355,7 @@ def load(path: str, preflight: bool = True) -> Sweep:
     for key in ("results", "logs"):
         if key in raw and not isinstance(raw[key], str):
             problems.append(f"{key} must be a folder path")
+    env = _env(raw.get("env", {}), problems)
 
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
@@ -320,7 +364,7 @@ def load(path: str, preflight: bool = True) -> Sweep:
                   extra_args=extra_args, hostfile=hostfile,
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
-                  notes=notes)
+                  notes=notes, env=env)
     problems += _check_names(tasks, methods)
     problems += _check_combinations(sweep)
     if preflight and not problems:
@@ -328,6 +372,25 @@ def load(path: str, preflight: bool = True) -> Sweep:
     if problems:
         raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
     return sweep
+
+
+def _env(value, problems) -> dict[str, str]:
+    """The sweep file's ``env:``: variable name -> value (a string or a number)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append("env must be a mapping of environment variables to values")
+        return {}
+    out = {}
+    for k, v in value.items():
+        if not (isinstance(k, str) and ENV_NAME.fullmatch(k)):
+            problems.append(f"env: {k!r} is not a variable name")
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)) or \
+                (isinstance(v, float) and not math.isfinite(v)) or "\0" in str(v):
+            problems.append(f"env: {k} must be a string or a number, got {v!r}")
+        else:
+            out[k] = v if isinstance(v, str) else format_value(v)
+    return out
 
 
 def _root(value, default) -> str:
@@ -361,6 +424,9 @@ def _network(x, problems) -> Network | None:
     for k in sorted(set(x) - {"rdma", "net", "label"}, key=str):
         problems.append(f"network {x!r}: unknown key {k!r}")
     label = x.get("label")
+    if label is not None and not (isinstance(label, str) and label.strip()):
+        problems.append(f"network {x!r}: label must be a non-empty string")
+        return None
     if ("rdma" in x) == ("net" in x):
         problems.append(f"network {x!r}: give exactly one of rdma and net")
         return None
@@ -384,6 +450,9 @@ def _network(x, problems) -> Network | None:
 def _task(t, problems) -> dict | None:
     if not isinstance(t, dict) or "model" not in t or "batch_size" not in t:
         problems.append(f"task {t!r} needs model and batch_size")
+        return None
+    if not isinstance(t["model"], str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", t["model"]):
+        problems.append(f"task {t!r}: model must be a model name, got {t['model']!r}")
         return None
     for k in sorted(set(t) - TASK_KEYS, key=str):
         problems.append(f"task {t['model']}: unknown key {k!r}")
@@ -432,6 +501,9 @@ def _method(m, problems, notes) -> dict | None:
             problems.append(f"method {mid}: cannot take compressor {comp!r}: {why}")
     if "args" in m and not isinstance(m["args"], str):
         problems.append(f"method {mid}: args must be a string of training-script flags")
+    if "label" in m and not (isinstance(m["label"], str) and m["label"].strip()):
+        problems.append(f"method {mid}: label must be a non-empty string, got {m['label']!r}")
+        return None
     return dict(m)
 
 
@@ -552,6 +624,20 @@ def _horovod_env_problem() -> str:
     return why.replace("horovod-env: error: ", "engine horovod: ")
 
 
+@contextlib.contextmanager
+def _environment(environ: dict):
+    """This process's environment is ``environ`` while inside (the preflight parses a cell's
+    flags as its run will, environment fallbacks included)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _preflight(sweep: Sweep) -> list[str]:
     """Every cell's flags through the training script's parser and checks, in this process."""
     from .. import train
@@ -587,9 +673,13 @@ def _preflight(sweep: Sweep) -> list[str]:
         seen.add(key)
         err = io.StringIO()
         try:
-            with contextlib.redirect_stderr(err):
+            with contextlib.redirect_stderr(err), _environment(child_environment(sweep.env)):
                 # Horovod's engine imports only in its own environment: checked apart.
-                train.check(train.parse_args(args), probe_engine=cell.engine == "torch")
+                parsed = train.parse_args(args)
+                train.check(parsed, probe_engine=cell.engine == "torch")
+                if cell.network.kind == "net" and cell.engine == "torch":
+                    from ..launch.local import check_capacity
+                    check_capacity(cell.nworkers + parsed.nservers)
             continue
         except UsageError as e:
             msg = str(e)

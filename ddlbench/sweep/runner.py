@@ -12,7 +12,6 @@ SIGTERM if the sweep itself dies (PR_SET_PDEATHSIG), and the sweep writes the ru
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -25,8 +24,9 @@ import time
 import psutil
 
 from .. import methods
-from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, format_value, settings,
-                     shell_launcher, train_args)
+from ..hosts.procs import die_with_parent
+from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, child_environment,
+                     format_value, settings, shell_launcher, train_args)
 
 LOG_TAIL_LINES = 20
 TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
@@ -79,21 +79,6 @@ def _abs(path: str) -> str:
 def describe(cmd: list[str], env: dict) -> str:
     return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()),
                      *(shlex.quote(c) for c in cmd)])
-
-
-try:  # looked up here, not in the forked child
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # pragma: no cover - not Linux
-    _prctl = None
-_PR_SET_PDEATHSIG = 1
-_SIGTERM = int(signal.SIGTERM)
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the sweep that started us dies (even by
-    SIGKILL), so a run never outlives its sweep for long."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, _SIGTERM)
 
 
 # ------------------------------------------------------------------------ process sessions
@@ -209,8 +194,9 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
         started_epoch = time.time()
         launch = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=dict(os.environ, **extra_env),
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                stdin=subprocess.DEVNULL,
+                                env=dict(child_environment(sweep.env), **extra_env),
+                                start_new_session=True, preexec_fn=die_with_parent())
         spawn_s = time.monotonic() - launch
         inflight.set({"sid": proc.pid, "started_epoch": started_epoch, "cell": cell.name,
                       "try": try_index, "sweep_pid": os.getpid()})

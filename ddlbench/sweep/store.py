@@ -63,10 +63,50 @@ def read(path: str) -> tuple[list[dict], int]:
                 bad += 1
                 continue
             if "kind" not in e and "cell" in e:
-                e = _legacy(e)
+                try:
+                    e = _legacy(e)
+                except (TypeError, ValueError, AttributeError, KeyError):
+                    bad += 1
+                    continue
             if e.get("kind") in ("sweep", "try"):
+                if not _well_formed(e):
+                    bad += 1
+                    continue
                 entries.append(e)
     return entries, bad
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _well_formed(e: dict) -> bool:
+    """A line the report can read: a try with its hash, try index and cell configuration (and
+    a number as its throughput, if any), or a sweep header with lists where lists belong."""
+    if e["kind"] == "sweep":
+        networks, tasks, methods = (e.get(k, []) for k in ("networks", "tasks", "methods"))
+        return (all(isinstance(x, list) for x in (networks, tasks, methods))
+                and all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in networks)
+                and all(isinstance(t, dict) and isinstance(t.get("model"), str)
+                        and _is_int(t.get("batch_size")) for t in tasks)
+                and all(isinstance(m, dict) and isinstance(m.get("method"), str)
+                        for m in methods)
+                and isinstance(e.get("cells", []), list)
+                and isinstance(e.get("engines", []), list))
+    cfg = e.get("config")
+    if not (isinstance(e.get("hash"), str) and _is_int(e.get("try"))
+            and _is_int(e.get("attempt", 1)) and isinstance(cfg, dict)):
+        return False
+    net, task, method = cfg.get("network"), cfg.get("task"), cfg.get("method")
+    throughput = e.get("throughput")
+    return (isinstance(net, dict) and isinstance(net.get("name"), str)
+            and isinstance(task, dict) and isinstance(task.get("model"), str)
+            and _is_int(task.get("batch_size")) and isinstance(method, dict)
+            and isinstance(method.get("method"), str) and _is_int(cfg.get("nworkers"))
+            and isinstance(cfg.get("engine", "torch"), str)
+            and (throughput is None or (isinstance(throughput, (int, float))
+                                        and not isinstance(throughput, bool)))
+            and all(isinstance(e.get(k, ""), str) for k in ("label", "status", "unit")))
 
 
 def _legacy(e: dict) -> dict:
