@@ -479,3 +479,17 @@ def test_a_sweep_runs_exactly_what_it_records(tmp_path, monkeypatch):
     assert omp["record"]["inherited"] == {"OMP_NUM_THREADS": "1"}
     assert omp["config"]["environment"] == {"OMP_NUM_THREADS": "1"}
     assert omp["hash"] != clean["hash"]
+
+
+def test_a_bad_flag_is_said_once_per_job(tmp_path):
+    """Every process of a job meets the same bad flag; one of them says so."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.2 slots=1\n127.0.0.3 slots=1\n")
+    e = env(SSH=os.path.join(REPO, "tests", "fake_ssh.sh"))
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.launch.pslaunch", "--hostfile",
+                           str(hosts), "--nworkers", "2", "--nservers", "2", "--", *TINY_BERT,
+                           "--method", "wfbpps", "--bogus"], cwd=REPO, env=e,
+                          capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert proc.returncode == 2 and errors == [
+        "ddlbench: error: unrecognized arguments: --bogus"], describe(proc)
