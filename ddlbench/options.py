@@ -220,6 +220,14 @@ def check_flags(args, positive=(), nonneg=()) -> None:
             ok = _is_number(value) and (value > 0 if low is None else value >= low)
             if not ok:
                 raise UsageError(f"{flag} must be {'a finite number ' if phrase == '>= 0' else ''}"
-                                 f"{phrase}, got {value:g}")
+                                 f"{phrase}, got {_shown(value)}")
             if flag in LIMITS and value > LIMITS[flag]:
-                raise UsageError(f"{flag} must be at most {LIMITS[flag]:g}, got {value:g}")
+                raise UsageError(f"{flag} must be at most {_shown(LIMITS[flag])}, got "
+                                 f"{_shown(value)}")
+
+
+def _shown(value) -> str:
+    """A number in a message: integers as written (huge ones shortened), floats as %g."""
+    if _is_int(value):
+        return str(value) if abs(value) < 10 ** 15 else f"{value:.3g}"
+    return f"{value:g}"

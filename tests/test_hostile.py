@@ -95,6 +95,31 @@ def test_accepted_flags_still_run(tmp_path, capfd, no_runs):
 
 
 SWEEP_CASES = [c for c in hostile.CASES if c.cmd[1:2] == ["benchmarks.py"]]
+# Host files, the PS launcher, the shell launchers, the emulated network's state: no torch.
+TOOL_CASES = [c for c in hostile.CASES if c.cmd[0] == "bash" or c.cmd[1:3] in (
+    ["-m", "ddlbench.hosts.hostfile"], ["-m", "ddlbench.launch.pslaunch"],
+    ["-m", "ddlbench.netem"])]
+
+
+@pytest.mark.parametrize("case", TOOL_CASES, ids=lambda c: c.name)
+def test_bad_host_files_and_launcher_variables_are_one_line(case):
+    outcome, tail, made = hostile.run_case(case, REPO)
+    assert outcome == case.expect and not made, (outcome, tail, made)
+
+
+def test_a_port_in_use_is_one_line():
+    import socket
+    from datetime import timedelta
+    from ddlbench import engine
+    from ddlbench.hosts.placement import Placement
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = Placement(0, 2, 0, 2, "mpi", "127.0.0.1", port)
+        with pytest.raises(UsageError, match=f"cannot open the rendezvous store at "
+                                             f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port}"):
+            engine._store(p, timedelta(seconds=5))
 
 
 @pytest.mark.parametrize("case", SWEEP_CASES, ids=lambda c: c.name)
