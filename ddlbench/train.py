@@ -23,7 +23,8 @@ import sys
 import compression
 
 from . import methods
-from .errors import ArgumentParser, UsageError, check_writable, env_int
+from .errors import ArgumentParser, UsageError, check_writable, env_int, say
+from .hosts.placement import launcher_rank
 from .options import add_flags, check_flags
 
 ENGINES = methods.ENGINES
@@ -202,21 +203,28 @@ def check(args, probe_engine: bool = True) -> None:
 
 
 def _check_ignored(args) -> None:
-    """A flag the run would ignore is an error: a method's option that none of the chosen
-    methods declares, a compressor's that none of the chosen compressors declares, timing
-    flags and --output under --verify (it times and records nothing)."""
+    """A flag the run would ignore is an error: timing flags and --output under --verify (it
+    times nothing and writes no record), and, for a benchmark, an option that none of the
+    chosen methods or compressors declares (its record would claim a setting that did
+    nothing). A verification often runs one command line over several methods: there such an
+    option is named in a note and ignored."""
     if args.verify:
         ignored = [n for n in TIMING if n in args.given]
         if ignored:
             raise UsageError(f"--{ignored[0].replace('_', '-')} has no effect with --verify "
                              f"(a verification times nothing and writes no record)")
+    notes = []
     for owners, chosen in ((methods.option_owners(), method_list(args)),
                            (compression.option_owners(), compressor_list(args))):
         for name, (spec, declared) in owners.items():
             ids = [owner for owner, _ in declared]
             if name in args.given and not set(ids) & set(chosen):
-                raise UsageError(f"{spec.flag} is an option of {', '.join(ids)}, not of "
-                                 f"{', '.join(chosen)}")
+                line = f"{spec.flag} is an option of {', '.join(ids)}, not of {', '.join(chosen)}"
+                if not args.verify:
+                    raise UsageError(line)
+                notes.append(line)
+    if notes and launcher_rank() == "0":
+        say(f"ddlbench: note: {'; '.join(notes)} (ignored)")
 
 
 def _check_horovod(args, probe_engine: bool) -> None:

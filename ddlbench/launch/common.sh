@@ -93,16 +93,18 @@ defaults() {
 }
 
 # job_args METHOD [--skip OPTION]...: the variables every launcher takes, with the original's
-# defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters=10, extra_args for small runs),
+# defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters (10), extra_args for small runs),
 # checked; fills the array ARGS with the training script's flags: the workload, METHOD with
 # its options (method_args), --engine when $engine is set, and extra_args last (so they win).
 job_args() {
-    defaults dnn=resnet50 bs=64 senlen=64 image_size= iters=10 extra_args=
+    defaults dnn=resnet50 bs=64 senlen=64 image_size= iters= extra_args=
     positive bs "$bs"
-    positive iters "$iters"
     method_args "$@"
     ARGS=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$1"
-          "${METHOD_ARGS[@]}" --num-iters "$iters")
+          "${METHOD_ARGS[@]}")
+    # iters: timing rounds, the training script's default (10, the original's) unless set; not
+    # passed when unset, so that extra_args="--verify N" (which times nothing) stays valid.
+    if [ -n "$iters" ]; then positive iters "$iters"; ARGS+=(--num-iters "$iters"); fi
     if [ -n "${engine:-}" ]; then ARGS+=(--engine "$engine"); fi
     if [ -n "$image_size" ]; then ARGS+=(--image-size "$image_size"); fi
     if [ -n "$extra_args" ]; then split_words "$extra_args"; ARGS+=("${WORDS[@]}"); fi
