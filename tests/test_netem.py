@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from ddlbench import netem
@@ -303,11 +304,19 @@ def test_stale_set_of_a_killed_launcher_is_removed_at_next_start(tmp_path, netem
                                                                  load_json):
     proc, run_id, pids = start_long_run(tmp_path)
     netem_runs.append(run_id)
+    # A set every guard of which is gone: the run's watcher (`netem reap`) killed first (as an
+    # OOM killer or `kill -9 -1` would), the workers stopped (still there for the cleanup to
+    # find, their parent-death SIGTERM pending, not using the CPU meanwhile), then the launcher.
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    reapers = [p for p in psutil.process_iter(["cmdline"])
+               if "reap" in (p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
+    assert len(reapers) == 1
+    reapers[0].kill()
+    reapers[0].wait(timeout=30)
     proc.kill()  # SIGKILL: no chance to clean up
     proc.wait(timeout=30)
     assert any(ns.endswith("-sw") for ns in leftovers(run_id))  # stale, workers orphaned
-    for pid in pids:  # still there for the cleanup to find, but not using the CPU meanwhile
-        os.kill(pid, signal.SIGSTOP)
     # The next run: it removes the stale set first, then runs, and records the network.
     out = tmp_path / "rec.json"
     nxt = train(*TINY_BERT, *QUICK_TIMING, "--nworkers", "2", "--net", "1gbit",
