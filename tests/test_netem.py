@@ -312,8 +312,7 @@ def test_stale_set_of_a_killed_launcher_is_removed_at_next_start(tmp_path, netem
     reapers = [p for p in psutil.process_iter(["cmdline"])
                if "reap" in (p.info["cmdline"] or []) and run_id in (p.info["cmdline"] or [])]
     assert len(reapers) == 1
-    reapers[0].kill()
-    reapers[0].wait(timeout=30)
+    reapers[0].kill()  # (a zombie until the launcher, its parent, is gone)
     proc.kill()  # SIGKILL: no chance to clean up
     proc.wait(timeout=30)
     assert any(ns.endswith("-sw") for ns in leftovers(run_id))  # stale, workers orphaned
