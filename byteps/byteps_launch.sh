@@ -47,4 +47,4 @@ done
 launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
 [ -n "$nservers" ] && launch+=(--nservers "$nservers")
 [ -n "${job:-}" ] && launch+=(--job-id "$job")
-launch_exec "${launch[@]}" -- "${ARGS[@]}"
+launch_exec --quiet "${launch[@]}" -- "${ARGS[@]}"

@@ -13,4 +13,4 @@ source "$root/ddlbench/launch/common.sh"
 [ -n "${job:-}" ] || die "job= is required: the id the launcher printed (job ID: ...); stop.sh stops only that job's processes"
 defaults nworkers=8
 defaults "hostfile=$root/configs/cluster$nworkers"
-launch_exec "$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop --job-id "$job"
+launch_exec --quiet "$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop --job-id "$job"

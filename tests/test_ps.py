@@ -250,7 +250,7 @@ def test_unknown_host_in_the_config_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("var,value,message", [
     ("nservers", "0", "nservers must be a positive integer, got '0'"),
-    ("partition_bytes", "-5", "partition_bytes must be a positive integer, got '-5'"),
+    ("partition_bytes", "-5", "partition_bytes must be an integer >= 4096, got '-5'"),
     ("bytescheduler", "2", "bytescheduler must be 0 or 1, got '2'"),
 ])
 def test_launcher_bad_env_is_one_line(var, value, message):

@@ -127,16 +127,18 @@ sys.stdout.write("".join(w + "\0" for w in words))'
     return 0
 }
 
-# launch_exec CMD...: runs CMD in place of the launcher from the repository root, after
-# printing it (+ ...) on stderr; with dry_run=1 it only prints it, quoted, on stdout and exits 0
+# launch_exec [--quiet] CMD...: runs CMD in place of the launcher from the repository root,
+# after printing it (+ ...) on stderr unless --quiet; with dry_run=1 it only prints it, quoted, on stdout and exits 0
 # (what the launcher would run, for checks).
 launch_exec() {
+    local echo=1
+    if [ "$1" = --quiet ]; then echo=0; shift; fi  # a launcher that prints its own lines
     case "${dry_run:-0}" in
         0) ;;
         1) printf '%q ' "$@"; echo; exit 0 ;;
         *) die "dry_run must be 0 or 1, got '${dry_run}'" ;;
     esac
-    echo "+ $*" >&2
+    if [ "$echo" = 1 ]; then echo "+ $*" >&2; fi
     cd "$root"
     exec "$@"
 }

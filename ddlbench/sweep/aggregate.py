@@ -106,6 +106,9 @@ def _pstdev(values: list[float]) -> float:
 
 def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | None = None,
           unreadable: int = 0) -> Table:
+    usable = [e for e in entries if e.get("kind") != "try" or store.has_cell(e)]
+    unreadable += len(entries) - len(usable)
+    entries = usable
     heads = store.headers(entries)
     header = heads[-1] if heads else None
     how = aggregate_how or (header or {}).get("aggregate") or "mean"

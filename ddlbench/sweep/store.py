@@ -93,20 +93,26 @@ def _well_formed(e: dict) -> bool:
                         for m in methods)
                 and isinstance(e.get("cells", []), list)
                 and isinstance(e.get("engines", []), list))
+    throughput = e.get("throughput")
+    return (isinstance(e.get("hash"), str) and _is_int(e.get("try"))
+            and _is_int(e.get("attempt", 1))
+            and (throughput is None or (isinstance(throughput, (int, float))
+                                        and not isinstance(throughput, bool)))
+            and all(isinstance(e.get(k, ""), str) for k in ("label", "status", "unit"))
+            and ("config" not in e or has_cell(e)))
+
+
+def has_cell(e: dict) -> bool:
+    """A try line with the cell configuration a report needs."""
     cfg = e.get("config")
-    if not (isinstance(e.get("hash"), str) and _is_int(e.get("try"))
-            and _is_int(e.get("attempt", 1)) and isinstance(cfg, dict)):
+    if not isinstance(cfg, dict):
         return False
     net, task, method = cfg.get("network"), cfg.get("task"), cfg.get("method")
-    throughput = e.get("throughput")
     return (isinstance(net, dict) and isinstance(net.get("name"), str)
             and isinstance(task, dict) and isinstance(task.get("model"), str)
             and _is_int(task.get("batch_size")) and isinstance(method, dict)
             and isinstance(method.get("method"), str) and _is_int(cfg.get("nworkers"))
-            and isinstance(cfg.get("engine", "torch"), str)
-            and (throughput is None or (isinstance(throughput, (int, float))
-                                        and not isinstance(throughput, bool)))
-            and all(isinstance(e.get(k, ""), str) for k in ("label", "status", "unit")))
+            and isinstance(cfg.get("engine", "torch"), str))
 
 
 def _legacy(e: dict) -> dict:
