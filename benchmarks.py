@@ -28,7 +28,7 @@ from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError, check_writab
 def _run_parser() -> argparse.ArgumentParser:
     from ddlbench.sweep import config
     p = ArgumentParser(prog="benchmarks.py", description=__doc__.split("\n")[0],
-                                epilog="benchmarks.py report RESULTS --help: the report command")
+                       epilog="benchmarks.py report RESULTS --help: the report command")
     p.add_argument("--config", default="paper",
                    help=f"sweep file, or a preset in configs/ ({', '.join(config.presets())})")
     p.add_argument("--only", metavar="EXPR", default=None,
@@ -54,9 +54,9 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def _report_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="benchmarks.py report",
-                                description="Remake README.md, results.csv, plots/ and "
-                                            "manifest.json of a results folder from its store "
-                                            "alone, and print the tables.")
+                       description="Remake README.md, results.csv, plots/ and "
+                                   "manifest.json of a results folder from its store "
+                                   "alone, and print the tables.")
     p.add_argument("results", help="results folder, or its results.jsonl")
     p.add_argument("--aggregate", choices=("mean", "median", "olympic"), default=None,
                    help="how tries combine (default: the sweep file's, else mean)")

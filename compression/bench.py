@@ -92,7 +92,7 @@ def _mb(x):
 
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m compression.bench",
-                                description=__doc__.split("\n")[0])
+                       description=__doc__.split("\n")[0])
     p.add_argument("--model", nargs="+", default=["resnet50", "bert_base"])
     p.add_argument("--compressor", nargs="+", default=list(compression.COMPRESSORS))
     p.add_argument("--nworkers", type=int, default=8)

@@ -301,9 +301,8 @@ def _bandwidth(beta: float) -> str:
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.comm_bench",
-                                description=__doc__.split("\n")[0], raise_errors=True,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser(prog="python -m ddlbench.comm_bench", description=__doc__.split("\n")[0],
+                       raise_errors=True, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--ops", default="allreduce,allgather",
                    help=f"comma-separated collectives: {', '.join(OPS)}")
     p.add_argument("--min-bytes", default="1K", help="smallest power-of-two size")
@@ -359,20 +358,15 @@ def check(args) -> tuple[list[str], list[int]]:
     if not ops or bad:
         raise UsageError(f"--ops: unknown collective(s) {', '.join(bad) or '(none given)'}; "
                          f"known: {', '.join(OPS)}")
-    if args.warmup < 0 or args.iters <= 0:
-        raise UsageError("--warmup must be >= 0 and --iters positive")
     check_flags(args, positive=("--iters", "--timeout", "--threads", "--nworkers",
-                                "--image-size", "--sentence-len", "--num-classes"),
-                nonneg=("--warmup", "--threshold", "--mgwfbp-min-group"))
+                                "--image-size", "--sentence-len", "--num-classes",
+                                "--partition-bytes"),
+                nonneg=("--warmup", "--threshold", "--mgwfbp-min-group", "--nservers"))
     if args.output:
         check_writable(args.output)
-    if args.nservers < 0 or args.partition_bytes <= 0:
-        raise UsageError("--nservers must be >= 0 and --partition-bytes positive")
     if "pushpull" in ops and args.nservers == 0:
         raise UsageError("--ops pushpull needs parameter servers: --nservers S (under a "
                          "launcher, S of its processes become servers)")
-    if args.nworkers is not None and args.nworkers <= 0:
-        raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
     from . import netem
     netem.check(args.net)
     lo, hi = parse_size(args.min_bytes), parse_size(args.max_bytes)

@@ -1,7 +1,7 @@
 """Errors the user caused (one line, non-zero exit; an argument parser that says so in one line),
-a failed parameter server, and the helpers
-that read integers from the environment, check before any work that a path can be written, and
-write whole lines to stderr."""
+a failed parameter server, and the helpers that read integers from the environment, check before
+any work that a path can be written, name an exception in one line and write whole lines to
+stderr."""
 from __future__ import annotations
 
 import argparse
@@ -70,6 +70,14 @@ def check_writable(path: str, what: str = "--output", folder: bool = False) -> N
                          f"{e.strerror or e})") from None
     os.close(fd)
     os.unlink(tmp)
+
+
+def first_line(e: BaseException) -> str:
+    """An exception in one line: the first line of its message (else its type). Gloo appends
+    generic advice to its transport errors; the cause comes before it."""
+    text = str(e).strip().splitlines()
+    line = text[0] if text else type(e).__name__
+    return line.split(" This is typically caused by")[0]
 
 
 def say(line: str) -> None:

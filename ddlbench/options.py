@@ -212,15 +212,14 @@ def check_flags(args, positive=(), nonneg=()) -> None:
     """One line for the first of the named flags (``--batch-size``, the attribute
     ``batch_size``) whose value is not a finite number, not positive (``positive``) or not
     >= 0 (``nonneg``), or above its limit in LIMITS. Unset (None) values are skipped."""
-    for flags, low, phrase in ((positive, None, "positive"), (nonneg, 0, ">= 0")):
+    for flags, test, phrase in ((positive, lambda v: v > 0, "positive"),
+                                (nonneg, lambda v: v >= 0, "a finite number >= 0")):
         for flag in flags:
             value = getattr(args, flag[2:].replace("-", "_"))
             if value is None:
                 continue
-            ok = _is_number(value) and (value > 0 if low is None else value >= low)
-            if not ok:
-                raise UsageError(f"{flag} must be {'a finite number ' if phrase == '>= 0' else ''}"
-                                 f"{phrase}, got {_shown(value)}")
+            if not (_is_number(value) and test(value)):
+                raise UsageError(f"{flag} must be {phrase}, got {_shown(value)}")
             if flag in LIMITS and value > LIMITS[flag]:
                 raise UsageError(f"{flag} must be at most {_shown(LIMITS[flag])}, got "
                                  f"{_shown(value)}")

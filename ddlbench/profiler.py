@@ -224,9 +224,8 @@ def _global_rank0(group):
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.profiler",
-                                description=__doc__.split("\n")[0], raise_errors=True,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser(prog="python -m ddlbench.profiler", description=__doc__.split("\n")[0],
+                       raise_errors=True, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--sentence-len", type=int, default=64)
@@ -254,13 +253,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def check(args) -> None:
-    for flag, v in (("--batch-size", args.batch_size), ("--iters", args.iters),
-                    ("--comm-iters", args.comm_iters), ("--sentence-len", args.sentence_len),
-                    ("--num-classes", args.num_classes), ("--timeout", args.timeout)):
-        if v <= 0:
-            raise UsageError(f"{flag} must be positive, got {v:g}")
-    if args.warmup < 0 or args.comm_warmup < 0 or args.min_group < 0:
-        raise UsageError("--warmup, --comm-warmup and --min-group must be >= 0")
     check_flags(args, positive=("--batch-size", "--iters", "--comm-iters", "--sentence-len",
                                 "--num-classes", "--timeout", "--image-size", "--nworkers",
                                 "--threads"),
@@ -270,10 +262,6 @@ def check(args) -> None:
         check_writable(args.output)
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
-    if args.alpha is not None and (args.alpha < 0 or args.beta < 0):
-        raise UsageError("--alpha and --beta must be >= 0")
-    if args.nworkers is not None and args.nworkers <= 0:
-        raise UsageError(f"--nworkers must be positive, got {args.nworkers}")
     import models
     if args.model not in models.names():
         models.build(args.model)  # raises the UsageError listing what exists

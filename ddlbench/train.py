@@ -159,7 +159,8 @@ def _is_ps(method: str) -> bool:
     return method == "all" or methods.architecture(method) == methods.PS
 
 
-TIMING = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
+# Flags a verification would ignore (it times nothing and writes no record).
+NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
 
 
 def check(args, probe_engine: bool = True) -> None:
@@ -209,7 +210,7 @@ def _check_ignored(args) -> None:
     nothing). A verification often runs one command line over several methods: there such an
     option is named in a note and ignored."""
     if args.verify:
-        ignored = [n for n in TIMING if n in args.given]
+        ignored = [n for n in NOT_WITH_VERIFY if n in args.given]
         if ignored:
             raise UsageError(f"--{ignored[0].replace('_', '-')} has no effect with --verify "
                              f"(a verification times nothing and writes no record)")

@@ -90,7 +90,7 @@ def test_sizes_of_a_model_join_the_range():
 @pytest.mark.parametrize("kw,message", [
     (dict(ops="allreduce,broadcast"), "unknown collective(s) broadcast"),
     (dict(min_bytes="2M", max_bytes="1K"), "--min-bytes 2M is larger than --max-bytes 1K"),
-    (dict(iters=0), "--iters positive"),
+    (dict(iters=0), "--iters must be positive, got 0"),
 ])
 def test_bad_arguments(kw, message):
     with pytest.raises(UsageError) as e:

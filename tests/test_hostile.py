@@ -303,7 +303,8 @@ def test_nothing_reaches_a_remote_shell_unquoted(tmp_path):
     assert json.loads(out.stdout) == [[evil, "--x"], evil]
     assert os.listdir(tmp_path) == []
     with pytest.raises(UsageError, match="not a valid variable name"):
-        pslaunch.forwarded_env({f"DDLBENCH_Z$(touch {tmp_path}/z)": "1"})
+        pslaunch.remote_line(str(tmp_path), pslaunch.forwarded_env(
+            {f"DDLBENCH_Z$(touch {tmp_path}/z)": "1", "HOME": "/"}), sys.executable, [])
     with pytest.raises(UsageError, match="job id"):
         pslaunch.check_job_id("a;b")
 

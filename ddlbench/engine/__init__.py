@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from .. import compat
-from ..errors import UsageError
+from ..errors import UsageError, first_line
 from ..hosts.placement import Placement
 from ..planning import DEFAULT_PARTITION_BYTES
 from .ps import PSClient
@@ -142,14 +142,9 @@ def _store(p: Placement, timeout: datetime.timedelta) -> dist.Store:
     except (RuntimeError, OSError) as e:  # DistNetworkError: in use, unreachable, timed out
         what = "open" if is_master else "reach"
         raise UsageError(f"cannot {what} the rendezvous store at MASTER_ADDR={addr} "
-                         f"MASTER_PORT={port} ({_first_line(e)}); choose a free port or leave "
+                         f"MASTER_PORT={port} ({first_line(e)}); choose a free port or leave "
                          f"MASTER_PORT unset under mpirun (rank 0 then lets the kernel pick)"
                          ) from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:200] if text else type(e).__name__
 
 
 def _mpi_store(p: Placement, addr: str, timeout) -> dist.Store:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..errors import PSError, say
+from ..errors import PSError, first_line, say
 
 # Message kinds, first word of a header.
 OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
@@ -98,13 +98,6 @@ def _element_size(dtype: torch.dtype) -> int:
 def _rss() -> int:
     import psutil
     return psutil.Process().memory_info().rss
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    line = text[0] if text else type(e).__name__
-    # Gloo appends generic advice to its transport errors; the cause comes before it.
-    return line.split(" This is typically caused by")[0]
 
 
 # ------------------------------------------------------------------------------- worker side
@@ -163,21 +156,21 @@ class PSClient:
             # The server may have stopped because another worker died: the launcher's line
             # names the first process of the job that failed.
             raise PSError(f"{what} to/from {self.server_name(server)} failed: "
-                          f"{_first_line(e)} (the server, or a process it served, stopped)"
+                          f"{first_line(e)} (the server, or a process it served, stopped)"
                           ) from None
 
     def _send(self, tensor, server: int, tag: int):
         try:
             return self.pg.send([tensor], self.server_rank(server), tag)
         except Exception as e:
-            raise PSError(f"cannot send to {self.server_name(server)}: {_first_line(e)}") from None
+            raise PSError(f"cannot send to {self.server_name(server)}: {first_line(e)}") from None
 
     def _recv(self, tensor, server: int, tag: int):
         try:
             return self.pg.recv([tensor], self.server_rank(server), tag)
         except Exception as e:
             raise PSError(f"cannot receive from {self.server_name(server)}: "
-                          f"{_first_line(e)}") from None
+                          f"{first_line(e)}") from None
 
     # -- sessions -------------------------------------------------------------------------------
     def open(self, units: list[tuple[int, torch.dtype]]) -> list[list[Partition]]:
@@ -293,20 +286,20 @@ class Server:
         try:
             work.wait(timeout or self.timeout)
         except Exception as e:
-            self._die(f"{what} from/to worker {peer} failed: {_first_line(e)}")
+            self._die(f"{what} from/to worker {peer} failed: {first_line(e)}")
 
     def _send(self, tensor, peer: int, tag: int):
         try:
             return self.pg.send([tensor], peer, tag)
         except Exception as e:  # the peer's connection is gone
-            self._die(f"sending to worker {peer} failed: {_first_line(e)}")
+            self._die(f"sending to worker {peer} failed: {first_line(e)}")
 
     def _recv(self, tensor, peer: int, tag: int, what: str, timeout=None) -> None:
         """Receive from ``peer`` and wait; a dead peer or the timeout ends the server."""
         try:
             work = self.pg.recv([tensor], peer, tag)
         except Exception as e:
-            self._die(f"{what} from worker {peer} failed: {_first_line(e)}")
+            self._die(f"{what} from worker {peer} failed: {first_line(e)}")
         self._wait(work, peer, what, timeout)
 
     def run(self) -> int:
@@ -385,7 +378,7 @@ class Server:
         except SystemExit:
             raise
         except BaseException as e:  # anything unexpected ends the server, with its reason
-            self._die(f"serving worker {w}: {type(e).__name__}: {_first_line(e)}")
+            self._die(f"serving worker {w}: {type(e).__name__}: {first_line(e)}")
 
     def _send_stats(self, w: int) -> None:
         import resource

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -19,6 +20,7 @@ except (OSError, AttributeError):  # pragma: no cover - not Linux
     _prctl = None
 _PR_SET_PDEATHSIG = 1
 _SIGTERM = int(signal.SIGTERM)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a shell variable name (use fullmatch)
 PARENT_ENV = "DDLBENCH_PARENT_PID"   # the spawner a local process must not outlive
 STDIN_ENV = "DDLBENCH_WATCH_STDIN"   # 1: the launcher's connection is stdin (ssh)
 

@@ -93,7 +93,7 @@ defaults() {
 }
 
 # job_args METHOD [--skip OPTION]...: the variables every launcher takes, with the original's
-# defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters (10), extra_args for small runs),
+# defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters, extra_args for small runs),
 # checked; fills the array ARGS with the training script's flags: the workload, METHOD with
 # its options (method_args), --engine when $engine is set, and extra_args last (so they win).
 job_args() {
@@ -102,7 +102,7 @@ job_args() {
     method_args "$@"
     ARGS=(--model "$dnn" --batch-size "$bs" --sentence-len "$senlen" --method "$1"
           "${METHOD_ARGS[@]}")
-    # iters: timing rounds, the training script's default (10, the original's) unless set; not
+    # iters: timing rounds, the training script's own default (the original's) unless set; not
     # passed when unset, so that extra_args="--verify N" (which times nothing) stays valid.
     if [ -n "$iters" ]; then positive iters "$iters"; ARGS+=(--num-iters "$iters"); fi
     if [ -n "${engine:-}" ]; then ARGS+=(--engine "$engine"); fi
@@ -119,17 +119,18 @@ split_words() {
 try:
     words = shlex.split(sys.argv[2])
 except ValueError as e:
-    sys.exit(f"{sys.argv[1]}: cannot split {sys.argv[2]!r} into words: {e}")
+    sys.stdout.write(f"{sys.argv[1]}: cannot split {sys.argv[2]!r} into words: {e}")
+    sys.exit(2)
 sys.stdout.write("".join(w + "\0" for w in words))'
-    local err
-    err="$("$PY" -c "$split" extra_args "$1" 2>&1 >/dev/null)" || die "$err"
+    # One run: the words, NUL-terminated; on a split error its one line and a non-zero exit.
     mapfile -d '' -t WORDS < <("$PY" -c "$split" extra_args "$1")
+    wait $! || die "${WORDS[0]:-extra_args: cannot split '$1' into words}"
     return 0
 }
 
 # launch_exec [--quiet] CMD...: runs CMD in place of the launcher from the repository root,
-# after printing it (+ ...) on stderr unless --quiet; with dry_run=1 it only prints it, quoted, on stdout and exits 0
-# (what the launcher would run, for checks).
+# after printing it (+ ...) on stderr unless --quiet; with dry_run=1 it only prints it, quoted,
+# on stdout and exits 0 (what the launcher would run, for checks).
 launch_exec() {
     local echo=1
     if [ "$1" = --quiet ]; then echo=0; shift; fi  # a launcher that prints its own lines

@@ -38,12 +38,11 @@ import uuid
 
 from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 from ..hosts import hostfile
-from ..hosts.procs import (PARENT_ENV, STDIN_ENV, die_with_parent, stop_signals, supervise,
-                           terminate)
+from ..hosts.procs import (ENV_NAME, PARENT_ENV, STDIN_ENV, die_with_parent, stop_signals,
+                           supervise, terminate)
 
 
 FORWARD_PREFIXES = ("NCCL_", "GLOO_", "DDLBENCH_", "OMP_")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 
 
@@ -55,16 +54,8 @@ def check_job_id(job: str) -> str:
 
 def forwarded_env(environ) -> dict[str, str]:
     """The variables that travel to remote processes (ssh forwards none): the suite's, Gloo's,
-    NCCL's and OpenMP's. A name that is not a shell variable name is refused: it would be
-    code in the remote command line."""
-    out = {}
-    for k, v in environ.items():
-        if k.startswith(FORWARD_PREFIXES):
-            if not ENV_NAME.match(k):
-                raise UsageError(f"environment variable {k!r} is not a valid variable name "
-                                 f"and cannot be forwarded to remote hosts; unset it")
-            out[k] = v
-    return out
+    NCCL's and OpenMP's (their names are checked where the remote line is built)."""
+    return {k: v for k, v in environ.items() if k.startswith(FORWARD_PREFIXES)}
 
 
 def parse_args(argv):
@@ -212,10 +203,12 @@ def _run(roles, common, py, root, train, job, grace, stopping) -> int:
 
 
 def remote_line(root: str, env: dict, py: str, argv: list[str]) -> str:
-    """The command line a remote shell runs: every word quoted, every name checked."""
+    """The command line a remote shell runs: every word quoted, every variable name checked
+    (a name that is not a shell variable name would be code in the remote command line)."""
     for k in env:
-        if not ENV_NAME.match(k):
-            raise UsageError(f"environment variable {k!r} cannot be forwarded")
+        if not ENV_NAME.fullmatch(k):
+            raise UsageError(f"environment variable {k!r} is not a valid variable name "
+                             f"and cannot be forwarded to remote hosts; unset it")
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (f"cd {shlex.quote(root)} && exec env {assign} {shlex.quote(py)} "
             + " ".join(shlex.quote(a) for a in argv))

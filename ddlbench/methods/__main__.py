@@ -16,7 +16,7 @@ from . import A2A, PS, architecture, defaults, launcher_args, registry, table
 
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m ddlbench.methods",
-                                description=__doc__.split("\n")[0])
+                       description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("table", help="the method table (Markdown)")
     sub.add_parser("compressors", help="the compressors, their options and what they send")

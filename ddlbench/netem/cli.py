@@ -18,8 +18,8 @@ from .units import format_rate, parse_size
 
 def parse_args(argv):
     p = ArgumentParser(prog="python -m ddlbench.netem",
-                                description="Emulated cluster on one machine (network "
-                                            "namespaces, veth, bridge, tc tbf).")
+                       description="Emulated cluster on one machine (network "
+                                   "namespaces, veth, bridge, tc tbf).")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pr = sub.add_parser("probe", help="set up N hosts, measure, tear down, print")
     pr.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "1gbit",

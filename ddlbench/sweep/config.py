@@ -21,6 +21,7 @@ import compression
 
 from .. import methods
 from ..errors import UsageError
+from ..hosts.procs import ENV_NAME
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,7 +61,6 @@ PASSED_NAMES = {"DDLBENCH_NETEM_STATE", "DDLBENCH_CACHE", "DDLBENCH_NET_PROBE_S"
 # configuration (and so in its hash).
 RECORDED_PREFIXES = ("OMP_", "MKL_", "KMP_", "NCCL_", "GLOO_")
 RECORDED_NAMES = {"DDLBENCH_METHODS", "DDLBENCH_NETWORKS"}
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _dropped(name: str) -> bool:
@@ -644,6 +644,7 @@ def _preflight(sweep: Sweep) -> list[str]:
     problems: dict[str, list[str]] = {}
     seen = set()
     horovod_env = None
+    run_environment = child_environment(sweep.env)  # what each cell's run will see
     for cell in sweep.cells():
         args = train_args(sweep, cell, os.devnull)
         if cell.engine == "horovod":
@@ -673,7 +674,7 @@ def _preflight(sweep: Sweep) -> list[str]:
         seen.add(key)
         err = io.StringIO()
         try:
-            with contextlib.redirect_stderr(err), _environment(child_environment(sweep.env)):
+            with contextlib.redirect_stderr(err), _environment(run_environment):
                 # Horovod's engine imports only in its own environment: checked apart.
                 parsed = train.parse_args(args)
                 train.check(parsed, probe_engine=cell.engine == "torch")
