@@ -277,7 +277,7 @@ def test_registered():
     assert cls is ByteScheduler and cls.display == "ByteScheduler-A2A"
 
 
-# The 3-step reference matrix (1-4 workers x both models x SGD and Adam) runs ByteScheduler
+# The 3-step reference matrix (1-4 workers x both models x SGD and Adam, pairwise) runs ByteScheduler
 # beside MG-WFBP: tests/test_mgwfbp.py::test_three_steps_match_the_reference.
 
 

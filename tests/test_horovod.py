@@ -94,9 +94,9 @@ def assert_same_params(a, b, what):
     assert worst <= 1.0, f"{what}: parameters differ by up to {diff:.3e} ({worst:.1f} of tolerance)"
 
 
-# 2 and 3 workers on the small CNN; tiny BERT with 3 only (the suite's time budget).
-@pytest.mark.parametrize("nworkers,model", [(2, "cnn"), (3, "cnn"), (3, "bert")],
-                         ids=["small-cnn-2", "small-cnn-3", "tiny-bert-3"])
+# 2 workers on the small CNN, 3 (an odd count) on tiny BERT: the suite's time budget.
+@pytest.mark.parametrize("nworkers,model", [(2, "cnn"), (3, "bert")],
+                         ids=["small-cnn-2", "tiny-bert-3"])
 def test_horovod_matches_the_torch_engine(legacy_python, tmp_path, nworkers, model):
     """wfbp, fusion, bspa2a and mgwfbp on real Horovod end 3 momentum-SGD steps with the
     parameters of the torch engine (same torch 2.0.1, seed and data), and pass --verify."""
