@@ -10,7 +10,8 @@
 # iters (timing rounds), extra_args (more flags for the training script, split into words as a
 # shell would, quotes honoured, nothing expanded); dry_run=1 prints the command and runs nothing.
 #
-# The method's own settings are variables named after its options (fusion: threshold;
+# method unset: fusion at Horovod's default threshold (the original's horovod/ launcher, which
+# ignored threshold=). The method's own settings are variables named after its options (fusion: threshold;
 # bytescheduler: partition, credit; ddp: bucket_cap_mb; ...), with compressor and the
 # compressor's options (density, powersgd_rank, ...); their defaults are the method's own:
 # `python -m ddlbench.methods defaults METHOD` lists them.
@@ -28,6 +29,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
+if [ -z "${method:-}" ] && [ -n "${threshold:-}" ]; then
+    # The original's horovod/ launcher ran Horovod's default fusion and ignored threshold (its
+    # benchmarks.py passes threshold=0 here): an original command keeps its meaning.
+    echo "horovod_mpi_cj.sh: threshold=$threshold ignored: with method unset this is Horovod's default tensor fusion, as in the original; method=fusion takes threshold (bytes)" >&2
+    unset threshold
+fi
 defaults nworkers=8 rdma=0 method=fusion engine=torch launcher=mpirun "net=${DDLBENCH_NET:-}"
 defaults "hostfile=$root/configs/cluster$nworkers"
 

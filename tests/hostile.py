@@ -133,7 +133,7 @@ CASES = [
     Case("launcher nworkers=nan", ["bash", "horovod/horovod_mpi_cj.sh"],
          {"hostfile": "{tmp}/hosts", "nworkers": "nan"}, files={"hosts": "localhost slots=2\n"}),
     Case("launcher threshold=1e999", ["bash", "horovod/horovod_mpi_cj.sh"],
-         {"hostfile": "{tmp}/hosts", "nworkers": "1", "threshold": "1e999"},
+         {"hostfile": "{tmp}/hosts", "nworkers": "1", "method": "fusion", "threshold": "1e999"},
          files={"hosts": "localhost slots=2\n"}),
     Case("netem state file not an object",  # the file is not ours: cleanup goes on
          [sys.executable, "-m", "ddlbench.netem", "cleanup"],

@@ -1,0 +1,87 @@
+"""The original suite's commands (HKBU-HPML/ddl-benchmarks, benchmarks.py's gen_cmd at its last
+commit) run here unchanged and mean the experiment the original ran: the training script's
+method and settings, read from what each launcher would run (dry run)."""
+import shlex
+
+import pytest
+
+from .conftest import REPO, describe, run
+
+# gen_cmd's folder and variables per method (rdma, dnn, bs, nworkers as it sweeps them; the
+# PS launcher's debug=0 becomes debug=1 here: print, do not run), and what the original's
+# scripts then ran, in this suite's terms: method, flags (thresholds in bytes: the original
+# counted elements, x4 for fp32).
+A2A = "compressor={c} threshold={t} mgwfbp={m} ./horovod_mpi_cj.sh"
+PS = "debug=1 compressor=none threshold={t} mgwfbp=1 bytescheduler={b} ./launch.sh"
+ORIGINAL = [
+    ("bspa2a", "mgwfbp", A2A.format(c="none", t=536870912, m=0), "bspa2a", {}),
+    ("wfbp", "mgwfbp", A2A.format(c="none", t=0, m=0), "wfbp", {}),
+    ("mgwfbp", "mgwfbp", A2A.format(c="none", t=0, m=1), "mgwfbp",
+     {"--mgwfbp-min-group": "8192"}),
+    ("bytescheduler", "bytescheduler", A2A.format(c="none", t=0, m=1), "bytescheduler",
+     {"--partition": "4000000", "--credit": "16000000"}),
+    ("horovod", "horovod", A2A.format(c="none", t=0, m=1), "fusion",
+     {"--threshold": "67108864"}),  # Horovod's default, threshold= ignored as the original
+    ("bspps", "byteps", PS.format(t=536870912, b=0), "bspps",
+     {"--threshold": str(536870912 * 4), "--nservers": "1"}),
+    ("wfbpps", "byteps", PS.format(t=0, b=0), "wfbpps", {"--threshold": "0", "--nservers": "1"}),
+    ("byteschedulerps", "byteps", PS.format(t=0, b=1), "byteschedulerps", {"--nservers": "1"}),
+    # the compressed runs of its a2a folder: density 0.001, 67108864 elements = 256 MiB
+    ("eftopk", "mgwfbp", A2A.format(c="eftopk", t=536870912, m=0), "fusion",
+     {"--compressor": "eftopk", "--density": "0.001", "--threshold": "268435456"}),
+    ("signum", "mgwfbp", A2A.format(c="signum", t=536870912, m=0), "fusion",
+     {"--compressor": "signum", "--threshold": "268435456"}),  # signum has no density
+]
+
+
+def _train_flags(printed):
+    """Every flag of the command a launcher prints (its last line: mpirun's or the PS
+    launcher's, with the training script's flags)."""
+    words = shlex.split(printed.strip().splitlines()[-1])
+    flags = {}
+    for i, w in enumerate(words):
+        if w.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else ""
+            flags[w] = "" if nxt.startswith("--") else nxt
+    return flags
+
+
+@pytest.mark.parametrize("name,folder,line,method,expected", ORIGINAL,
+                         ids=[row[0] for row in ORIGINAL])
+def test_an_original_command_means_the_original_experiment(name, folder, line, method, expected):
+    cmd = f"cd {folder}; rdma=0 dnn=resnet50 bs=64 nworkers=4 {line}"
+    proc = run(["bash", "-c", cmd], timeout=120, dry_run="1")
+    assert proc.returncode == 0, describe(proc)
+    flags = _train_flags(proc.stdout)
+    assert flags["--method"] == method, describe(proc)
+    assert (flags["--model"], flags["--batch-size"]) == ("resnet50", "64")
+    for flag, value in expected.items():
+        assert flags.get(flag) == value, (flag, describe(proc))
+    if method in ("bspa2a", "wfbp", "mgwfbp", "bytescheduler"):
+        assert flags["--compressor"] == "none"
+        assert "--threshold" not in flags  # no fusion threshold: none of these fuse by one
+    if folder == "byteps":
+        assert proc.stderr.startswith("byteps/launch.sh: debug=1 (the original's default)")
+
+
+@pytest.mark.parametrize("env,message", [
+    (dict(mgwfbp="2"), "mgwfbp must be 0 or 1, got '2'"),
+    (dict(threshold="64M"), "threshold must be a number of elements >= 0, got '64M'"),
+    (dict(method="wfbp"), "method= is not a variable of this launcher"),
+])
+def test_the_mgwfbp_launcher_refuses_bad_variables(env, message):
+    proc = run(["bash", f"{REPO}/mgwfbp/horovod_mpi_cj.sh"], timeout=60, nworkers="2",
+               dry_run="1", **env)
+    assert proc.returncode == 2
+    assert message in proc.stderr.strip().splitlines()[-1], describe(proc)
+
+
+def test_the_byteps_launcher_prints_by_default_and_counts_elements():
+    proc = run(["bash", f"{REPO}/byteps/launch.sh"], timeout=60, nworkers="8",
+               threshold="1000", hostfile=f"{REPO}/configs/cluster8")
+    # debug=1: printed, nothing run; nservers nworkers/4; 1000 elements = 4000 bytes
+    assert proc.returncode == 0, describe(proc)
+    flags = _train_flags(proc.stdout)
+    assert (flags["--nservers"], flags["--threshold"]) == ("2", "4000"), describe(proc)
+    proc = run(["bash", f"{REPO}/byteps/launch.sh"], timeout=60, debug="yes")
+    assert proc.returncode == 2 and "debug must be 0 or 1, got 'yes'" in proc.stderr
