@@ -226,6 +226,36 @@ def test_report_from_a_hand_written_store_is_exact(tmp_path, capsys):
     assert {f: open(os.path.join(folder, f)).read() for f in before} == before
 
 
+# The original's results README (its plots.py layout: two spaces before DNN, 14 dashes and a
+# trailing blank per column, 'mean +- std' with 3 and 2 decimals, the figures block), checked by
+# hand from the store above: the 1-GPU column is the row's measured 1-worker mean.
+EXPECTED_ORIGINAL = """\
+# Results generated on 2026-12-01
+
+|  DNN | BS | CONNECTION | METHOD | 1 GPU | 4 GPUs |
+|-------------- | -------------- | -------------- | -------------- | -------------- | -------------- | 
+| ResNet-50 | 64 | 10GbE with TCP/IP | WFBP-A2A | 250.0 | 1000.000 +- 81.65 | 
+| ResNet-50 | 64 | 10GbE with TCP/IP | BSP-PS | 250.0 | 800.000 +- 0.00 (1/3 ok) | 
+| BERT-Large | 8 | 1gbit (emulated) | WFBP-A2A | 52.0 | 180.000 +- 0.00 | 
+| BERT-Large | 8 | 1gbit (emulated) | BSP-PS | - | timeout | 
+
+# Figures
+<div align="center">
+<img src="./plots/a.png" align=center/>
+</div>"""
+
+
+def test_the_original_layout_from_a_hand_written_store_is_exact(tmp_path):
+    from ddlbench.sweep import aggregate, report
+    folder = hand_written_store(str(tmp_path / "hand"))
+    table = aggregate.load(folder)
+    assert report.original_table(table, "2026-12-01", ["plots/a.png"]) == EXPECTED_ORIGINAL
+    report.write_all(folder, plots=False)  # the report writes it beside README.md, dated today
+    text = open(os.path.join(folder, "original.md")).read()
+    assert text.splitlines()[2:8] == EXPECTED_ORIGINAL.splitlines()[2:8]
+    assert text.startswith("# Results generated on 20")
+
+
 def test_median_and_olympic_aggregation(tmp_path, capsys):
     folder = hand_written_store(str(tmp_path / "hand"))
     assert benchmarks.main(["report", folder, "--aggregate", "median", "--no-plots"]) == 0

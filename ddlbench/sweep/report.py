@@ -1,12 +1,14 @@
 """Reports of a results store, made from the store alone (``benchmarks.py report RESULTS``).
 
 In the store's folder: ``README.md`` (the original suite's table, speedups and scaling
-efficiency, failed tries), ``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
+efficiency, failed tries), ``original.md`` (the original's results README, in its exact
+layout), ``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
 (the sweep definition and the environments the runs reported).
 """
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 import os
@@ -36,6 +38,42 @@ def throughput_table(t: Table) -> str:
         cells += [r.cells[n].text() if n in r.cells else "-" for n in t.counts]
         lines.append(_md(cells))
     return "\n".join(lines) + "\n"
+
+
+def _original_name(r) -> str:
+    """The method's name in the original's tables (BSP-A2A, MG-WFBP, ...) where the row is a
+    method with no settings of its own, else the row's label; the engine as in ``Row.method``."""
+    from .. import methods
+    name = methods.lookup(r.label).display if r.label in methods.names() else r.label
+    return name if r.engine == "torch" else f"{name} ({r.engine})"
+
+
+def original_table(t: Table, date: str, images: list[str] | tuple = ()) -> str:
+    """The original suite's results README in its exact layout (its plots.py): the date line,
+    its table (DNN, BS, CONNECTION, METHOD, the 1-worker column, then 'mean +- std' with 3 and 2
+    decimals per worker count, its spacing and trailing blanks), then its figures block. Beyond
+    the original: the 1-worker column is this sweep's measured 1-worker mean (the original
+    typed one in per task), a cell with too few successful tries keeps its (k/n ok) mark, a
+    missing cell is '-' and a failed one 'failed' or 'timeout' (the original printed nan)."""
+    counts = [n for n in t.counts if n != 1]
+    head = ["DNN", "BS", "CONNECTION", "METHOD", f"1 {t.noun}"]
+    head += [f"{n} {t.noun}s" for n in counts]
+    lines = [f"# Results generated on {date}", "", "|  " + " | ".join(head) + " |",
+             "|" + "-------------- | " * len(head)]
+    for r in t.rows:
+        one = r.cells.get(1)
+        cells = [r.dnn, str(r.batch_size), r.connection, _original_name(r),
+                 f"{one.center:.1f}" if one and one.values else "-"]
+        for n in counts:
+            s = r.cells.get(n)
+            if s is None or not s.values:
+                cells.append(s.text() if s else "-")
+            else:
+                cells.append(f"{s.center:.3f} +- {s.spread:.2f}"
+                             + (f" ({s.ok}/{s.expected} ok)" if s.marked else ""))
+        lines.append("| " + "".join(f"{c} | " for c in cells))
+    figures = "".join(f'<img src="./{p}" align=center/>\n' for p in images)
+    return "\n".join(lines) + "\n\n# Figures\n<div align=\"center\">\n" + figures + "</div>"
 
 
 def speedup_table(t: Table) -> str:
@@ -219,6 +257,8 @@ def write_all(folder: str, aggregate_how: str | None = None, min_ok: int | None 
         files = plotting.draw(t, os.path.join(folder, "plots"))
         files = [os.path.relpath(f, folder) for f in files]
     _write(os.path.join(folder, "README.md"), markdown(t, files))
+    _write(os.path.join(folder, "original.md"),
+           original_table(t, datetime.date.today().isoformat(), files))
     _write(os.path.join(folder, "results.csv"), csv_text(t))
     _write(os.path.join(folder, "manifest.json"),
            json.dumps(manifest(t, entries), indent=2, sort_keys=True) + "\n")
