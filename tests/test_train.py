@@ -26,6 +26,9 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     iters = [ln for ln in lines if ln.startswith("Iter #")]
     assert [ln.split(":")[0] for ln in iters] == ["Iter #0", "Iter #1"]
     assert all(ln.endswith("img/sec per CPU") for ln in iters)
+    # the original's order of lines: warm-up, benchmark, the rounds
+    assert lines.index("Running warmup...") < lines.index("Running benchmark...") \
+        < lines.index(iters[0])
     assert any(ln.startswith("Img/sec per CPU: ") and " +-" in ln for ln in lines)
     totals = original_rule(proc.stdout)
     assert len(totals) == 1
@@ -59,6 +62,8 @@ def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_jso
                  "--nworkers", "3", "--output", str(out))
     assert proc.returncode == 0, describe(proc)
     assert "Total sen/sec on 3 CPU(s): " in proc.stdout
+    iters = [ln for ln in proc.stdout.splitlines() if ln.startswith("Iter #")]
+    assert iters and all(ln.endswith(" sentences/sec per CPU") for ln in iters)  # the original's
     rec = load_json(out)
     m = rec["method"]
     big = [b for b in m["bucket_bytes"] if b > 1000000]
@@ -116,3 +121,9 @@ def test_percentile_matches_linear_interpolation():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([10.0, 0.0, 5.0], 90) == pytest.approx(9.0)
     assert percentile([7.0], 90) == 7.0
+
+
+def test_bert_vocabulary_is_padded_to_a_multiple_of_8_as_the_original():
+    import models
+    for name in ("bert", "bert_base"):  # the configs the models are built from
+        assert models.bert_config(name).vocab_size == 30528, name  # 30522 padded, as there

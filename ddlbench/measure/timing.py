@@ -15,6 +15,8 @@ import torch.distributed as dist
 
 from .. import engine
 
+ROUND_UNITS = {"sen": "sentences"}  # the unit on the original's Iter lines
+
 try:  # resident memory, for the flat-memory check
     import psutil
 except ImportError:  # pragma: no cover - psutil is in requirements.txt
@@ -60,6 +62,10 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
     engine.synchronize(ctx.device)
     if on_warm:
         on_warm()
+    log("Running benchmark...")
+    # The original's round lines spelled BERT's unit out ("sentences/sec"); its summary lines
+    # say "Sen/sec".
+    round_unit = ROUND_UNITS.get(unit, unit)
     round_times, rates, rss = [], [], []
     for i in range(iters):
         start = time.perf_counter()
@@ -72,7 +78,7 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
         round_times.append(elapsed)
         rates.append(rate)
         rss.append(rss_bytes())
-        log(f"Iter #{i}: {rate:.1f} {unit}/sec per {noun}")
+        log(f"Iter #{i}: {rate:.1f} {round_unit}/sec per {noun}")
     mean = statistics.fmean(rates)
     conf = 1.96 * (statistics.pstdev(rates) if len(rates) > 1 else 0.0)
     log(f"{unit.capitalize()}/sec per {noun}: {mean:.1f} +-{conf:.1f}")
