@@ -72,6 +72,7 @@ if [ "$launcher" = horovodrun ]; then
 fi
 
 mpi_options "$rdma"
+mpi_transport "$rdma"
 oversubscription_options "$nworkers" "$master_addr"
 
 launch_exec "$MPIRUN" -np "$nworkers" -hostfile "$hostfile" -wdir "$root" "${MPI_OPTS[@]}" \

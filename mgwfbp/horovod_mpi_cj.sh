@@ -41,6 +41,7 @@ else
     method=fusion; said="mgwfbp=0 threshold=$threshold elements: fusion"
 fi
 echo "mgwfbp/horovod_mpi_cj.sh: $said" >&2
+export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"  # the original's launchers always set it
 # The suite's threshold is in bytes (fp32: 4 per element).
 export method compressor mgwfbp_min_group threshold=$(( threshold * 4 ))
 exec "$root/horovod/horovod_mpi_cj.sh"

@@ -37,8 +37,10 @@ def test_mpi_launcher_verifies(tmp_path):
     assert set(verify_lines(proc.stdout)) == {"bspa2a", "fusion"}
 
 
-@pytest.mark.parametrize("rdma,expected", [("1", ["NCCL_IB_DISABLE=0"]),
-                                           ("2", ["NCCL_IB_DISABLE=1", "NCCL_NET_GDR_LEVEL=0"])])
+@pytest.mark.parametrize("rdma,expected", [
+    ("1", ["NCCL_IB_DISABLE=0", "rdma=1: MPI over"]),  # UCX, or TCP where Open MPI lacks it
+    ("2", ["NCCL_IB_DISABLE=1", "NCCL_NET_GDR_LEVEL=0", "NCCL_NET_GDR_READ=0",
+           "NCCL_IB_CUDA_SUPPORT=0"])])  # the original's full rdma=2 set
 def test_rdma_profiles(rdma, expected):
     proc = run(["bash", LAUNCHER], timeout=300, nworkers=1, rdma=rdma, method="wfbp",
                IB_INTERFACE="lo", **SMALL)

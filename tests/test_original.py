@@ -60,6 +60,8 @@ def test_an_original_command_means_the_original_experiment(name, folder, line, m
     if method in ("bspa2a", "wfbp", "mgwfbp", "bytescheduler"):
         assert flags["--compressor"] == "none"
         assert "--threshold" not in flags  # no fusion threshold: none of these fuse by one
+    if folder == "mgwfbp":
+        assert "NCCL_DEBUG=INFO" in proc.stdout  # its launcher always set it
     if folder == "byteps":
         assert proc.stderr.startswith("byteps/launch.sh: debug=1 (the original's default)")
 

@@ -30,8 +30,9 @@ mpi_options() {
     case "$rdma" in
         0) iface="$ETH_INTERFACE"; subnet="$ETH_SUBNET"; MPI_OPTS+=(-x NCCL_IB_DISABLE=1) ;;
         1) iface="$IB_INTERFACE"; subnet="$IB_SUBNET"; MPI_OPTS+=(-x NCCL_IB_DISABLE=0) ;;
-        2) iface="$IB_INTERFACE"; subnet="$IB_SUBNET"
-           MPI_OPTS+=(-x NCCL_IB_DISABLE=1 -x NCCL_NET_GDR_LEVEL=0) ;;
+        2) iface="$IB_INTERFACE"; subnet="$IB_SUBNET"  # the original's full set for rdma=2
+           MPI_OPTS+=(-x NCCL_IB_DISABLE=1 -x NCCL_NET_GDR_LEVEL=0 -x NCCL_NET_GDR_READ=0
+                      -x NCCL_IB_CUDA_SUPPORT=0) ;;
         *) die "rdma must be 0 (10GbE TCP), 1 (100Gb IB RDMA) or 2 (TCP over the 100Gb fabric), got '$rdma'" ;;
     esac
     if [ -n "$iface" ]; then
@@ -39,9 +40,27 @@ mpi_options() {
     fi
     [ -n "$subnet" ] && MPI_OPTS+=(--mca btl_tcp_if_include "$subnet")
     MPI_OPTS+=(-x PATH -x "DDLBENCH_NETWORK=rdma$rdma")
+    # NCCL_DEBUG (the original always set INFO; its mgwfbp/ launcher here does too) when set.
+    [ -n "${NCCL_DEBUG:-}" ] && MPI_OPTS+=(-x "NCCL_DEBUG=$NCCL_DEBUG")
     [ -n "${LD_LIBRARY_PATH:-}" ] && MPI_OPTS+=(-x LD_LIBRARY_PATH)
     local v
     for v in $(compgen -e | grep '^DDLBENCH_' | grep -v '^DDLBENCH_NETWORK$'); do MPI_OPTS+=(-x "$v"); done
+    return 0
+}
+
+# mpi_transport RDMA: MPI's own transport for rdma=1. The original used Open MPI's openib BTL,
+# which Open MPI 5 removed: the UCX PML where this Open MPI has it, else TCP over the fabric's
+# interface (NCCL keeps InfiniBand either way); one line on stderr says which.
+mpi_transport() {
+    [ "${1:-0}" = 1 ] || return 0
+    local info
+    info="$(dirname "$(command -v "$MPIRUN" || echo "$MPIRUN")")/ompi_info"
+    if [ -x "$info" ] && "$info" 2>/dev/null | grep -q "MCA pml: ucx"; then
+        MPI_OPTS=("${MPI_OPTS[@]/#ob1/ucx}")
+        echo "$(basename "$0"): rdma=1: MPI over UCX (the original's openib BTL is gone from Open MPI 5)" >&2
+    else
+        echo "$(basename "$0"): rdma=1: this Open MPI has no UCX and Open MPI 5 no openib BTL (the original's): MPI over TCP on ${IB_INTERFACE:-the default interface}; NCCL still uses InfiniBand" >&2
+    fi
     return 0
 }
 
