@@ -87,3 +87,24 @@ def test_the_byteps_launcher_prints_by_default_and_counts_elements():
     assert (flags["--nservers"], flags["--threshold"]) == ("2", "4000"), describe(proc)
     proc = run(["bash", f"{REPO}/byteps/launch.sh"], timeout=60, debug="yes")
     assert proc.returncode == 2 and "debug must be 0 or 1, got 'yes'" in proc.stderr
+
+
+def test_the_original_envs_conf_is_read_in_this_suites_names(tmp_path):
+    """A user's configs/envs.conf from the original (here through DDLBENCH_ENVS_CONF): its PY,
+    MPIPATH, interfaces and MPI subnet reach mpirun as cluster.conf's settings would."""
+    import sys
+    conf = tmp_path / "envs.conf"
+    conf.write_text(f"export PY={sys.executable}\nexport IB_INTERFACE=ib0\n"
+                    "export ETH_INTERFACE=enp136s0f0,enp137s0f0\n"
+                    "export MPIPATH=/opt/openmpi-4.0.1\n"
+                    "export ETH_MPI_BTC_TCP_IF_INCLUDE=192.168.0.1/24\n"
+                    "export LAUNCHBIN=/opt/bin/bpslaunch\n")
+    proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=60, nworkers="2",
+               method="wfbp", dry_run="1", DDLBENCH_ENVS_CONF=str(conf))
+    assert proc.returncode == 0, describe(proc)
+    words = shlex.split(proc.stdout.strip().splitlines()[-1])
+    assert words[0] == "/opt/openmpi-4.0.1/bin/mpirun"
+    assert words[words.index("--prefix") + 1] == "/opt/openmpi-4.0.1"
+    assert words[words.index("btl_tcp_if_include") + 1] == "192.168.0.1/24"
+    assert "NCCL_SOCKET_IFNAME=enp136s0f0,enp137s0f0" in words
+    assert words[words.index("ddlbench.train") - 2] == sys.executable

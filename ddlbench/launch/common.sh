@@ -3,6 +3,19 @@
 # builds the mpirun options of a network profile (rdma=0/1/2, docs/DESIGN.md section 9) and the
 # training script's flags for a method's options (from the method registry).
 
+# The original's configs/envs.conf, where a user brings one (DDLBENCH_ENVS_CONF names another
+# path): sourced as the original's launchers did, its keys then read in this suite's names.
+# Its PS keys (LAUNCHBIN, CODEHOME, *_SCHEDULER_IP, WORKER_HOST_PREFIX) have no use here: the PS
+# launcher takes its hosts from the host file.
+envs_conf="${DDLBENCH_ENVS_CONF:-$root/configs/envs.conf}"
+if [ -f "$envs_conf" ]; then
+    # shellcheck disable=SC1090
+    source "$envs_conf"
+    if [ -n "${MPIPATH:-}" ]; then
+        MPI_HOME="${MPI_HOME:-$MPIPATH}"; MPIRUN="${MPIRUN:-$MPIPATH/bin/mpirun}"
+    fi
+    ETH_SUBNET="${ETH_SUBNET:-${ETH_MPI_BTC_TCP_IF_INCLUDE:-}}"
+fi
 # shellcheck source=../../configs/cluster.conf
 source "$root/configs/cluster.conf"
 if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, for the PS launcher's ssh
