@@ -33,7 +33,10 @@ Sizes: powers of two from ``--min-bytes`` to ``--max-bytes``, plus ``--sizes``, 
 ``--threshold`` (whole gradient at the 64 MiB default for small models), plus, with
 ``--mgwfbp-profile``, the MG-WFBP groups planned from that profile. ``--ops pushpull`` (with
 ``--nservers``) measures push/pull through parameter servers: each message cut into the
-servers' ``--partition-bytes`` partitions, pushed and its sum pulled back.
+servers' ``--partition-bytes`` partitions, pushed and its sum pulled back. ``--ops latency``
+is the original's OSU test (``osu_latency``): ping-pong between ranks 0 and 1, the time of a
+size being half the round trip (one-way latency), with the same table and fit (the
+point-to-point alpha and beta); the other ranks wait.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ from .planning import DEFAULT_PARTITION_BYTES
 from .errors import ArgumentParser, UsageError, check_writable
 from .options import check_flags
 
-OPS = ("allreduce", "allgather", "pushpull")
+OPS = ("allreduce", "allgather", "pushpull", "latency")
 KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = KIB
@@ -148,6 +151,10 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
         def once():
             for h in [ps.push_pull(part, buf[part.start:part.end]) for part in parts]:
                 h.wait()
+    elif op == "latency":
+        if world < 2:
+            raise UsageError("--ops latency (ping-pong) needs at least 2 workers")
+        once = _ping_pong(count, device, group)
     else:
         raise UsageError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     for _ in range(warmup):
@@ -162,12 +169,50 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
         times.append(time.perf_counter() - start)
     if op == "pushpull":
         ps.close()
+    if op == "latency":  # OSU: one-way latency is half the round trip
+        times = [x / 2 for x in times]
+        _check_echo(count, device, group)
     t = torch.tensor(times, dtype=torch.float64,
                      device=device if dist.get_backend(group) == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     times = [float(x) for x in t.cpu()]
     return {"mean": statistics.fmean(times), "median": statistics.median(times),
             "min": min(times), "max": max(times)}
+
+
+def _ping_pong(count: int, device, group):
+    """One round trip of ``count`` fp32 elements: rank 0 sends and waits for the echo, rank 1
+    echoes, every other rank does nothing."""
+    import torch
+    import torch.distributed as dist
+    buf = torch.zeros(count, dtype=torch.float32, device=device)
+    me = dist.get_rank(group)
+    return lambda: _ping_pong_into(buf, me, group)
+
+
+def _check_echo(count: int, device, group) -> None:
+    """After the timing, one ping-pong of known values: the echo must be what was sent (the
+    timed messages were real messages of that size)."""
+    import torch
+    import torch.distributed as dist
+    me = dist.get_rank(group)
+    sent = torch.arange(count, dtype=torch.float32, device=device)
+    buf = sent.clone() if me == 0 else torch.zeros(count, dtype=torch.float32, device=device)
+    _ping_pong_into(buf, me, group)
+    if me == 0 and not torch.equal(buf, sent):
+        raise RuntimeError(f"ping-pong of {count * ELEMENT_BYTES} B: the echo differs from "
+                           "what was sent")
+
+
+def _ping_pong_into(buf, me: int, group) -> None:
+    import torch.distributed as dist
+    first, second = (dist.get_global_rank(group, r) if group is not None else r for r in (0, 1))
+    if me == 0:
+        dist.send(buf, second, group=group)
+        dist.recv(buf, second, group=group)
+    elif me == 1:
+        dist.recv(buf, first, group=group)
+        dist.send(buf, first, group=group)
 
 
 # --------------------------------------------------------------------------- the model
@@ -265,11 +310,20 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
 def header(op: str, world: int, stat: str = "median") -> str:
     size_note = ("bytes gathered (P x sent)" if op == "allgather" else "bytes each rank holds")
     bus = {"allreduce": "2(P-1)/P", "allgather": "(P-1)/P",
-           "pushpull": "1 (each worker pushes size and pulls size)"}[op]
+           "pushpull": "1 (each worker pushes size and pulls size)",
+           "latency": "1 (one link each way)"}[op]
+    if op == "latency":
+        return (f"# latency, OSU-style ping-pong between ranks 0 and 1 of P = {world}: size = "
+                f"bytes each way; time = one-way latency (half the round trip), {stat} over "
+                f"operations; algbw = size/time; busbw = algbw * {bus}\n"
+                + _columns())
     return (f"# {op}, P = {world}: size = {size_note}; time = {stat} over operations of the "
             f"slowest rank's time; algbw = size/time; "
-            f"busbw = algbw * {bus}\n"
-            f"#{'size':>12} {'count':>11} {'type':>6} {'time':>11} {'algbw':>8} {'busbw':>8}\n"
+            f"busbw = algbw * {bus}\n" + _columns())
+
+
+def _columns() -> str:
+    return (f"#{'size':>12} {'count':>11} {'type':>6} {'time':>11} {'algbw':>8} {'busbw':>8}\n"
             f"#{'(B)':>12} {'(elements)':>11} {'':>6} {'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8}")
 
 

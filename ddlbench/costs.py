@@ -14,9 +14,10 @@ from __future__ import annotations
 
 def bus_factor(op: str, world: int) -> float:
     """busbw / algbw: the fraction of a message each worker's link carries per collective
-    (nccl-tests). Push/pull: each worker sends the whole message and receives the whole sum."""
-    if op == "pushpull" or world <= 1:
-        return 1.0 if op == "pushpull" else 0.0
+    (nccl-tests). Push/pull: each worker sends the whole message and receives the whole sum;
+    latency (ping-pong): the message crosses one link each way."""
+    if op in ("pushpull", "latency") or world <= 1:
+        return 1.0 if op in ("pushpull", "latency") else 0.0
     if op == "allreduce":
         return 2 * (world - 1) / world
     if op == "allgather":

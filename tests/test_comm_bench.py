@@ -143,7 +143,30 @@ def test_bad_input_from_the_command_line_is_one_line():
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().splitlines() == [
         "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, allgather, "
-        "pushpull"]
+        "pushpull, latency"]
+
+
+def test_osu_style_latency_is_a_ping_pong_between_two_ranks(tmp_path, load_json):
+    """--ops latency (the original's osu_benchmarks/latency.sh): one-way time per size, half the
+    round trip between ranks 0 and 1 (the third rank waits); the echo of known values is
+    checked after the timing; a 1-worker job is refused in one line."""
+    out = tmp_path / "lat.json"
+    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "3", "--ops",
+                "latency", "--min-bytes", "4", "--max-bytes", "1K", "--warmup", "1", "--iters",
+                "3", "--timeout", "60", "--output", str(out)], timeout=180)
+    assert proc.returncode == 0, describe(proc)
+    (res,) = load_json(out)["results"]
+    assert res["op"] == "latency" and res["nworkers"] == 3
+    assert [r["size_bytes"] for r in res["rows"]] == [4 * 2 ** i for i in range(9)]
+    assert all(r["busbw_GBps"] == r["algbw_GBps"] > 0 for r in res["rows"])
+    assert res["fit"]["ring_link"] is None
+    assert ("# latency, OSU-style ping-pong between ranks 0 and 1 of P = 3: size = bytes each "
+            "way; time = one-way latency (half the round trip)") in proc.stdout
+    one = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "1", "--ops",
+               "latency", "--timeout", "60"], timeout=120)
+    assert one.returncode != 0
+    assert "--ops latency (ping-pong) needs at least 2 workers" in one.stderr, describe(one)
+    assert "Traceback" not in one.stderr
 
 
 def test_push_pull_through_parameter_servers(tmp_path, load_json):
