@@ -259,7 +259,7 @@ def test_unknown_host_in_the_config_is_one_line(tmp_path):
 def test_launcher_bad_env_is_one_line(var, value, message):
     proc = run(["bash", LAUNCHER], timeout=60, nworkers="2", **{var: value})
     assert proc.returncode == 2, describe(proc)
-    assert proc.stderr.strip() == f"byteps_launch.sh: error: {message}"
+    assert proc.stderr.strip() == f"byteps/byteps_launch.sh: error: {message}"
 
 
 # ------------------------------------------------------------------------------ launchers

@@ -27,7 +27,9 @@ if [ -z "${MPIRUN}" ]; then
     if [ -x "$root/.venv/bin/mpirun" ]; then MPIRUN="$root/.venv/bin/mpirun"; else MPIRUN=mpirun; fi
 fi
 
-die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
+# The launcher as its folder and name (mgwfbp/ and horovod/ both have a horovod_mpi_cj.sh).
+LAUNCHER_NAME="$(basename "$(cd "$(dirname "$0")" && pwd)")/$(basename "$0")"
+die() { echo "$LAUNCHER_NAME: error: $*" >&2; exit 2; }
 
 # check_hostfile FILE N: prints the rendezvous address or exits with one line.
 check_hostfile() {
@@ -70,9 +72,9 @@ mpi_transport() {
     info="$(dirname "$(command -v "$MPIRUN" || echo "$MPIRUN")")/ompi_info"
     if [ -x "$info" ] && "$info" 2>/dev/null | grep -q "MCA pml: ucx"; then
         MPI_OPTS=("${MPI_OPTS[@]/#ob1/ucx}")
-        echo "$(basename "$0"): rdma=1: MPI over UCX (the original's openib BTL is gone from Open MPI 5)" >&2
+        echo "$LAUNCHER_NAME: rdma=1: MPI over UCX (the original's openib BTL is gone from Open MPI 5)" >&2
     else
-        echo "$(basename "$0"): rdma=1: this Open MPI has no UCX and Open MPI 5 no openib BTL (the original's): MPI over TCP on ${IB_INTERFACE:-the default interface}; NCCL still uses InfiniBand" >&2
+        echo "$LAUNCHER_NAME: rdma=1: this Open MPI has no UCX and Open MPI 5 no openib BTL (the original's): MPI over TCP on ${IB_INTERFACE:-the default interface}; NCCL still uses InfiniBand" >&2
     fi
     return 0
 }
