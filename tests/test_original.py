@@ -108,3 +108,24 @@ def test_the_original_envs_conf_is_read_in_this_suites_names(tmp_path):
     assert words[words.index("btl_tcp_if_include") + 1] == "192.168.0.1/24"
     assert "NCCL_SOCKET_IFNAME=enp136s0f0,enp137s0f0" in words
     assert words[words.index("ddlbench.train") - 2] == sys.executable
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("folder,line,method", [
+    ("mgwfbp", A2A.format(c="none", t=536870912, m=0), "bspa2a"),
+    ("byteps", PS.format(t=0, b=0).replace("debug=1", "debug=0"), "wfbpps"),
+], ids=["mgwfbp-bspa2a", "byteps-wfbpps"])
+def test_an_original_command_runs_with_a_small_model(tmp_path, load_json, folder, line, method):
+    """Two of the original's commands run for real (2 workers, tiny BERT, one short round):
+    the record says the method and settings the original's scripts used."""
+    out = tmp_path / "rec.json"
+    extra = f"--num-warmup-batches 1 --num-batches-per-iter 1 --timeout 60 --output {out}"
+    cmd = (f"cd {folder}; rdma=0 dnn=bert_tiny bs=4 senlen=16 nworkers=2 iters=1 "
+           f"extra_args={shlex.quote(extra)} {line}")
+    proc = run(["bash", "-c", cmd], timeout=280)
+    assert proc.returncode == 0, describe(proc)
+    assert "Total sen/sec on 2 CPU(s): " in proc.stdout
+    rec = load_json(out)
+    assert rec["config"]["method"] == method, describe(proc)
+    if method == "wfbpps":
+        assert rec["method"]["nservers"] == 1 and rec["config"]["nworkers"] == 2
