@@ -46,7 +46,7 @@ import sys
 import time
 
 from .costs import bus_factor, ring_link
-from .planning import DEFAULT_PARTITION_BYTES
+from .planning import DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES
 from .errors import ArgumentParser, UsageError, check_writable
 from .options import check_flags
 
@@ -371,7 +371,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fusion threshold (bytes) for --model's bucket sizes")
     p.add_argument("--mgwfbp-profile", default=None, metavar="JSON",
                    help="also the sizes of the MG-WFBP groups planned from this profile")
-    p.add_argument("--mgwfbp-min-group", type=int, default=0, metavar="ELEMENTS")
+    p.add_argument("--mgwfbp-min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS,
+                   metavar="ELEMENTS", help="MG-WFBP's small-group merge (0: off)")
     p.add_argument("--warmup", type=int, default=5, help="untimed operations per size")
     p.add_argument("--iters", type=int, default=20, help="timed operations per size")
     p.add_argument("--fit", default="relative", choices=("relative", "absolute"))

@@ -4,6 +4,8 @@ servers' defaults (section 6)."""
 from __future__ import annotations
 
 DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
+# MG-WFBP's small-group merge: the original always merged groups under this many elements.
+DEFAULT_MIN_GROUP_ELEMENTS = 8192
 
 
 def default_nservers(nworkers: int, hosts: int = 1) -> int:

@@ -39,6 +39,7 @@ import time
 
 from .errors import ArgumentParser, UsageError, check_writable
 from .options import check_flags
+from .planning import DEFAULT_MIN_GROUP_ELEMENTS
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
 DEFAULT_WARMUP = 5
@@ -239,8 +240,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--alpha", type=float, default=None,
                    help="seconds per message: use this instead of fitting (with --beta)")
     p.add_argument("--beta", type=float, default=None, help="seconds per byte (with --alpha)")
-    p.add_argument("--min-group", type=int, default=0, metavar="ELEMENTS",
-                   help="for the printed groups: also merge groups smaller than this")
+    p.add_argument("--min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS,
+                   metavar="ELEMENTS",
+                   help="for the printed groups: also merge groups smaller than this (0: off)")
     p.add_argument("--output", default=None, help="write the profile here (rank 0)")
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--no-cuda", action="store_true")

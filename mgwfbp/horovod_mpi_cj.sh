@@ -8,7 +8,7 @@
 # - compressor other than none: the threshold method with the original's compressed-run
 #   settings, density 0.001 and threshold 67108864 elements (256 MiB of fp32), whatever
 #   mgwfbp and threshold say (as the original);
-# - mgwfbp=1 (default): MG-WFBP, with the original's merge of groups under 8192 elements
+# - mgwfbp=1 (default): MG-WFBP, whose default is the original's merge of small groups
 #   (mgwfbp_min_group, which may be set);
 # - mgwfbp=0: the threshold method, threshold in ELEMENTS as the original counted it (the
 #   suite's own flags count bytes: x4 for fp32): 0 = WFBP (wfbp), at least 536870912 (the
@@ -21,7 +21,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
 [ -z "${method:-}" ] || die "method= is not a variable of this launcher (mgwfbp, threshold and compressor choose the method, as in the original); horovod/horovod_mpi_cj.sh takes method="
-defaults compressor=none mgwfbp=1 threshold=0 mgwfbp_min_group=8192
+defaults compressor=none mgwfbp=1 threshold=0
 [[ "$threshold" =~ ^[0-9]{1,15}$ ]] || die "threshold must be a number of elements >= 0, got '$threshold'"
 case "$mgwfbp" in 0|1) ;; *) die "mgwfbp must be 0 or 1, got '$mgwfbp'" ;; esac
 
@@ -32,7 +32,7 @@ if [ "$compressor" != none ]; then
     said="compressor=$compressor: fusion, density 0.001, threshold $threshold elements"
 elif [ "$mgwfbp" = 1 ]; then
     method=mgwfbp
-    said="mgwfbp=1: mgwfbp, groups under $mgwfbp_min_group elements merged"
+    said="mgwfbp=1: mgwfbp (with the original's small-group merge unless mgwfbp_min_group=0)"
 elif [ "$threshold" = 0 ]; then
     method=wfbp; said="mgwfbp=0 threshold=0: wfbp"
 elif [ "$threshold" -ge "$BSP_ELEMENTS" ]; then
@@ -43,5 +43,5 @@ fi
 echo "mgwfbp/horovod_mpi_cj.sh: $said" >&2
 export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"  # the original's launchers always set it
 # The suite's threshold is in bytes (fp32: 4 per element).
-export method compressor mgwfbp_min_group threshold=$(( threshold * 4 ))
+export method compressor threshold=$(( threshold * 4 ))
 exec "$root/horovod/horovod_mpi_cj.sh"

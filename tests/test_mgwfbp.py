@@ -14,6 +14,7 @@ from ddlbench.measure import profile_file
 from ddlbench.engine.comm import Comm
 from ddlbench.errors import UsageError
 from ddlbench.methods import create
+from ddlbench.planning import DEFAULT_MIN_GROUP_ELEMENTS as DEFAULT_MIN_GROUP
 from ddlbench.planning import merge_groups, schedule_time
 
 from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
@@ -155,11 +156,12 @@ def test_profile_order_is_the_plan_order(tmp_path):
     _world_of_one()
     order = [4, 5, 2, 3, 0, 1]  # weights before biases
     path = tmp_path / "prof.json"
-    # tc = 1; tb 3 each: nothing merges (ready gaps 3 > alpha 1).
+    # tc = 1; tb 3 each: nothing merges (ready gaps 3 > alpha 1); the small-group merge off
+    # (by default it would take the whole tiny MLP into one group).
     path.write_text(json.dumps(_profile(_mlp(), "mlp", [3.0] * 6, 1.0, 0.0, order=order)))
     model = _mlp()
     s = create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1), Comm(0, 1),
-               {"mgwfbp_profile": str(path)}, model_name="mlp")
+               {"mgwfbp_profile": str(path), "mgwfbp_min_group": 0}, model_name="mlp")
     s.calibrate(None)
     assert [[piece.param for piece in b] for b in s.plan().buckets] == [[i] for i in order]
     s.close()
@@ -258,7 +260,8 @@ def profiles(tmp_path_factory):
         path = d / f"{name}.json"
         path.write_text(json.dumps(prof))
         nbytes = [t["bytes"] for t in prof["tensors"]]
-        groups = merge_groups(prof["backward_s"], nbytes, 1e-3, 1e-9)
+        # the method's default small-group merge (the original's 8192 elements of fp32)
+        groups = merge_groups(prof["backward_s"], nbytes, 1e-3, 1e-9, 4 * DEFAULT_MIN_GROUP)
         out[name] = (str(path), [sum(nbytes[b] for b in g) for g in groups])
     return out
 
@@ -348,7 +351,8 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     assert prof["alpha_s"] >= 0 and prof["beta_s_per_byte"] >= 0
     # The printed groups are the rule's on the written profile.
     nbytes = [t["bytes"] for t in prof["tensors"]]
-    groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"], prof["beta_s_per_byte"])
+    groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"], prof["beta_s_per_byte"],
+                          4 * DEFAULT_MIN_GROUP)  # --min-group's default, fp32
     assert f"MG-WFBP groups: {len(groups)} (bytes, backward order): " \
            f"{[sum(nbytes[b] for b in g) for g in groups]}" in proc.stdout
 

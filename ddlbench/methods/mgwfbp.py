@@ -28,7 +28,7 @@ from .. import profiler
 from ..measure import profile_file
 from ..errors import UsageError
 from ..options import COUNT, COUNT0, NAME, Options, option
-from ..planning import merge_groups, schedule_time
+from ..planning import DEFAULT_MIN_GROUP_ELEMENTS, merge_groups, schedule_time
 from .allreduce import BucketedAllReduce
 
 
@@ -38,7 +38,8 @@ class MGWFBPOptions(Options):
         None, NAME, "MG-WFBP: plan from this profile (backward times, alpha, beta) instead of "
         "measuring on this cluster", metavar="JSON")
     mgwfbp_min_group: int = option(
-        0, COUNT0, "MG-WFBP: also merge any group smaller than this (the original: 8192)",
+        DEFAULT_MIN_GROUP_ELEMENTS, COUNT0,
+        "MG-WFBP: also merge any group smaller than this, as the original (0: off)",
         metavar="ELEMENTS")
     mgwfbp_warmup: int = option(
         profiler.DEFAULT_WARMUP, COUNT0, "MG-WFBP calibration: untimed iterations",
