@@ -186,8 +186,8 @@ def _ping_pong(count: int, device, group):
     import torch
     import torch.distributed as dist
     buf = torch.zeros(count, dtype=torch.float32, device=device)
-    me = dist.get_rank(group)
-    return lambda: _ping_pong_into(buf, me, group)
+    me, peers = dist.get_rank(group), _pair(group)
+    return lambda: _ping_pong_into(buf, me, peers, group)
 
 
 def _check_echo(count: int, device, group) -> None:
@@ -198,15 +198,21 @@ def _check_echo(count: int, device, group) -> None:
     me = dist.get_rank(group)
     sent = torch.arange(count, dtype=torch.float32, device=device)
     buf = sent.clone() if me == 0 else torch.zeros(count, dtype=torch.float32, device=device)
-    _ping_pong_into(buf, me, group)
+    _ping_pong_into(buf, me, _pair(group), group)
     if me == 0 and not torch.equal(buf, sent):
         raise RuntimeError(f"ping-pong of {count * ELEMENT_BYTES} B: the echo differs from "
                            "what was sent")
 
 
-def _ping_pong_into(buf, me: int, group) -> None:
+def _pair(group) -> tuple[int, int]:
+    """The global ranks of the group's ranks 0 and 1 (what send and recv address)."""
     import torch.distributed as dist
-    first, second = (dist.get_global_rank(group, r) if group is not None else r for r in (0, 1))
+    return tuple(dist.get_global_rank(group, r) if group is not None else r for r in (0, 1))
+
+
+def _ping_pong_into(buf, me: int, peers: tuple[int, int], group) -> None:
+    import torch.distributed as dist
+    first, second = peers
     if me == 0:
         dist.send(buf, second, group=group)
         dist.recv(buf, second, group=group)
