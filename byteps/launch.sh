@@ -19,10 +19,10 @@ defaults debug=1 nworkers=8 nservers=0 threshold=0
 case "$debug" in 0|1) ;; *) die "debug must be 0 or 1, got '$debug'" ;; esac
 positive nworkers "$nworkers"
 [[ "$nservers" =~ ^[0-9]{1,9}$ ]] || die "nservers must be a number >= 0, got '$nservers'"
-[[ "$threshold" =~ ^[0-9]{1,15}$ ]] || die "threshold must be a number of elements >= 0, got '$threshold'"
+elements "$threshold"
 if [ "$nservers" = 0 ]; then nservers=$(( nworkers / 4 > 0 ? nworkers / 4 : 1 )); fi
 if [ "$debug" = 1 ]; then
-    echo "byteps/launch.sh: debug=1 (the original's default): printing the command, running nothing; debug=0 runs it" >&2
+    echo "$LAUNCHER_NAME: debug=1 (the original's default): printing the command, running nothing; debug=0 runs it" >&2
 fi
-export nworkers nservers dry_run="$debug" threshold=$(( threshold * 4 ))
+export nworkers nservers dry_run="$debug" threshold="$(element_bytes "$threshold")"
 exec "$root/byteps/byteps_launch.sh"

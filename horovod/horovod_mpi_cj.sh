@@ -32,7 +32,7 @@ source "$root/ddlbench/launch/common.sh"
 if [ -z "${method:-}" ] && [ -n "${threshold:-}" ]; then
     # The original's horovod/ launcher ran Horovod's default fusion and ignored threshold (its
     # benchmarks.py passes threshold=0 here): an original command keeps its meaning.
-    echo "horovod_mpi_cj.sh: threshold=$threshold ignored: with method unset this is Horovod's default tensor fusion, as in the original; method=fusion takes threshold (bytes)" >&2
+    echo "$LAUNCHER_NAME: threshold=$threshold ignored: with method unset this is Horovod's default tensor fusion, as in the original; method=fusion takes threshold (bytes)" >&2
     unset threshold
 fi
 defaults nworkers=8 rdma=0 method=fusion engine=torch launcher=mpirun "net=${DDLBENCH_NET:-}"

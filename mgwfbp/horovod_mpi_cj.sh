@@ -22,7 +22,7 @@ source "$root/ddlbench/launch/common.sh"
 
 [ -z "${method:-}" ] || die "method= is not a variable of this launcher (mgwfbp, threshold and compressor choose the method, as in the original); horovod/horovod_mpi_cj.sh takes method="
 defaults compressor=none mgwfbp=1 threshold=0
-[[ "$threshold" =~ ^[0-9]{1,15}$ ]] || die "threshold must be a number of elements >= 0, got '$threshold'"
+elements "$threshold"
 case "$mgwfbp" in 0|1) ;; *) die "mgwfbp must be 0 or 1, got '$mgwfbp'" ;; esac
 
 BSP_ELEMENTS=536870912       # the original's threshold for BSP-A2A
@@ -40,8 +40,7 @@ elif [ "$threshold" -ge "$BSP_ELEMENTS" ]; then
 else
     method=fusion; said="mgwfbp=0 threshold=$threshold elements: fusion"
 fi
-echo "mgwfbp/horovod_mpi_cj.sh: $said" >&2
+echo "$LAUNCHER_NAME: $said" >&2
 export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"  # the original's launchers always set it
-# The suite's threshold is in bytes (fp32: 4 per element).
-export method compressor threshold=$(( threshold * 4 ))
+export method compressor threshold="$(element_bytes "$threshold")"
 exec "$root/horovod/horovod_mpi_cj.sh"

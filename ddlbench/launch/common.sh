@@ -178,6 +178,13 @@ launch_exec() {
     exec "$@"
 }
 
+# elements VALUE: exits unless VALUE is a threshold in the original's unit, elements (its
+# launchers' threshold=); element_bytes VALUE prints it in this suite's unit, bytes of fp32.
+elements() {
+    [[ "$1" =~ ^[0-9]{1,15}$ ]] || die "threshold must be a number of elements >= 0, got '$1'"
+}
+element_bytes() { echo $(( $1 * 4 )); }
+
 # positive NAME VALUE: exits unless VALUE is a positive integer (below 10^9: the shell's
 # arithmetic never sees an overflow).
 positive() {
