@@ -80,6 +80,7 @@ def fake(monkeypatch, tmp_path):
 def _line(h, net, task, method, arch, n, i, status, thr=None, attempt=1, seconds=10.0,
           engine="torch"):
     nets = {"rdma0": {"name": "rdma0", "kind": "rdma", "profile": 0},
+            "rdma2": {"name": "rdma2", "kind": "rdma", "profile": 2},
             "1gbit": {"name": "1gbit", "kind": "net", "profile": "1gbit"}}
     e = {"kind": "try", "sweep": "hand", "hash": h, "cell": f"{net}_{task['model']}_{method}_n{n}",
          "try": i, "attempt": attempt, "label": method, "architecture": arch,
@@ -254,6 +255,100 @@ def test_the_original_layout_from_a_hand_written_store_is_exact(tmp_path):
     text = open(os.path.join(folder, "original.md")).read()
     assert text.splitlines()[2:8] == EXPECTED_ORIGINAL.splitlines()[2:8]
     assert text.startswith("# Results generated on 20")
+
+
+def two_network_store(folder):
+    """The store above plus ResNet-50 on rdma2 (listed first in the sweep), so that one task
+    has results on two networks: wfbp 250 at 1 GPU and 2000 +- 163.30 at 4, bspps 250 and
+    1600 (on rdma0 its 4-GPU cell has too few successful tries)."""
+    hand_written_store(folder)
+    path = os.path.join(folder, "results.jsonl")
+    lines = open(path).read().splitlines()[:-1]  # without the torn line
+    header = json.loads(lines[0])
+    header["networks"].insert(0, {"name": "rdma2", "kind": "rdma", "profile": 2})
+    header["cells"] += ["d1", "d2", "d3", "d4"]
+    extra = [_line("d1", "rdma2", R50, "wfbp", "a2a", 1, i, "ok", 250.0) for i in range(3)]
+    extra += [_line("d2", "rdma2", R50, "wfbp", "a2a", 4, i, "ok", v)
+              for i, v in enumerate((1800.0, 2000.0, 2200.0))]
+    extra += [_line("d3", "rdma2", R50, "bspps", "ps", 1, i, "ok", 250.0) for i in range(3)]
+    extra += [_line("d4", "rdma2", R50, "bspps", "ps", 4, i, "ok", 1600.0) for i in range(3)]
+    with open(path, "w") as f:
+        f.write("\n".join([json.dumps(header)] + lines[1:] + [json.dumps(e) for e in extra])
+                + "\n")
+    return folder
+
+
+def _linked(folder, text):
+    import re
+    links = re.findall(r'<img src="\./([^"]+)" align=center/>', text)
+    assert links and all(os.path.isfile(os.path.join(folder, p)) for p in links), links
+    return links
+
+
+def test_original_figures_one_network_per_task(tmp_path):
+    """The original's figures beside original.md, in its names: '<dnn>_<bs>-rdma<r>.png' (an
+    emulated network by its name); no compare_rdma figure when each task ran on one network,
+    and original.md says so instead of linking one."""
+    from ddlbench.sweep import aggregate, plots
+    folder = hand_written_store(str(tmp_path / "hand"))
+    report.write_all(folder)
+    assert sorted(os.listdir(os.path.join(folder, "original"))) == \
+        ["bert_8-1gbit.png", "resnet50_64-rdma0.png"]
+    text = open(os.path.join(folder, "original.md")).read()
+    assert _linked(folder, text) == ["original/resnet50_64-rdma0.png",
+                                     "original/bert_8-1gbit.png"]
+    assert "plots/" not in text and "compare_rdma.png" not in text
+    assert "resnet50_64: no comparison figure, its results are on one network only (rdma0)." \
+        in text
+    assert "bert_8: no comparison figure, its results are on one network only (1gbit)." in text
+    # What the figures plot is the table's cells: a marked cell (bspps, 1/3 ok) is left out.
+    t = aggregate.load(folder)
+    groups = dict(plots.original_groups(t))
+    assert list(groups) == ["resnet50_64-rdma0.png", "bert_8-1gbit.png"]
+    assert plots.original_series(groups["resnet50_64-rdma0.png"]) == \
+        {"WFBP-A2A": [(4, 1000.0, pytest.approx(81.6497, abs=1e-3))]}
+    assert plots.original_series(groups["bert_8-1gbit.png"]) == {"WFBP-A2A": [(4, 180.0, 0.0)]}
+    assert plots.original_speedups(groups["resnet50_64-rdma0.png"]) == {4: ("WFBP-A2A", 4.0)}
+    assert plots.compare_series(t) == {}
+    for p in os.listdir(os.path.join(folder, "original")):
+        with open(os.path.join(folder, "original", p), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_original_figures_and_compare_rdma_with_two_networks(tmp_path):
+    from ddlbench.sweep import plots
+    folder = two_network_store(str(tmp_path / "two"))
+    t = report.write_all(folder)
+    assert sorted(os.listdir(os.path.join(folder, "original"))) == \
+        ["bert_8-1gbit.png", "resnet50_64-compare_rdma.png", "resnet50_64-rdma0.png",
+         "resnet50_64-rdma2.png"]
+    groups = dict(plots.original_groups(t))
+    assert list(groups) == ["resnet50_64-rdma2.png", "resnet50_64-rdma0.png",
+                            "bert_8-1gbit.png"]
+    assert plots.original_series(groups["resnet50_64-rdma2.png"]) == \
+        {"WFBP-A2A": [(4, 2000.0, pytest.approx(163.299, abs=1e-3))],
+         "BSP-PS": [(4, 1600.0, 0.0)]}
+    assert plots.original_speedups(groups["resnet50_64-rdma2.png"]) == {4: ("WFBP-A2A", 8.0)}
+    # compare_rdma's order is 10GbE (rdma0) before 100GbE (rdma2), whatever the sweep's order;
+    # BSP-PS has no ratio: its rdma0 cell has too few successful tries.
+    assert plots.networks_by_task(t) == {"resnet50_64": ["rdma0", "rdma2"], "bert_8": ["1gbit"]}
+    assert plots.compare_series(t) == \
+        {"resnet50_64": [("rdma0", "rdma2", {"WFBP-A2A": [(4, 2.0)]})]}
+    text = open(os.path.join(folder, "original.md")).read()
+    assert _linked(folder, text) == ["original/resnet50_64-rdma2.png",
+                                     "original/resnet50_64-rdma0.png",
+                                     "original/bert_8-1gbit.png",
+                                     "original/resnet50_64-compare_rdma.png"]
+    assert "| WFBP-A2A | 100GbE with TCP/IP / 10GbE with TCP/IP | 2.000 | " in text
+    assert "bert_8: no comparison figure, its results are on one network only (1gbit)." in text
+    # Remade from a store with one network left: the old comparison figure goes.
+    entries, _ = store.read(os.path.join(folder, "results.jsonl"))
+    report.write_all(folder, entries=[e for e in entries if e.get("kind") != "try"
+                                      or e["config"]["network"]["name"] == "rdma2"])
+    assert sorted(os.listdir(os.path.join(folder, "original"))) == ["resnet50_64-rdma2.png"]
+    text = open(os.path.join(folder, "original.md")).read()
+    assert _linked(folder, text) == ["original/resnet50_64-rdma2.png"]
+    assert "compare_rdma.png" not in text
 
 
 def test_median_and_olympic_aggregation(tmp_path, capsys):

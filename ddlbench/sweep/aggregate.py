@@ -65,6 +65,21 @@ class Row:
     def method(self) -> str:
         return self.label if self.engine == "torch" else f"{self.label} ({self.engine})"
 
+    @property
+    def original_method(self) -> str:
+        """The method's name in the original's tables and figures (BSP-A2A, MG-WFBP, ...)
+        where the row is a method with no settings of its own, else the row's label; the
+        engine as in ``method``."""
+        from .. import methods
+        name = methods.lookup(self.label).display if self.label in methods.names() \
+            else self.label
+        return name if self.engine == "torch" else f"{name} ({self.engine})"
+
+    @property
+    def original_task(self) -> str:
+        """The original's task name, model and batch size: ``resnet50_64``, ``bert_8``."""
+        return f"{self.model}_{self.batch_size}"
+
     def speedup(self, n: int) -> tuple[float, float] | None:
         base, cell = self.cells.get(1), self.cells.get(n)
         if not base or not cell or base.marked or cell.marked or not base.values \

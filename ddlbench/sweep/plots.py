@@ -4,6 +4,7 @@ Per network and task: a grouped bar chart, x = worker counts, one bar per method
 the std across tries; all-to-all methods in shades of blue, parameter-server methods in shades
 of orange; a cell marked for too few successful tries is hatched), and above each group the
 best bar's speedup over its own 1-worker throughput; and a line plot of scaling efficiency.
+The original's own figures, in its style and file names, for ``original.md``: ``draw_original``.
 """
 from __future__ import annotations
 
@@ -127,3 +128,236 @@ def draw(t: Table, folder: str) -> list[str]:
         plt.close(fig)
         files.append(path)
     return files
+
+
+# ----------------------------------------------------------- the original's own figures
+#
+# The original's plots.py (HKBU-HPML/ddl-benchmarks) drew, per connection and task, one
+# grouped bar chart '<dnn>_<bs>-rdma<r>.png' beside its results README: x = number of GPUs
+# (its 4, 8, 16, 32; no 1-GPU group), one bar per method with the std as error bar, all-to-all
+# methods orange (#F55a11) and parameter-server ones yellow (#F1B111), told apart by a hatch per
+# method, black edges, above each group the largest speedup over the single-GPU throughput
+# ('%.1fx', rotated), the legend upper left, title '<DNN> (BS=<bs>) on <connection>', labels
+# '# of GPUs' and 'Throughput (Samples per second)', dotted grid, font size 14. Its
+# compare_rdma() drew nothing: it printed, per method and task, throughput on 100GbE over
+# 10GbE and on 100GbIB over 100GbE. Here that comparison is a figure too.
+
+ORIGINAL_STYLE = {  # method id -> (colour, hatch), the original's
+    "bspa2a": ("#F55a11", ".."), "wfbp": ("#F55a11", "oo"), "mgwfbp": ("#F55a11", "**"),
+    "bytescheduler": ("#F55a11", "OO"), "bspps": ("#F1B111", "///"),
+    "wfbpps": ("#F1B111", "\\\\\\"), "byteschedulerps": ("#F1B111", "++"),
+}
+_SPARE_HATCHES = ["xx", "--", "||", "\\\\", "//", "...", "x", "o"]
+# compare_rdma's order of its connections, slowest first: 10GbE, 100GbE, 100GbIB.
+RDMA_ORDER = {"rdma0": 0, "rdma2": 1, "rdma1": 2}
+
+
+def original_task_names(t: Table) -> dict[str, str]:
+    """The suite's task key -> the original's task name (``resnet50_64``); where two of the
+    sweep's tasks share a model and batch size, their own keys tell them apart."""
+    bases: dict[str, set] = {}
+    for r in t.rows:
+        bases.setdefault(r.original_task, set()).add(r.task)
+    return {r.task: r.original_task if len(bases[r.original_task]) == 1 else _slug(r.task)
+            for r in t.rows}
+
+
+def original_groups(t: Table) -> list[tuple[str, list]]:
+    """(file name, rows) per network and task in table order: the original's
+    ``<task>-rdma<r>.png`` on its rdma networks, ``<task>-<network>.png`` on the others."""
+    names = original_task_names(t)
+    groups: dict[str, list] = {}
+    for r in t.rows:
+        groups.setdefault(f"{names[r.task]}-{_slug(r.network)}.png", []).append(r)
+    return list(groups.items())
+
+
+def original_series(rows: list) -> dict[str, list[tuple[int, float, float]]]:
+    """{method as the original names it: [(workers, mean, std), ...]}: what one original-style
+    figure plots. Worker counts above 1 (the original had no 1-GPU group); a cell with no
+    successful try or too few (marked in the tables) is left out; a method with nothing left is
+    not in the figure."""
+    out = {}
+    for r in rows:
+        pts = [(n, s.center, s.spread) for n, s in sorted(r.cells.items())
+               if n != 1 and s.values and not s.marked]
+        if pts:
+            out[r.original_method] = pts
+    return out
+
+
+def original_speedups(rows: list) -> dict[int, tuple[str, float]]:
+    """{workers: (method, speedup)}: the label above each group, the largest speedup of the
+    group over its 1-worker throughput (here each row's own measured 1-worker cell; the
+    original typed one in per task)."""
+    best: dict[int, tuple[str, float]] = {}
+    for r in rows:
+        for n in r.cells:
+            sp = r.speedup(n) if n != 1 else None
+            if sp is not None and (n not in best or sp[0] > best[n][1]):
+                best[n] = (r.original_method, sp[0])
+    return best
+
+
+def _networks_in_compare_order(t: Table) -> list[str]:
+    order = list(dict.fromkeys(r.network for r in t.rows))
+    return sorted(order, key=lambda n: (0, RDMA_ORDER[n]) if n in RDMA_ORDER
+                  else (1, order.index(n)))
+
+
+def networks_by_task(t: Table) -> dict[str, list[str]]:
+    """The original's task name -> the networks with something to plot for it (compare
+    order: the original's 10GbE, 100GbE, 100GbIB, then the other networks in table order)."""
+    names = original_task_names(t)
+    out: dict[str, list[str]] = {names[r.task]: [] for r in t.rows}  # tasks in table order
+    for net in _networks_in_compare_order(t):
+        for r in t.rows:
+            nets = out[names[r.task]]
+            if r.network == net and net not in nets and original_series([r]):
+                nets.append(net)
+    return out
+
+
+def compare_series(t: Table) -> dict[str, list[tuple[str, str, dict]]]:
+    """The original's compare_rdma: {task: [(network a, network b, {method: [(workers,
+    thr_b / thr_a), ...]}), ...]}, each network over the one before it (networks_by_task's
+    order), per method (same label and engine on both) and worker count where both cells
+    have enough successful tries. Only tasks with results on two or more networks. (The
+    original also dropped its largest worker count here; all are kept.)"""
+    names = original_task_names(t)
+    rows = {(r.network, names[r.task], r.label, r.engine): r for r in t.rows}
+    out = {}
+    for task, nets in networks_by_task(t).items():
+        if len(nets) < 2:
+            continue
+        pairs = []
+        for a, b in zip(nets, nets[1:]):
+            series = {}
+            for r in t.rows:
+                if r.network != b or names[r.task] != task:
+                    continue
+                other = rows.get((a, task, r.label, r.engine))
+                if other is None:
+                    continue
+                mine = dict((n, v) for n, v, _ in original_series([r]).get(r.original_method, []))
+                base = dict((n, v) for n, v, _ in
+                            original_series([other]).get(other.original_method, []))
+                pts = [(n, mine[n] / base[n]) for n in sorted(mine) if base.get(n)]
+                if pts:
+                    series[r.original_method] = pts
+            pairs.append((a, b, series))
+        if any(series for _, _, series in pairs):
+            out[task] = pairs
+    return out
+
+
+def _style(rows: list) -> dict[str, tuple[str, str]]:
+    """method name -> (colour, hatch): the original's for its methods; others by
+    architecture, with a hatch of their own."""
+    out, spare = {}, iter(_SPARE_HATCHES * 4)
+    for r in rows:
+        if r.original_method in out:
+            continue
+        if r.label in ORIGINAL_STYLE:
+            out[r.original_method] = ORIGINAL_STYLE[r.label]
+        else:
+            out[r.original_method] = ("#F1B111" if r.architecture == "ps" else "#F55a11",
+                                      next(spare, ""))
+    return out
+
+
+def _bars(ax, series: dict, style: dict, legend_inside: bool = True) -> tuple[list, dict]:
+    """The original's grouped bars on ax: returns (worker counts, {(method, workers): bar})."""
+    counts = sorted({n for pts in series.values() for n, *_ in pts})
+    width = 0.9 / max(1, len(series))
+    where = {}
+    for i, (method, pts) in enumerate(series.items()):
+        xs = [counts.index(p[0]) - 0.45 + width * (i + 0.5) for p in pts]
+        errs = [p[2] for p in pts] if all(len(p) > 2 for p in pts) else None
+        colour, hatch = style[method]
+        bars = ax.bar(xs, [p[1] for p in pts], width, yerr=errs, color=colour,
+                      edgecolor="black", hatch=hatch, ecolor="black", capsize=2, label=method)
+        for p, bar in zip(pts, bars):
+            where[(method, p[0])] = bar
+    ax.grid(linestyle=":")
+    ax.set_xticks(range(len(counts)))
+    ax.set_xticklabels([str(n) for n in counts])
+    if legend_inside:
+        ax.legend(loc=2, ncol=1, fontsize="x-large")
+    else:  # ratios near 1 fill the height: the legend goes right of the plot
+        ax.legend(loc=2, ncol=1, fontsize="large", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0.0)
+    return counts, where
+
+
+def _font(ax, size: float = 14.0) -> None:
+    for item in [ax.title, ax.xaxis.label, ax.yaxis.label] + ax.get_xticklabels() \
+            + ax.get_yticklabels():
+        item.set_fontsize(size)
+
+
+def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
+    """The original's figures into ``folder`` (emptied of old ones first): per network and
+    task ``<task>-rdma<r>.png`` (``<task>-<network>.png`` elsewhere), and per task with
+    results on two or more networks ``<task>-compare_rdma.png``. Returns (per-network files,
+    comparison files); a group with nothing to plot makes no file."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    for old in os.listdir(folder):
+        if old.endswith(".png"):
+            os.unlink(os.path.join(folder, old))
+    files, compares = [], []
+    for name, rows in original_groups(t):
+        series = original_series(rows)
+        if not series:
+            continue
+        fig, ax = plt.subplots()
+        counts, where = _bars(ax, series, _style(rows))
+        top = max(p[1] + p[2] for pts in series.values() for p in pts)
+        for n, (method, sp) in original_speedups(rows).items():
+            bar = where.get((method, n))
+            if bar is not None:  # above its error bar (the original: at 1.03 x the bar)
+                err = dict((p[0], p[2]) for p in series[method])[n]
+                ax.text(bar.get_x() + bar.get_width() / 2.0,
+                        max(bar.get_height() * 1.03, bar.get_height() + err + 0.01 * top),
+                        f"{sp:.1f}x", ha="center", va="bottom", rotation=90)
+        ax.set_ylim(0, top * 1.3)
+        first = rows[0]
+        ax.set_title(f"{first.dnn} (BS={first.batch_size}) on {first.connection}")
+        ax.set_xlabel(f"# of {t.noun}s")
+        ax.set_ylabel("Throughput (Samples per second)")
+        _font(ax)
+        path = os.path.join(folder, name)
+        fig.savefig(path, bbox_inches="tight")
+        plt.close(fig)
+        files.append(path)
+
+    connection = {r.network: r.connection for r in t.rows}
+    first_of = {}
+    names = original_task_names(t)
+    for r in t.rows:
+        first_of.setdefault(names[r.task], r)
+    for task, pairs in compare_series(t).items():
+        pairs = [p for p in pairs if p[2]]
+        fig, axes = plt.subplots(len(pairs), 1, figsize=(6.4, 4.8 * len(pairs)), squeeze=False,
+                                 gridspec_kw={"hspace": 0.35})
+        style = _style([r for r in t.rows if names[r.task] == task])
+        first = first_of[task]
+        for ax, (a, b, series) in zip(axes[:, 0], pairs):
+            _bars(ax, series, style, legend_inside=False)
+            ax.axhline(1.0, color="black", linewidth=0.8, zorder=0)
+            top = max(v for pts in series.values() for _, v in pts)
+            ax.set_ylim(0, max(1.0, top) * 1.3)
+            ax.set_title(f"{first.dnn} (BS={first.batch_size}): {connection[b]} over "
+                         f"{connection[a]}")
+            ax.set_xlabel(f"# of {t.noun}s")
+            ax.set_ylabel("Throughput ratio")
+            _font(ax)
+        path = os.path.join(folder, f"{task}-compare_rdma.png")
+        fig.savefig(path, bbox_inches="tight")
+        plt.close(fig)
+        compares.append(path)
+    return files, compares

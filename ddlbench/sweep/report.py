@@ -2,7 +2,8 @@
 
 In the store's folder: ``README.md`` (the original suite's table, speedups and scaling
 efficiency, failed tries), ``original.md`` (the original's results README, in its exact
-layout), ``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
+layout, with the original's figures in ``original/*.png`` and its network comparison),
+``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
 (the sweep definition and the environments the runs reported).
 """
 from __future__ import annotations
@@ -40,21 +41,15 @@ def throughput_table(t: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _original_name(r) -> str:
-    """The method's name in the original's tables (BSP-A2A, MG-WFBP, ...) where the row is a
-    method with no settings of its own, else the row's label; the engine as in ``Row.method``."""
-    from .. import methods
-    name = methods.lookup(r.label).display if r.label in methods.names() else r.label
-    return name if r.engine == "torch" else f"{name} ({r.engine})"
-
-
-def original_table(t: Table, date: str, images: list[str] | tuple = ()) -> str:
+def original_table(t: Table, date: str, images: list[str] | tuple = (),
+                   compare: str = "") -> str:
     """The original suite's results README in its exact layout (its plots.py): the date line,
     its table (DNN, BS, CONNECTION, METHOD, the 1-worker column, then 'mean +- std' with 3 and 2
     decimals per worker count, its spacing and trailing blanks), then its figures block. Beyond
     the original: the 1-worker column is this sweep's measured 1-worker mean (the original
     typed one in per task), a cell with too few successful tries keeps its (k/n ok) mark, a
-    missing cell is '-' and a failed one 'failed' or 'timeout' (the original printed nan)."""
+    missing cell is '-' and a failed one 'failed' or 'timeout' (the original printed nan).
+    ``compare`` (``compare_section``), when given, follows the figures."""
     counts = [n for n in t.counts if n != 1]
     head = ["DNN", "BS", "CONNECTION", "METHOD", f"1 {t.noun}"]
     head += [f"{n} {t.noun}s" for n in counts]
@@ -62,7 +57,7 @@ def original_table(t: Table, date: str, images: list[str] | tuple = ()) -> str:
              "|" + "-------------- | " * len(head)]
     for r in t.rows:
         one = r.cells.get(1)
-        cells = [r.dnn, str(r.batch_size), r.connection, _original_name(r),
+        cells = [r.dnn, str(r.batch_size), r.connection, r.original_method,
                  f"{one.center:.1f}" if one and one.values else "-"]
         for n in counts:
             s = r.cells.get(n)
@@ -73,7 +68,54 @@ def original_table(t: Table, date: str, images: list[str] | tuple = ()) -> str:
                              + (f" ({s.ok}/{s.expected} ok)" if s.marked else ""))
         lines.append("| " + "".join(f"{c} | " for c in cells))
     figures = "".join(f'<img src="./{p}" align=center/>\n' for p in images)
-    return "\n".join(lines) + "\n\n# Figures\n<div align=\"center\">\n" + figures + "</div>"
+    out = "\n".join(lines) + "\n\n# Figures\n<div align=\"center\">\n" + figures + "</div>"
+    return out + ("\n\n" + compare.rstrip("\n") if compare else "")
+
+
+def compare_section(t: Table, images: dict[str, str] | None = None) -> str:
+    """The original's compare_rdma (which printed these ratios and drew nothing) for
+    ``original.md``: per task with results on two or more networks, its figure (``images``:
+    task -> path, where drawn) and a table of thr(network) / thr(the network before it) per
+    method and worker count; for the other tasks a line saying why there is none."""
+    from . import plots
+    images = images or {}
+    connection = {r.network: r.connection for r in t.rows}
+    nets = plots.networks_by_task(t)
+    ratios = plots.compare_series(t)
+    out = ["# Network comparison", "",
+           "Throughput on each network over the network before it (the original's compare_rdma: "
+           "10GbE with TCP/IP, then 100GbE with TCP/IP, then 100GbIB with RDMA; other networks "
+           "after, in the sweep's order), per method and worker count, from cells with enough "
+           "successful tries.", ""]
+    counts = [n for n in t.counts if n != 1]
+    for task, networks in nets.items():
+        if task not in ratios:
+            if len(networks) > 1:
+                why = (f"no method has enough successful tries at one worker count on two of "
+                       f"its networks ({', '.join(networks)})")
+            elif networks:
+                why = f"its results are on one network only ({networks[0]})"
+            else:
+                why = "it has no results to compare"
+            out += [f"{task}: no comparison figure, {why}.", ""]
+            continue
+        out += [f"{task}:", ""]
+        if task in images:
+            out += [f'<img src="./{images[task]}" align=center/>', ""]
+        head = ["METHOD", "NETWORKS"] + [f"{n} {t.noun}s" for n in counts]
+        out += ["|  " + " | ".join(head) + " |",
+                "|" + "-------------- | " * len(head)]
+        for a, b, series in ratios[task]:
+            if not series:
+                out.append("| - | " + f"{connection[b]} / {connection[a]} | "
+                           + "- | " * len(counts))
+            for method, pts in series.items():
+                got = dict(pts)
+                cells = [method, f"{connection[b]} / {connection[a]}"]
+                cells += [f"{got[n]:.3f}" if n in got else "-" for n in counts]
+                out.append("| " + "".join(f"{c} | " for c in cells))
+        out.append("")
+    return "\n".join(out)
 
 
 def speedup_table(t: Table) -> str:
@@ -251,14 +293,19 @@ def write_all(folder: str, aggregate_how: str | None = None, min_ok: int | None 
     if entries is None:
         entries, bad = store.read(path)
     t = build(entries, aggregate_how, min_ok, bad)
-    files = []
+    files, originals, compares = [], [], {}
     if plots and t.rows:
         from . import plots as plotting
         files = plotting.draw(t, os.path.join(folder, "plots"))
         files = [os.path.relpath(f, folder) for f in files]
+        drawn, drawn_compares = plotting.draw_original(t, os.path.join(folder, "original"))
+        originals = [os.path.relpath(f, folder) for f in drawn]
+        compares = {os.path.basename(f)[:-len("-compare_rdma.png")]: os.path.relpath(f, folder)
+                    for f in drawn_compares}
     _write(os.path.join(folder, "README.md"), markdown(t, files))
     _write(os.path.join(folder, "original.md"),
-           original_table(t, datetime.date.today().isoformat(), files))
+           original_table(t, datetime.date.today().isoformat(), originals,
+                          compare_section(t, compares) if t.rows else ""))
     _write(os.path.join(folder, "results.csv"), csv_text(t))
     _write(os.path.join(folder, "manifest.json"),
            json.dumps(manifest(t, entries), indent=2, sort_keys=True) + "\n")
