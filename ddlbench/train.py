@@ -25,6 +25,7 @@ import compression
 from . import methods
 from .errors import ArgumentParser, UsageError, check_writable, env_int, say
 from .hosts.placement import launcher_rank
+from .measure import workload
 from .options import add_flags, check_flags
 
 ENGINES = methods.ENGINES
@@ -69,9 +70,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "horovodrun)")
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     o = p.add_argument_group("optimizer")
-    o.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
-    o.add_argument("--lr", type=float, default=None, help="learning rate (0.01 x workers)")
-    o.add_argument("--momentum", type=float, default=0.9)
+    o.add_argument("--optimizer", default="auto", choices=workload.OPTIMIZERS,
+                   help="auto: the original's for the model, SGD for CNNs, AdamW (eps 1e-8) "
+                        "for BERT")
+    o.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: the original's, SGD 0.01 x workers, Adam and "
+                        "AdamW 2e-5)")
+    o.add_argument("--momentum", type=float, default=None,
+                   help="SGD's momentum (default: 0, the original's)")
     o.add_argument("--weight-decay", type=float, default=0.0)
     r = p.add_argument_group("run")
     r.add_argument("--nworkers", type=int, default=env_int("DMLC_NUM_WORKER"),
@@ -201,6 +207,7 @@ def check(args, probe_engine: bool = True) -> None:
     import models
     if args.model not in models.names():
         models.build(args.model)  # raises the UsageError listing what exists
+    _check_optimizer(args)
 
 
 def _check_ignored(args) -> None:
@@ -226,6 +233,16 @@ def _check_ignored(args) -> None:
                 notes.append(line)
     if notes and launcher_rank() == "0":
         say(f"ddlbench: note: {'; '.join(notes)} (ignored)")
+
+
+def _check_optimizer(args) -> None:
+    """--momentum is SGD's: with Adam or AdamW (chosen, or --optimizer auto's for BERT) it
+    would do nothing, so it is refused."""
+    name = workload.optimizer_name(args)
+    if args.momentum is not None and name != "sgd":
+        how = (f"--optimizer auto chose {name}, the original's for {args.model}"
+               if args.optimizer == "auto" else f"the optimizer is {name}")
+        raise UsageError(f"--momentum is a setting of SGD, but {how}; add --optimizer sgd")
 
 
 def _check_horovod(args, probe_engine: bool) -> None:
@@ -328,7 +345,8 @@ def benchmark(args, ctx) -> int:
         rec = record.run_record(args, ctx, lr=run.lr, options=method.options.as_dict(),
                                 method=method.describe(), model=model, result=result,
                                 communication=traffic, compression=compressed,
-                                rss_after_warmup=warm.get("rss"))
+                                rss_after_warmup=warm.get("rss"),
+                                optimizer=workload.optimizer_info(args, run.optimizer))
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:
         record.write_atomic(args.output, rec)

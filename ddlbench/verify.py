@@ -25,8 +25,9 @@ state: residuals, PowerSGD's Q), in place of the plain average. Where that mathe
 correct implementation to differ by more than fp32 reordering (fp16's half-precision sums,
 PowerSGD's fp32 factorisation), it returns a per-element bound on the averaged gradient; for SGD
 the bound is carried through the optimizer's linear update (momentum, weight decay, dampening,
-Nesterov) into a per-element allowance added to the tolerance. Under Adam the allowance is not
-propagated (its step is not linear in the gradient) and its tolerance (5% of lr) stays as it is.
+Nesterov) into a per-element allowance added to the tolerance. Under Adam and AdamW the allowance
+is not propagated (their step is not linear in the gradient) and their tolerance (5% of lr)
+stays as it is.
 """
 from __future__ import annotations
 
@@ -45,12 +46,17 @@ DEFAULT_ATOL = 1e-7
 # averaged gradient (fp32 sums of P values in another order) can move that element's step by a
 # visible fraction of lr - measured up to 1% of lr with 4 workers - but never by more than about
 # lr, while a communication bug (a gradient left local, stale or missing) moves it by about lr.
+# AdamW has the same normalised step; its decoupled decay, lr * wd * p, is computed from the
+# same parameters on both sides and adds only rounding, so the same bound holds. Both are
+# blind to the gradient's scale (a sum instead of an average gives the same step): only SGD
+# verifies the division by the workers.
 ADAM_ATOL_FRACTION_OF_LR = 0.05
 
 
 def default_tolerance(optimizer: str, lr: float) -> tuple[float, float]:
-    """(rtol, atol) for ``--verify`` when not given on the command line."""
-    if optimizer == "adam":
+    """(rtol, atol) for ``--verify`` when not given on the command line; ``optimizer`` is the
+    resolved name (``workload.optimizer_name``: sgd, adam or adamw)."""
+    if optimizer in ("adam", "adamw"):
         return DEFAULT_RTOL, ADAM_ATOL_FRACTION_OF_LR * lr
     return DEFAULT_RTOL, DEFAULT_ATOL
 
@@ -238,7 +244,7 @@ def run(args, ctx, pairs: list[tuple[str, str]]) -> int:
     """Run every (method, compressor) pair for ``--verify STEPS`` steps beside the reference,
     one line per step on rank 0; 1 when any step of any pair failed."""
     lr = workload.learning_rate(args, ctx.size)
-    rtol, atol = default_tolerance(args.optimizer, lr)
+    rtol, atol = default_tolerance(workload.optimizer_name(args), lr)
     rtol = rtol if args.rtol is None else args.rtol
     atol = atol if args.atol is None else args.atol
     failed = []

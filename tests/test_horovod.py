@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from .conftest import REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
+from .conftest import MOMENTUM_SGD, REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
 
 LEGACY = os.path.join(REPO, "horovod", "legacy_env.sh")
 LAUNCHER = os.path.join(REPO, "horovod", "horovod_mpi_cj.sh")
@@ -101,7 +101,7 @@ def test_horovod_matches_the_torch_engine(legacy_python, tmp_path, nworkers, mod
     """wfbp, fusion, bspa2a and mgwfbp on real Horovod end 3 momentum-SGD steps with the
     parameters of the torch engine (same torch 2.0.1, seed and data), and pass --verify."""
     workload = SMALL_CNN if model == "cnn" else TINY_BERT
-    common = ["--verify", "3", "--dtype", "float64", "--timeout", "120"]
+    common = ["--verify", "3", *MOMENTUM_SGD, "--dtype", "float64", "--timeout", "120"]
     torch_run = launch(tmp_path, nworkers, workload, ",".join(METHODS),
                        common + ["--save-params", str(tmp_path / "torch-{method}.npz")],
                        engine="torch", python=legacy_python)
@@ -123,7 +123,8 @@ def test_horovod_fp32_verify_and_fp16_compression(legacy_python, tmp_path):
     """In fp32, Horovod's fusion and its fp16 compression pass --verify with 3 workers: fp16
     against the reference of Horovod's own arithmetic (cast, half sum, divide)."""
     for compressor in ("none", "fp16"):
-        proc = launch(tmp_path, 3, TINY_BERT, "fusion", ["--verify", "3"], compressor=compressor)
+        proc = launch(tmp_path, 3, TINY_BERT, "fusion", ["--verify", "3", *MOMENTUM_SGD],
+                      compressor=compressor)
         assert proc.returncode == 0, describe(proc)
         name = "fusion" if compressor == "none" else "fusion+fp16"
         lines = verify_lines(proc.stdout)[name]

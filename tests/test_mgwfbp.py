@@ -288,7 +288,7 @@ def test_three_steps_match_the_reference(profiles, nworkers, model, optimizer):
         len(g) > 1 for g in merge_groups(*_groups_inputs(path)))  # a real mix of groups
     workload = SMALL_CNN if model == "cnn" else TINY_BERT
     opt = (["--optimizer", "adam", "--weight-decay", "0.01", "--lr", "0.001"]
-           if optimizer == "adam" else ["--momentum", "0.9"])
+           if optimizer == "adam" else ["--optimizer", "sgd", "--momentum", "0.9"])
     proc = train(*workload, *opt, "--verify", "3", "--method", "mgwfbp,bytescheduler",
                  "--mgwfbp-profile", path, "--partition", str(PARTITION),
                  "--credit", str(CREDIT), "--nworkers", str(nworkers), timeout=600)

@@ -15,8 +15,8 @@ from ddlbench.engine import ps
 from ddlbench.hosts.hostfile import Host
 from ddlbench.launch import pslaunch
 
-from .conftest import (QUICK_TIMING, REPO, SMALL_CNN, TINY_BERT, describe, env, run, train,
-                       verify_lines)
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, SMALL_CNN, TINY_BERT, describe, env,
+                       run, train, verify_lines)
 
 PS_METHODS = ["bspps", "wfbpps", "byteschedulerps"]
 LAUNCHER = f"{REPO}/byteps/byteps_launch.sh"
@@ -72,7 +72,7 @@ MATRIX = [("cnn", 1, 1), ("cnn", 2, 1), ("cnn", 3, 2), ("bert", 1, 2), ("bert", 
 def test_ps_methods_equal_the_reference(model, nworkers, nservers):
     workload = CNN_PS if model == "cnn" else BERT_PS
     jitter = {"DDLBENCH_TEST_HOOK_JITTER_MS": 10} if nworkers > 1 else {}
-    proc = train(*workload, "--verify", "3", "--method", ",".join(PS_METHODS),
+    proc = train(*workload, "--verify", "3", "--method", ",".join(PS_METHODS), *MOMENTUM_SGD,
                  "--nworkers", str(nworkers), "--nservers", str(nservers), "--no-cuda",
                  timeout=540, **jitter)
     assert proc.returncode == 0, describe(proc)

@@ -54,6 +54,10 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     assert env["torch"] and env["launcher"] == "local"
     assert rec["config"]["nworkers"] == 2 and rec["config"]["method"] == method
     assert rec["method"]["method"] == method
+    # --optimizer auto for a CNN: the original's SGD, no momentum, 0.01 x workers
+    assert rec["optimizer"] == {"class": "SGD", "flag": "auto", "auto": True, "lr": 0.02,
+                                "lr_given": False, "momentum": 0.0, "betas": None, "eps": None,
+                                "weight_decay": 0.0}
 
 
 def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_json):
@@ -85,6 +89,10 @@ def test_single_worker_runs_in_process(tmp_path, load_json):
     rec = load_json(out)
     assert rec["environment"]["launcher"] == "single" and rec["config"]["nworkers"] == 1
     assert rec["communication_per_iteration"]["wire_sent_bytes"]["allreduce"] == 0
+    # --optimizer auto for BERT: the original's AdamW, lr 2e-5 whatever the workers
+    assert rec["optimizer"] == {"class": "AdamW", "flag": "auto", "auto": True, "lr": 2e-5,
+                                "lr_given": False, "momentum": None, "betas": [0.9, 0.999],
+                                "eps": 1e-8, "weight_decay": 0.0}
 
 
 @pytest.mark.parametrize("args,message", [
@@ -127,3 +135,52 @@ def test_bert_vocabulary_is_padded_to_a_multiple_of_8_as_the_original():
     import models
     for name in ("bert", "bert_base"):  # the configs the models are built from
         assert models.bert_config(name).vocab_size == 30528, name  # 30522 padded, as there
+
+
+# --optimizer auto: the original's per model family (HKBU-HPML/ddl-benchmarks: its
+# imagenet_benchmark.py scripts ran optim.SGD(lr=0.01 x workers), its BERT scripts in horovod/
+# and mgwfbp/ transformers' AdamW(lr=2e-5, eps=1e-8), weight decay 0, lr not scaled).
+@pytest.mark.parametrize("argv,nworkers,expected", [
+    (["--model", "resnet50"], 4,
+     {"class": "SGD", "lr": 0.04, "momentum": 0.0, "weight_decay": 0.0, "eps": None}),
+    (["--model", "bert"], 4,
+     {"class": "AdamW", "lr": 2e-5, "eps": 1e-8, "betas": [0.9, 0.999], "weight_decay": 0.0,
+      "momentum": None}),
+    (["--model", "bert_base"], 1, {"class": "AdamW", "lr": 2e-5, "weight_decay": 0.0}),
+    (["--model", "bert_tiny"], 8, {"class": "AdamW", "lr": 2e-5}),
+    # explicit flags win over the model family
+    (["--model", "bert", "--optimizer", "sgd"], 2, {"class": "SGD", "lr": 0.02, "momentum": 0.0}),
+    (["--model", "resnet50", "--optimizer", "adamw"], 2,
+     {"class": "AdamW", "lr": 2e-5, "eps": 1e-8, "weight_decay": 0.0}),
+    (["--model", "resnet50", "--optimizer", "adam"], 2, {"class": "Adam", "lr": 2e-5}),
+    (["--model", "resnet50", "--momentum", "0.9", "--lr", "0.1", "--weight-decay", "1e-4"], 3,
+     {"class": "SGD", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "lr_given": True}),
+    (["--model", "bert", "--lr", "1e-3", "--weight-decay", "0.01"], 3,
+     {"class": "AdamW", "lr": 1e-3, "weight_decay": 0.01, "lr_given": True}),
+])
+def test_optimizer_choice_and_its_record(argv, nworkers, expected):
+    import torch
+
+    from ddlbench.measure import workload
+    from ddlbench.train import parse_args
+    args = parse_args(argv)
+    lr = workload.learning_rate(args, nworkers)
+    opt = workload.make_optimizer(args, [torch.nn.Parameter(torch.zeros(2))], lr)
+    info = workload.optimizer_info(args, opt)
+    assert info["auto"] == ("--optimizer" not in argv)
+    assert info["flag"] == args.optimizer
+    assert info["lr_given"] == ("--lr" in argv)
+    for key, value in expected.items():
+        assert info[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--momentum", "0.9"], "--momentum is a setting of SGD, but --optimizer auto chose adamw, "
+                            "the original's for bert_tiny; add --optimizer sgd"),
+    (["--optimizer", "adam", "--momentum", "0"], "--momentum is a setting of SGD, but the "
+                                                 "optimizer is adam; add --optimizer sgd"),
+])
+def test_momentum_without_sgd_is_refused(argv, message):
+    proc = train(*TINY_BERT, *argv, timeout=120)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.strip().splitlines() == [f"ddlbench: error: {message}"]
