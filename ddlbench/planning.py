@@ -1,11 +1,66 @@
 """Pure planning: fusion buckets by a byte threshold, MG-WFBP's merge rule with the
-iteration-time recurrences it is built on (docs/DESIGN.md sections 3 and 4), and the parameter
-servers' defaults (section 6)."""
+iteration-time recurrences it is built on and the original's alpha-beta tables (docs/DESIGN.md
+sections 3 and 4), and the parameter servers' defaults (section 6)."""
 from __future__ import annotations
+
+from .errors import UsageError
 
 DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
 # MG-WFBP's small-group merge: the original always merged groups under this many elements.
 DEFAULT_MIN_GROUP_ELEMENTS = 8192
+
+# The original suite's MG-WFBP alpha-beta tables (HKBU-HPML/ddl-benchmarks at 565964a,
+# mgwfbp/hv_distributed_optimizer.py, _generate_groups_mgwfbp, lines 226-248): workers ->
+# (alpha in seconds, beta in seconds per BYTE: it costs a message of n elements as
+# alpha + beta * n * 4, or * 2 under --fp16, lines 249 and 274). Its MG-WFBP always planned with
+# them: its benchmark scripts hand the optimizer profiled layer times, and its communication
+# benchmark runs only without them (line 95). It chose the "56Gbps" table under its --rdma flag,
+# which its launcher mgwfbp/horovod_mpi_cj.sh passes for rdma=1 and rdma=2, else "10Gbps"; any
+# other worker count is a KeyError there. Products are written as the original wrote them.
+ORIGINAL_AB_TABLES: dict[str, dict[int, tuple[float, float]]] = {
+    "10Gbps": {
+        2: (2.554691138304671e-06, 9.837548167872609e-11),
+        4: (4.204298980348825e-05, 2.0589360830118177e-10),
+        8: (0.0005230272768511732, 8.570746975492128e-10),
+        16: (0.0009080981007148093, 7.395651186836712e-10),
+        32: (0.0013476410788581382 * 3, 8.643300782166769e-10),
+        64: (0.0023476410788581382 * 3, 9.643300782166769e-10),
+    },
+    "56Gbps": {
+        2: (2.554691138304671e-06, 9.837548167872609e-11),
+        4: (4.204298980348825e-05, 2.0589360830118177e-10),
+        8: (9.75367204301171e-05, 3.0568230536676206e-10),
+        16: (0.00023583677659915685 * 3, 4.0594787739537565e-10),
+        32: (0.00040632079996292579, 1.5 * 3.2713239529771973e-10),
+        64: (0.00080632079996292579, 1.8 * 3.2713239529771973e-10),
+    },
+}
+
+
+def original_ab_table(network: str | None) -> str:
+    """The name of the original's table for a network label (``DDLBENCH_NETWORK``): "56Gbps"
+    for rdma1 and rdma2 (the original's --rdma), "10Gbps" for anything else (rdma0, and any run
+    the original would have started without --rdma)."""
+    return "56Gbps" if network in ("rdma1", "rdma2") else "10Gbps"
+
+
+def original_alpha_beta(nworkers: int, network: str | None) -> tuple[str, float, float]:
+    """(table name, alpha seconds, beta seconds per byte) the original planned MG-WFBP with for
+    ``nworkers`` workers on ``network``. One worker sends nothing: alpha = beta = 0 (the
+    original's tables start at 2 workers and it never ran MG-WFBP on one; a sweep's 1-worker
+    column still needs the run). Any other count missing from the table: one line naming the
+    table's counts (the original failed there with a KeyError)."""
+    name = original_ab_table(network)
+    table = ORIGINAL_AB_TABLES[name]
+    if nworkers == 1:
+        return name, 0.0, 0.0
+    if nworkers not in table:
+        raise UsageError(
+            f"--mgwfbp-ab table: the original's {name} alpha-beta table has no entry for "
+            f"{nworkers} worker(s), only for {', '.join(map(str, sorted(table)))}; use "
+            f"--mgwfbp-ab measured")
+    alpha, beta = table[nworkers]
+    return name, alpha, beta
 
 
 def default_nservers(nworkers: int, hosts: int = 1) -> int:

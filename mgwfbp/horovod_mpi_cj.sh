@@ -9,7 +9,9 @@
 #   settings, density 0.001 and threshold 67108864 elements (256 MiB of fp32), whatever
 #   mgwfbp and threshold say (as the original);
 # - mgwfbp=1 (default): MG-WFBP, whose default is the original's merge of small groups
-#   (mgwfbp_min_group, which may be set);
+#   (mgwfbp_min_group, which may be set), with alpha and beta from the original's tables by
+#   worker count and rdma (mgwfbp_ab=table, as the original planned; mgwfbp_ab=measured, or
+#   DDLBENCH_MGWFBP_AB=measured, fits them on this cluster as the suite's own launchers do);
 # - mgwfbp=0: the threshold method, threshold in ELEMENTS as the original counted it (the
 #   suite's own flags count bytes: x4 for fp32): 0 = WFBP (wfbp), at least 536870912 (the
 #   original's BSP setting, 2 GiB of fp32, more than any model's gradient) = BSP-A2A (bspa2a),
@@ -32,7 +34,9 @@ if [ "$compressor" != none ]; then
     said="compressor=$compressor: fusion, density 0.001, threshold $threshold elements"
 elif [ "$mgwfbp" = 1 ]; then
     method=mgwfbp
-    said="mgwfbp=1: mgwfbp (with the original's small-group merge unless mgwfbp_min_group=0)"
+    defaults "mgwfbp_ab=${DDLBENCH_MGWFBP_AB:-table}"  # the original's alpha-beta tables
+    export mgwfbp_ab
+    said="mgwfbp=1: mgwfbp, alpha-beta mgwfbp_ab=$mgwfbp_ab (with the original's small-group merge unless mgwfbp_min_group=0)"
 elif [ "$threshold" = 0 ]; then
     method=wfbp; said="mgwfbp=0 threshold=0: wfbp"
 elif [ "$threshold" -ge "$BSP_ELEMENTS" ]; then

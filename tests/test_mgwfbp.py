@@ -15,7 +15,7 @@ from ddlbench.engine.comm import Comm
 from ddlbench.errors import UsageError
 from ddlbench.methods import create
 from ddlbench.planning import DEFAULT_MIN_GROUP_ELEMENTS as DEFAULT_MIN_GROUP
-from ddlbench.planning import merge_groups, schedule_time
+from ddlbench.planning import merge_groups, original_alpha_beta, schedule_time
 
 from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
 
@@ -93,6 +93,74 @@ def test_edges():
         merge_groups([1.0], [4, 4], 1.0, 1.0)
 
 
+# --------------------------------------------------------------------------- --mgwfbp-ab table
+# The original's tables (HKBU-HPML/ddl-benchmarks, mgwfbp/hv_distributed_optimizer.py lines
+# 226-241: p_alpha_beta_10Gbps, p_alpha_beta_56Gbps), written here again as the original wrote
+# them: (alpha s, beta s/B). Its launcher passed --rdma, the 56Gbps table, for rdma=1 and 2.
+ORIGINAL_10G = {
+    2: (2.554691138304671e-06, 9.837548167872609e-11),
+    4: (4.204298980348825e-05, 2.0589360830118177e-10),
+    8: (0.0005230272768511732, 8.570746975492128e-10),
+    16: (0.0009080981007148093, 7.395651186836712e-10),
+    32: (0.0013476410788581382 * 3, 8.643300782166769e-10),
+    64: (0.0023476410788581382 * 3, 9.643300782166769e-10)}
+ORIGINAL_56G = {
+    2: (2.554691138304671e-06, 9.837548167872609e-11),
+    4: (4.204298980348825e-05, 2.0589360830118177e-10),
+    8: (9.75367204301171e-05, 3.0568230536676206e-10),
+    16: (0.00023583677659915685 * 3, 4.0594787739537565e-10),
+    32: (0.00040632079996292579, 1.5 * 3.2713239529771973e-10),
+    64: (0.00080632079996292579, 1.8 * 3.2713239529771973e-10)}
+
+
+@pytest.mark.parametrize("network,name,table", [
+    ("rdma0", "10Gbps", ORIGINAL_10G), ("rdma1", "56Gbps", ORIGINAL_56G),
+    ("rdma2", "56Gbps", ORIGINAL_56G),
+    (None, "10Gbps", ORIGINAL_10G), ("1gbit", "10Gbps", ORIGINAL_10G)])  # no --rdma there
+@pytest.mark.parametrize("nworkers", [2, 4, 8, 16, 32, 64])
+def test_table_lookup_is_the_originals(network, name, table, nworkers):
+    assert original_alpha_beta(nworkers, network) == (name, *table[nworkers])
+
+
+def test_table_one_worker_sends_nothing():
+    assert original_alpha_beta(1, "rdma1") == ("56Gbps", 0.0, 0.0)
+
+
+@pytest.mark.parametrize("nworkers", [3, 5, 12, 128])
+def test_table_lacks_the_worker_count(nworkers):
+    with pytest.raises(UsageError) as e:
+        original_alpha_beta(nworkers, "rdma1")
+    assert str(e.value) == (
+        f"--mgwfbp-ab table: the original's 56Gbps alpha-beta table has no entry for "
+        f"{nworkers} worker(s), only for 2, 4, 8, 16, 32, 64; use --mgwfbp-ab measured")
+
+
+# Backward order: tb 100, 300, 1000, 20 us; bytes 1e6, 4000, 4e6, 400; forward l = 3..0:
+# ready = 100, 400, 1400, 1420 us. 8 workers, small-group merge off.
+TABLE_TB = [100e-6, 300e-6, 1000e-6, 20e-6]
+TABLE_BYTES = [1_000_000, 4_000, 4_000_000, 400]
+
+
+@pytest.mark.parametrize("network,groups", [
+    # 56Gbps: alpha 97.54 us, beta 0.30568 ns/B; tc[3] = 97.54 + 305.68 = 403.22, tauc[3] = 100.
+    # l=3: 400 < 100 + 97.54? no.  tauc[2] = max(100 + 403.22, 400) = 503.22.
+    # l=2: 1400 < 503.22 + 97.54? no.  tc[2] = 97.54 + 1.22; tauc[1] = max(601.98, 1400) = 1400.
+    # l=1: 1420 < 1400 + 97.54 -> merge.
+    ("rdma1", [[0], [1], [2, 3]]),
+    # 10Gbps: alpha 523.03 us, beta 0.85707 ns/B. l=3: 400 < 100 + 523.03 -> merge; the group's
+    # 1004000 B: tc[2] = 523.03 + 860.50 = 1383.53, tauc[2] = 400, tauc[1] = 1783.53.
+    # l=2: 1400 < 400 + 523.03? no.  l=1: 1420 < 1783.53 + 523.03 -> merge.
+    ("rdma0", [[0, 1], [2, 3]]),
+])
+def test_table_alpha_beta_plan_by_hand(network, groups):
+    _, alpha, beta = original_alpha_beta(8, network)
+    assert merge_groups(TABLE_TB, TABLE_BYTES, alpha, beta) == groups
+    if network == "rdma1":
+        # b0 goes at 100 us (403.22 us), b1 at 503.22 (98.76 us), b2+b3 at 1420 us: 4000400 B.
+        assert schedule_time(TABLE_TB, TABLE_BYTES, groups, alpha, beta) == pytest.approx(
+            1420e-6 + alpha + beta * 4_000_400, rel=1e-12)
+
+
 # --------------------------------------------------------------------------- in one process
 
 def _world_of_one():
@@ -144,6 +212,7 @@ def test_strategy_plans_from_a_profile_file(tmp_path, capsys, min_group, groups,
     assert d["bucket_bytes"] == bucket_bytes and d["buckets"] == len(groups)
     assert d["mgwfbp"]["groups"] == groups and d["mgwfbp"]["group_bytes"] == bucket_bytes
     assert d["mgwfbp"]["source"] == f"profile {path}"
+    assert (d["mgwfbp"]["ab"], d["mgwfbp"]["ab_table"]) == ("measured", None)  # the default
     assert (d["mgwfbp"]["alpha_s"], d["mgwfbp"]["profile_nworkers"]) == (2.0, 8)
     assert "threshold_bytes" not in d
     out = capsys.readouterr().out
@@ -195,6 +264,46 @@ def test_a_profile_that_does_not_fit_is_refused(tmp_path, change, message):
 def test_missing_profile_file(tmp_path):
     with pytest.raises(UsageError, match="cannot read MG-WFBP profile .*nope.json"):
         profile_file.read_profile(str(tmp_path / "nope.json"))
+
+
+def _table_method(tmp_path, nworkers, min_group=0):
+    """MG-WFBP with --mgwfbp-ab table on the MLP's profile file. The Comm says ``nworkers``
+    (the table's key) in this world of one: the lookup is all it is used for before training."""
+    _world_of_one()
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps(_profile(_mlp(), "mlp", MLP_TB, 2.0, 0.0)))
+    model = _mlp()
+    return create("mgwfbp", model, torch.optim.SGD(model.parameters(), lr=0.1),
+                  Comm(0, nworkers), {"mgwfbp_profile": str(path), "mgwfbp_ab": "table",
+                                      "mgwfbp_min_group": min_group}, model_name="mlp")
+
+
+def test_table_alpha_beta_in_the_record_and_console(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DDLBENCH_NETWORK", "rdma1")
+    s = _table_method(tmp_path, 8)
+    s.calibrate(lambda: pytest.fail("a profile file means no measuring"))
+    alpha, beta = ORIGINAL_56G[8]
+    d = s.describe()["mgwfbp"]
+    assert d["ab"] == "table"
+    assert d["ab_table"] == {"table": "56Gbps", "nworkers": 8, "network": "rdma1",
+                             "alpha_s": alpha, "beta_s_per_byte": beta}
+    assert (d["alpha_s"], d["beta_s_per_byte"]) == (alpha, beta)  # not the profile's 2.0, 0.0
+    # MLP_TB's gaps (0.5 to 4 s) dwarf alpha 97.5 us: nothing merges.
+    assert d["groups"] == [[5], [4], [3], [2], [1], [0]]
+    out = capsys.readouterr().out
+    assert "alpha-beta table: alpha 97.54 us, beta 0.3057 ns/B, the original's 56Gbps table " \
+           "for 8 workers, network rdma1)" in out
+    s.close()
+
+
+def test_table_refuses_a_worker_count_it_lacks(tmp_path, monkeypatch):
+    monkeypatch.delenv("DDLBENCH_NETWORK", raising=False)
+    s = _table_method(tmp_path, 3)
+    with pytest.raises(UsageError) as e:
+        s.calibrate(None)
+    assert str(e.value).startswith("--mgwfbp-ab table: the original's 10Gbps alpha-beta table "
+                                   "has no entry for 3 worker(s), only for 2, 4, 8, 16, 32, 64")
+    s.close()
 
 
 class _Net(nn.Module):
@@ -276,24 +385,37 @@ def _printed_groups(stdout):
 # for the suite's time budget: every worker count, every model x optimizer pair, each pair with
 # several workers; both methods in one process per cell. MG-WFBP plans from a profile file (its
 # measured planning is tested below), ByteScheduler runs with small partitions and credit so
-# that every model is cut into many chunks and the window is full.
-@pytest.mark.parametrize("nworkers,model,optimizer", [
-    (1, "cnn", "sgd"), (2, "cnn", "adam"), (3, "cnn", "sgd"),
-    (3, "bert", "adam"), (4, "bert", "sgd"), (4, "bert", "adam")])
-def test_three_steps_match_the_reference(profiles, nworkers, model, optimizer):
+# that every model is cut into many chunks and the window is full. One cell plans with the
+# original's table (--mgwfbp-ab table; rdma2 picks its 56Gbps table) instead of the profile's
+# alpha and beta.
+@pytest.mark.parametrize("nworkers,model,optimizer,ab", [
+    (1, "cnn", "sgd", "measured"), (2, "cnn", "adam", "table"), (3, "cnn", "sgd", "measured"),
+    (3, "bert", "adam", "measured"), (4, "bert", "sgd", "measured"),
+    (4, "bert", "adam", "measured")])
+def test_three_steps_match_the_reference(profiles, nworkers, model, optimizer, ab):
     from .test_bytescheduler import CREDIT, PARTITION
     name = "resnet18" if model == "cnn" else "bert_tiny"
     path, expected_bytes = profiles[name]
     assert len(expected_bytes) > 4 and any(
         len(g) > 1 for g in merge_groups(*_groups_inputs(path)))  # a real mix of groups
+    if ab == "table":
+        tb, nbytes, _, _ = _groups_inputs(path)
+        _, alpha, beta = original_alpha_beta(nworkers, "rdma2")
+        expected_bytes = [sum(nbytes[b] for b in g)
+                          for g in merge_groups(tb, nbytes, alpha, beta, 4 * DEFAULT_MIN_GROUP)]
     workload = SMALL_CNN if model == "cnn" else TINY_BERT
     opt = (["--optimizer", "adam", "--weight-decay", "0.01", "--lr", "0.001"]
            if optimizer == "adam" else ["--optimizer", "sgd", "--momentum", "0.9"])
     proc = train(*workload, *opt, "--verify", "3", "--method", "mgwfbp,bytescheduler",
-                 "--mgwfbp-profile", path, "--partition", str(PARTITION),
-                 "--credit", str(CREDIT), "--nworkers", str(nworkers), timeout=600)
+                 "--mgwfbp-profile", path, "--mgwfbp-ab", ab, "--partition", str(PARTITION),
+                 "--credit", str(CREDIT), "--nworkers", str(nworkers), timeout=600,
+                 DDLBENCH_NETWORK="rdma2")
     assert proc.returncode == 0, describe(proc)
     assert _printed_groups(proc.stdout) == expected_bytes
+    assert f"; alpha-beta {ab}: alpha " in proc.stdout
+    if ab == "table":
+        assert f"the original's 56Gbps table for {nworkers} workers, network rdma2)" \
+            in proc.stdout
     lines = verify_lines(proc.stdout)
     assert sorted(lines) == ["bytescheduler", "mgwfbp"], describe(proc)
     for method, steps in lines.items():
@@ -322,7 +444,8 @@ def test_measured_plan_is_rank0s_on_every_rank(tmp_path):
                  DDLBENCH_MGWFBP_WARMUP=1, DDLBENCH_MGWFBP_ITERS=3, DDLBENCH_MGWFBP_COMM_ITERS=2)
     assert proc.returncode == 0, describe(proc)
     assert all(ok for *_, ok in verify_lines(proc.stdout)["mgwfbp"])
-    assert "(measured; alpha " in proc.stdout and "fitted on 2 worker(s)" in proc.stdout
+    assert "(measured; alpha-beta measured: alpha " in proc.stdout
+    assert "fitted on 2 worker(s)" in proc.stdout
     group_bytes = _printed_groups(proc.stdout)
     traces = []
     for rank in range(2):

@@ -17,7 +17,7 @@ ORIGINAL = [
     ("bspa2a", "mgwfbp", A2A.format(c="none", t=536870912, m=0), "bspa2a", {}),
     ("wfbp", "mgwfbp", A2A.format(c="none", t=0, m=0), "wfbp", {}),
     ("mgwfbp", "mgwfbp", A2A.format(c="none", t=0, m=1), "mgwfbp",
-     {"--mgwfbp-min-group": "8192"}),
+     {"--mgwfbp-min-group": "8192", "--mgwfbp-ab": "table"}),  # its alpha-beta tables
     ("bytescheduler", "bytescheduler", A2A.format(c="none", t=0, m=1), "bytescheduler",
      {"--partition": "4000000", "--credit": "16000000"}),
     ("horovod", "horovod", A2A.format(c="none", t=0, m=1), "fusion",
@@ -66,8 +66,21 @@ def test_an_original_command_means_the_original_experiment(name, folder, line, m
         assert proc.stderr.startswith("byteps/launch.sh: debug=1 (the original's default)")
 
 
+@pytest.mark.parametrize("launcher,env,ab", [
+    ("mgwfbp/horovod_mpi_cj.sh", {}, "table"),  # the original planned with its tables
+    ("mgwfbp/horovod_mpi_cj.sh", dict(mgwfbp_ab="measured"), "measured"),
+    ("mgwfbp/horovod_mpi_cj.sh", dict(DDLBENCH_MGWFBP_AB="measured"), "measured"),
+    ("horovod/horovod_mpi_cj.sh", dict(method="mgwfbp"), "measured"),  # the suite's own default
+])
+def test_mgwfbp_alpha_beta_source_per_launcher(launcher, env, ab):
+    proc = run(["bash", f"{REPO}/{launcher}"], timeout=60, nworkers="2", dry_run="1", **env)
+    assert proc.returncode == 0, describe(proc)
+    assert _train_flags(proc.stdout)["--mgwfbp-ab"] == ab, describe(proc)
+
+
 @pytest.mark.parametrize("env,message", [
     (dict(mgwfbp="2"), "mgwfbp must be 0 or 1, got '2'"),
+    (dict(mgwfbp_ab="tables"), "mgwfbp_ab must be one of table, measured, got 'tables'"),
     (dict(threshold="64M"), "threshold must be a number of elements >= 0, got '64M'"),
     (dict(method="wfbp"), "method= is not a variable of this launcher"),
 ])

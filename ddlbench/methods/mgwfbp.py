@@ -11,7 +11,11 @@ bucket order on every rank) with its buckets planned once, before training, in `
    - or all of it read from ``--mgwfbp-profile FILE``
    (``python -m ddlbench.profiler --output FILE`` writes one), so a plan can be made for
    another cluster; only rank 0 reads it (it need exist only on rank 0's host); a profile of
-   another model is refused with one line, on every rank, with a non-zero exit;
+   another model is refused with one line, on every rank, with a non-zero exit.
+   ``--mgwfbp-ab table`` takes alpha and beta instead from the original suite's tables
+   (``planning.original_alpha_beta``: by this run's worker count and ``DDLBENCH_NETWORK``,
+   which the launchers export as rdma0/rdma1/rdma2), as the original did, and runs no
+   micro-benchmark; ``measured`` (the default) is the above;
 2. rank 0 runs ``merge_groups`` and broadcasts the groups (with the profile they came from);
    every rank plans the same buckets from them. The groups are printed (bytes, in order) and
    kept in the run record (``describe()``).
@@ -22,14 +26,21 @@ follows the order rank 0 measured.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .. import profiler
 from ..measure import profile_file
 from ..errors import UsageError
-from ..options import COUNT, COUNT0, NAME, Options, option
-from ..planning import DEFAULT_MIN_GROUP_ELEMENTS, merge_groups, schedule_time
+from ..options import COUNT, COUNT0, NAME, Kind, Options, option
+from ..planning import (DEFAULT_MIN_GROUP_ELEMENTS, merge_groups, original_alpha_beta,
+                        schedule_time)
 from .allreduce import BucketedAllReduce
+
+# --mgwfbp-ab: where alpha and beta come from.
+AB_SOURCES = ("table", "measured")
+AB_SOURCE = Kind("|".join(AB_SOURCES), str, lambda v: v in AB_SOURCES,
+                 "must be table or measured", "one of table, measured")
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,11 @@ class MGWFBPOptions(Options):
     mgwfbp_comm_iters: int = option(
         profiler.DEFAULT_COMM_ITERS, COUNT, "MG-WFBP calibration: timed all-reduces per size "
         "for the alpha-beta fit", env="DDLBENCH_MGWFBP_COMM_ITERS", metavar="N")
+    mgwfbp_ab: str = option(
+        "measured", AB_SOURCE, "MG-WFBP: alpha (s) and beta (s/byte) measured (the all-reduce "
+        "micro-benchmark or --mgwfbp-profile) or from the original's table for this worker "
+        "count and network (DDLBENCH_NETWORK rdma1/rdma2: its 56Gbps table, else 10Gbps)",
+        env="DDLBENCH_MGWFBP_AB", metavar="table|measured")
 
 
 # --------------------------------------------------------------------------- the method
@@ -65,6 +81,18 @@ class MGWFBPPlanning:
         self.plan_info: dict = {}
         self.profile_path = self.options.mgwfbp_profile
         self.min_group = self.options.mgwfbp_min_group
+        self.ab = self.options.mgwfbp_ab
+
+    def _table_ab(self) -> dict | None:
+        """``--mgwfbp-ab table``: the original's alpha and beta for this run (its worker count,
+        ``DDLBENCH_NETWORK``), else None; one line for a worker count the table lacks. Every
+        rank computes it (the same on each) before any collective."""
+        if self.ab != "table":
+            return None
+        network = os.environ.get("DDLBENCH_NETWORK") or None
+        name, alpha, beta = original_alpha_beta(self.comm.size, network)
+        return {"table": name, "nworkers": self.comm.size, "network": network,
+                "alpha_s": alpha, "beta_s_per_byte": beta}
 
     def _plan_groups(self, forward_backward) -> list[list[int]]:
         """Profile (or read the profile), run the merge rule on rank 0, share its groups;
@@ -76,11 +104,17 @@ class MGWFBPPlanning:
         self.plan_info = plan["info"]
         if self.comm.rank == 0:
             info = self.plan_info
+            if info["ab"] == "table":
+                t = info["ab_table"]
+                where = (f"the original's {t['table']} table for {t['nworkers']} workers"
+                         if t["nworkers"] > 1 else "1 worker sends nothing")
+                where += f", network {t['network'] or 'unset'}"
+            else:
+                where = f"fitted on {info['profile_nworkers']} worker(s)"
             print(f"MG-WFBP: {len(self._planned)} groups from {len(self.params)} tensors "
-                  f"({info['source']}; alpha {info['alpha_s'] * 1e6:.2f} us, beta "
-                  f"{info['beta_s_per_byte'] * 1e9:.4f} ns/B, fitted on "
-                  f"{info['profile_nworkers']} worker(s)); group bytes in order: "
-                  f"{info['group_bytes']}", flush=True)
+                  f"({info['source']}; alpha-beta {info['ab']}: alpha "
+                  f"{info['alpha_s'] * 1e6:.2f} us, beta {info['beta_s_per_byte'] * 1e9:.4f} "
+                  f"ns/B, {where}); group bytes in order: {info['group_bytes']}", flush=True)
             print(f"MG-WFBP: predicted backward + communication {info['predicted_s']['mgwfbp'] * 1e3:.3f} ms "
                   f"(WFBP {info['predicted_s']['wfbp'] * 1e3:.3f} ms, backward alone "
                   f"{info['predicted_s']['backward'] * 1e3:.3f} ms)", flush=True)
@@ -91,6 +125,7 @@ class MGWFBPPlanning:
         import torch
         import torch.distributed as dist
         device = self.params[0].device if self.params else torch.device("cpu")
+        table = self._table_ab()
         plan = None
         if self.profile_path:
             if self.comm.rank == 0:
@@ -98,7 +133,8 @@ class MGWFBPPlanning:
                     prof = profile_file.read_profile(self.profile_path)
                     order = profile_file.match_profile(prof, self.model, self.model_name,
                                                    self.profile_path)
-                    plan = self._plan_from(prof, order, f"profile {self.profile_path}")
+                    plan = self._plan_from(prof, order, f"profile {self.profile_path}",
+                                           table)
                 except UsageError as e:
                     plan = {"error": str(e)}
         else:
@@ -106,24 +142,34 @@ class MGWFBPPlanning:
                 self.model, self.model_name or "model", forward_backward, device=device,
                 group=self.comm.group, warmup=self.options.mgwfbp_warmup,
                 iters=self.options.mgwfbp_iters, comm_warmup=profiler.DEFAULT_COMM_WARMUP,
-                comm_iters=self.options.mgwfbp_comm_iters)
+                comm_iters=self.options.mgwfbp_comm_iters,
+                # the table's alpha and beta: no micro-benchmark (nor did the original run one)
+                alpha=None if table is None else table["alpha_s"],
+                beta=None if table is None else table["beta_s_per_byte"])
             if self.comm.rank == 0:
                 order = profile_file.match_profile(prof, self.model, None, "measured here")
-                plan = self._plan_from(prof, order, "measured")
+                plan = self._plan_from(prof, order, "measured", table)
         box = [plan]
         src = 0 if self.comm.group is None else dist.get_global_rank(self.comm.group, 0)
         dist.broadcast_object_list(box, src=src, group=self.comm.group)
         return box[0]
 
-    def _plan_from(self, prof: dict, order: list[int], source: str) -> dict:
+    def _plan_from(self, prof: dict, order: list[int], source: str,
+                   table: dict | None = None) -> dict:
+        """The plan from a profile (``source`` says where it came from); with ``table`` (see
+        ``_table_ab``) its alpha and beta instead of the profile's."""
         nbytes = [t["bytes"] for t in prof["tensors"]]
         tb = prof["backward_s"]
-        alpha, beta = prof["alpha_s"], prof["beta_s_per_byte"]
+        if table is None:
+            alpha, beta = prof["alpha_s"], prof["beta_s_per_byte"]
+        else:
+            alpha, beta = table["alpha_s"], table["beta_s_per_byte"]
         element = self.params[0].element_size() if self.params else 4
         positions = merge_groups(tb, nbytes, alpha, beta, self.min_group * element)
         groups = [[order[b] for b in g] for g in positions]
         info = {
-            "source": source, "alpha_s": alpha, "beta_s_per_byte": beta,
+            "source": source, "ab": "measured" if table is None else "table",
+            "ab_table": table, "alpha_s": alpha, "beta_s_per_byte": beta,
             "profile_nworkers": prof.get("nworkers"), "profile_backend": prof.get("backend"),
             "profile_network": prof.get("network"), "min_group_elements": self.min_group,
             "forward_s": prof["forward_s"],
@@ -143,7 +189,7 @@ class MGWFBP(MGWFBPPlanning, BucketedAllReduce):
     id = "mgwfbp"
     display = "MG-WFBP"
     summary = ("buckets chosen by the MG-WFBP merge rule from measured per-tensor backward "
-               "times and a fitted alpha-beta model")
+               "times and an alpha-beta model (fitted, or the original's tables)")
     Options = MGWFBPOptions
     rebuild = False  # the plan already follows the order rank 0 measured
 
