@@ -33,6 +33,16 @@ def on_grad_ready(param: torch.Tensor, fn):
     return _AccumulatorHook(param, fn)
 
 
+def flop_counter_mode():
+    """``torch.utils.flop_counter.FlopCounterMode`` (torch >= 2.1), or None on torch 2.0,
+    which has no FLOP counter."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:
+        return None
+    return FlopCounterMode
+
+
 _exit_hard = False
 
 

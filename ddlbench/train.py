@@ -316,7 +316,7 @@ def worker(args, placement) -> int:
 def benchmark(args, ctx) -> int:
     """Build the replica and the method, time it, write the record."""
     from . import session
-    from .measure import record, timing
+    from .measure import flops, record, timing
 
     def log(line):
         if ctx.is_root:
@@ -342,11 +342,17 @@ def benchmark(args, ctx) -> int:
         traffic = run.comm.stats(steps)
         compressed = run.comm.compression_stats(steps)
         _print_traffic(log, args, ctx, method, model, traffic, compressed)
+        # Counted once, by rank 0, after the timed rounds (the others wait in the record's
+        # first collective).
+        counted = flops.achieved(flops.count(args), result) if ctx.is_root else None
+        if counted is not None:
+            _print_flops(log, ctx, run.work.unit, counted)
         rec = record.run_record(args, ctx, lr=run.lr, options=method.options.as_dict(),
                                 method=method.describe(), model=model, result=result,
                                 communication=traffic, compression=compressed,
                                 rss_after_warmup=warm.get("rss"),
-                                optimizer=workload.optimizer_info(args, run.optimizer))
+                                optimizer=workload.optimizer_info(args, run.optimizer),
+                                flops=counted)
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:
         record.write_atomic(args.output, rec)
@@ -376,6 +382,19 @@ def _print_traffic(log, args, ctx, method, model: dict, traffic: dict,
         log(f"Parameter servers: {ctx.nservers}, partition {args.partition_bytes} bytes; "
             f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
             f"pulled (gradient {model['gradient_bytes'] / 1e6:.3f} MB)")
+
+
+def _print_flops(log, ctx, unit: str, counted: dict) -> None:
+    """The FLOPs per sample and the FLOP/s achieved (no 'Total' in it: the original's parser
+    reads every line holding that word)."""
+    per_sample = counted["forward_backward_per_sample"]
+    if per_sample is None:
+        return
+    rate = counted["achieved_flops_per_second"]
+    log(f"FLOPs: {per_sample / 1e9:.3f} GFLOP per {unit} forward+backward "
+        f"({counted['forward_per_sample'] / 1e9:.3f} forward); achieved "
+        f"{rate['per_worker'] / 1e12:.3f} TFLOP/s per {ctx.device_noun}, "
+        f"{rate['total'] / 1e12:.3f} TFLOP/s on {ctx.size} {ctx.device_noun}(s)")
 
 
 def _horovod_settings(args) -> dict | None:

@@ -57,9 +57,11 @@ def names() -> list[str]:
 
 
 def build(name: str, image_size: int | None = None, sentence_len: int = 64,
-          num_classes: int = NUM_CLASSES) -> Workload:
+          num_classes: int = NUM_CLASSES, attention: str | None = None) -> Workload:
+    """``attention``: BERT's attention implementation in transformers (None: its default,
+    SDPA; "eager": plain matmuls and softmax, which run on the meta device)."""
     if name in BERT_CONFIGS:
-        return _bert(name, sentence_len)
+        return _bert(name, sentence_len, attention)
     if name in cnn_names():
         return _cnn(name, image_size or NATIVE_IMAGE_SIZE.get(name, 224), num_classes)
     raise UsageError(f"unknown model {name!r}; known: torchvision classification models "
@@ -97,9 +99,11 @@ def bert_config(name: str):
     return BertConfig.from_json_file(os.path.join(HERE, BERT_CONFIGS[name]))
 
 
-def _bert(name, sentence_len) -> Workload:
+def _bert(name, sentence_len, attention=None) -> Workload:
     from transformers import BertForPreTraining
     config = bert_config(name)
+    if attention is not None:
+        config._attn_implementation = attention
     if not (0 < sentence_len <= config.max_position_embeddings):
         raise UsageError(f"--sentence-len must be in 1..{config.max_position_embeddings}, "
                          f"got {sentence_len}")

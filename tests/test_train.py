@@ -58,6 +58,13 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     assert rec["optimizer"] == {"class": "SGD", "flag": "auto", "auto": True, "lr": 0.02,
                                 "lr_given": False, "momentum": 0.0, "betas": None, "eps": None,
                                 "weight_decay": 0.0}
+    # resnet18 at 32 px: tests/test_flops.py works the figures out by hand
+    flops = rec["flops"]
+    assert (flops["forward_per_sample"], flops["forward_backward_per_sample"]) == (75046912,
+                                                                                220323840)
+    rate = flops["achieved_flops_per_second"]
+    assert rate["total"] == pytest.approx(2 * rate["per_worker"])
+    assert rate["total"] == pytest.approx(result["throughput"]["mean"] * 220323840)
 
 
 def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_json):
@@ -93,6 +100,18 @@ def test_single_worker_runs_in_process(tmp_path, load_json):
     assert rec["optimizer"] == {"class": "AdamW", "flag": "auto", "auto": True, "lr": 2e-5,
                                 "lr_given": False, "momentum": None, "betas": [0.9, 0.999],
                                 "eps": 1e-8, "weight_decay": 0.0}
+    # FLOPs counted once (tiny BERT: a fraction of a second), FLOP/s = throughput x FLOPs
+    flops = rec["flops"]
+    per_sample = flops["forward_backward_per_sample"]
+    assert 0 < flops["forward_per_sample"] < per_sample and flops["count_seconds"] > 0
+    rate = flops["achieved_flops_per_second"]
+    assert rate["per_worker"] == rate["total"] == pytest.approx(
+        rec["result"]["throughput"]["mean"] * per_sample)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("FLOPs: ")]
+    assert line == [f"FLOPs: {per_sample / 1e9:.3f} GFLOP per sen forward+backward "
+                    f"({flops['forward_per_sample'] / 1e9:.3f} forward); achieved "
+                    f"{rate['per_worker'] / 1e12:.3f} TFLOP/s per CPU, "
+                    f"{rate['total'] / 1e12:.3f} TFLOP/s on 1 CPU(s)"], proc.stdout
 
 
 @pytest.mark.parametrize("args,message", [
