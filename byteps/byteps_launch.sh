@@ -17,17 +17,23 @@
 # the method's own (`python -m ddlbench.methods defaults bspps`); rdma (0/1/2 as the Horovod
 # launcher), image_size, iters, extra_args, dry_run as for horovod/horovod_mpi_cj.sh; job=ID
 # names the job for byteps/stop.sh (default: a new id, printed). DMLC_NUM_WORKER,
-# DMLC_NUM_SERVER, DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT are honoured where they are set.
+# DMLC_NUM_SERVER, DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT are honoured where they are set
+# (DMLC_NUM_WORKER counts worker machines, as for BytePS; nworkers counts processes).
+# Servers run on hosts of their own, as the original's: server_hosts=H1,H2 or the host
+# file's hosts without workers; servers=colocated puts them on the worker machines (also what
+# happens, with a note, when no host is left). ps_clients=machine (default: the workers of a
+# machine sum locally and one pushes, as BytePS) or process.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
-defaults "nworkers=${DMLC_NUM_WORKER:-8}" "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0
+defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0 servers=dedicated
 defaults "hostfile=$root/configs/cluster$nworkers"
 
 positive nworkers "$nworkers"
 [ -n "$nservers" ] && positive nservers "$nservers"
 case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$bytescheduler'" ;; esac
+case "$servers" in dedicated|colocated) ;; *) die "servers must be dedicated or colocated, got '$servers'" ;; esac
 if [ -z "${method:-}" ]; then
     fused="$(cd "$root" && "$PY" -m ddlbench.methods defaults bspps | sed -n 's/^threshold=//p')"
     given="${threshold:-0}"
@@ -47,4 +53,6 @@ done
 launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
 [ -n "$nservers" ] && launch+=(--nservers "$nservers")
 [ -n "${job:-}" ] && launch+=(--job-id "$job")
+launch+=(--servers "$servers")
+[ -n "${server_hosts:-}" ] && launch+=(--server-hosts "$server_hosts")
 launch_exec --quiet "${launch[@]}" -- "${ARGS[@]}"

@@ -56,6 +56,14 @@ def count_at_least(minimum: int, unit: str) -> Kind:
                 f"must be at least {minimum} {unit}", f"an integer >= {minimum}")
 
 
+def one_of(*values: str) -> Kind:
+    """One of a few words (``--ps-clients machine|process``). Declare the kind once and share
+    it: owners sharing an option must share its kind."""
+    words = " or ".join(values)
+    return Kind("|".join(values), str, lambda v: v in values, f"must be {words}",
+                f"one of {', '.join(values)}")
+
+
 NAME = Kind("name", str, lambda v: isinstance(v, str) and v != "" and
             not any(c.isspace() for c in v), "must be a name", "a name", checked_on_cli=False)
 

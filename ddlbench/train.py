@@ -23,8 +23,8 @@ import sys
 import compression
 
 from . import methods
-from .errors import ArgumentParser, UsageError, check_writable, env_int, say
-from .hosts.placement import launcher_rank
+from .errors import ArgumentParser, UsageError, check_writable, say
+from .hosts.placement import dmlc_workers, launcher_rank
 from .measure import workload
 from .options import add_flags, check_flags
 
@@ -80,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="SGD's momentum (default: 0, the original's)")
     o.add_argument("--weight-decay", type=float, default=0.0)
     r = p.add_argument_group("run")
-    r.add_argument("--nworkers", type=int, default=env_int("DMLC_NUM_WORKER"),
+    r.add_argument("--nworkers", type=int, default=dmlc_workers(),
                    help="local workers to spawn (default 1; under a launcher: its world size)")
     r.add_argument("--no-cuda", action="store_true", help="run on the CPU even if CUDA exists")
     r.add_argument("--seed", type=int, default=42)
@@ -92,6 +92,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="emulated network between the local processes (env DDLBENCH_NET): "
                         "loopback, 1gbit, 2.5gbit, 5gbit, ... (configs/networks.yaml), "
                         "rate=R[,burst=B] or target=R,speedup=S; needs root and iproute2")
+    r.add_argument("--slots", type=int, default=None, metavar="S",
+                   help="workers per emulated host (default: one process per host under "
+                        "--net, one machine on the loopback): a host's workers share its link "
+                        "and push to the parameter servers as one machine; servers get hosts "
+                        "of their own")
     r.add_argument("--job-id", default=None,
                    help="label of this job on every process's command line (the PS launcher "
                         "finds and stops its processes by it)")
@@ -173,10 +178,14 @@ def check(args, probe_engine: bool = True) -> None:
     """Reject bad input before any process is spawned."""
     check_flags(args, positive=("--batch-size", "--sentence-len", "--num-batches-per-iter",
                                 "--num-iters", "--num-classes", "--timeout", "--image-size",
-                                "--nworkers", "--lr", "--threads"),
+                                "--nworkers", "--lr", "--threads", "--slots"),
                 nonneg=("--num-warmup-batches", "--verify", "--momentum", "--weight-decay",
                         "--rtol", "--atol", "--seed"))
     from . import netem
+    from .hosts import placement
+    if args.slots is not None and placement.detect() is not None:
+        raise UsageError("--slots places the workers of the suite's local spawner; under a "
+                         "launcher its host file says which workers share a machine")
     netem.check(args.net)  # a known profile or rate; root and iproute2 unless loopback
     options = {**methods.option_owners(), **compression.option_owners()}
     for name, (spec, _) in options.items():
@@ -303,7 +312,8 @@ def worker(args, placement) -> int:
         return engine.serve(placement, args.nservers, timeout_s=args.timeout)
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
-                      partition_bytes=args.partition_bytes, horovod=_horovod_settings(args))
+                      partition_bytes=args.partition_bytes, ps_clients=args.ps_clients,
+                      horovod=_horovod_settings(args))
     try:
         if args.verify:
             return verify.run(args, ctx, runs(args))

@@ -236,19 +236,30 @@ def test_wfbp_verifies_over_2_5gbit(netem_runs):
 
 
 @needs_netem
-def test_bspps_verifies_over_2_5gbit(netem_runs):
-    from ddlbench import methods
-    if "bspps" not in methods.names():
-        pytest.skip("the parameter-server method bspps does not exist yet")
-    proc = train(*TINY_BERT, "--nworkers", "2", "--nservers", "1", "--net", "2.5gbit",
-                 "--verify", "2", "--method", "bspps")
+def test_ps_per_machine_over_1gbit(tmp_path, netem_runs):
+    """2 emulated machines x 2 workers (--slots 2) and a server on a host of its own: the
+    method verifies, and the server receives exactly one push per machine per partition."""
+    machines = ["--nworkers", "4", "--slots", "2", "--nservers", "1", "--net", "1gbit"]
+    proc = train(*TINY_BERT, *machines, "--verify", "2", "--method", "bspps", timeout=280,
+                 DDLBENCH_NET_PROBE_S="0.3")
     netem_runs += run_ids(proc.stderr)
     assert proc.returncode == 0, describe(proc)
     steps = verify_lines(proc.stdout)["bspps"]
     assert [s[0] for s in steps] == [1, 2] and all(s[3] for s in steps), proc.stdout
-    # Two workers and one server: three hosts.
-    assert "3 emulated hosts, profile 2.5gbit" in proc.stderr
-    assert len(netem_runs) == 1 and not leftovers(netem_runs[0])
+    assert "3 emulated hosts, profile 1gbit" in proc.stderr   # 2 worker machines, 1 server
+    out = tmp_path / "rec.json"
+    proc = train(*TINY_BERT, *machines, "--method", "wfbpps", "--num-warmup-batches", "1",
+                 "--num-batches-per-iter", "1", "--num-iters", "1", "--output", str(out),
+                 timeout=280, DDLBENCH_NET_PROBE_S="0.3")
+    netem_runs += run_ids(proc.stderr)
+    assert proc.returncode == 0, describe(proc)
+    rec = json.loads(out.read_text())
+    assert rec["method"]["pushers"] == [0, 2] and rec["net"]["hosts"] == 3
+    server, = rec["servers"]
+    steps = 2   # warm-up 1, timed 1 x 1
+    assert server["pushes_received"] == 2 * rec["method"]["partitions"] * steps
+    assert server["bytes_received"] == 2 * rec["model"]["gradient_bytes"] * steps
+    assert len(netem_runs) == 2 and not any(leftovers(r) for r in netem_runs)
 
 
 def start_long_run(tmp_path):

@@ -142,3 +142,5 @@ def test_an_original_command_runs_with_a_small_model(tmp_path, load_json, folder
     assert rec["config"]["method"] == method, describe(proc)
     if method == "wfbpps":
         assert rec["method"]["nservers"] == 1 and rec["config"]["nworkers"] == 2
+        # As BytePS: the machine's workers sum locally, one of them pushes.
+        assert rec["method"]["ps_clients"] == "machine" and rec["method"]["pushers"] == [0]

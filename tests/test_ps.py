@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ddlbench import planning
+from ddlbench.errors import UsageError
 from ddlbench.engine import ps
 from ddlbench.hosts.hostfile import Host
 from ddlbench.launch import pslaunch
@@ -49,32 +50,148 @@ def test_default_server_count():
     assert planning.default_nservers(16, hosts=4) == 4
 
 
-def test_launcher_placement_fills_slots_and_puts_servers_on_worker_machines():
-    hosts = [Host("a", 2), Host("b", 2), Host("c", 4)]
-    workers, servers = pslaunch.placement(hosts, 5, 4)
+def test_launcher_placement_fills_slots_and_puts_servers_on_dedicated_hosts():
+    hosts = [Host("a", 2), Host("b", 2), Host("c", 4), Host("s1", 1), Host("s2", 1)]
+    # Servers on the hosts without workers, round-robin, as the original's own server hosts.
+    workers, servers, note = pslaunch.placement(hosts, 5, 3)
     assert workers == ["a", "a", "b", "b", "c"]
-    assert servers == ["a", "b", "c", "a"]
+    assert servers == ["s1", "s2", "s1"] and note is None
+    # Named server hosts win; colocated: round-robin over the worker machines.
+    assert pslaunch.placement(hosts, 5, 2, server_hosts=["c", "x"])[1] == ["c", "x"]
+    assert pslaunch.placement(hosts, 5, 4, "colocated")[1] == ["a", "b", "c", "a"]
+    # Every host holds workers: colocated, and a note says why.
+    workers, servers, note = pslaunch.placement(hosts[:3], 8, 2)
+    assert servers == ["a", "b"] and "share the worker machines" in note
+
+
+def test_dmlc_variables_mean_what_they_mean_to_byteps():
+    """DMLC_NUM_WORKER counts machines and DMLC_WORKER_ID is the machine; the process's rank
+    comes from its place on the machine (or the suite launcher's explicit rank)."""
+    from ddlbench.hosts import placement
+    base = {"DMLC_PS_ROOT_URI": "h0", "DMLC_PS_ROOT_PORT": "1234", "DMLC_NUM_WORKER": "2",
+            "DMLC_NUM_SERVER": "2", "BYTEPS_LOCAL_SIZE": "4"}
+    p = placement.detect(dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="1",
+                              BYTEPS_LOCAL_RANK="2"))
+    assert (p.rank, p.world_size, p.launcher) == (6, 10, "dmlc")
+    p = placement.detect(dict(base, DMLC_ROLE="server", DDLBENCH_SERVER_ID="1"))
+    assert (p.rank, p.world_size) == (9, 10)
+    assert placement.dmlc_workers(base) == 8
+    # Machines of different sizes: the suite's launcher says the rank and the count.
+    uneven = dict(base, DDLBENCH_NUM_WORKER="5", DDLBENCH_WORKER_RANK="4", DMLC_ROLE="worker",
+                  DMLC_WORKER_ID="1", BYTEPS_LOCAL_RANK="0", BYTEPS_LOCAL_SIZE="1")
+    assert (placement.detect(uneven).rank, placement.detect(uneven).world_size) == (4, 7)
+    with pytest.raises(UsageError, match="counts machines"):
+        placement.detect(dict(base, DMLC_ROLE="worker", DMLC_WORKER_ID="2"))
+
+
+def test_machines_group_ranks_by_host_in_rank_order():
+    assert ps.machines(["a", "a", "b", "b"]) == [[0, 1], [2, 3]]
+    assert ps.machines(["b", "a", "b"]) == [[0, 2], [1]]
+    from ddlbench.launch.local import hosts_of
+    # --slots 2 with 4 workers and 2 servers: two worker hosts, a host per server.
+    assert hosts_of(6, nservers=2, slots=2) == [0, 0, 1, 1, 2, 3]
+    assert hosts_of(5, nservers=1, slots=2) == [0, 0, 1, 1, 2]
+    assert hosts_of(3, nservers=1) == [0, 1, 2]    # no --slots: one process per host
+
+
+# ------------------------------------------------------------------ server-side scheduling
+
+class _Work:
+    def __init__(self, fetch=None):
+        self.fetch = fetch
+
+    def wait(self, timeout=None):
+        if self.fetch is not None:
+            self.fetch()
+
+
+class _ScriptedGroup:
+    """A stand-in for the push/pull group of one server: what each peer sends arrives from
+    per-(peer, tag) queues the test fills; the server's sends are logged, the first one held
+    until the test opens ``gate``."""
+
+    def __init__(self):
+        import queue
+        import threading
+        self.inbox: dict = {}
+        self._queue = queue.Queue
+        self.sent: list = []
+        self.gate = threading.Event()
+        self.first_send = threading.Event()
+
+    def deliver(self, peer, tag, tensor):
+        self.inbox.setdefault((peer, tag), self._queue()).put(tensor)
+
+    def recv(self, tensors, peer, tag):
+        def fetch():
+            tensors[0].copy_(self.inbox.setdefault((peer, tag), self._queue()).get(timeout=30))
+        return _Work(fetch)
+
+    def send(self, tensors, peer, tag):
+        self.sent.append((tag - ps.TAG_DATA, tensors[0].clone()))
+        if not self.first_send.is_set():
+            self.first_send.set()
+            assert self.gate.wait(30)
+        return _Work()
+
+
+@pytest.mark.parametrize("schedule,expected", [(True, [5, 0, 1, 2, 3, 4]),
+                                               (False, [5, 4, 3, 2, 1, 0])])
+def test_server_sums_pending_pushes_in_priority_order(schedule, expected):
+    """Pushes arrive in reverse priority order (key 5 first). The first is summed at once and
+    its sum held on the wire while keys 4..0 queue up: with scheduling the server then serves
+    them lowest key (front layer) first, without it in arrival order."""
+    import threading
+    import time
+    group = _ScriptedGroup()
+    server = ps.Server(group, rank=1, nworkers=1, nservers=1, timeout_s=30)
+    keys = {k: ps._Key(4, torch.float32) for k in range(6)}
+    push = lambda key: (group.deliver(0, ps.TAG_HEADER, torch.tensor([ps.OP_PUSH, key])),
+                        group.deliver(0, ps.TAG_DATA + key, torch.full((4,), float(key))))
+    push(5)
+    session = threading.Thread(target=server._session, args=(keys, [0], schedule))
+    session.start()
+    assert group.first_send.wait(30)           # key 5's sum is on its way, held there
+    for key in (4, 3, 2, 1, 0):
+        push(key)
+    group.deliver(0, ps.TAG_HEADER, torch.tensor([ps.OP_END, -1]))
+    if schedule:
+        deadline = time.monotonic() + 30
+        while server.engine.pending() < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.engine.pending() == 5
+    else:
+        time.sleep(0.2)                       # (the receiving thread itself is held)
+    group.gate.set()
+    session.join(30)
+    assert not session.is_alive()
+    assert [key for key, _ in group.sent] == expected
+    assert all(torch.equal(t, torch.full((4,), float(key))) for key, t in group.sent)
+    if schedule:
+        assert list(server.served) == [(k, 0) for k in expected]
 
 
 # ------------------------------------------------------------- correctness, 1-4 workers
 
-# Model x worker count (1-4) x server count (1, 2), pairwise for the suite's time budget:
-# every worker count, both server counts with an odd and an even number of workers. Every run
-# checks all three PS methods for 3 momentum-SGD steps, with random per-rank delays in the
-# gradient hooks when there are several workers (pushes then leave in a different order on
-# each worker).
-MATRIX = [("cnn", 1, 1), ("cnn", 2, 1), ("cnn", 3, 2), ("bert", 1, 2), ("bert", 3, 1),
-          ("bert", 4, 2)]
+# Model x worker count (1-4) x server count (1, 2) x who pushes, pairwise for the suite's time
+# budget: every worker count, both server counts with an odd and an even number of workers.
+# Every run checks all three PS methods for 3 momentum-SGD steps, with random per-rank delays in
+# the gradient hooks when there are several workers (pushes then leave in a different order on
+# each worker). Clients per machine (the default) on one machine (one pusher summing 2-3
+# workers) and on 2 logical machines of 2 workers (--slots 2: two pushers, each summing two);
+# clients per process with 3 workers on 2 servers.
+MATRIX = [("cnn", 1, 1, []), ("cnn", 2, 1, []), ("cnn", 3, 2, ["--ps-clients", "process"]),
+          ("bert", 1, 2, []), ("bert", 3, 1, []), ("bert", 4, 2, ["--slots", "2"])]
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("model,nworkers,nservers", MATRIX)
-def test_ps_methods_equal_the_reference(model, nworkers, nservers):
+@pytest.mark.parametrize("model,nworkers,nservers,extra", MATRIX)
+def test_ps_methods_equal_the_reference(model, nworkers, nservers, extra):
     workload = CNN_PS if model == "cnn" else BERT_PS
     jitter = {"DDLBENCH_TEST_HOOK_JITTER_MS": 10} if nworkers > 1 else {}
     proc = train(*workload, "--verify", "3", "--method", ",".join(PS_METHODS), *MOMENTUM_SGD,
                  "--nworkers", str(nworkers), "--nservers", str(nservers), "--no-cuda",
-                 timeout=540, **jitter)
+                 *extra, timeout=540, **jitter)
     assert proc.returncode == 0, describe(proc)
     lines = verify_lines(proc.stdout)
     assert set(lines) == set(PS_METHODS), describe(proc)
@@ -105,35 +222,49 @@ def test_more_servers_than_partitions_is_still_correct():
 
 # ---------------------------------------------------------------- what a benchmark records
 
+# (method, extra flags, pushers): per process, each of the 2 workers pushes; per machine,
+# on one machine, worker 0 alone pushes the machine's sum; on 2 logical machines of 2
+# workers (--slots 2), workers 0 and 2.
+RECORD_CASES = [("wfbpps", ["--ps-clients", "process"], 2, [0, 1]),
+                ("byteschedulerps", [], 2, [0]),
+                ("bspps", ["--slots", "2"], 4, [0, 2])]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", ["wfbpps", "byteschedulerps"])
-def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method):
+@pytest.mark.parametrize("method,extra,nworkers,pushers", RECORD_CASES)
+def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extra, nworkers,
+                                               pushers):
     out = tmp_path / "rec.json"
     # A benchmark takes only its method's options: the credit is byteschedulerps's.
     workload = BERT_PS if method == "byteschedulerps" else BERT_PS[:-2]
-    proc = train(*workload, *QUICK_TIMING, "--method", method, "--nworkers", "2",
-                 "--nservers", "2", "--no-cuda", "--output", str(out), timeout=280)
+    proc = train(*workload, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
+                 "--nservers", "2", "--no-cuda", "--output", str(out), *extra, timeout=280)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     grad = rec["model"]["gradient_bytes"]
     per_iter = rec["communication_per_iteration"]
-    # Each worker pushes its whole gradient and pulls the whole sum, every iteration.
+    # Each worker hands its whole gradient to push/pull and gets the whole sum, every
+    # iteration (to the servers, or to its machine's leader).
     assert per_iter["payload_bytes"] == {"push": grad, "pull": grad}
-    assert per_iter["calls"]["push"] == rec["method"]["partitions"]
+    parts = rec["method"]["partitions"]
+    assert per_iter["calls"]["push"] == parts
     assert rec["config"]["nservers"] == 2 and rec["method"]["nservers"] == 2
     assert rec["method"]["partition_bytes"] == 65536
+    assert rec["method"]["ps_clients"] == ("process" if "process" in extra else "machine")
+    assert rec["method"]["pushers"] == pushers
+    assert rec["method"]["pushes_per_partition"] == len(pushers)
     servers = rec["servers"]
-    assert [s["rank"] for s in servers] == [2, 3]
-    # Every push of every step so far (warm-up 1 + 2 rounds of 2) reached a server, and every
-    # sum went back to both workers.
+    assert [s["rank"] for s in servers] == [nworkers, nworkers + 1]
+    # Every push of every step so far (warm-up 1 + 2 rounds of 2) reached a server: exactly
+    # one per pusher per partition, and every sum went back to each pusher.
     steps = 1 + 2 * 2
-    assert sum(s["bytes_received"] for s in servers) == 2 * grad * steps
-    assert sum(s["bytes_sent"] for s in servers) == 2 * grad * steps
+    assert sum(s["pushes_received"] for s in servers) == len(pushers) * parts * steps
+    assert sum(s["bytes_received"] for s in servers) == len(pushers) * grad * steps
+    assert sum(s["bytes_sent"] for s in servers) == len(pushers) * grad * steps
+    assert all(s["pushers"] == len(pushers) for s in servers)
     assert all(s["rss_bytes"] >= s["rss_bytes_at_start"] > 0 for s in servers)
     assert "Parameter servers: 2, partition 65536 bytes" in proc.stdout
 
-
-# ------------------------------------------------------------------------------- failures
 
 def _children_alive(proc):
     try:
@@ -142,10 +273,10 @@ def _children_alive(proc):
         return []
 
 
-def _start_long_run(nworkers, nservers, method):
+def _start_long_run(nworkers, nservers, method, clients="machine"):
     args = [sys.executable, "-m", "ddlbench.train", *TINY_BERT, "--method", method,
             "--nworkers", str(nworkers), "--nservers", str(nservers), "--no-cuda",
-            "--num-warmup-batches", "1000000", "--timeout", "60"]
+            "--num-warmup-batches", "1000000", "--timeout", "60", "--ps-clients", clients]
     return subprocess.Popen(args, cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -183,35 +314,49 @@ def _kill_and_collect(proc, victim, settle_s=3):
     return out, err, time.monotonic() - start
 
 
+def _error_line(err, who, *words):
+    return any(line.startswith(f"ddlbench: {who}: ") and all(w in line for w in words)
+               for line in err.splitlines())
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("method", ["wfbpps", "byteschedulerps"])
-def test_a_dead_server_stops_every_worker_naming_it(method):
-    proc = _start_long_run(2, 1, method)
+@pytest.mark.parametrize("method,clients", [("wfbpps", "machine"),
+                                            ("byteschedulerps", "process")])
+def test_a_dead_server_stops_every_worker_naming_it(method, clients):
+    proc = _start_long_run(2, 1, method, clients)
     server = _rank_process(proc, 2)
     pids = [c.pid for c in _children_alive(proc)]
     out, err, took = _kill_and_collect(proc, server)
     assert proc.returncode != 0
     assert took < 30, err
-    for w in (0, 1):
-        assert any(line.startswith(f"ddlbench: worker {w}: error:") and
-                   "parameter server 0 (rank 2)" in line for line in err.splitlines()), err
+    # Every client of the server names it; per machine, worker 1 pushes through worker 0,
+    # its machine's leader, and names that.
+    assert _error_line(err, "worker 0", "error:", "parameter server 0 (rank 2)"), err
+    if clients == "process":
+        assert _error_line(err, "worker 1", "error:", "parameter server 0 (rank 2)"), err
+    else:
+        assert _error_line(err, "worker 1", "error:", "worker 0, this machine's leader"), err
     assert "Traceback" not in err, err
     assert not [p for p in pids if psutil.pid_exists(p) and
                 psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 @pytest.mark.timeout(240)
-def test_a_dead_worker_stops_the_servers_and_the_other_workers():
-    proc = _start_long_run(2, 2, "wfbpps")
+@pytest.mark.parametrize("clients", ["process", "machine"])
+def test_a_dead_worker_stops_the_servers_and_the_other_workers(clients):
+    proc = _start_long_run(2, 2, "wfbpps", clients)
     worker = _rank_process(proc, 1)
     pids = [c.pid for c in _children_alive(proc)]
     out, err, took = _kill_and_collect(proc, worker)
     assert proc.returncode != 0
     assert took < 30, err
-    # Each server names the worker it lost, at once (before the spawner stops anything).
+    # Whoever it pushed to names the worker it lost, at once (before the spawner stops
+    # anything): each server, or per machine its leader, whose servers then name it.
+    lost = "worker 1" if clients == "process" else "worker 0"
     for s, rank in ((0, 2), (1, 3)):
-        assert any(ln.startswith(f"ddlbench: parameter server {s} (rank {rank}): ") and
-                   "worker 1 failed" in ln for ln in err.splitlines()), err
+        assert _error_line(err, f"parameter server {s} (rank {rank})", f"{lost} failed"), err
+    if clients == "machine":
+        assert _error_line(err, "worker 0", "error:", "worker 1 failed"), err
     assert not [p for p in pids if psutil.pid_exists(p) and
                 psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -67,10 +68,11 @@ def is_server(placement: Placement, nservers: int) -> bool:
 
 def init(placement: Placement, use_cuda: bool, backend: str = "auto",
          timeout_s: float = 300.0, threads: int | None = None, nservers: int = 0,
-         partition_bytes: int = DEFAULT_PARTITION_BYTES,
+         partition_bytes: int = DEFAULT_PARTITION_BYTES, ps_clients: str = "machine",
          horovod: dict[str, str] | None = None) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
-    job has ``nservers`` parameter servers, the push/pull group shared with them. With
+    job has ``nservers`` parameter servers, the push/pull group shared with them (one client
+    per machine, or per worker with ``ps_clients="process"``: ``ddlbench.engine.ps``). With
     ``horovod`` (the HOROVOD_* settings of the method to run) Horovod is started first, and the
     default group is a Gloo group beside it for everything but the method's own communication
     (ddlbench.engine.horovod)."""
@@ -107,11 +109,34 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
         store = _store(placement, timeout)
         dist.init_process_group(backend, store=dist.PrefixStore("ddlbench-workers/", store),
                                 rank=placement.rank, world_size=nworkers, timeout=timeout)
-        client = PSClient(ps.connect(store, placement.rank, placement.world_size, timeout_s),
-                          placement.rank, nworkers, nservers, partition_bytes, timeout_s)
+        group = ps.connect(store, placement.rank, placement.world_size, timeout_s)
+        client = _ps_client(ps, group, placement.rank, nworkers, nservers, partition_bytes,
+                            timeout_s, ps_clients)
     return Context(placement.rank, nworkers, placement.local_rank,
                    placement.local_world_size, device, backend, placement.launcher,
                    ps=client, nservers=nservers, horovod=horovod)
+
+
+def machine_id() -> str:
+    """What tells this worker's machine from the others: ``DDLBENCH_MACHINE`` (the emulated
+    network's host, a launcher's host name), else the host name."""
+    return os.environ.get("DDLBENCH_MACHINE") or socket.gethostname()
+
+
+def _ps_client(ps, group, rank: int, nworkers: int, nservers: int, partition_bytes: int,
+               timeout_s: float, clients: str):
+    if clients not in ps.PS_CLIENTS:
+        raise UsageError(f"ps_clients must be {' or '.join(ps.PS_CLIENTS)}, got {clients!r}")
+    if clients == "process":
+        return PSClient(group, rank, nworkers, nservers, partition_bytes, timeout_s)
+    ids: list = [None] * nworkers
+    dist.all_gather_object(ids, machine_id())
+    groups = ps.machines(ids)
+    mine = next(g for g in groups if rank in g)
+    leaders = [g[0] for g in groups]
+    client = (PSClient(group, rank, nworkers, nservers, partition_bytes, timeout_s,
+                       pushers=leaders) if rank == mine[0] else None)
+    return ps.MachineClient(group, rank, mine, client, nservers, partition_bytes, timeout_s)
 
 
 def serve(placement: Placement, nservers: int, timeout_s: float = 300.0) -> int:

@@ -28,6 +28,26 @@ Protocol, per *session* (one method object's lifetime):
 - **End.** Each worker ends the session with ``[END, -1]``; worker 0 ends the job with a
   shutdown message on the control tag.
 
+Clients, ``ps_clients`` (docs/DESIGN.md section 6):
+
+- ``machine`` (the default, as BytePS): the workers of one machine first sum locally; only the
+  machine's *leader* (its lowest rank) pushes the machine's sum and pulls the total, which it
+  hands back to the machine's other workers. The servers see one pusher per machine: with 32
+  workers on 8 machines, 8 pushes per partition, not 32. Local summing runs over this same
+  group (point-to-point, matched by key as the servers do), so workers of a machine may also
+  push in any order; the leader keeps one receiving thread per local worker and one thread that
+  waits for the servers' sums and returns them.
+- ``process``: every worker is a client of the servers (one push per worker per partition).
+
+The pushers travel in the plan: the servers count and answer exactly those ranks.
+
+Server-side scheduling (``schedule=True`` in the plan; BytePS's
+``BYTEPS_SERVER_ENABLE_SCHEDULE=1``, what the original's ``bytescheduler=1`` switched on): the
+receiving threads only take pushes in; one engine thread sums them, always the pending push
+of the highest priority first, the lowest key (keys are numbered front layers first by the
+scheduled method), so when pushes queue up at a server, the front layers' sums go back first.
+Without it a push is summed by the thread that received it, in arrival order.
+
 Failure: a peer that dies closes its sockets, and the pending receive of whoever waits on it
 fails at once. A server prints one line naming the worker and exits 1; a worker raises
 ``PSError`` naming the server, which the job entry turns into one line and exit 1. Every wait
@@ -39,7 +59,10 @@ BytePS's summation servers do).
 from __future__ import annotations
 
 import datetime
+import heapq
+from collections import deque
 import os
+import queue
 import threading
 from dataclasses import dataclass
 
@@ -51,9 +74,10 @@ from ..errors import PSError, first_line, say
 # Message kinds, first word of a header.
 OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
 # Tags (Gloo slots). Data of key k uses TAG_DATA + k.
-TAG_CONTROL, TAG_HEADER, TAG_PLAN, TAG_STATS = 1, 2, 3, 4
+TAG_CONTROL, TAG_HEADER, TAG_PLAN, TAG_STATS, TAG_PUSHERS = 1, 2, 3, 4, 5
 TAG_DATA = 16
 
+PS_CLIENTS = ("machine", "process")
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 _IDLE = datetime.timedelta(days=1)    # a server waiting for the next message: peers that die
 #                                       are noticed at once (closed socket), hangs by workers
@@ -103,45 +127,62 @@ def _rss() -> int:
 # ------------------------------------------------------------------------------- worker side
 
 class Handle:
-    """One partition's push and pull in flight."""
+    """One partition's push and pull in flight (to a server, or to the machine's leader)."""
 
-    def __init__(self, client: "PSClient", part: Partition, data: torch.Tensor, header,
-                 sends, recv, staging):
-        self.client, self.part, self.data = client, part, data
+    def __init__(self, wait, peer: int, data: torch.Tensor, header, sends, recv, staging):
+        # wait(work, peer, what): waits for a Gloo completion, a clear error otherwise
+        self._waiter, self.peer, self.data = wait, peer, data
         self._header, self._sends, self._recv, self._staging = header, sends, recv, staging
         # A Gloo completion can be waited for once; a scheduler may ask from two threads.
         self._lock = threading.Lock()
 
     def wait_push(self) -> None:
-        """The server has taken this push (credit can be returned)."""
+        """The push was taken (credit can be returned)."""
         with self._lock:
             for w in self._sends:
-                self.client._wait(w, self.part.server, "push")
+                self._waiter(w, self.peer, "push")
             self._sends = []
 
     def wait(self) -> None:
         """The pulled sum is in ``data``."""
         self.wait_push()
         if self._recv is not None:
-            self.client._wait(self._recv, self.part.server, "pull")
+            self._waiter(self._recv, self.peer, "pull")
             self._recv = None
             if self._staging is not None:
                 self.data.copy_(self._staging)
 
 
+def _stage(staging: dict, key: int, data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What goes on the wire for ``data``: itself on the CPU, else a pinned host copy (kept per
+    key and reused)."""
+    if data.device.type == "cpu":
+        return data, None
+    buf = staging.get(key)
+    if buf is None:
+        buf = staging[key] = torch.empty(data.numel(), dtype=data.dtype, pin_memory=True)
+    buf.copy_(data)
+    return buf, buf
+
+
 class PSClient:
     """A worker's end of the parameter-server group."""
 
+    clients = "process"
+
     def __init__(self, pg, rank: int, nworkers: int, nservers: int, partition_bytes: int,
-                 timeout_s: float):
+                 timeout_s: float, pushers: list[int] | None = None):
         self.pg = pg
         self.rank = rank
         self.nworkers = nworkers
         self.nservers = nservers
+        # The worker ranks that push (every worker, or each machine's leader).
+        self.pushers = list(range(nworkers)) if pushers is None else sorted(pushers)
         self.partition_bytes = int(partition_bytes)
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self._staging: dict[int, torch.Tensor] = {}
         self._open = False
+        self._push_lock = threading.Lock()
 
     def server_rank(self, server: int) -> int:
         return self.nworkers + server
@@ -173,8 +214,10 @@ class PSClient:
                           f"{first_line(e)}") from None
 
     # -- sessions -------------------------------------------------------------------------------
-    def open(self, units: list[tuple[int, torch.dtype]]) -> list[list[Partition]]:
-        """Start a session for these units; worker 0 tells each server its keys."""
+    def open(self, units: list[tuple[int, torch.dtype]],
+             schedule: bool = False) -> list[list[Partition]]:
+        """Start a session for these units; worker 0 tells each server its keys (and whether
+        to serve pending pushes in priority order, lowest key first)."""
         if self._open:
             raise RuntimeError("a parameter-server session is already open on this worker")
         parts = plan(units, self.partition_bytes, self.nservers)
@@ -185,9 +228,12 @@ class PSClient:
                 for p in unit_parts:
                     owned[p.server].append([p.key, p.numel, code])
             works = []
+            pushers = torch.tensor(self.pushers, dtype=torch.int64)
             for s in range(self.nservers):
-                ctrl = torch.tensor([OP_PLAN, len(owned[s])], dtype=torch.int64)
+                ctrl = torch.tensor([OP_PLAN, len(owned[s]), len(self.pushers),
+                                     int(schedule)], dtype=torch.int64)
                 works.append((s, self._send(ctrl, s, TAG_CONTROL), ctrl))
+                works.append((s, self._send(pushers, s, TAG_PUSHERS), pushers))
                 if owned[s]:
                     table = torch.tensor(owned[s], dtype=torch.int64)
                     works.append((s, self._send(table, s, TAG_PLAN), table))
@@ -200,20 +246,14 @@ class PSClient:
     def push_pull(self, part: Partition, data: torch.Tensor) -> Handle:
         """Push ``data`` (the partition's slice, contiguous) and post the pull of the sum into
         the same memory."""
-        staging = None
-        wire = data
-        if data.device.type != "cpu":
-            staging = self._staging.get(part.key)
-            if staging is None:
-                staging = torch.empty(data.numel(), dtype=data.dtype, pin_memory=True)
-                self._staging[part.key] = staging
-            staging.copy_(data)
-            wire = staging
+        wire, staging = _stage(self._staging, part.key, data)
         header = torch.tensor([OP_PUSH, part.key], dtype=torch.int64)
         s = part.server
-        sends = [self._send(header, s, TAG_HEADER), self._send(wire, s, TAG_DATA + part.key)]
+        with self._push_lock:  # a header and its data leave together (leaders push from threads)
+            sends = [self._send(header, s, TAG_HEADER),
+                     self._send(wire, s, TAG_DATA + part.key)]
         recv = self._recv(wire, s, TAG_DATA + part.key)
-        return Handle(self, part, data, header, sends, recv, staging)
+        return Handle(self._wait, s, data, header, sends, recv, staging)
 
     def close(self) -> None:
         """End this worker's session on every server."""
@@ -233,15 +273,16 @@ class PSClient:
         out = []
         for s in range(self.nservers):
             req = torch.tensor([OP_STATS, -1], dtype=torch.int64)
-            reply = torch.zeros(5, dtype=torch.int64)
+            reply = torch.zeros(6, dtype=torch.int64)
             w1 = self._send(req, s, TAG_HEADER)
             w2 = self._recv(reply, s, TAG_STATS)
             self._wait(w1, s, "stats request")
             self._wait(w2, s, "stats")
-            rss, peak, received, sent, start = (int(x) for x in reply)
+            rss, peak, received, sent, start, pushes = (int(x) for x in reply)
             out.append({"server": s, "rank": self.server_rank(s), "rss_bytes": rss,
                         "rss_bytes_at_start": start, "peak_rss_bytes": peak,
-                        "bytes_received": received, "bytes_sent": sent})
+                        "bytes_received": received, "bytes_sent": sent,
+                        "pushes_received": pushes, "pushers": len(self.pushers)})
         return out
 
     def shutdown(self) -> None:
@@ -251,35 +292,45 @@ class PSClient:
             self._tell_all(OP_SHUTDOWN, TAG_CONTROL)
 
 
-# ------------------------------------------------------------------------------- server side
+# ---------------------------------------------------------------------- what summers share
+
+class _Round:
+    """One round of a key on a machine's leader: its own data, the push to the servers, the
+    sum back."""
+
+    def __init__(self):
+        self.own: torch.Tensor | None = None
+        self.server: Handle | None = None
+        self.forwarded = threading.Event()
+        self.done = threading.Event()
+
 
 class _Key:
     def __init__(self, numel: int, dtype: torch.dtype):
         self.acc = torch.empty(numel, dtype=dtype)
         self.count = 0
-        self.sends: list = []
+        self.sends: list = []   # (peer, work): the last round's sum, sent from acc
         self.lock = threading.Lock()
+        self.round = _Round()
 
 
-class Server:
-    """One summation server: ``run()`` serves sessions until worker 0 shuts the job down."""
+class _Summer:
+    """What a summation server and a machine's leader share: one receiving thread per peer
+    that pushes to it, each push added into its key's accumulator, the round's last push
+    completing it. A failure ends the process with one line (threads blocked in receives
+    cannot be interrupted; the peers see their connections close)."""
 
-    def __init__(self, pg, rank: int, nworkers: int, nservers: int, timeout_s: float):
+    def __init__(self, pg, timeout_s: float, who: str):
         self.pg = pg
-        self.rank = rank
-        self.index = rank - nworkers
-        self.nworkers = nworkers
-        self.nservers = nservers
+        self.who = who
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.bytes_received = 0
         self.bytes_sent = 0
+        self.pushes = 0
         self._count_lock = threading.Lock()
-        self.rss_at_start = _rss()  # before any buffer: what the summing itself adds is above
 
     def _die(self, message: str) -> None:
-        say(f"ddlbench: parameter server {self.index} (rank {self.rank}): {message}")
-        # Threads blocked in receives cannot be interrupted; the process ends here, and the
-        # workers waiting on it see their connections close.
+        say(f"ddlbench: {self.who}: {message}")
         os._exit(1)
 
     def _wait(self, work, peer: int, what: str, timeout=None) -> None:
@@ -295,98 +346,391 @@ class Server:
             self._die(f"sending to worker {peer} failed: {first_line(e)}")
 
     def _recv(self, tensor, peer: int, tag: int, what: str, timeout=None) -> None:
-        """Receive from ``peer`` and wait; a dead peer or the timeout ends the server."""
+        """Receive from ``peer`` and wait; a dead peer or the timeout ends the process."""
         try:
             work = self.pg.recv([tensor], peer, tag)
         except Exception as e:
             self._die(f"{what} from worker {peer} failed: {first_line(e)}")
         self._wait(work, peer, what, timeout)
 
-    def run(self) -> int:
-        torch.set_num_threads(1)
-        while True:
-            ctrl = torch.zeros(2, dtype=torch.int64)
-            self._recv(ctrl, 0, TAG_CONTROL, "control message", _IDLE)
-            op, n = (int(x) for x in ctrl)
-            if op == OP_SHUTDOWN:
-                return 0
-            if op != OP_PLAN:
-                self._die(f"protocol error: control message {op} from worker 0")
-            table = torch.zeros((n, 3), dtype=torch.int64)
-            if n:
-                self._recv(table, 0, TAG_PLAN, "plan")
-            keys = {int(k): _Key(int(numel), _DTYPES[int(code)]) for k, numel, code in table}
-            self._session(keys)
+    def _add(self, key: int, k: _Key, data: torch.Tensor, expected: int, own=None):
+        """Add one push into the key's accumulator: (whether it completed the round, the
+        round). The first push of a round copies, once the previous round's sums have left
+        (a peer pushes again only after pulling, so they are on their way). ``own``: a
+        leader's own tensor, where the round's total goes."""
+        with k.lock:
+            if k.count == 0:
+                for peer, work in k.sends:
+                    self._wait(work, peer, f"pull of key {key}")
+                k.sends = []
+                k.round = _Round()
+                k.acc.copy_(data)
+            else:
+                k.acc.add_(data)
+            k.count += 1
+            rnd = k.round
+            if own is not None:
+                rnd.own = own
+            complete = k.count == expected
+            if complete:
+                k.count = 0
+        with self._count_lock:
+            self.pushes += 1
+            self.bytes_received += data.numel() * data.element_size()
+        return complete, rnd
 
-    def _session(self, keys: dict[int, _Key]) -> None:
-        largest = max((k.acc.numel() for k in keys.values()), default=0)
-        dtype = next(iter(keys.values())).acc.dtype if keys else torch.float32
-        threads = []
-        for w in range(self.nworkers):
-            t = threading.Thread(target=self._serve_worker, args=(w, keys, largest, dtype),
-                                 name=f"ps-worker-{w}", daemon=True)
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join()
-        for k in keys.values():
-            for w, work in k.sends:
-                self._wait(work, w, "pull")
+    def _send_sum(self, key: int, k: _Key, peers: list[int]) -> None:
+        """Send the key's sum to ``peers``; a push of the next round waits for these sends."""
+        with k.lock:
+            k.sends = [(peer, self._send(k.acc, peer, TAG_DATA + key)) for peer in peers]
+        with self._count_lock:
+            self.bytes_sent += k.acc.numel() * k.acc.element_size() * len(peers)
 
-    def _serve_worker(self, w: int, keys: dict[int, _Key], largest: int, dtype) -> None:
+    def _serve_peer(self, peer: int, keys: dict[int, _Key], expected: int, on_complete,
+                    on_stats=None, engine=None) -> None:
+        """Receive ``peer``'s pushes until it ends the session; sum each one here, or hand it
+        to the ``engine`` (server-side scheduling) in a buffer of its own."""
         try:
+            largest = max((k.acc.numel() for k in keys.values()), default=0)
             scratch = {}
             header = torch.zeros(2, dtype=torch.int64)
             while True:
-                self._recv(header, w, TAG_HEADER, "message", _IDLE)
+                self._recv(header, peer, TAG_HEADER, "message", _IDLE)
                 op, key = (int(x) for x in header)
                 if op == OP_END:
                     return
-                if op == OP_STATS:
-                    self._send_stats(w)
+                if op == OP_STATS and on_stats is not None:
+                    on_stats(peer)
                     continue
                 if op != OP_PUSH or key not in keys:
-                    self._die(f"protocol error: message {op} for key {key} from worker {w}")
+                    self._die(f"protocol error: message {op} for key {key} from worker {peer}")
                 k = keys[key]
+                if engine is not None:
+                    # Each pending push keeps its data until the engine has summed it.
+                    data = engine.buffer(peer, key)
+                    self._recv(data, peer, TAG_DATA + key, f"push of key {key}")
+                    engine.put(peer, key, data)
+                    continue
                 buf = scratch.get(k.acc.dtype)
                 if buf is None:
                     buf = scratch[k.acc.dtype] = torch.empty(largest, dtype=k.acc.dtype)
                 data = buf[:k.acc.numel()]
-                self._recv(data, w, TAG_DATA + key, f"push of key {key}")
-                nbytes = data.numel() * data.element_size()
-                with k.lock:
-                    if k.count == 0:
-                        # The previous iteration's sums of this key have reached every worker
-                        # (this worker pushed again only after pulling); reclaim the buffer.
-                        for peer, work in k.sends:
-                            self._wait(work, peer, f"pull of key {key}")
-                        k.sends = []
-                        k.acc.copy_(data)
-                    else:
-                        k.acc.add_(data)
-                    k.count += 1
-                    if k.count == self.nworkers:
-                        k.count = 0
-                        k.sends = [(peer, self._send(k.acc, peer, TAG_DATA + key))
-                                   for peer in range(self.nworkers)]
-                        sent = nbytes * self.nworkers
-                    else:
-                        sent = 0
-                with self._count_lock:
-                    self.bytes_received += nbytes
-                    self.bytes_sent += sent
+                self._recv(data, peer, TAG_DATA + key, f"push of key {key}")
+                complete, rnd = self._add(key, k, data, expected)
+                if complete:
+                    on_complete(key, k, rnd)
         except SystemExit:
             raise
-        except BaseException as e:  # anything unexpected ends the server, with its reason
-            self._die(f"serving worker {w}: {type(e).__name__}: {first_line(e)}")
+        except BaseException as e:  # anything unexpected ends the process, with its reason
+            self._die(f"serving worker {peer}: {type(e).__name__}: {first_line(e)}")
+
+    def _serve_all(self, peers: list[int], keys: dict[int, _Key], expected: int, on_complete,
+                   on_stats=None, engine=None) -> list[threading.Thread]:
+        threads = []
+        for peer in peers:
+            t = threading.Thread(target=self._serve_peer,
+                                 args=(peer, keys, expected, on_complete, on_stats, engine),
+                                 name=f"ps-peer-{peer}", daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
+
+    def _drain(self, keys: dict[int, _Key]) -> None:
+        for key, k in keys.items():
+            for peer, work in k.sends:
+                self._wait(work, peer, f"pull of key {key}")
+            k.sends = []
+
+
+# ------------------------------------------------------------------------------- server side
+
+SERVED_KEPT = 1 << 16
+
+
+class Engine:
+    """Server-side scheduling: pending pushes summed one at a time by one thread, the highest
+    priority (lowest key) first; ties in arrival order. ``served`` lists the (key, peer) of
+    the last ``SERVED_KEPT`` pushes in the order they were summed."""
+
+    def __init__(self, summer: "_Summer", keys: dict[int, _Key], expected: int, on_complete):
+        self.summer, self.keys, self.expected, self.on_complete = (summer, keys, expected,
+                                                                   on_complete)
+        self.served: deque = deque(maxlen=SERVED_KEPT)
+        self._heap: list = []
+        self._seq = 0
+        self._done = False
+        self._cv = threading.Condition()
+        self._buffers: dict[tuple[int, int], torch.Tensor] = {}
+        self._thread = threading.Thread(target=self._run, name="ps-engine", daemon=True)
+        self._thread.start()
+
+    def buffer(self, peer: int, key: int) -> torch.Tensor:
+        """Where ``peer``'s push of ``key`` is received (free again once summed: a peer
+        pushes a key again only after pulling its sum)."""
+        buf = self._buffers.get((peer, key))
+        if buf is None:
+            acc = self.keys[key].acc
+            buf = self._buffers[(peer, key)] = torch.empty_like(acc)
+        return buf
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._heap)
+
+    def put(self, peer: int, key: int, data: torch.Tensor) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (key, self._seq, peer, data))
+            self._seq += 1
+            self._cv.notify()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._heap and not self._done:
+                        self._cv.wait()
+                    if not self._heap:
+                        return
+                    key, _, peer, data = heapq.heappop(self._heap)
+                self.served.append((key, peer))
+                complete, rnd = self.summer._add(key, self.keys[key], data, self.expected)
+                if complete:
+                    self.on_complete(key, self.keys[key], rnd)
+        except SystemExit:
+            raise
+        except BaseException as e:
+            self.summer._die(f"summing engine: {type(e).__name__}: {first_line(e)}")
+
+    def finish(self) -> None:
+        """Every receiving thread has ended: sum what is pending, then stop."""
+        with self._cv:
+            self._done = True
+            self._cv.notify()
+        self._thread.join()
+
+
+class Server(_Summer):
+    """One summation server: ``run()`` serves sessions until worker 0 shuts the job down."""
+
+    def __init__(self, pg, rank: int, nworkers: int, nservers: int, timeout_s: float):
+        self.rank = rank
+        self.index = rank - nworkers
+        super().__init__(pg, timeout_s, f"parameter server {self.index} (rank {rank})")
+        self.nworkers = nworkers
+        self.nservers = nservers
+        self.engine: Engine | None = None   # the session's, with server-side scheduling
+        self.served = None
+        self.rss_at_start = _rss()  # before any buffer: what the summing itself adds is above
+
+    def run(self) -> int:
+        torch.set_num_threads(1)
+        while True:
+            ctrl = torch.zeros(4, dtype=torch.int64)
+            self._recv(ctrl, 0, TAG_CONTROL, "control message", _IDLE)
+            op, n, npushers, schedule = (int(x) for x in ctrl)
+            if op == OP_SHUTDOWN:
+                return 0
+            if op != OP_PLAN or not 1 <= npushers <= self.nworkers:
+                self._die(f"protocol error: control message {op} from worker 0")
+            pushers = torch.zeros(npushers, dtype=torch.int64)
+            self._recv(pushers, 0, TAG_PUSHERS, "plan")
+            table = torch.zeros((n, 3), dtype=torch.int64)
+            if n:
+                self._recv(table, 0, TAG_PLAN, "plan")
+            keys = {int(k): _Key(int(numel), _DTYPES[int(code)]) for k, numel, code in table}
+            self._session(keys, [int(p) for p in pushers], bool(schedule))
+
+    def _session(self, keys: dict[int, _Key], pushers: list[int],
+                 schedule: bool = False) -> None:
+        """Every pusher's pushes of every key summed; each round's sum sent to every pusher.
+        With ``schedule`` the sums are made by one engine thread, pending pushes in priority
+        order (``Engine``)."""
+        def complete(key, k, _round):
+            self._send_sum(key, k, pushers)
+
+        self.engine = engine = (Engine(self, keys, len(pushers), complete) if schedule
+                                else None)
+        self.served = engine.served if engine else None
+        for t in self._serve_all(pushers, keys, len(pushers), complete, self._send_stats,
+                                 engine):
+            t.join()
+        if engine:
+            engine.finish()
+        self._drain(keys)
 
     def _send_stats(self, w: int) -> None:
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         with self._count_lock:
             reply = torch.tensor([_rss(), peak, self.bytes_received, self.bytes_sent,
-                                  self.rss_at_start], dtype=torch.int64)
+                                  self.rss_at_start, self.pushes], dtype=torch.int64)
         self._wait(self._send(reply, w, TAG_STATS), w, "stats")
+
+
+# ------------------------------------------------------------------------ one client per machine
+
+class MachineClient(_Summer):
+    """``ps_clients=machine``: a worker's end when the workers of a machine push as one.
+
+    ``members`` are the worker ranks of this machine; the lowest is the leader, which holds
+    ``client`` (its ``PSClient``: it alone pushes to and pulls from the servers). The other
+    workers push to the leader and pull the total from it, with the servers' protocol (header,
+    then data on the key's tag). The leader adds its own data and its workers' pushes into one
+    accumulator per key; the round's last contribution pushes the machine's sum to the server
+    (from whichever thread brought it), and a returning thread waits for each pull, copies the
+    total into the leader's own data and sends it to the machine's other workers.
+    """
+    clients = "machine"
+
+    def __init__(self, pg, rank: int, members: list[int], client: PSClient | None,
+                 nservers: int, partition_bytes: int, timeout_s: float):
+        super().__init__(pg, timeout_s, f"worker {rank}")
+        self.rank = rank
+        self.members = sorted(members)
+        self.leader = self.members[0]
+        self.is_leader = rank == self.leader
+        if self.is_leader != (client is not None):
+            raise ValueError("the machine's leader, and only it, holds the servers' client")
+        self.client = client
+        self.nservers = nservers
+        self.partition_bytes = int(partition_bytes)
+        self._staging: dict[int, torch.Tensor] = {}
+        self._push_lock = threading.Lock()
+        self._open = False
+
+    def _die(self, message: str) -> None:
+        say(f"ddlbench: worker {self.rank}: error: {message} (as its machine's leader)")
+        os._exit(1)
+
+    @property
+    def pushers(self) -> list[int] | None:
+        return self.client.pushers if self.client is not None else None
+
+    # -- errors on a worker -------------------------------------------------------------------
+    def _leader_wait(self, work, peer: int, what: str) -> None:
+        try:
+            work.wait(self.timeout)
+        except Exception as e:
+            raise PSError(f"{what} to/from worker {peer}, this machine's leader, failed: "
+                          f"{first_line(e)} (it, or a process it waited for, stopped)"
+                          ) from None
+
+    def _event(self, event: threading.Event, key: int, what: str) -> None:
+        if not event.wait(self.timeout.total_seconds()):
+            raise PSError(f"no {what} of key {key} within {self.timeout.total_seconds():g} s "
+                          f"(a worker of this machine or a server is stuck)")
+
+    # -- sessions -------------------------------------------------------------------------------
+    def open(self, units: list[tuple[int, torch.dtype]],
+             schedule: bool = False) -> list[list[Partition]]:
+        if self._open:
+            raise RuntimeError("a parameter-server session is already open on this worker")
+        self._open = True
+        self._staging.clear()
+        if not self.is_leader:
+            return plan(units, self.partition_bytes, self.nservers)
+        parts = self.client.open(units, schedule)
+        self._parts = {p.key: p for unit in parts for p in unit}
+        self._keys = {p.key: _Key(p.numel, units[p.unit][1]) for p in self._parts.values()}
+        self._pulls: "queue.Queue" = queue.Queue()
+        self._threads = self._serve_all(self.members[1:], self._keys, len(self.members),
+                                        self._forward)
+        self._returner = threading.Thread(target=self._return_sums, name="ps-machine-return",
+                                          daemon=True)
+        self._returner.start()
+        return parts
+
+    def push_pull(self, part: Partition, data: torch.Tensor):
+        wire, staging = _stage(self._staging, part.key, data)
+        if not self.is_leader:
+            header = torch.tensor([OP_PUSH, part.key], dtype=torch.int64)
+            try:
+                with self._push_lock:
+                    sends = [self.pg.send([header], self.leader, TAG_HEADER),
+                             self.pg.send([wire], self.leader, TAG_DATA + part.key)]
+                recv = self.pg.recv([wire], self.leader, TAG_DATA + part.key)
+            except Exception as e:
+                raise PSError(f"cannot reach worker {self.leader}, this machine's leader: "
+                              f"{first_line(e)}") from None
+            return Handle(self._leader_wait, self.leader, data, header, sends, recv, staging)
+        k = self._keys[part.key]
+        complete, rnd = self._add(part.key, k, wire, len(self.members), own=data)
+        if complete:
+            self._forward(part.key, k, rnd)
+        return _LeaderHandle(self, part.key, rnd)
+
+    def _forward(self, key: int, k: _Key, rnd: _Round) -> None:
+        """The machine's sum of this round is complete: push it (the pull lands in place)."""
+        rnd.server = self.client.push_pull(self._parts[key], k.acc)
+        rnd.forwarded.set()
+        self._pulls.put((key, k, rnd))
+
+    def _return_sums(self) -> None:
+        try:
+            while True:
+                item = self._pulls.get()
+                if item is None:
+                    return
+                key, k, rnd = item
+                rnd.server.wait()
+                rnd.own.copy_(k.acc)  # (the round completed: the leader's own push is in it)
+                self._send_sum(key, k, self.members[1:])
+                rnd.done.set()
+        except PSError as e:
+            self._die(str(e))
+        except BaseException as e:
+            self._die(f"returning sums: {type(e).__name__}: {first_line(e)}")
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        if not self.is_leader:
+            end = torch.tensor([OP_END, -1], dtype=torch.int64)
+            try:
+                work = self.pg.send([end], self.leader, TAG_HEADER)
+            except Exception as e:
+                raise PSError(f"cannot reach worker {self.leader}, this machine's leader: "
+                              f"{first_line(e)}") from None
+            self._leader_wait(work, self.leader, "end of session")
+            return
+        for t in self._threads:
+            t.join()
+        self._pulls.put(None)
+        self._returner.join()
+        self._drain(self._keys)
+        self.client.close()
+
+    def server_stats(self) -> list[dict]:
+        return self.client.server_stats()
+
+    def shutdown(self) -> None:
+        self.close()
+        if self.client is not None:
+            self.client.shutdown()
+
+
+class _LeaderHandle:
+    """The leader's own push: taken once the machine's sum went to the server, done once the
+    total is back in its data."""
+
+    def __init__(self, owner: MachineClient, key: int, rnd: _Round):
+        self.owner, self.key, self.rnd = owner, key, rnd
+
+    def wait_push(self) -> None:
+        self.owner._event(self.rnd.forwarded, self.key, "push to the servers")
+        self.rnd.server.wait_push()
+
+    def wait(self) -> None:
+        self.owner._event(self.rnd.done, self.key, "sum from the servers")
+
+
+def machines(ids: list[str]) -> list[list[int]]:
+    """Ranks grouped by machine id, machines in order of their first rank."""
+    groups: dict[str, list[int]] = {}
+    for rank, name in enumerate(ids):
+        groups.setdefault(name, []).append(rank)
+    return list(groups.values())
 
 
 def connect(store, rank: int, world_size: int, timeout_s: float):

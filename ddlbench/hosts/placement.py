@@ -89,10 +89,27 @@ def detect(env=None) -> Placement | None:
     return None
 
 
+def dmlc_workers(env=None) -> int | None:
+    """Worker processes of a BytePS-style job: ``DDLBENCH_NUM_WORKER`` (the suite's launcher),
+    else BytePS's meaning, ``DMLC_NUM_WORKER`` machines x ``BYTEPS_LOCAL_SIZE`` processes each
+    (1 when unset). None without ``DMLC_NUM_WORKER``."""
+    env = os.environ if env is None else env
+    given = env_int("DDLBENCH_NUM_WORKER", env=env)
+    if given is not None:
+        return given
+    machines = env_int("DMLC_NUM_WORKER", env=env)
+    if machines is None:
+        return None
+    return machines * env_int("BYTEPS_LOCAL_SIZE", 1, env=env)
+
+
 def _dmlc(env) -> Placement:
     """BytePS-style variables (the PS launcher sets them; a BytePS user may already have
-    them): workers are ranks 0..W-1 by DMLC_WORKER_ID, servers W..W+S-1 by
-    DDLBENCH_SERVER_ID; worker 0 hosts the store at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT."""
+    them), with BytePS's meanings: ``DMLC_NUM_WORKER`` worker machines, ``DMLC_WORKER_ID`` the
+    machine, ``BYTEPS_LOCAL_RANK``/``BYTEPS_LOCAL_SIZE`` the process on it (size 1 when unset).
+    Workers are ranks 0..W-1 (``DDLBENCH_WORKER_RANK`` where the suite's launcher gives it,
+    else machine x local size + local rank), servers W..W+S-1 by DDLBENCH_SERVER_ID; worker 0
+    hosts the store at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT."""
     role = env["DMLC_ROLE"]
 
     def _int(key, default=None):
@@ -101,14 +118,22 @@ def _dmlc(env) -> Placement:
     if role == "scheduler":
         raise UsageError("DMLC_ROLE=scheduler: this suite has no scheduler process; start "
                          "only workers and servers (byteps/byteps_launch.sh does)")
-    nworkers, nservers = _int("DMLC_NUM_WORKER"), _int("DMLC_NUM_SERVER")
-    if nworkers is None or nservers is None:
+    machines, nservers = _int("DMLC_NUM_WORKER"), _int("DMLC_NUM_SERVER")
+    if machines is None or nservers is None:
         raise UsageError("DMLC_ROLE set without DMLC_NUM_WORKER and DMLC_NUM_SERVER")
+    nworkers = dmlc_workers(env)
+    local_rank, local_size = _int("BYTEPS_LOCAL_RANK", 0), _int("BYTEPS_LOCAL_SIZE", 1)
     if role == "worker":
-        rank = _int("DMLC_WORKER_ID")
-        if rank is None or not 0 <= rank < nworkers:
-            raise UsageError(f"DMLC_WORKER_ID must be in 0..{nworkers - 1}, got "
-                             f"{env.get('DMLC_WORKER_ID')!r}")
+        machine = _int("DMLC_WORKER_ID")
+        if machine is None or not 0 <= machine < machines:
+            raise UsageError(f"DMLC_WORKER_ID must be in 0..{machines - 1} (DMLC_NUM_WORKER "
+                             f"counts machines), got {env.get('DMLC_WORKER_ID')!r}")
+        if not 0 <= local_rank < local_size:
+            raise UsageError(f"BYTEPS_LOCAL_RANK must be in 0..{local_size - 1}, got "
+                             f"{local_rank}")
+        rank = _int("DDLBENCH_WORKER_RANK", machine * local_size + local_rank)
+        if not 0 <= rank < nworkers:
+            raise UsageError(f"worker rank {rank} outside 0..{nworkers - 1}")
     else:
         server = _int("DDLBENCH_SERVER_ID")
         if server is None or not 0 <= server < nservers:
@@ -145,7 +170,7 @@ def launcher_rank() -> str:
     if os.environ.get("DMLC_ROLE") == "server":  # the PS launcher's servers: workers speak
         return "server"
     return next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK",
-                                         "SLURM_PROCID", "DMLC_WORKER_ID")
+                                         "SLURM_PROCID", "DDLBENCH_WORKER_RANK")
                  if k in os.environ), "0")
 
 

@@ -32,7 +32,8 @@ def run_job(argv, module: str, parse_args, check, worker,
                 # The children learn the server count resolved here (a default, perhaps).
                 child_argv = [*argv, "--nservers", str(nservers)] if nservers else argv
                 return spawn_local(nworkers + nservers, child_argv, module=module,
-                                   net=getattr(args, "net", None))
+                                   net=getattr(args, "net", None),
+                                   slots=getattr(args, "slots", None), nservers=nservers)
             placement = single()
         else:
             watch_parent()  # a spawner or launcher killed outright takes this process along

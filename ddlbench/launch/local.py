@@ -29,9 +29,19 @@ def check_capacity(nprocs: int) -> None:
                          f"each); use a host file and a launcher for more")
 
 
+def hosts_of(nprocs: int, nservers: int = 0, slots: int | None = None) -> list[int]:
+    """The emulated host of each process: ``slots`` workers per host (None: one process per
+    host), then each parameter server (the last ``nservers`` processes) on a host of its own,
+    as on a cluster with dedicated server machines."""
+    nworkers = nprocs - nservers
+    per = slots or 1
+    worker_hosts = -(-nworkers // per)
+    return [r // per if r < nworkers else worker_hosts + (r - nworkers) for r in range(nprocs)]
+
+
 def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 grace_s: float = 5.0, module: str = "ddlbench.train",
-                net: str | None = None) -> int:
+                net: str | None = None, slots: int | None = None, nservers: int = 0) -> int:
     """Run ``python -m MODULE ARGV`` (the training script unless told otherwise; the
     communication micro-benchmark and the profiler use it too) as ``nworkers`` local processes
     and wait for them.
@@ -43,6 +53,12 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
     ``net``: a network profile (``ddlbench.netem``); other than loopback, each process runs as
     a host of an emulated cluster (its own network namespace, ``ip netns exec``), which is
     removed when the processes are gone.
+
+    ``slots``: workers per host (``--slots``), the last ``nservers`` processes being servers on
+    hosts of their own (``hosts_of``). Each process learns its host as ``DDLBENCH_MACHINE``
+    (what the per-machine parameter-server clients group by), under ``--net`` always and on the
+    loopback when ``slots`` is given (logical machines: all processes share this machine's
+    cores, so ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` stay this machine's).
     """
     import torch.distributed as dist  # the store lives in this process, on a kernel-chosen port
 
@@ -55,14 +71,17 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
     cluster = None  # the emulated network of --net: one host per process
     with stop_signals() as stopping:
         try:
+            host = hosts_of(nworkers, nservers, slots)
             if net:
-                cluster = netem.start(nworkers, net)
+                cluster = netem.start(max(host) + 1, net)
             for rank in range(nworkers):
                 if stopping["signal"] is not None:
                     break
                 env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-                env.update(cluster.env(rank) if cluster else {})
-                procs.append(subprocess.Popen([*(cluster.prefix(rank) if cluster else []),
+                if cluster or slots:
+                    env["DDLBENCH_MACHINE"] = f"host{host[rank]}"
+                env.update(cluster.env(host[rank]) if cluster else {})
+                procs.append(subprocess.Popen([*(cluster.prefix(host[rank]) if cluster else []),
                                                sys.executable, "-m", module, *argv], env=env,
                                               preexec_fn=die_with_parent()))
             # Workers that fail together (a failed verification) exit within moments of each

@@ -7,13 +7,20 @@ S servers:
 - every host of the file local (``localhost``): the suite's local spawner does it
   (``--nworkers W --nservers S``), servers included;
 - otherwise workers fill the hosts' slots in order, and servers (default: one per worker
-  machine, as the published runs) go round-robin over the worker machines; each process is
-  started with ``$SSH host`` (``ssh`` unless configs/cluster.conf says otherwise) or locally for
-  a local host, with the DMLC_* variables a BytePS user knows (``DMLC_ROLE``,
-  ``DMLC_WORKER_ID``, ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER``, ``DMLC_PS_ROOT_URI``,
-  ``DMLC_PS_ROOT_PORT``) plus ``DDLBENCH_SERVER_ID``. The rendezvous is ``DMLC_PS_ROOT_URI``
-  (default: the first host) on ``DMLC_PS_ROOT_PORT`` (default: a port the first host's
-  kernel reports free).
+  machine, as the published runs) go on **dedicated hosts**, as the original's (its servers ran
+  on machines of their own): ``--server-hosts H,...``, else the host file's hosts that hold no
+  worker, round-robin; with no such host, or with ``--servers colocated``, round-robin over the
+  worker machines (a line says so). Each process is started with ``$SSH host`` (``ssh`` unless
+  configs/cluster.conf says otherwise) or locally for a local host, with the DMLC_* variables
+  a BytePS user knows, meaning what they mean to BytePS: ``DMLC_NUM_WORKER`` counts worker
+  *machines* and ``DMLC_WORKER_ID`` is the machine's index, ``BYTEPS_LOCAL_RANK`` and
+  ``BYTEPS_LOCAL_SIZE`` the process's place on its machine (``DMLC_ROLE``, ``DMLC_NUM_SERVER``,
+  ``DMLC_PS_ROOT_URI``, ``DMLC_PS_ROOT_PORT`` as usual); the suite adds ``DDLBENCH_SERVER_ID``,
+  the worker's global rank and count (``DDLBENCH_WORKER_RANK``, ``DDLBENCH_NUM_WORKER``: host
+  files may give machines different slot counts) and ``DDLBENCH_MACHINE`` (the host's name:
+  the workers of one host push to the servers as one machine). The rendezvous is
+  ``DMLC_PS_ROOT_URI`` (default: the first host) on ``DMLC_PS_ROOT_PORT`` (default: a port the
+  first host's kernel reports free).
 
 When any process fails, or this launcher gets SIGINT/SIGTERM, every process of the job is
 stopped: local children directly, remote ones by ``pkill`` on their host, found by the job id
@@ -63,6 +70,11 @@ def parse_args(argv):
     p.add_argument("--hostfile", required=True)
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--nservers", type=int, default=None)
+    p.add_argument("--servers", default="dedicated", choices=("dedicated", "colocated"),
+                   help="servers on hosts of their own (default) or on the worker machines")
+    p.add_argument("--server-hosts", default=None, metavar="H,...",
+                   help="the hosts of the servers (default: the host file's hosts without "
+                        "workers)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--stop", action="store_true", help="stop the suite's processes on the hosts")
     p.add_argument("--grace", type=float, default=5.0)
@@ -87,13 +99,26 @@ def is_local(name: str) -> bool:
     return name in hostfile.LOCAL_NAMES or name == socket.gethostname()
 
 
-def placement(hosts: list[hostfile.Host], nworkers: int, nservers: int):
-    """(host of each worker, host of each server). Workers fill slots in file order; servers go
-    round-robin over the machines that hold workers."""
+def placement(hosts: list[hostfile.Host], nworkers: int, nservers: int,
+              servers: str = "dedicated", server_hosts: list[str] | None = None):
+    """(host of each worker, host of each server, a note or None). Workers fill slots in file
+    order. Servers go round-robin over ``server_hosts``, else (dedicated) over the hosts that
+    hold no worker, else over the worker machines, with a note saying why."""
     workers = [h.name for h in hosts for _ in range(h.slots)][:nworkers]
     machines = list(dict.fromkeys(workers))
-    servers = [machines[s % len(machines)] for s in range(nservers)]
-    return workers, servers
+    note = None
+    if server_hosts:
+        pool = list(dict.fromkeys(server_hosts))
+    elif servers == "dedicated":
+        pool = [h for h in dict.fromkeys(h.name for h in hosts) if h not in machines]
+        if not pool and nservers:
+            pool = machines
+            note = (f"no host of the host file is left without workers: the {nservers} "
+                    f"server(s) share the worker machines (add hosts, or server_hosts=, for "
+                    f"dedicated ones)")
+    else:
+        pool = machines
+    return workers, [pool[s % len(pool)] for s in range(nservers)], note
 
 
 def _ssh() -> list[str]:
@@ -130,8 +155,12 @@ def main(argv=None) -> int:
         if args.nworkers is None or args.nworkers <= 0:
             raise UsageError(f"nworkers must be positive, got {args.nworkers}")
         hostfile.check(args.hostfile, args.nworkers)
-        workers, _ = placement(hosts, args.nworkers, 0)
+        workers, _, _ = placement(hosts, args.nworkers, 0)
         machines = len(set(workers))
+        server_hosts = None
+        if args.server_hosts:
+            server_hosts = [h.strip() for h in args.server_hosts.split(",") if h.strip()]
+            resolve([hostfile.Host(h, 1) for h in server_hosts], "server_hosts")
         nservers = args.nservers if args.nservers is not None else machines
         if nservers <= 0:
             raise UsageError(f"nservers must be positive, got {nservers}")
@@ -147,13 +176,21 @@ def main(argv=None) -> int:
             print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
             os.chdir(root)
             os.execv(py, cmd)
-        workers, servers = placement(hosts, args.nworkers, nservers)
+        workers, servers, note = placement(hosts, args.nworkers, nservers, args.servers,
+                                           server_hosts)
+        if note:
+            print(f"ddlbench: note: {note}", file=sys.stderr, flush=True)
         uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
         port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(workers[0], py))
-        common = {"DMLC_NUM_WORKER": str(args.nworkers), "DMLC_NUM_SERVER": str(nservers),
+        machine_ids = list(dict.fromkeys(workers))
+        common = {"DMLC_NUM_WORKER": str(len(machine_ids)), "DMLC_NUM_SERVER": str(nservers),
+                  "DDLBENCH_NUM_WORKER": str(args.nworkers),
                   "DMLC_PS_ROOT_URI": "127.0.0.1" if uri in hostfile.LOCAL_NAMES else uri,
                   "DMLC_PS_ROOT_PORT": port}
-        roles = [(h, {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(i)})
+        roles = [(h, {"DMLC_ROLE": "worker", "DDLBENCH_WORKER_RANK": str(i),
+                      "DMLC_WORKER_ID": str(machine_ids.index(h)), "DDLBENCH_MACHINE": h,
+                      "BYTEPS_LOCAL_RANK": str(workers[:i].count(h)),
+                      "BYTEPS_LOCAL_SIZE": str(workers.count(h))})
                  for i, h in enumerate(workers)]
         roles += [(h, {"DMLC_ROLE": "server", "DDLBENCH_SERVER_ID": str(s)})
                   for s, h in enumerate(servers)]
@@ -194,7 +231,7 @@ def _run(roles, common, py, root, train, job, grace, stopping) -> int:
                                                                                   train)],
                                                      stdin=subprocess.PIPE,
                                                      preexec_fn=die_with_parent())))
-        names = [(f"worker {role['DMLC_WORKER_ID']}" if role["DMLC_ROLE"] == "worker"
+        names = [(f"worker {role['DDLBENCH_WORKER_RANK']}" if role["DMLC_ROLE"] == "worker"
                   else f"server {role['DDLBENCH_SERVER_ID']}") + f" on {host}"
                  for host, role in roles]
         return supervise([p for _, p in procs], names, stopping, poll_s=0.1)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..options import COUNT, Options, count_at_least, option
+from ..options import COUNT, Options, count_at_least, one_of, option
 from ..planning import DEFAULT_PARTITION_BYTES
 from . import threads
 from .allreduce import Bucket, threshold_option
@@ -33,6 +33,15 @@ def nservers_option():
     return option(None, COUNT, "parameter servers, extra processes that only sum (ranks after "
                   "the workers); default for a PS method on one machine: 1 per 4 workers",
                   env="DMLC_NUM_SERVER")
+
+
+def ps_clients_option():
+    return option("machine", PS_CLIENTS, "who pushes to the parameter servers: machine (the "
+                  "workers of a machine sum locally and one of them pushes, as BytePS) or "
+                  "process (every worker pushes)", env="DDLBENCH_PS_CLIENTS")
+
+
+PS_CLIENTS = one_of("machine", "process")
 
 
 # Below this every push is a handful of elements: the run crawls (messages per iteration =
@@ -50,6 +59,7 @@ class BSPPSOptions(Options):
     threshold: float = threshold_option(float(BSP_PS_THRESHOLD), "PS fusion threshold in bytes")
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
+    ps_clients: str = ps_clients_option()
 
 
 @dataclass(frozen=True)
@@ -58,13 +68,31 @@ class WFBPPSOptions(Options):
                                         "tensor)")
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
+    ps_clients: str = ps_clients_option()
+
+
+SWITCH = one_of("1", "0")
 
 
 @dataclass(frozen=True)
 class ByteSchedulerPSOptions(Options):
+    server_schedule: str = option(
+        "1", SWITCH, "1: servers sum pending pushes in priority order, front layers first "
+        "(BytePS's server scheduling, what the original's bytescheduler=1 switched on); 0: "
+        "in arrival order, only the workers' credit window schedules",
+        env="BYTEPS_SERVER_ENABLE_SCHEDULE")
     credit: int = credit_option()
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
+    ps_clients: str = ps_clients_option()
+
+
+def ps_clients(client) -> dict:
+    """The record's account of who pushed: per machine or per process, and the pushers (as
+    rank 0, always one of them, knows them)."""
+    pushers = client.pushers
+    return {"ps_clients": client.clients, "pushers": pushers,
+            "pushes_per_partition": len(pushers) if pushers is not None else None}
 
 
 def require_servers(name: str, comm) -> None:
@@ -136,6 +164,7 @@ class BucketedPS(Method):
             "threshold_bytes": self.threshold if self.threshold != float("inf") else None,
             "units": len(self.buckets),
             "unit_bytes": [b.nbytes for b in self.buckets],
+            **ps_clients(self.comm.ps),
             "nservers": self.comm.ps.nservers,
             "partition_bytes": self.comm.ps.partition_bytes,
             "partitions": len(parts),
@@ -188,7 +217,8 @@ class ByteSchedulerPS(ByteScheduler):
     id = "byteschedulerps"
     display = "ByteScheduler-PS"
     summary = ("the ByteScheduler rules (priority, `--credit` window, per-layer update, next "
-               "forward overlapping) over push/pull of `--partition-bytes` partitions")
+               "forward overlapping) over push/pull of `--partition-bytes` partitions; the "
+               "servers sum pending pushes front layers first (`--server-schedule`)")
     architecture = PS
     Options = ByteSchedulerPSOptions
     launcher = "byteps/byteps_launch.sh"
@@ -216,7 +246,9 @@ class ByteSchedulerPS(ByteScheduler):
         return ps.partition_elements(self.comm.ps.partition_bytes, size)
 
     def _chunk_table(self) -> list[tuple[int, int, int]]:
-        self.parts = self.comm.ps.open([(p.numel(), p.dtype) for p in self.params])
+        # Keys in registration order, front layers first: the servers' priority order.
+        self.parts = self.comm.ps.open([(p.numel(), p.dtype) for p in self.params],
+                                       schedule=self.options.server_schedule == "1")
         self._part_of = [p for unit in self.parts for p in unit]
         return [(p.unit, p.start, p.end) for p in self._part_of]
 
@@ -239,6 +271,10 @@ class ByteSchedulerPS(ByteScheduler):
         d.update({
             "order_agreement": "none needed: servers match pushes by key",
             "credit_returned": "when the server has taken the push",
+            "server_schedule": ("pending pushes summed in priority order (lowest key: front "
+                                "layers first)" if self.options.server_schedule == "1"
+                                else "arrival order"),
+            **ps_clients(self.comm.ps),
             "nservers": self.comm.ps.nservers,
             "partition_bytes": self.comm.ps.partition_bytes,
             "partitions": len(self._part_of),
