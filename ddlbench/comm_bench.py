@@ -305,7 +305,8 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
                       "worst_error_size_bytes": rows[worst]["size_bytes"],
                       "ring_link": ring_link(op, alpha, beta, world)}}
     if ps is not None and op == "pushpull":
-        result.update(nservers=ps.nservers, partition_bytes=ps.partition_bytes)
+        result.update(nservers=ps.nservers, partition_bytes=ps.partition_bytes,
+                      ps_clients=ps.clients, pushers=ps.pushers)
     if log:
         log("\n".join(format_table_tail(result)))
     return result
@@ -316,7 +317,7 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
 def header(op: str, world: int, stat: str = "median") -> str:
     size_note = ("bytes gathered (P x sent)" if op == "allgather" else "bytes each rank holds")
     bus = {"allreduce": "2(P-1)/P", "allgather": "(P-1)/P",
-           "pushpull": "1 (each worker pushes size and pulls size)",
+           "pushpull": "1 (each worker hands size to push/pull and gets size back)",
            "latency": "1 (one link each way)"}[op]
     if op == "latency":
         return (f"# latency, OSU-style ping-pong between ranks 0 and 1 of P = {world}: size = "
@@ -402,6 +403,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "per 4 workers)")
     p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
                    help="pushpull: the servers' partition size in bytes")
+    p.add_argument("--ps-clients", default="machine", choices=("machine", "process"),
+                   help="pushpull: one client per machine (its workers sum locally first, as "
+                        "BytePS) or per worker")
+    p.add_argument("--slots", type=int, default=None, metavar="S",
+                   help="workers per emulated host, as the training script's --slots")
     p.add_argument("--output", default=None, help="write the JSON record here (rank 0)")
     args = p.parse_args(argv)
     if args.nservers is None:
@@ -421,7 +427,7 @@ def check(args) -> tuple[list[str], list[int]]:
                          f"known: {', '.join(OPS)}")
     check_flags(args, positive=("--iters", "--timeout", "--threads", "--nworkers",
                                 "--image-size", "--sentence-len", "--num-classes",
-                                "--partition-bytes"),
+                                "--partition-bytes", "--slots"),
                 nonneg=("--warmup", "--threshold", "--mgwfbp-min-group", "--nservers"))
     if args.output:
         check_writable(args.output)
@@ -466,7 +472,7 @@ def worker(args, placement) -> int:
         return engine.serve(placement, args.nservers, timeout_s=args.timeout)
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
-                      partition_bytes=args.partition_bytes)
+                      partition_bytes=args.partition_bytes, ps_clients=args.ps_clients)
 
     def log(line):
         if ctx.is_root:

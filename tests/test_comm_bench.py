@@ -175,16 +175,19 @@ def test_push_pull_through_parameter_servers(tmp_path, load_json):
     out = tmp_path / "pp.json"
     proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops",
                 "pushpull", "--min-bytes", "1K", "--max-bytes", "64K", "--partition-bytes",
-                "16384", "--warmup", "1", "--iters", "3", "--output",
+                "16384", "--warmup", "1", "--iters", "3", "--slots", "1", "--output",
                 str(out)], timeout=180)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     (res,) = rec["results"]
     assert res["op"] == "pushpull" and res["nservers"] == 1 and res["partition_bytes"] == 16384
+    # --slots 1: each worker a machine of its own, so both push (as BytePS would, per machine)
+    assert res["ps_clients"] == "machine" and res["pushers"] == [0, 1]
     assert [r["size_bytes"] for r in res["rows"]] == [1024 * 2 ** i for i in range(7)]
     assert all(r["busbw_GBps"] == r["algbw_GBps"] > 0 for r in res["rows"])
     assert res["fit"]["ring_link"] is None and res["fit"]["beta_s_per_byte"] > 0
-    assert "busbw = algbw * 1 (each worker pushes size and pulls size)" in proc.stdout
+    assert ("busbw = algbw * 1 (each worker hands size to push/pull and gets size back)"
+            in proc.stdout)
 
 
 def test_push_pull_without_servers_is_refused():

@@ -32,15 +32,14 @@ from dataclasses import dataclass
 from .. import profiler
 from ..measure import profile_file
 from ..errors import UsageError
-from ..options import COUNT, COUNT0, NAME, Kind, Options, option
+from ..options import COUNT, COUNT0, NAME, Options, one_of, option
 from ..planning import (DEFAULT_MIN_GROUP_ELEMENTS, merge_groups, original_alpha_beta,
                         schedule_time)
 from .allreduce import BucketedAllReduce
 
 # --mgwfbp-ab: where alpha and beta come from.
 AB_SOURCES = ("table", "measured")
-AB_SOURCE = Kind("|".join(AB_SOURCES), str, lambda v: v in AB_SOURCES,
-                 "must be table or measured", "one of table, measured")
+AB_SOURCE = one_of(*AB_SOURCES)
 
 
 @dataclass(frozen=True)
