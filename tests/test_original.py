@@ -140,6 +140,9 @@ def test_an_original_command_runs_with_a_small_model(tmp_path, load_json, folder
     assert "Total sen/sec on 2 CPU(s): " in proc.stdout
     rec = load_json(out)
     assert rec["config"]["method"] == method, describe(proc)
+    # BERT as the original's horovod/ and mgwfbp/ scripts trained it: AdamW, lr 2e-5, eps 1e-8
+    opt = rec["optimizer"]
+    assert (opt["class"], opt["lr"], opt["eps"], opt["auto"]) == ("AdamW", 2e-5, 1e-8, True)
     if method == "wfbpps":
         assert rec["method"]["nservers"] == 1 and rec["config"]["nworkers"] == 2
         # As BytePS: the machine's workers sum locally, one of them pushes.
