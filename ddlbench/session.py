@@ -10,6 +10,7 @@ import compression
 from . import methods
 from .engine.comm import Comm
 from .measure import workload
+from .timeline import COMPUTE, WAIT
 
 
 def compressor_values(args) -> dict:
@@ -38,9 +39,15 @@ class Run:
         self.work.loss(self.work.model, self.batch).backward()
 
     def train_step(self) -> None:
-        """One training step through the method."""
-        self.work.loss(self.method.module, self.batch).backward()
-        self.method.step()
+        """One training step through the method (its parts on the timeline while it
+        records)."""
+        tl = self.comm.timeline
+        with tl.span("forward", COMPUTE):
+            loss = self.work.loss(self.method.module, self.batch)
+        with tl.span("backward", COMPUTE):
+            loss.backward()
+        with tl.span("step", WAIT):
+            self.method.step()
         self.method.zero_grad()
 
     def calibrate(self) -> None:

@@ -25,7 +25,8 @@ import compression
 from . import methods
 from .errors import ArgumentParser, UsageError, check_writable, say
 from .hosts.placement import dmlc_workers, launcher_rank
-from .measure import workload
+from . import timeline
+from .measure import overlap, workload
 from .options import add_flags, check_flags
 
 ENGINES = methods.ENGINES
@@ -104,6 +105,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seconds a collective may wait for a peer before the run fails")
     r.add_argument("--threads", type=int, default=None,
                    help="CPU threads per worker (default: cores / local workers)")
+    r.add_argument("--timeline", default=None, metavar="PATH",
+                   help="write the timed rounds' Chrome trace (trace-event JSON, all ranks "
+                        "merged; Perfetto, chrome://tracing) here (rank 0)")
+    r.add_argument("--timeline-iters", type=int, default=None, metavar="N",
+                   help="record only the first N timed iterations (trace and overlap metrics)")
     r.add_argument("--trace-collectives", default=None, metavar="PREFIX",
                    help="write each rank's sequence of collectives to PREFIX.RANK.json")
     v = p.add_argument_group("verification")
@@ -171,14 +177,16 @@ def _is_ps(method: str) -> bool:
 
 
 # Flags a verification would ignore (it times nothing and writes no record).
-NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
+NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output",
+                   "timeline", "timeline_iters")
 
 
 def check(args, probe_engine: bool = True) -> None:
     """Reject bad input before any process is spawned."""
     check_flags(args, positive=("--batch-size", "--sentence-len", "--num-batches-per-iter",
                                 "--num-iters", "--num-classes", "--timeout", "--image-size",
-                                "--nworkers", "--lr", "--threads", "--slots"),
+                                "--nworkers", "--lr", "--threads", "--slots",
+                                "--timeline-iters"),
                 nonneg=("--num-warmup-batches", "--verify", "--momentum", "--weight-decay",
                         "--rtol", "--atol", "--seed"))
     from . import netem
@@ -196,6 +204,8 @@ def check(args, probe_engine: bool = True) -> None:
     _check_ignored(args)
     if args.output:
         check_writable(args.output)
+    if args.timeline:
+        check_writable(args.timeline)
     if args.engine == "horovod":
         _check_horovod(args, probe_engine)
     names = method_list(args)
@@ -333,6 +343,11 @@ def benchmark(args, ctx) -> int:
             print(line, flush=True)
 
     run = session.build(args, ctx, args.method, args.compressor)
+    tl = run.comm.timeline
+    tl.limit = args.timeline_iters
+    tl.watch_optimizer(run.optimizer)
+    if args.timeline:
+        tl.watch_gradients(run.work.model)
     with run.method as method:
         run.calibrate()
         model = run.work.stats()
@@ -342,12 +357,18 @@ def benchmark(args, ctx) -> int:
         def on_warm():  # what the timed rounds count starts here
             run.comm.reset_stats()
             warm["rss"] = timing.rss_bytes()
+            warm["clock"] = overlap.align(ctx.device if ctx.backend == "nccl" else None)
 
         log("Running warmup...")
         result = timing.run(ctx, run.train_step, method.synchronize, batch_size=args.batch_size,
                             warmup=args.num_warmup_batches,
                             batches_per_iter=args.num_batches_per_iter, iters=args.num_iters,
-                            unit=run.work.unit, log=log, on_warm=on_warm)
+                            unit=run.work.unit, log=log, on_warm=on_warm, timeline=tl)
+        spent = overlap.collect(tl, ctx.rank, ctx.size, warm["clock"], args.timeline,
+                                meta={"method": args.method, "model": args.model,
+                                      "nworkers": ctx.size, "net": args.net})
+        if spent is not None:
+            log(_overlap_line(args, spent))
         steps = args.num_iters * args.num_batches_per_iter
         traffic = run.comm.stats(steps)
         compressed = run.comm.compression_stats(steps)
@@ -362,7 +383,7 @@ def benchmark(args, ctx) -> int:
                                 communication=traffic, compression=compressed,
                                 rss_after_warmup=warm.get("rss"),
                                 optimizer=workload.optimizer_info(args, run.optimizer),
-                                flops=counted)
+                                flops=counted, timeline=spent)
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:
         record.write_atomic(args.output, rec)
@@ -392,6 +413,19 @@ def _print_traffic(log, args, ctx, method, model: dict, traffic: dict,
         log(f"Parameter servers: {ctx.nservers}, partition {args.partition_bytes} bytes; "
             f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
             f"pulled (gradient {model['gradient_bytes'] / 1e6:.3f} MB)")
+
+
+def _overlap_line(args, section: dict) -> str:
+    """Where the slowest rank's iteration time went (``Overlap: ...``)."""
+    if section["mean"] is None:
+        return "Overlap: no iteration recorded"
+    line = timeline.summary_line(section["mean"], section["slowest_rank"])
+    if not section["comm_observed"]:
+        line += (f" (communication not observable: {args.method} does it outside the suite's "
+                 f"collectives)")
+    if args.timeline:
+        line += f"; trace: {args.timeline}"
+    return line
 
 
 def _print_flops(log, ctx, unit: str, counted: dict) -> None:

@@ -175,7 +175,7 @@ def test_push_pull_through_parameter_servers(tmp_path, load_json):
     out = tmp_path / "pp.json"
     proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops",
                 "pushpull", "--min-bytes", "1K", "--max-bytes", "64K", "--partition-bytes",
-                "16384", "--warmup", "1", "--iters", "3", "--slots", "1", "--output",
+                "16384", "--warmup", "1", "--iters", "5", "--slots", "1", "--output",
                 str(out)], timeout=180)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)

@@ -52,6 +52,10 @@ class Comm:
         self.group = group
         self.ps = ps  # PSClient of a job with parameter servers
         self.trace: list[tuple[str, int, str]] | None = [] if trace else None
+        # What ran when, over the timed rounds (ddlbench.timeline): every collective
+        # handed to the transport is a span on it.
+        from ..timeline import Timeline
+        self.timeline = Timeline(rank)
         self.reset_stats()
 
     # -- accounting ------------------------------------------------------------------------
@@ -97,7 +101,8 @@ class Comm:
                 self._read_events(len(self._events) // 2)
         else:
             t0 = time.perf_counter()
-            yield
+            with self.timeline.span(what[:-2], "codec", "compressor", elements=tensor.numel()):
+                yield
             self.seconds[what] += time.perf_counter() - t0
 
     def _read_events(self, n: int | None = None) -> None:
@@ -139,16 +144,19 @@ class Comm:
     def allreduce(self, tensor: torch.Tensor, async_op: bool = True):
         """Sum ``tensor`` over all ranks, in place."""
         self.count("allreduce", tensor.numel(), tensor.dtype)
-        return dist.all_reduce(tensor, group=self.group, async_op=async_op)
+        return self._traced("allreduce", tensor, async_op, lambda: dist.all_reduce(
+            tensor, group=self.group, async_op=async_op))
 
     def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True):
         """Gather every rank's ``tensor`` into ``output`` (size P * tensor.numel())."""
         self.count("allgather", tensor.numel(), tensor.dtype)
-        return all_gather_single(output, tensor, group=self.group, async_op=async_op)
+        return self._traced("allgather", tensor, async_op, lambda: all_gather_single(
+            output, tensor, group=self.group, async_op=async_op))
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False):
         self.count("broadcast", tensor.numel(), tensor.dtype, root=self.rank == src)
-        return dist.broadcast(tensor, src, group=self.group, async_op=async_op)
+        return self._traced("broadcast", tensor, async_op, lambda: dist.broadcast(
+            tensor, src, group=self.group, async_op=async_op))
 
     def push_pull(self, part, data: torch.Tensor):
         """Push one partition to its server and post the pull of the sum into ``data``
@@ -161,7 +169,20 @@ class Comm:
         self.wire_sent["push"] += nbytes
         if self.trace is not None:
             self.trace.append(("push", part.key, data.numel()))
-        return self.ps.push_pull(part, data)
+        return self.timeline.comm("push_pull", self.ps.push_pull(part, data), "push_pull",
+                                  bytes=nbytes, key=part.key, server=part.server)
+
+    def _traced(self, op: str, tensor: torch.Tensor, async_op: bool, issue):
+        """Issue a collective; while the timeline records, it is a span from now until it
+        completes (an asynchronous one's future, a blocking one's return)."""
+        tl = self.timeline
+        if not tl.enabled:
+            return issue()
+        nbytes = tensor.numel() * itemsize(tensor.dtype)
+        if async_op:
+            return tl.comm(op, issue(), op, bytes=nbytes)
+        with tl.span(op, "comm", op, bytes=nbytes):
+            return issue()
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)

@@ -75,12 +75,14 @@ def peak_rss() -> int:
 
 def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict,
                result: dict, communication: dict, compression: dict | None,
-               rss_after_warmup: int | None, optimizer: dict, flops: dict | None) -> dict:
+               rss_after_warmup: int | None, optimizer: dict, flops: dict | None,
+               timeline: dict | None = None) -> dict:
     """A benchmark's record: the configuration (the command line, with the running method's
     effective options), the method's description, the optimizer that ran
     (``workload.optimizer_info``), the model, its FLOPs and the FLOP/s achieved
-    (``flops.achieved``, rank 0's), the timings, bytes per iteration, memory, the servers'
-    figures and the environment. Collective: every worker calls it; rank 0's is the
+    (``flops.achieved``, rank 0's), the timings, where iteration time went
+    (``overlap.collect``), bytes per iteration, memory, the servers' figures and the
+    environment. Collective: every worker calls it; rank 0's is the
     one to write."""
     import torch.distributed as dist
 
@@ -102,6 +104,7 @@ def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict
         "model": model,
         "flops": flops,
         "result": result,
+        "timeline": timeline,
         "communication_per_iteration": communication,
         "compression_per_iteration": compression,
         "memory": {"rss_bytes_per_worker": rss},

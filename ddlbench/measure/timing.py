@@ -52,9 +52,13 @@ def slowest(ctx, seconds: float) -> float:
 
 
 def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_iter: int,
-        iters: int, unit: str, log, on_warm=None) -> dict:
+        iters: int, unit: str, log, on_warm=None, timeline=None) -> dict:
     """Time ``train_step`` (one batch) as the protocol says; ``finish`` completes any work a
-    method leaves in flight. Prints the original's lines through ``log`` (rank 0 only)."""
+    method leaves in flight. Prints the original's lines through ``log`` (rank 0 only).
+    ``timeline`` (``ddlbench.timeline.Timeline``) records the timed rounds: each step an
+    iteration, each round's closing ``finish`` a wait."""
+    from ..timeline import NullTimeline, WAIT
+    timeline = timeline or NullTimeline()
     noun = ctx.device_noun
     for _ in range(warmup):
         train_step()
@@ -62,6 +66,7 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
     engine.synchronize(ctx.device)
     if on_warm:
         on_warm()
+    timeline.start()
     log("Running benchmark...")
     # The original's round lines spelled BERT's unit out ("sentences/sec"); its summary lines
     # say "Sen/sec".
@@ -70,15 +75,18 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
     for i in range(iters):
         start = time.perf_counter()
         for _ in range(batches_per_iter):
-            train_step()
-        finish()
-        engine.synchronize(ctx.device)
+            with timeline.iteration():
+                train_step()
+        with timeline.span("synchronize", WAIT):
+            finish()
+            engine.synchronize(ctx.device)
         elapsed = slowest(ctx, time.perf_counter() - start)
         rate = batch_size * batches_per_iter / elapsed
         round_times.append(elapsed)
         rates.append(rate)
         rss.append(rss_bytes())
         log(f"Iter #{i}: {rate:.1f} {round_unit}/sec per {noun}")
+    timeline.stop()
     mean = statistics.fmean(rates)
     conf = 1.96 * (statistics.pstdev(rates) if len(rates) > 1 else 0.0)
     log(f"{unit.capitalize()}/sec per {noun}: {mean:.1f} +-{conf:.1f}")

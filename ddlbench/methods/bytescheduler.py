@@ -285,7 +285,8 @@ class ByteScheduler(Method):
                 self._called.add(name)
             wait = self._wait_for.get(key)
             if wait:
-                self._wait_updates(wait)
+                with self.comm.timeline.span("pre-forward wait", "wait", module=name):
+                    self._wait_updates(wait)
         return hook
 
     def _cover_uncalled_owners(self) -> None:

@@ -1,0 +1,70 @@
+"""The job's side of the timeline: rank clocks aligned to rank 0's, every rank's overlap metrics
+and events gathered, the merged trace written by rank 0 (``ddlbench.timeline`` records and
+computes)."""
+from __future__ import annotations
+
+import statistics
+
+from ..timeline import COMM, Timeline, now_us, overlap, trace, write
+
+ALIGN_ROUNDS = 7
+
+
+def align(device=None, group=None, rounds: int = ALIGN_ROUNDS) -> tuple[float, float]:
+    """This rank's clock minus rank 0's, in microseconds, and its uncertainty: after each of
+    ``rounds`` barriers every rank reads its clock and all gather the readings; the offset is
+    the median difference to rank 0, the uncertainty half the spread of those differences
+    (barrier exits are not simultaneous: that skew is in the spread). ``device``: where the
+    group's tensors live (CUDA under NCCL)."""
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return 0.0, 0.0
+    world = dist.get_world_size(group)
+    diffs = []
+    for _ in range(rounds):
+        dist.barrier(group=group)
+        mine = torch.tensor([now_us()], dtype=torch.float64, device=device)
+        out = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world)]
+        dist.all_gather(out, mine, group=group)
+        diffs.append(float(mine) - float(out[0]))
+    return statistics.median(diffs), (max(diffs) - min(diffs)) / 2
+
+
+def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (0.0, 0.0),
+            path: str | None = None, meta: dict | None = None) -> dict | None:
+    """After the timed rounds, on every worker (collective): each rank's metrics gathered, the
+    merged trace written to ``path`` by rank 0. Returns the record's ``timeline`` section on
+    rank 0 (None elsewhere)."""
+    import torch.distributed as dist
+    mine = overlap(tl.events)
+    summary = {"rank": rank, "mean": mine["mean"] if mine else None,
+               "iterations": mine["iterations"] if mine else 0,
+               "comm_spans": sum(1 for e in tl.events if e[1] == COMM),
+               "offset_us": offset[0], "uncertainty_us": offset[1]}
+    payload = {"rank": rank, "events": tl.events, "offset_us": offset[0],
+               "uncertainty_us": offset[1]} if path else None
+    several = world > 1 and dist.is_initialized()
+    if several:
+        summaries: list = [None] * world
+        dist.all_gather_object(summaries, summary)
+        if path:
+            ranks: list | None = [None] * world if rank == 0 else None
+            dist.gather_object(payload, ranks, dst=0)
+    else:
+        summaries, ranks = [summary], [payload]
+    if rank != 0:
+        return None
+    if path:
+        write(path, trace(ranks, meta))
+    measured = [s for s in summaries if s["mean"] is not None]
+    slowest = max(measured, key=lambda s: s["mean"]["iteration_s"]) if measured else None
+    return {"recorded_iterations": summary["iterations"],
+            "comm_observed": world == 1 or all(s["comm_spans"] > 0 for s in summaries),
+            "slowest_rank": slowest["rank"] if slowest else None,
+            "mean": slowest["mean"] if slowest else None,
+            "per_rank": {str(s["rank"]): s["mean"] for s in summaries},
+            "clock": {str(s["rank"]): {"offset_us": s["offset_us"],
+                                       "uncertainty_us": s["uncertainty_us"]}
+                      for s in summaries},
+            "trace": path}

@@ -1,0 +1,361 @@
+"""Where iteration time goes: a per-rank recorder of what ran when, the overlap metrics read from
+it, and the merged Chrome trace of ``--timeline PATH`` (docs/DESIGN.md section 8). Pure: no torch;
+the job's side (clock offsets, gathering the ranks) is ``ddlbench.measure.overlap``.
+
+**Recording.** Each worker holds one ``Timeline``. It is on for the timed rounds only (all of
+them, or the first ``--timeline-iters N`` iterations) and keeps its events in memory, as tuples
+``(name, cat, thread, start_us, end_us, args)`` on this rank's ``time.perf_counter`` clock; an
+instant has ``end_us None``. Categories:
+
+- ``iteration``: one training step (forward, backward, ``step()``, ``zero_grad()``), its index
+  in ``args``; and ``round``: a timing round's closing ``synchronize()``;
+- ``compute`` on the training thread: ``forward``, ``backward``, ``optimizer`` (the optimizer's
+  own ``step``, through its step hooks, wherever a method calls it);
+- ``wait`` on the training thread: ``step`` (the method's ``step()``; its optimizer update inside
+  is compute again), ``synchronize``, and waits a method imposes inside compute (ByteScheduler's
+  forward pre-hook);
+- ``comm``: a collective or a push/pull, from the moment it is handed to the transport until it
+  completes (the future's completion where the transport reports one, else the moment it was
+  waited for), on a thread row per kind of operation;
+- ``codec``: a compressor's encode and decode;
+- ``ready`` instants: a gradient accumulated (trace files only: one hook per parameter).
+
+**Metrics** (``overlap``), per iteration, from these events alone: at each moment the training
+thread is in its innermost span, which is compute or wait (or neither: loop overhead);
+communication is the union of comm spans on any thread.
+
+- ``compute_s``: compute time; ``wait_s``: time the training thread waited;
+- ``comm_s``: communication time (union of comm spans);
+- ``hidden_s``: communication while computing; ``exposed_s``: communication or waiting while
+  not computing, ``|comm U wait| - hidden``;
+- ``overlap``: hidden / communication (None without communication);
+- ``idle_s``: the iteration's time covered by none of them.
+
+Communication inside DDP's reducer and Horovod's background thread is not handed to the suite's
+``Comm``: for those methods (without a compressor) the metrics say so instead of guessing.
+
+**Trace.** ``trace`` puts every rank's events on rank 0's clock (offsets measured over the
+workers' group at the start of the timed rounds: ``ddlbench.measure.overlap``) into one
+trace-event JSON object (the format
+Perfetto, chrome://tracing and Holistic Trace Analysis read): one process per rank, one thread row
+per stream of work, spans as complete events (``ph: X``), instants as ``ph: i``, timestamps in
+microseconds; the metadata holds each rank's offset and its uncertainty.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+
+MAIN = "training"           # the training thread's row
+COMPUTE, WAIT, COMM, CODEC = "compute", "wait", "comm", "codec"
+ITERATION, ROUND, READY = "iteration", "round", "ready"
+
+
+def now_us() -> float:
+    return time.perf_counter_ns() / 1000.0
+
+
+class Timeline:
+    """One rank's recorder. ``enabled`` is False outside the recorded window: every call is
+    then a test and a return."""
+
+    def __init__(self, rank: int = 0, limit: int | None = None):
+        self.rank = rank
+        self.enabled = False
+        self.limit = limit          # iterations to record (None: every timed one)
+        self.iterations = 0
+        self.events: list = []
+        self.observable = True      # False: the method's communication is not handed to Comm
+
+    # -- the recorded window ------------------------------------------------------------------
+    def start(self) -> None:
+        self.events = []
+        self.iterations = 0
+        self.enabled = self.limit != 0
+
+    def stop(self) -> None:
+        self.enabled = False
+
+    @contextmanager
+    def iteration(self):
+        """One training step; recording ends after ``limit`` of them."""
+        if not self.enabled:
+            yield
+            return
+        t0 = now_us()
+        try:
+            yield
+        finally:
+            self.events.append(("iteration", ITERATION, MAIN, t0, now_us(),
+                                {"index": self.iterations}))
+            self.iterations += 1
+            if self.limit is not None and self.iterations >= self.limit:
+                self.enabled = False
+
+    # -- events ---------------------------------------------------------------------------------
+    @contextmanager
+    def span(self, name: str, cat: str, thread: str = MAIN, **args):
+        if not self.enabled:
+            yield
+            return
+        t0 = now_us()
+        try:
+            yield
+        finally:
+            self.events.append((name, cat, thread, t0, now_us(), args or None))
+
+    def add(self, name: str, cat: str, thread: str, start: float, end: float, **args) -> None:
+        if self.enabled:
+            self.events.append((name, cat, thread, start, end, args or None))
+
+    def instant(self, name: str, cat: str, thread: str = MAIN, **args) -> None:
+        if self.enabled:
+            self.events.append((name, cat, thread, now_us(), None, args or None))
+
+    def comm(self, name: str, work, thread: str, **args):
+        """A collective handed to the transport now: its span ends when ``work`` completes
+        (its future's callback), or, without a future, when it is waited for. Returns
+        ``work``, or a wrapper whose ``wait()`` closes the span."""
+        if not self.enabled or work is None:
+            return work
+        t0 = now_us()
+        events = self.events
+        try:
+            future = work.get_future()
+        except (AttributeError, RuntimeError):
+            future = None
+        if future is not None and hasattr(future, "add_done_callback"):
+            future.add_done_callback(
+                lambda _f: events.append((name, COMM, thread, t0, now_us(), args or None)))
+            return work
+        return _Closing(work, lambda: events.append((name, COMM, thread, t0, now_us(),
+                                                     args or None)))
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def watch_optimizer(self, optimizer) -> list:
+        """Optimizer steps as compute spans, whoever calls them (handles to remove)."""
+        starts: dict = {}
+
+        def pre(_opt, _args, _kwargs):
+            if self.enabled:
+                starts[threading.get_ident()] = now_us()
+
+        def post(_opt, _args, _kwargs):
+            t0 = starts.pop(threading.get_ident(), None)
+            if t0 is not None and self.enabled:
+                thread = MAIN if threading.current_thread() is threading.main_thread() \
+                    else threading.current_thread().name
+                self.events.append(("optimizer", COMPUTE, thread, t0, now_us(), None))
+
+        return [optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post)]
+
+    def watch_gradients(self, model) -> list:
+        """A ``ready`` instant per accumulated gradient (name, bytes): trace files only."""
+        from . import compat
+        handles = []
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                nbytes = p.numel() * p.element_size()
+                handles.append(compat.on_grad_ready(
+                    p, lambda _p, n=name, b=nbytes: self.instant(n, READY, "gradients",
+                                                                 bytes=b)))
+        return handles
+
+
+class NullTimeline(Timeline):
+    """A timeline that never records."""
+
+    def start(self) -> None:
+        self.enabled = False
+
+
+class _Closing:
+    """A transport's work without a future: the span closes when it is waited for."""
+
+    def __init__(self, work, close):
+        self._work, self._close, self._closed = work, close, False
+
+    def wait(self, *args, **kwargs):
+        out = self._work.wait(*args, **kwargs)
+        if not self._closed:
+            self._closed = True
+            self._close()
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+# ------------------------------------------------------------------------------- the metrics
+
+def union(intervals) -> list[tuple[float, float]]:
+    """Sorted, disjoint intervals covering the same points."""
+    out: list = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def measure(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def intersect(xs, ys) -> list[tuple[float, float]]:
+    """Intersection of two sorted disjoint interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if a < b:
+            out.append((a, b))
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def innermost(spans) -> dict[str, list[tuple[float, float]]]:
+    """For properly nested spans ``(start, end, label)`` of one thread: the intervals where each
+    label is the innermost span's, as sorted disjoint lists."""
+    points = sorted({p for s in spans for p in s[:2]})
+    # Outer spans first among those starting together (longest first), so a stack holds the
+    # nesting; a span ends at its end point.
+    starts: dict = {}
+    for s in sorted(spans, key=lambda s: (s[0], -(s[1] - s[0]))):
+        starts.setdefault(s[0], []).append(s)
+    out: dict = {}
+    stack: list = []
+    for k, p in enumerate(points):
+        stack = [s for s in stack if s[1] > p]
+        stack.extend(starts.get(p, []))
+        if stack and k + 1 < len(points):
+            label = stack[-1][2]
+            nxt = points[k + 1]
+            segs = out.setdefault(label, [])
+            if segs and segs[-1][1] == p:
+                segs[-1] = (segs[-1][0], nxt)
+            else:
+                segs.append((p, nxt))
+    return out
+
+
+def iteration_metrics(events, start: float, end: float) -> dict:
+    """The metrics of one iteration ``[start, end]`` (microseconds) from one rank's events."""
+    def clip(e):
+        return max(e[3], start), min(e[4], end)
+
+    main = [(*clip(e), e[1]) for e in events
+            if e[2] == MAIN and e[1] in (COMPUTE, WAIT) and e[4] is not None
+            and e[4] > start and e[3] < end]
+    labels = innermost(main)
+    compute, wait = labels.get(COMPUTE, []), labels.get(WAIT, [])
+    comm = union(clip(e) for e in events if e[1] == COMM and e[4] is not None
+                 and e[4] > start and e[3] < end)
+    hidden = measure(intersect(comm, compute))
+    comm_wait = measure(intersect(comm, wait))
+    c, w, m = measure(compute), measure(wait), measure(comm)
+    busy = c + w + m - hidden - comm_wait
+    us = 1e-6
+    return {"iteration_s": (end - start) * us, "compute_s": c * us, "wait_s": w * us,
+            "comm_s": m * us, "hidden_s": hidden * us,
+            "exposed_s": (m + w - comm_wait - hidden) * us,
+            "overlap": hidden / m if m > 0 else None,
+            "idle_s": max(0.0, (end - start) - busy) * us}
+
+
+def overlap(events) -> dict | None:
+    """Per-iteration metrics of one rank's events and their means (None: no iteration)."""
+    iters = sorted((e for e in events if e[1] == ITERATION), key=lambda e: e[3])
+    if not iters:
+        return None
+    per = [iteration_metrics(events, e[3], e[4]) for e in iters]
+    keys = [k for k in per[0] if k != "overlap"]
+    mean = {k: statistics.fmean(p[k] for p in per) for k in keys}
+    mean["overlap"] = mean["hidden_s"] / mean["comm_s"] if mean["comm_s"] > 0 else None
+    return {"iterations": len(per), "mean": mean, "per_iteration": per}
+
+
+def summary_line(m: dict, rank: int) -> str:
+    """``Overlap: ...`` for the console, the slowest rank's means."""
+    ms = {k: v * 1e3 for k, v in m.items() if k.endswith("_s")}
+    hidden = f"{m['overlap'] * 100:.0f}% hidden" if m["overlap"] is not None else \
+        "no communication"
+    return (f"Overlap: compute {ms['compute_s']:.1f} ms, communication {ms['comm_s']:.1f} ms, "
+            f"exposed {ms['exposed_s']:.1f} ms ({hidden}); iteration {ms['iteration_s']:.1f} "
+            f"ms on rank {rank}, the slowest")
+
+
+def trace(per_rank: list[dict], meta: dict | None = None) -> dict:
+    """The trace-event JSON object of every rank's events (``{"rank", "events", "offset_us",
+    "uncertainty_us"}`` each), on rank 0's clock, starting at 0."""
+    shifted = [[(e[0], e[1], e[2], e[3] - r["offset_us"],
+                 None if e[4] is None else e[4] - r["offset_us"], e[5]) for e in r["events"]]
+               for r in per_rank]
+    origin = min((e[3] for evs in shifted for e in evs), default=0.0)
+    out = []
+    for r, evs in zip(per_rank, shifted):
+        pid = r["rank"]
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
+                    "args": {"name": r.get("name", f"rank {pid}")}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0,
+                    "args": {"sort_index": pid}})
+        tids: dict = {}
+        for name, cat, thread, t0, t1, args in lanes(evs):
+            tid = tids.get(thread)
+            if tid is None:
+                tid = tids[thread] = len(tids) + 1
+                out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
+                            "args": {"name": thread}})
+            ev = {"name": name, "cat": cat, "pid": pid, "tid": tid, "ts": round(t0 - origin, 3)}
+            if t1 is None:
+                ev.update(ph="i", s="t")
+            else:
+                ev.update(ph="X", dur=round(max(0.0, t1 - t0), 3))
+            if args:
+                ev["args"] = args
+            out.append(ev)
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "metadata": {"clock": "time.perf_counter, microseconds, rank 0's clock",
+                         "offsets_us": {str(r["rank"]): r["offset_us"] for r in per_rank},
+                         "uncertainty_us": {str(r["rank"]): r["uncertainty_us"]
+                                            for r in per_rank},
+                         **(meta or {})}}
+
+
+def lanes(events) -> list:
+    """The events sorted by start, each span on a row where it nests in or follows the spans
+    before it: operations in flight at once (asynchronous collectives, pushes) go to rows
+    ``THREAD 2``, ``THREAD 3``, ... as trace viewers need."""
+    rows: dict = {}    # (thread, lane) -> stack of open (start, end)
+    out = []
+    for e in sorted(events, key=lambda e: (e[3], -((e[4] or e[3]) - e[3]))):
+        name, cat, thread, t0, t1, args = e
+        end = t0 if t1 is None else t1
+        lane = 0
+        while True:
+            stack = rows.setdefault((thread, lane), [])
+            while stack and stack[-1][1] <= t0:
+                stack.pop()
+            if not stack or end <= stack[-1][1]:
+                break
+            lane += 1
+        if t1 is not None:
+            stack.append((t0, t1))
+        out.append((name, cat, thread if lane == 0 else f"{thread} {lane + 1}", t0, t1, args))
+    return out
+
+
+def write(path: str, obj: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
