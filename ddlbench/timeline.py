@@ -359,3 +359,11 @@ def write(path: str, obj: dict) -> None:
         json.dump(obj, f)
     os.replace(tmp, path)
 
+
+
+NULL = NullTimeline()
+
+
+def of(comm) -> Timeline:
+    """``comm``'s timeline; a stand-in without one (a test's hand-made Comm) records nothing."""
+    return getattr(comm, "timeline", NULL)

@@ -109,7 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="write the timed rounds' Chrome trace (trace-event JSON, all ranks "
                         "merged; Perfetto, chrome://tracing) here (rank 0)")
     r.add_argument("--timeline-iters", type=int, default=None, metavar="N",
-                   help="record only the first N timed iterations (trace and overlap metrics)")
+                   help="record only the first N timed iterations (trace and overlap "
+                        "metrics; 0 records nothing)")
     r.add_argument("--trace-collectives", default=None, metavar="PREFIX",
                    help="write each rank's sequence of collectives to PREFIX.RANK.json")
     v = p.add_argument_group("verification")
@@ -185,10 +186,9 @@ def check(args, probe_engine: bool = True) -> None:
     """Reject bad input before any process is spawned."""
     check_flags(args, positive=("--batch-size", "--sentence-len", "--num-batches-per-iter",
                                 "--num-iters", "--num-classes", "--timeout", "--image-size",
-                                "--nworkers", "--lr", "--threads", "--slots",
-                                "--timeline-iters"),
+                                "--nworkers", "--lr", "--threads", "--slots"),
                 nonneg=("--num-warmup-batches", "--verify", "--momentum", "--weight-decay",
-                        "--rtol", "--atol", "--seed"))
+                        "--rtol", "--atol", "--seed", "--timeline-iters"))
     from . import netem
     from .hosts import placement
     if args.slots is not None and placement.detect() is not None:
@@ -418,7 +418,7 @@ def _print_traffic(log, args, ctx, method, model: dict, traffic: dict,
 def _overlap_line(args, section: dict) -> str:
     """Where the slowest rank's iteration time went (``Overlap: ...``)."""
     if section["mean"] is None:
-        return "Overlap: no iteration recorded"
+        return "Overlap: no iteration recorded (--timeline-iters 0)"
     line = timeline.summary_line(section["mean"], section["slowest_rank"])
     if not section["comm_observed"]:
         line += (f" (communication not observable: {args.method} does it outside the suite's "

@@ -173,7 +173,7 @@ def test_metrics_without_a_trace_file_and_a_limit(tmp_path, load_json):
 
 @pytest.mark.parametrize("args,message", [
     (["--timeline", "/proc/ddlbench-trace.json"], "/proc/ddlbench-trace.json"),
-    (["--timeline-iters", "0"], "--timeline-iters must be positive"),
+    (["--timeline-iters", "-1"], "--timeline-iters must be a finite number >= 0"),
     (["--verify", "1", "--timeline", "t.json"], "--timeline has no effect with --verify"),
 ])
 def test_bad_timeline_input_is_one_line(args, message):

@@ -66,6 +66,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from .. import timeline
 from ..errors import PSError
 from ..options import COUNT, Options, count_at_least, option
 from . import threads
@@ -285,7 +286,7 @@ class ByteScheduler(Method):
                 self._called.add(name)
             wait = self._wait_for.get(key)
             if wait:
-                with self.comm.timeline.span("pre-forward wait", "wait", module=name):
+                with timeline.of(self.comm).span("pre-forward wait", "wait", module=name):
                     self._wait_updates(wait)
         return hook
 
