@@ -83,15 +83,9 @@ class Timeline:
     @contextmanager
     def iteration(self):
         """One training step; recording ends after ``limit`` of them."""
-        if not self.enabled:
+        with self.span("iteration", ITERATION, index=self.iterations):
             yield
-            return
-        t0 = now_us()
-        try:
-            yield
-        finally:
-            self.events.append(("iteration", ITERATION, MAIN, t0, now_us(),
-                                {"index": self.iterations}))
+        if self.enabled:
             self.iterations += 1
             if self.limit is not None and self.iterations >= self.limit:
                 self.enabled = False
