@@ -27,13 +27,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
-defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0 servers=dedicated
+defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0
 defaults "hostfile=$root/configs/cluster$nworkers"
 
 positive nworkers "$nworkers"
 [ -n "$nservers" ] && positive nservers "$nservers"
 case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$bytescheduler'" ;; esac
-case "$servers" in dedicated|colocated) ;; *) die "servers must be dedicated or colocated, got '$servers'" ;; esac
 if [ -z "${method:-}" ]; then
     fused="$(cd "$root" && "$PY" -m ddlbench.methods defaults bspps | sed -n 's/^threshold=//p')"
     given="${threshold:-0}"
@@ -53,6 +52,6 @@ done
 launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nworkers")
 [ -n "$nservers" ] && launch+=(--nservers "$nservers")
 [ -n "${job:-}" ] && launch+=(--job-id "$job")
-launch+=(--servers "$servers")
+[ -n "${servers:-}" ] && launch+=(--servers "$servers")
 [ -n "${server_hosts:-}" ] && launch+=(--server-hosts "$server_hosts")
 launch_exec --quiet "${launch[@]}" -- "${ARGS[@]}"

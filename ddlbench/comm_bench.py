@@ -46,7 +46,8 @@ import sys
 import time
 
 from .costs import bus_factor, ring_link
-from .planning import DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES
+from .planning import (DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES,
+                       DEFAULT_PS_CLIENTS, PS_CLIENTS)
 from .errors import ArgumentParser, UsageError, check_writable
 from .options import check_flags
 
@@ -403,7 +404,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "per 4 workers)")
     p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
                    help="pushpull: the servers' partition size in bytes")
-    p.add_argument("--ps-clients", default="machine", choices=("machine", "process"),
+    p.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS,
                    help="pushpull: one client per machine (its workers sum locally first, as "
                         "BytePS) or per worker")
     p.add_argument("--slots", type=int, default=None, metavar="S",

@@ -63,6 +63,12 @@ def original_alpha_beta(nworkers: int, network: str | None) -> tuple[str, float,
     return name, alpha, beta
 
 
+# Who pushes to the parameter servers (docs/DESIGN.md section 6): one client per machine
+# (the default, as BytePS) or per worker process.
+PS_CLIENTS = ("machine", "process")
+DEFAULT_PS_CLIENTS = PS_CLIENTS[0]
+
+
 def default_nservers(nworkers: int, hosts: int = 1) -> int:
     """One server per worker machine; on one machine one per 4 workers, at least 1."""
     if hosts > 1:

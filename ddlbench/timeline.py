@@ -69,7 +69,6 @@ class Timeline:
         self.limit = limit          # iterations to record (None: every timed one)
         self.iterations = 0
         self.events: list = []
-        self.observable = True      # False: the method's communication is not handed to Comm
 
     # -- the recorded window ------------------------------------------------------------------
     def start(self) -> None:
@@ -101,10 +100,6 @@ class Timeline:
             yield
         finally:
             self.events.append((name, cat, thread, t0, now_us(), args or None))
-
-    def add(self, name: str, cat: str, thread: str, start: float, end: float, **args) -> None:
-        if self.enabled:
-            self.events.append((name, cat, thread, start, end, args or None))
 
     def instant(self, name: str, cat: str, thread: str = MAIN, **args) -> None:
         if self.enabled:

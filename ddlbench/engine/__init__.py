@@ -13,7 +13,7 @@ import torch.distributed as dist
 from .. import compat
 from ..errors import UsageError, first_line
 from ..hosts.placement import Placement
-from ..planning import DEFAULT_PARTITION_BYTES
+from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
 from .ps import PSClient
 
 
@@ -68,7 +68,7 @@ def is_server(placement: Placement, nservers: int) -> bool:
 
 def init(placement: Placement, use_cuda: bool, backend: str = "auto",
          timeout_s: float = 300.0, threads: int | None = None, nservers: int = 0,
-         partition_bytes: int = DEFAULT_PARTITION_BYTES, ps_clients: str = "machine",
+         partition_bytes: int = DEFAULT_PARTITION_BYTES, ps_clients: str = DEFAULT_PS_CLIENTS,
          horovod: dict[str, str] | None = None) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
     job has ``nservers`` parameter servers, the push/pull group shared with them (one client
@@ -125,9 +125,9 @@ def machine_id() -> str:
 
 def _ps_client(ps, group, rank: int, nworkers: int, nservers: int, partition_bytes: int,
                timeout_s: float, clients: str):
-    if clients not in ps.PS_CLIENTS:
-        raise UsageError(f"ps_clients must be {' or '.join(ps.PS_CLIENTS)}, got {clients!r}")
-    if clients == "process":
+    if clients not in PS_CLIENTS:
+        raise UsageError(f"ps_clients must be {' or '.join(PS_CLIENTS)}, got {clients!r}")
+    if clients == PSClient.clients:
         return PSClient(group, rank, nworkers, nservers, partition_bytes, timeout_s)
     ids: list = [None] * nworkers
     dist.all_gather_object(ids, machine_id())

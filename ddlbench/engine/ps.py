@@ -70,6 +70,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import PSError, first_line, say
+from ..planning import PS_CLIENTS
 
 # Message kinds, first word of a header.
 OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
@@ -77,7 +78,6 @@ OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
 TAG_CONTROL, TAG_HEADER, TAG_PLAN, TAG_STATS, TAG_PUSHERS = 1, 2, 3, 4, 5
 TAG_DATA = 16
 
-PS_CLIENTS = ("machine", "process")
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 _IDLE = datetime.timedelta(days=1)    # a server waiting for the next message: peers that die
 #                                       are noticed at once (closed socket), hangs by workers
@@ -165,10 +165,22 @@ def _stage(staging: dict, key: int, data: torch.Tensor) -> tuple[torch.Tensor, t
     return buf, buf
 
 
+def _push_pull(key: int, data: torch.Tensor, staging: dict, lock, peer: int, wait, send,
+               recv) -> Handle:
+    """Push ``data`` to ``peer`` (a server, or the machine's leader) as the protocol says, a
+    header then the data on the key's tag, and post the pull of the sum into the same memory;
+    ``send``/``recv(tensor, tag)`` talk to ``peer``, ``wait`` is the Handle's."""
+    wire, staged = _stage(staging, key, data)
+    header = torch.tensor([OP_PUSH, key], dtype=torch.int64)
+    with lock:  # a header and its data leave together (pushes come from several threads)
+        sends = [send(header, TAG_HEADER), send(wire, TAG_DATA + key)]
+    return Handle(wait, peer, data, header, sends, recv(wire, TAG_DATA + key), staged)
+
+
 class PSClient:
     """A worker's end of the parameter-server group."""
 
-    clients = "process"
+    clients = PS_CLIENTS[1]
 
     def __init__(self, pg, rank: int, nworkers: int, nservers: int, partition_bytes: int,
                  timeout_s: float, pushers: list[int] | None = None):
@@ -246,14 +258,10 @@ class PSClient:
     def push_pull(self, part: Partition, data: torch.Tensor) -> Handle:
         """Push ``data`` (the partition's slice, contiguous) and post the pull of the sum into
         the same memory."""
-        wire, staging = _stage(self._staging, part.key, data)
-        header = torch.tensor([OP_PUSH, part.key], dtype=torch.int64)
         s = part.server
-        with self._push_lock:  # a header and its data leave together (leaders push from threads)
-            sends = [self._send(header, s, TAG_HEADER),
-                     self._send(wire, s, TAG_DATA + part.key)]
-        recv = self._recv(wire, s, TAG_DATA + part.key)
-        return Handle(self._wait, s, data, header, sends, recv, staging)
+        return _push_pull(part.key, data, self._staging, self._push_lock, s, self._wait,
+                          lambda t, tag: self._send(t, s, tag),
+                          lambda t, tag: self._recv(t, s, tag))
 
     def close(self) -> None:
         """End this worker's session on every server."""
@@ -519,8 +527,13 @@ class Server(_Summer):
         self.nworkers = nworkers
         self.nservers = nservers
         self.engine: Engine | None = None   # the session's, with server-side scheduling
-        self.served = None
         self.rss_at_start = _rss()  # before any buffer: what the summing itself adds is above
+
+    @property
+    def served(self):
+        """The (key, peer) of the pushes the scheduling engine summed, in order (None without
+        server-side scheduling)."""
+        return self.engine.served if self.engine else None
 
     def run(self) -> int:
         torch.set_num_threads(1)
@@ -550,7 +563,6 @@ class Server(_Summer):
 
         self.engine = engine = (Engine(self, keys, len(pushers), complete) if schedule
                                 else None)
-        self.served = engine.served if engine else None
         for t in self._serve_all(pushers, keys, len(pushers), complete, self._send_stats,
                                  engine):
             t.join()
@@ -580,7 +592,7 @@ class MachineClient(_Summer):
     (from whichever thread brought it), and a returning thread waits for each pull, copies the
     total into the leader's own data and sends it to the machine's other workers.
     """
-    clients = "machine"
+    clients = PS_CLIENTS[0]
 
     def __init__(self, pg, rank: int, members: list[int], client: PSClient | None,
                  nservers: int, partition_bytes: int, timeout_s: float):
@@ -615,6 +627,17 @@ class MachineClient(_Summer):
                           f"{first_line(e)} (it, or a process it waited for, stopped)"
                           ) from None
 
+    def _to_leader(self, op):
+        """``op(tensor, tag)`` with the leader (Gloo's send or recv); a refusal is a PSError
+        naming it."""
+        def call(tensor, tag):
+            try:
+                return op([tensor], self.leader, tag)
+            except Exception as e:
+                raise PSError(f"cannot reach worker {self.leader}, this machine's leader: "
+                              f"{first_line(e)}") from None
+        return call
+
     def _event(self, event: threading.Event, key: int, what: str) -> None:
         if not event.wait(self.timeout.total_seconds()):
             raise PSError(f"no {what} of key {key} within {self.timeout.total_seconds():g} s "
@@ -641,18 +664,11 @@ class MachineClient(_Summer):
         return parts
 
     def push_pull(self, part: Partition, data: torch.Tensor):
-        wire, staging = _stage(self._staging, part.key, data)
         if not self.is_leader:
-            header = torch.tensor([OP_PUSH, part.key], dtype=torch.int64)
-            try:
-                with self._push_lock:
-                    sends = [self.pg.send([header], self.leader, TAG_HEADER),
-                             self.pg.send([wire], self.leader, TAG_DATA + part.key)]
-                recv = self.pg.recv([wire], self.leader, TAG_DATA + part.key)
-            except Exception as e:
-                raise PSError(f"cannot reach worker {self.leader}, this machine's leader: "
-                              f"{first_line(e)}") from None
-            return Handle(self._leader_wait, self.leader, data, header, sends, recv, staging)
+            return _push_pull(part.key, data, self._staging, self._push_lock, self.leader,
+                              self._leader_wait, self._to_leader(self.pg.send),
+                              self._to_leader(self.pg.recv))
+        wire, _ = _stage(self._staging, part.key, data)
         k = self._keys[part.key]
         complete, rnd = self._add(part.key, k, wire, len(self.members), own=data)
         if complete:

@@ -57,8 +57,8 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
     method leaves in flight. Prints the original's lines through ``log`` (rank 0 only).
     ``timeline`` (``ddlbench.timeline.Timeline``) records the timed rounds: each step an
     iteration, each round's closing ``finish`` a wait."""
-    from ..timeline import NullTimeline, WAIT
-    timeline = timeline or NullTimeline()
+    from ..timeline import NULL, WAIT
+    timeline = timeline or NULL
     noun = ctx.device_noun
     for _ in range(warmup):
         train_step()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..options import COUNT, Options, count_at_least, one_of, option
-from ..planning import DEFAULT_PARTITION_BYTES
+from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
 from . import threads
 from .allreduce import Bucket, threshold_option
 from .base import PS, BucketPlan, Method
@@ -36,12 +36,12 @@ def nservers_option():
 
 
 def ps_clients_option():
-    return option("machine", PS_CLIENTS, "who pushes to the parameter servers: machine (the "
+    return option(DEFAULT_PS_CLIENTS, PS_CLIENTS_KIND, "who pushes to the parameter servers: machine (the "
                   "workers of a machine sum locally and one of them pushes, as BytePS) or "
                   "process (every worker pushes)", env="DDLBENCH_PS_CLIENTS")
 
 
-PS_CLIENTS = one_of("machine", "process")
+PS_CLIENTS_KIND = one_of(*PS_CLIENTS)
 
 
 # Below this every push is a handful of elements: the run crawls (messages per iteration =
