@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from ..errors import EXIT_USAGE, PSError, UsageError, say
 from ..hosts.placement import detect, launcher_rank, single
 from ..hosts.procs import watch_parent
 from .local import check_capacity, spawn_local
+
+# How long a rank other than 0 waits before leaving on bad input (see run_job).
+LINGER_S = 10.0
 
 
 def run_job(argv, module: str, parse_args, check, worker,
@@ -50,6 +54,10 @@ def run_job(argv, module: str, parse_args, check, worker,
         rank = launcher_rank()
         if rank == "0":
             print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
+        else:
+            # A launcher (torchrun, mpirun) stops every process as soon as one exits with an
+            # error: the other ranks linger so that rank 0, perhaps slower to get here, says why.
+            time.sleep(LINGER_S)
         return EXIT_USAGE
     except PSError as e:
         # A parameter server died or cannot be reached: each worker says which, and leaves at
