@@ -9,6 +9,7 @@
 # fabric; interfaces come from configs/cluster.conf. For small runs: image_size (CNN pixels),
 # iters (timing rounds), extra_args (more flags for the training script, split into words as a
 # shell would, quotes honoured, nothing expanded); dry_run=1 prints the command and runs nothing.
+# timeline=PATH writes the run's Chrome trace there (timeline_iters=N: its first N steps only).
 #
 # method unset: fusion at Horovod's default threshold (the original's horovod/ launcher, which
 # ignored threshold=). The method's own settings are variables named after its options (fusion: threshold;

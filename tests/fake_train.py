@@ -82,7 +82,8 @@ def main() -> int:
             # What of the suite's own settings this run inherited (the sweep's environment).
             "inherited": {k: v for k, v in os.environ.items()
                           if k.startswith(("DDLBENCH_NET", "BYTESCHEDULER_", "DMLC_",
-                                           "HOROVOD_FUSION", "OMP_"))},
+                                           "HOROVOD_FUSION", "OMP_"))
+                          or k in ("iters", "extra_args", "timeline")},
         }
         tmp = args.output + ".tmp"
         with open(tmp, "w") as f:

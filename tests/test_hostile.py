@@ -272,6 +272,13 @@ def test_extra_args_split_as_a_shell_would_and_expand_nothing(tmp_path):
     assert proc.returncode == 0, describe(proc)
     words = shlex.split(proc.stdout)
     assert words[-4:] == ["--output", path, "/etc/*", "$HOME"]
+    # timeline= (a path with spaces and quotes too) and timeline_iters= become their flags
+    proc = subprocess.run(["bash", LAUNCHERS["horovod"]], cwd=REPO, capture_output=True,
+                          env=dict(e, timeline=path, timeline_iters="3"), text=True, timeout=60)
+    assert proc.returncode == 0, describe(proc)
+    words = shlex.split(proc.stdout)
+    assert words[words.index("--timeline") + 1] == path
+    assert words[words.index("--timeline-iters") + 1] == "3"
     proc = subprocess.run(["bash", LAUNCHERS["horovod"]], cwd=REPO, capture_output=True,
                           env=dict(e, extra_args="--output 'unbalanced"), text=True, timeout=60)
     assert proc.returncode == 2 and "cannot split" in proc.stderr, describe(proc)
@@ -491,7 +498,9 @@ def test_a_sweep_runs_exactly_what_it_records(tmp_path, monkeypatch):
     clean = ran("clean")
     for k, v in {"DDLBENCH_NET": "1gbit", "BYTESCHEDULER_PARTITION": "7",
                  "BYTESCHEDULER_CREDIT": "9", "DMLC_NUM_SERVER": "3",
-                 "HOROVOD_FUSION_THRESHOLD": "1"}.items():
+                 "HOROVOD_FUSION_THRESHOLD": "1",
+                 # the shell launchers' own variables, which the sweep sets per run itself
+                 "iters": "1", "extra_args": "--verify 1", "timeline": "/tmp/x.json"}.items():
         monkeypatch.setenv(k, v)
     assert benchmarks.main(["--config", sweep_file("leaky"), "--quiet"]) == 0
     leaky = ran("leaky")

@@ -78,7 +78,7 @@ def fake(monkeypatch, tmp_path):
 # ----------------------------------------------------------------- reports from a fixed store
 
 def _line(h, net, task, method, arch, n, i, status, thr=None, attempt=1, seconds=10.0,
-          engine="torch"):
+          engine="torch", timeline=None, trace=None):
     nets = {"rdma0": {"name": "rdma0", "kind": "rdma", "profile": 0},
             "rdma2": {"name": "rdma2", "kind": "rdma", "profile": 2},
             "1gbit": {"name": "1gbit", "kind": "net", "profile": "1gbit"}}
@@ -92,10 +92,22 @@ def _line(h, net, task, method, arch, n, i, status, thr=None, attempt=1, seconds
                  task["model"] else "sen/sec", noun="GPU",
                  record={"environment": {"device": "cuda:0", "torch": "2.14.1",
                                          "hosts": ["gpu1"], "git_commit": "abc123"}})
+        if timeline:
+            e["record"]["timeline"] = timeline
+        if trace:
+            e["trace"] = trace
     else:
         e.update(reason="exit code 1" if status == "failed" else "killed after 600 s",
                  log_tail=["Traceback (most recent call last):", "RuntimeError: boom"])
     return e
+
+
+def _timeline(iteration, compute, comm, hidden, exposed, observed=True):
+    """A record's timeline section (seconds; binary fractions, so the means are exact)."""
+    return {"recorded_iterations": 3, "comm_observed": observed, "slowest_rank": 1,
+            "mean": {"iteration_s": iteration, "compute_s": compute, "wait_s": 0.0625,
+                     "comm_s": comm, "hidden_s": hidden, "exposed_s": exposed,
+                     "overlap": hidden / comm if comm else None, "idle_s": 0.0}}
 
 
 R50 = {"model": "resnet50", "batch_size": 64}
@@ -119,8 +131,13 @@ def hand_written_store(folder):
         L("c1", "rdma0", R50, "wfbp", "a2a", 1, 0, "ok", 250.0),
         L("c1", "rdma0", R50, "wfbp", "a2a", 1, 1, "ok", 250.0),
         L("c1", "rdma0", R50, "wfbp", "a2a", 1, 2, "failed"),
-        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 0, "ok", 900.0),
-        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 1, "ok", 1000.0),
+        # timelines: two tries of c2 (the third's record has none), one of c6 whose method's
+        # communication is not observed
+        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 0, "ok", 900.0,
+          timeline=_timeline(0.5, 0.25, 0.25, 0.125, 0.1875),
+          trace="records/c2_try0.trace.json"),
+        L("c2", "rdma0", R50, "wfbp", "a2a", 4, 1, "ok", 1000.0,
+          timeline=_timeline(0.75, 0.25, 0.5, 0.125, 0.4375)),
         L("c2", "rdma0", R50, "wfbp", "a2a", 4, 2, "ok", 1100.0),
         L("c3", "rdma0", R50, "bspps", "ps", 1, 0, "ok", 240.0),
         L("c3", "rdma0", R50, "bspps", "ps", 1, 1, "ok", 245.0),
@@ -131,7 +148,8 @@ def hand_written_store(folder):
         L("c5", "1gbit", BERT, "wfbp", "a2a", 1, 0, "ok", 50.0),
         L("c5", "1gbit", BERT, "wfbp", "a2a", 1, 1, "ok", 52.0),
         L("c5", "1gbit", BERT, "wfbp", "a2a", 1, 2, "ok", 54.0),
-        L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 0, "ok", 180.0),
+        L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 0, "ok", 180.0,
+          timeline=_timeline(0.5, 0.375, 0.0, 0.0, 0.0625, observed=False)),
         L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 1, "timeout"),
         L("c6", "1gbit", BERT, "wfbp", "a2a", 4, 2, "ok", 180.0),
         L("c8", "1gbit", BERT, "bspps", "ps", 4, 0, "timeout"),
@@ -163,32 +181,44 @@ EXPECTED_SPEEDUP = """\
 | BERT-Large | 8 | 1gbit (emulated) | wfbp | 3.46x (86.5%) |
 | BERT-Large | 8 | 1gbit (emulated) | bspps | - |
 """
-_H = "network,connection,model,batch_size,method,architecture,engine,nworkers,try,attempt,status,throughput,throughput_std,unit,seconds,reason,hash,log"
+# Where the time goes: c2 the mean of its two tries with a timeline (iteration 625 ms, hidden
+# 125 of 375 ms of communication: 33%), c6 one try whose communication is not observed.
+EXPECTED_TIMES = """\
+| DNN | BS | CONNECTION | METHOD | GPUs | iteration ms | compute ms | communication ms | exposed ms | hidden |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| ResNet-50 | 64 | 10GbE with TCP/IP | wfbp | 4 | 625.0 | 250.0 | 375.0 | 312.5 | 33% |
+| BERT-Large | 8 | 1gbit (emulated) | wfbp | 4 | 500.0 | 375.0 | not observed | 62.5 | - |
+"""
+_H = ("network,connection,model,batch_size,method,architecture,engine,nworkers,try,attempt,"
+      "status,throughput,throughput_std,unit,seconds,reason,hash,log,iteration_ms,compute_ms,"
+      "comm_ms,exposed_ms,overlap,comm_observed,trace")
+_NT = ",,,,,,,"  # no timeline
 _R = "rdma0,10GbE with TCP/IP,resnet50,64"
 _B = "1gbit,1gbit (emulated),bert,8"
 EXPECTED_CSV = "\n".join([
     _H,
-    f"{_R},wfbp,a2a,torch,1,0,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try0.log",
-    f"{_R},wfbp,a2a,torch,1,1,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try1.log",
-    f"{_R},wfbp,a2a,torch,1,2,2,ok,250.0,1.5,img/sec,11.0,,c1,logs/hand/c1_try2.log",
-    f"{_R},wfbp,a2a,torch,4,0,1,ok,900.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try0.log",
-    f"{_R},wfbp,a2a,torch,4,1,1,ok,1000.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try1.log",
-    f"{_R},wfbp,a2a,torch,4,2,1,ok,1100.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try2.log",
-    f"{_R},bspps,ps,torch,1,0,1,ok,240.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try0.log",
-    f"{_R},bspps,ps,torch,1,1,1,ok,245.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try1.log",
-    f"{_R},bspps,ps,torch,1,2,1,ok,265.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try2.log",
-    f"{_R},bspps,ps,torch,4,0,1,ok,800.0,1.5,img/sec,10.0,,c4,logs/hand/c4_try0.log",
-    f"{_R},bspps,ps,torch,4,1,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try1.log",
-    f"{_R},bspps,ps,torch,4,2,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try2.log",
-    f"{_B},wfbp,a2a,torch,1,0,1,ok,50.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try0.log",
-    f"{_B},wfbp,a2a,torch,1,1,1,ok,52.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try1.log",
-    f"{_B},wfbp,a2a,torch,1,2,1,ok,54.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try2.log",
-    f"{_B},wfbp,a2a,torch,4,0,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try0.log",
-    f"{_B},wfbp,a2a,torch,4,1,1,timeout,,,sen/sec,10.0,killed after 600 s,c6,logs/hand/c6_try1.log",
-    f"{_B},wfbp,a2a,torch,4,2,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try2.log",
-    f"{_B},bspps,ps,torch,4,0,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try0.log",
-    f"{_B},bspps,ps,torch,4,1,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try1.log",
-    f"{_B},bspps,ps,torch,4,2,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try2.log",
+    f"{_R},wfbp,a2a,torch,1,0,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try0.log{_NT}",
+    f"{_R},wfbp,a2a,torch,1,1,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try1.log{_NT}",
+    f"{_R},wfbp,a2a,torch,1,2,2,ok,250.0,1.5,img/sec,11.0,,c1,logs/hand/c1_try2.log{_NT}",
+    f"{_R},wfbp,a2a,torch,4,0,1,ok,900.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try0.log,500.0,250.0,250.0,187.5,0.5,true,"
+    "records/c2_try0.trace.json",
+    f"{_R},wfbp,a2a,torch,4,1,1,ok,1000.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try1.log,750.0,250.0,500.0,437.5,0.25,true,",
+    f"{_R},wfbp,a2a,torch,4,2,1,ok,1100.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try2.log{_NT}",
+    f"{_R},bspps,ps,torch,1,0,1,ok,240.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try0.log{_NT}",
+    f"{_R},bspps,ps,torch,1,1,1,ok,245.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try1.log{_NT}",
+    f"{_R},bspps,ps,torch,1,2,1,ok,265.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try2.log{_NT}",
+    f"{_R},bspps,ps,torch,4,0,1,ok,800.0,1.5,img/sec,10.0,,c4,logs/hand/c4_try0.log{_NT}",
+    f"{_R},bspps,ps,torch,4,1,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try1.log{_NT}",
+    f"{_R},bspps,ps,torch,4,2,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try2.log{_NT}",
+    f"{_B},wfbp,a2a,torch,1,0,1,ok,50.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try0.log{_NT}",
+    f"{_B},wfbp,a2a,torch,1,1,1,ok,52.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try1.log{_NT}",
+    f"{_B},wfbp,a2a,torch,1,2,1,ok,54.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try2.log{_NT}",
+    f"{_B},wfbp,a2a,torch,4,0,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try0.log,500.0,375.0,0.0,62.5,,false,",
+    f"{_B},wfbp,a2a,torch,4,1,1,timeout,,,sen/sec,10.0,killed after 600 s,c6,logs/hand/c6_try1.log{_NT}",
+    f"{_B},wfbp,a2a,torch,4,2,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try2.log{_NT}",
+    f"{_B},bspps,ps,torch,4,0,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try0.log{_NT}",
+    f"{_B},bspps,ps,torch,4,1,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try1.log{_NT}",
+    f"{_B},bspps,ps,torch,4,2,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try2.log{_NT}",
 ]) + "\n"
 
 
@@ -206,9 +236,12 @@ def test_report_from_a_hand_written_store_is_exact(tmp_path, capsys):
     assert ("| rdma0_resnet50_bspps_n4 | 1 | failed | exit code 1 | `RuntimeError: boom` | "
             "logs/hand/c4_try1.log |") in readme
     assert open(os.path.join(folder, "results.csv")).read() == EXPECTED_CSV
+    assert EXPECTED_TIMES in readme
     plots = sorted(os.listdir(os.path.join(folder, "plots")))
     assert plots == ["1gbit_bert-bs8-len64_efficiency.png", "1gbit_bert-bs8-len64_throughput.png",
-                     "rdma0_resnet50-bs64_efficiency.png", "rdma0_resnet50-bs64_throughput.png"]
+                     "1gbit_bert-bs8-len64_time.png",
+                     "rdma0_resnet50-bs64_efficiency.png", "rdma0_resnet50-bs64_throughput.png",
+                     "rdma0_resnet50-bs64_time.png"]
     for p in plots:
         with open(os.path.join(folder, "plots", p), "rb") as f:
             data = f.read()
@@ -588,7 +621,7 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
                  {"method": "wfbp", "credit": 5},
                  {"method": "bytescheduler", "compressor": "powersgd"}],
         tasks=[{"model": "nonet", "batch_size": -1, "pixels": 3}],
-        timing={"warmup": 1, "rounds": 3})
+        timing={"warmup": 1, "rounds": 3}, timeline="yes")
     assert benchmarks.main(["--config", str(cfg)]) == 2
     cap = capsys.readouterr()
     err = cap.err.strip()
@@ -600,7 +633,9 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
                 "timing: unknown key 'rounds'",
                 "method bspps: a parameter-server method takes compressor none only, got 'topk'",
                 "method wfbp: credit applies only to bytescheduler, byteschedulerps",
-                "method bytescheduler: cannot take compressor 'powersgd'"]
+                "method bytescheduler: cannot take compressor 'powersgd'",
+                "timeline must be true, false or a positive number of steps to record, "
+                "got 'yes'"]
     for problem in expected:
         assert problem in err, problem
     from ddlbench import methods
@@ -695,7 +730,7 @@ def test_real_runs_through_the_local_and_the_mpi_launcher(tmp_path, capsys, monk
                        os.environ.get("PATH", ""))
     cfg = write_config(tmp_path, networks=["local", "rdma0"], methods=["wfbp"], nworkers=[1],
                        tries=1, tasks=[{"model": "bert_tiny", "batch_size": 4,
-                                        "sentence_len": 16}], timeout=240)
+                                        "sentence_len": 16}], timeout=240, timeline=2)
     assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 0, capsys.readouterr().err
     [folder] = folders(tmp_path)
     by_net = {e["config"]["network"]["name"]: e for e in try_lines(folder)}
@@ -708,10 +743,16 @@ def test_real_runs_through_the_local_and_the_mpi_launcher(tmp_path, capsys, monk
         # the original's 'Total' line agrees with the record
         assert e["log_total"]["value"] == pytest.approx(e["throughput"], abs=0.05)
         assert e["timing"]["first_iter_s"] > 0
+        # timeline: 2 keeps the first 2 timed steps' trace beside the record, outside the hash
+        assert e["trace"] == f"records/{e['cell']}_try0.trace.json"
+        trace = json.load(open(os.path.join(folder, e["trace"])))
+        assert sum(1 for ev in trace["traceEvents"] if ev.get("cat") == "iteration") == 2
+        assert rec["timeline"]["recorded_iterations"] == 2
     assert by_net["rdma0"]["record"]["environment"]["launcher"] == "mpi"
     assert "horovod_mpi_cj.sh" in by_net["rdma0"]["command"]
     assert "nworkers=1" in by_net["rdma0"]["command"]
     readme = open(os.path.join(folder, "README.md")).read()
     assert "| BERT-Tiny | 4 | local | wfbp |" in readme
     assert "| BERT-Tiny | 4 | 10GbE with TCP/IP | wfbp |" in readme
+    assert "## Where the time goes" in readme
     assert leftovers(str(tmp_path)) == []

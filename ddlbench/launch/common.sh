@@ -129,7 +129,8 @@ defaults() {
 # job_args METHOD [--skip OPTION]...: the variables every launcher takes, with the original's
 # defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters, extra_args for small runs),
 # checked; fills the array ARGS with the training script's flags: the workload, METHOD with
-# its options (method_args), --engine when $engine is set, and extra_args last (so they win).
+# its options (method_args), --engine when $engine is set, --timeline when $timeline names a
+# trace file (timeline_iters: how many steps it records), and extra_args last (so they win).
 job_args() {
     defaults dnn=resnet50 bs=64 senlen=64 image_size= iters= extra_args=
     positive bs "$bs"
@@ -141,6 +142,8 @@ job_args() {
     if [ -n "$iters" ]; then positive iters "$iters"; ARGS+=(--num-iters "$iters"); fi
     if [ -n "${engine:-}" ]; then ARGS+=(--engine "$engine"); fi
     if [ -n "$image_size" ]; then ARGS+=(--image-size "$image_size"); fi
+    if [ -n "${timeline:-}" ]; then ARGS+=(--timeline "$timeline"); fi
+    if [ -n "${timeline_iters:-}" ]; then ARGS+=(--timeline-iters "$timeline_iters"); fi
     if [ -n "$extra_args" ]; then split_words "$extra_args"; ARGS+=("${WORDS[@]}"); fi
     return 0
 }

@@ -31,6 +31,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
     results: results           # results/<date>-<name>/ (the store and the reports)
     logs: logs                 # logs/<date>-<name>/<cell>_try<N>.log
     estimate_s: 60             # --dry-run's guess for a run with no history in the store
+    timeline: false            # true: keep each try's Chrome trace beside its record
+                               #   (records/<cell>_try<N>.trace.json); N: its first N steps
 """
 from .config import (MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
                      method_label, presets, resolve_config, train_args)

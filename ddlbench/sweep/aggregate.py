@@ -243,3 +243,53 @@ def _row_order(r: Row, header: dict | None, order_seen: dict) -> tuple:
 def load(path: str, aggregate_how: str | None = None, min_ok: int | None = None) -> Table:
     entries, bad = store.read(store.store_path(path))
     return build(entries, aggregate_how, min_ok, bad)
+
+
+# -------------------------------------------------------------- where the time goes
+
+@dataclass
+class Breakdown:
+    """A cell's iteration on its slowest rank, mean over the successful tries whose record
+    has the timeline's metrics (milliseconds): compute, communication, the part of it hidden
+    behind compute, exposed time (communication or waiting outside compute), the rest;
+    ``observed`` False when the method communicates outside the suite's collectives (DDP,
+    Horovod): its communication is then unknown and its exposed time only its waits."""
+    tries: int
+    iteration_ms: float
+    compute_ms: float
+    comm_ms: float
+    hidden_ms: float
+    exposed_ms: float
+    observed: bool
+
+    @property
+    def other_ms(self) -> float:
+        return max(0.0, self.iteration_ms - self.compute_ms - self.exposed_ms)
+
+    @property
+    def overlap(self) -> float | None:
+        """Hidden over all communication, as the record's (None: none, or not observed)."""
+        return self.hidden_ms / self.comm_ms if self.observed and self.comm_ms > 0 else None
+
+
+def timeline_of(e: dict) -> dict | None:
+    """A try's ``timeline`` section with metrics (None: failed, an older record, or nothing
+    recorded)."""
+    if e.get("status") != "ok":
+        return None
+    tl = (e.get("record") or {}).get("timeline")
+    return tl if isinstance(tl, dict) and isinstance(tl.get("mean"), dict) else None
+
+
+def breakdown(t: Table, row: Row, n: int) -> Breakdown | None:
+    h = row.hashes.get(n)
+    sections = [tl for e in t.tries_used if e["hash"] == h
+                for tl in [timeline_of(e)] if tl is not None]
+    if not sections:
+        return None
+
+    def mean_ms(key):
+        return 1e3 * statistics.fmean(float(s["mean"][key]) for s in sections)
+    return Breakdown(len(sections), mean_ms("iteration_s"), mean_ms("compute_s"),
+                     mean_ms("comm_s"), mean_ms("hidden_s"), mean_ms("exposed_s"),
+                     all(s.get("comm_observed", True) for s in sections))

@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
 import compression
@@ -33,7 +34,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env"}
+        "logs", "estimate_s", "env", "timeline"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -49,7 +50,9 @@ TRAIN_MODULE = "ddlbench.train"
 # configuration it records. Inherited variables that would change what a run measures or how
 # it is placed are dropped unless the sweep file's `env:` sets them: the suite's own settings
 # (DDLBENCH_NET, the options' fallbacks such as BYTESCHEDULER_PARTITION, DMLC_NUM_SERVER, ...),
-# Horovod's, and a launcher's placement (a sweep started under mpirun or torchrun).
+# Horovod's, a launcher's placement (a sweep started under mpirun or torchrun), and the shell
+# launchers' own lower-case variables (dnn, iters, extra_args, timeline, a method's threshold,
+# ...: every lower-case name but the proxies'), which the sweep sets for each run itself.
 DROPPED_PREFIXES = ("DDLBENCH_", "DMLC_", "BYTESCHEDULER_", "HOROVOD_", "TORCHELASTIC_",
                     "OMPI_COMM_WORLD_")
 DROPPED_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -65,7 +68,8 @@ RECORDED_NAMES = {"DDLBENCH_METHODS", "DDLBENCH_NETWORKS"}
 
 def _dropped(name: str) -> bool:
     return name not in PASSED_NAMES and name not in RECORDED_NAMES and (
-        name.startswith(DROPPED_PREFIXES) or name in DROPPED_NAMES)
+        name.startswith(DROPPED_PREFIXES) or name in DROPPED_NAMES or
+        (name.islower() and not name.endswith("_proxy")))
 
 
 def inherited_settings(environ=None) -> dict[str, str]:
@@ -232,6 +236,8 @@ class Sweep:
     estimate_s: float = 60.0
     notes: list = field(default_factory=list)
     env: dict = field(default_factory=dict)  # variables the sweep file sets for every run
+    # Keep each try's Chrome trace beside its record: 0 no, -1 every timed step, N the first N.
+    timeline: int = 0
 
     def cells(self) -> list[Cell]:
         return [Cell(net, task, method, engine, n, self) for net in self.networks
@@ -252,7 +258,7 @@ class Sweep:
                 "tasks": self.tasks, "methods": self.methods, "engines": self.engines,
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
-                "extra_args": self.extra_args, "env": self.env}
+                "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline}
 
 
 def resolve_config(name_or_path: str) -> str:
@@ -356,6 +362,15 @@ def load(path: str, preflight: bool = True) -> Sweep:
         if key in raw and not isinstance(raw[key], str):
             problems.append(f"{key} must be a folder path")
     env = _env(raw.get("env", {}), problems)
+    timeline = raw.get("timeline", False)
+    if timeline is True:
+        timeline = -1
+    elif timeline is False or timeline is None:
+        timeline = 0
+    elif not (_is_int(timeline) and timeline > 0):
+        problems.append(f"timeline must be true, false or a positive number of steps to "
+                        f"record, got {timeline!r}")
+        timeline = 0
 
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
@@ -364,7 +379,7 @@ def load(path: str, preflight: bool = True) -> Sweep:
                   extra_args=extra_args, hostfile=hostfile,
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
-                  notes=notes, env=env)
+                  notes=notes, env=env, timeline=timeline)
     problems += _check_names(tasks, methods)
     problems += _check_combinations(sweep)
     if preflight and not problems:
@@ -599,10 +614,20 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
         if k in sweep.timing:
             args += [flag, str(sweep.timing[k])]
     args += ["--output", record_path]
+    if sweep.timeline:
+        # An observation, like the record: not part of the cell's configuration (its hash).
+        args += ["--timeline", trace_path(record_path)]
+        if sweep.timeline > 0:
+            args += ["--timeline-iters", str(sweep.timeline)]
     for extra in (t.get("args"), m.get("args"), sweep.extra_args):
         if extra:
             args += shlex.split(extra)
     return args
+
+
+def trace_path(record_path: str) -> str:
+    """Where a try's Chrome trace goes (``timeline:`` on): beside its record."""
+    return os.path.splitext(record_path)[0] + ".trace.json"
 
 
 def shell_launcher(method_id: str) -> str:
@@ -645,8 +670,12 @@ def _preflight(sweep: Sweep) -> list[str]:
     seen = set()
     horovod_env = None
     run_environment = child_environment(sweep.env)  # what each cell's run will see
+    # A record (and trace) path whose folder does not exist yet, as a run's: checking that it
+    # can be written creates nothing (and needs no write access to /dev, as os.devnull did).
+    record = os.path.join(tempfile.gettempdir(), f"ddlbench-preflight-{os.getpid()}",
+                          "record.json")
     for cell in sweep.cells():
-        args = train_args(sweep, cell, os.devnull)
+        args = train_args(sweep, cell, record)
         if cell.engine == "horovod":
             if cell.network.kind == "net" and cell.network.profile != "loopback":
                 problems.setdefault(f"engine horovod runs over the loopback or a real cluster, "

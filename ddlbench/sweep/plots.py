@@ -3,7 +3,9 @@
 Per network and task: a grouped bar chart, x = worker counts, one bar per method (error bars:
 the std across tries; all-to-all methods in shades of blue, parameter-server methods in shades
 of orange; a cell marked for too few successful tries is hatched), and above each group the
-best bar's speedup over its own 1-worker throughput; and a line plot of scaling efficiency.
+best bar's speedup over its own 1-worker throughput; a line plot of scaling efficiency; and,
+where the runs recorded timelines, a stacked bar per method and worker count of where the
+iteration goes (compute, exposed communication and waits, the rest).
 The original's own figures, in its style and file names, for ``original.md``: ``draw_original``.
 """
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 
-from .aggregate import Table
+from .aggregate import Table, breakdown
 
 
 def _slug(text: str) -> str:
@@ -96,6 +98,9 @@ def draw(t: Table, folder: str) -> list[str]:
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         files.append(path)
+        path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_time.png")
+        if draw_time(t, rows, counts, title, path):
+            files.append(path)
 
         curves = []
         for r in rows:
@@ -128,6 +133,58 @@ def draw(t: Table, folder: str) -> list[str]:
         plt.close(fig)
         files.append(path)
     return files
+
+
+TIME_PARTS = (("compute", "compute_ms", "#4C72B0"),
+              ("exposed communication and waits", "exposed_ms", "#C44E52"),
+              ("other", "other_ms", "#BBBBBB"))
+
+
+def draw_time(t: Table, rows: list, counts: list, title: str, path: str) -> bool:
+    """Where the iteration goes, one stacked bar per method and worker count (grouped by
+    worker count): compute, exposed communication and waits, the rest; a method whose
+    communication is not observed (DDP, Horovod) is hatched. False (nothing drawn) when no
+    cell has a timeline."""
+    bars = [(n, r, b) for n in counts for r in rows for b in [breakdown(t, r, n)] if b]
+    if not bars:
+        return False
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 + 0.45 * len(bars)), 4.4))
+    xs, x, last = [], 0.0, None
+    for n, _, _ in bars:
+        if last is not None and n != last:
+            x += 0.6  # a gap between worker counts
+        xs.append(x)
+        x, last = x + 1.0, n
+    bottom = [0.0] * len(bars)
+    for label, attr, colour in TIME_PARTS:
+        heights = [getattr(b, attr) for _, _, b in bars]
+        drawn = ax.bar(xs, heights, 0.8, bottom=bottom, label=label, color=colour,
+                       edgecolor="black", linewidth=0.4)
+        for patch, (_, _, b) in zip(drawn, bars):
+            if not b.observed:
+                patch.set_hatch("//")
+        bottom = [a + h for a, h in zip(bottom, heights)]
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r.method} ({n})" for n, r, _ in bars], rotation=60, ha="right",
+                       fontsize=7)
+    ax.set_xlim(-1.0, max(xs[-1] + 1.0, 4.0))  # a lone bar stays a bar's width
+    ax.set_xlabel(f"method (# of {t.noun}s)")
+    ax.set_ylabel("Time per iteration, slowest rank (ms)")
+    ax.set_title(title, fontsize=10)
+    handles = [Patch(facecolor=colour, edgecolor="black", linewidth=0.4, label=label)
+               for label, _, colour in TIME_PARTS]
+    if any(not b.observed for _, _, b in bars):
+        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.4, hatch="//",
+                             label="communication not observed:\nexposed = waits only"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0)
+    ax.grid(axis="y", linestyle=":", linewidth=0.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
 
 
 # ----------------------------------------------------------- the original's own figures

@@ -15,11 +15,14 @@ import json
 import os
 
 from . import store
-from .aggregate import Table, build
+from .aggregate import Table, breakdown, build, timeline_of
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
                "engine", "nworkers", "try", "attempt", "status", "throughput",
-               "throughput_std", "unit", "seconds", "reason", "hash", "log"]
+               "throughput_std", "unit", "seconds", "reason", "hash", "log",
+               # the timeline's means on the slowest rank (the record's `timeline`)
+               "iteration_ms", "compute_ms", "comm_ms", "exposed_ms", "overlap",
+               "comm_observed", "trace"]
 
 
 def _plural(noun: str, n: int) -> str:
@@ -211,6 +214,15 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
                 speedup_table(t).rstrip("\n"), ""]
     else:
         out += ["No speedups: this sweep has no 1-worker cells to measure them against.", ""]
+    times = time_table(t)
+    if times:
+        out += ["## Where the time goes", "",
+                "Each cell's iteration on its slowest rank, mean over its tries (the runs' "
+                "timelines): compute (forward, backward, optimizer), communication (the union "
+                "of its collectives and push/pulls), exposed (communication or waiting while "
+                "nothing computes), hidden = the part of communication under compute. DDP "
+                "and Horovod communicate outside the suite's collectives: not observed, their "
+                "exposed time is their waits only.", "", times.rstrip("\n"), ""]
     bad = [e for e in t.tries_used if e.get("status") != "ok"]
     if bad:
         out += ["## Failed tries", "",
@@ -231,7 +243,8 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
             "- `results.jsonl`: the store, one JSON line per finished try (the source of all "
             "of this; `benchmarks.py report` remakes it)",
             "- `results.csv`: every try", "- `manifest.json`: the sweep and its environments",
-            "- `records/`: each run's own JSON record", ""]
+            "- `records/`: each run's own JSON record (and, with `timeline:` on, its Chrome "
+            "trace: `python -m ddlbench.timeline FILE` summarises it)", ""]
     return "\n".join(out)
 
 
@@ -246,8 +259,39 @@ def csv_text(t: Table) -> str:
                     r.engine, e["config"]["nworkers"], e["try"], e.get("attempt", 1),
                     e.get("status"), _num(e.get("throughput")), _num(e.get("throughput_std")),
                     e.get("unit") or r.unit, _num(e.get("seconds")), e.get("reason") or "",
-                    e["hash"], e.get("log") or ""])
+                    e["hash"], e.get("log") or "", *_timeline_cells(e)])
     return buf.getvalue()
+
+
+def _timeline_cells(e: dict) -> list[str]:
+    tl = timeline_of(e)
+    if tl is None:
+        return ["", "", "", "", "", "", e.get("trace") or ""]
+    m = tl["mean"]
+    return [*(_num(1e3 * m[k]) for k in ("iteration_s", "compute_s", "comm_s", "exposed_s")),
+            _num(m.get("overlap")), str(bool(tl.get("comm_observed", True))).lower(),
+            e.get("trace") or ""]
+
+
+def time_table(t: Table) -> str:
+    """Where each cell's iteration goes on its slowest rank (the runs' timelines, mean over
+    the tries): '' when no try recorded one."""
+    head = ["DNN", "BS", "CONNECTION", "METHOD", t.noun + "s", "iteration ms", "compute ms",
+            "communication ms", "exposed ms", "hidden"]
+    lines = []
+    for r in t.rows:
+        for n in t.counts:
+            b = breakdown(t, r, n)
+            if b is None:
+                continue
+            comm = f"{b.comm_ms:.1f}" if b.observed else "not observed"
+            hidden = "-" if b.overlap is None else f"{100 * b.overlap:.0f}%"
+            lines.append(_md([r.dnn, str(r.batch_size), r.connection, r.method, str(n),
+                              f"{b.iteration_ms:.1f}", f"{b.compute_ms:.1f}", comm,
+                              f"{b.exposed_ms:.1f}", hidden]))
+    if not lines:
+        return ""
+    return "\n".join([_md(head), "|" + "|".join(" --- " for _ in head) + "|", *lines]) + "\n"
 
 
 def _num(v) -> str:

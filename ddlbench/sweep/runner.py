@@ -26,7 +26,7 @@ import psutil
 from .. import methods
 from ..hosts.procs import die_with_parent
 from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, child_environment,
-                     format_value, settings, shell_launcher, train_args)
+                     format_value, settings, shell_launcher, trace_path, train_args)
 
 LOG_TAIL_LINES = 20
 TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
@@ -180,8 +180,9 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
     record_path = os.path.join(folder, "records", f"{cell.name}{suffix}.json")
     os.makedirs(os.path.dirname(record_path), exist_ok=True)
     os.makedirs(logs, exist_ok=True)
-    if os.path.exists(record_path):
-        os.unlink(record_path)
+    for old in (record_path, trace_path(record_path)):
+        if os.path.exists(old):
+            os.unlink(old)
     cmd, extra_env = command(sweep, cell, record_path)
     shown = describe(cmd, extra_env)
     entry = {"kind": "try", "sweep": sweep.name, "hash": cell.hash, "cell": cell.name,
@@ -240,6 +241,8 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
     entry["status"] = status
     if leftovers:
         entry["leftovers_killed"] = leftovers
+    if sweep.timeline and os.path.exists(trace_path(record_path)):
+        entry["trace"] = os.path.relpath(trace_path(record_path), folder)
     log_total = parse_total_line(logfile)
     if log_total is not None:
         entry["log_total"] = log_total
