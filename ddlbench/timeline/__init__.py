@@ -40,15 +40,22 @@ trace-event JSON object (the format
 Perfetto, chrome://tracing and Holistic Trace Analysis read): one process per rank, one thread row
 per stream of work, spans as complete events (``ph: X``), instants as ``ph: i``, timestamps in
 microseconds; the metadata holds each rank's offset and its uncertainty.
+
+**Reading** (``load``, ``read``, ``exposed_spans``): a trace file back into each rank's events
+in the recorder's form, and the communication a rank's training thread was not computing
+through; ``python -m ddlbench.timeline`` (``cli.py``) summarises one trace and compares two.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import threading
 import time
 from contextlib import contextmanager
+
+from ..errors import UsageError
 
 MAIN = "training"           # the training thread's row
 COMPUTE, WAIT, COMM, CODEC = "compute", "wait", "comm", "codec"
@@ -144,7 +151,7 @@ class Timeline:
 
     def watch_gradients(self, model) -> list:
         """A ``ready`` instant per accumulated gradient (name, bytes): trace files only."""
-        from . import compat
+        from .. import compat
         handles = []
         for name, p in model.named_parameters():
             if p.requires_grad:
@@ -347,6 +354,118 @@ def write(path: str, obj: dict) -> None:
     with open(tmp, "w") as f:
         json.dump(obj, f)
     os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------- reading back
+
+_LANE = re.compile(r"(.+) ([2-9]|[1-9][0-9]+)")
+
+
+def load(path) -> dict:
+    """The trace-event object in file ``path``; a UsageError (one line) when it cannot be read,
+    is not JSON, or is not an object with a ``traceEvents`` list."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a folder; give a trace file") from None
+    except OSError as e:
+        raise UsageError(f"{path} cannot be read ({e.strerror or e})") from None
+    try:
+        obj = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path} is not JSON ({str(e).splitlines()[0]})") from None
+    return _checked(obj, path)
+
+
+def _checked(obj, what) -> dict:
+    if not isinstance(obj, dict) or not isinstance(obj.get("traceEvents"), list):
+        raise UsageError(f"{what} is not a trace-event object (a JSON object with a "
+                         "traceEvents list)")
+    return obj
+
+
+def _number(e: dict, key: str, index: int, what) -> float:
+    v = e.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UsageError(f"{what}: traceEvents[{index}] ({e.get('ph')!r} {e.get('name')!r}) "
+                         f"has no numeric {key}")
+    return float(v)
+
+
+def read(path_or_obj, what: str | None = None) -> list[dict]:
+    """Each process of a trace (a file's path, or the object ``trace`` made) as
+    ``{"rank", "name", "events"}``, ranks in pid order, events in the recorder's tuple form
+    ``(name, cat, thread, start_us, end_us, args)`` in the file's order: spans (``ph: X``) end
+    at ``ts + dur``, instants (``ph: i``/``I``) have end None, times on the trace's clock.
+    Metadata events (``ph: M``) name processes and rows; other ``ph`` values are ignored.
+
+    Rows ``lanes`` added are folded back into their thread: a row named ``BASE k`` (k an integer
+    >= 2) is read as thread ``BASE`` when the same process also has a row named ``BASE`` (``lanes``
+    opens row k only while the base row holds a span, so its base row is always there). A
+    thread really named so beside a thread ``BASE`` cannot be told apart and is folded too.
+    Bad input is a UsageError naming ``what`` (the path, else "the trace")."""
+    if not isinstance(path_or_obj, dict):
+        what = what or str(path_or_obj)
+        path_or_obj = load(path_or_obj)
+    what = what or "the trace"
+    obj = _checked(path_or_obj, what)
+    procs: dict = {}                # pid -> process name
+    rows: dict = {}                 # (pid, tid) -> row name
+    order: dict = {}                # pid -> [(index, event)] in the file's order
+    for i, e in enumerate(obj["traceEvents"]):
+        if not isinstance(e, dict):
+            raise UsageError(f"{what}: traceEvents[{i}] is not an object")
+        ph = e.get("ph")
+        if ph == "M":
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            if e.get("name") == "process_name" and "name" in args:
+                procs[e.get("pid")] = str(args["name"])
+            elif e.get("name") == "thread_name" and "name" in args:
+                rows[(e.get("pid"), e.get("tid"))] = str(args["name"])
+        elif ph in ("X", "i", "I"):
+            order.setdefault(e.get("pid"), []).append((i, e))
+    for pid in procs:
+        order.setdefault(pid, [])
+    out = []
+    numeric = [p for p in order if isinstance(p, int)]
+    for pid in sorted(numeric) + sorted((p for p in order if p not in numeric), key=str):
+        names = {name for (p, _), name in rows.items() if p == pid}
+        events = []
+        for i, e in order[pid]:
+            row = rows.get((pid, e.get("tid")), str(e.get("tid")))
+            lane = _LANE.fullmatch(row)
+            if lane and lane.group(1) in names:
+                row = lane.group(1)
+            t0 = _number(e, "ts", i, what)
+            t1 = t0 + _number(e, "dur", i, what) if e["ph"] == "X" else None
+            args = e.get("args")
+            events.append((e.get("name", ""), e.get("cat"), row, t0, t1,
+                           dict(args) if isinstance(args, dict) and args else None))
+        out.append({"rank": pid, "name": procs.get(pid, f"rank {pid}"), "events": events})
+    return out
+
+
+def exposed_spans(events, n: int | None = 10) -> list[dict]:
+    """One rank's communication spans (``cat`` comm) by the part of each not covered by compute
+    (the training thread's innermost compute intervals, as ``iteration_metrics`` finds them),
+    longest exposed first (earlier first among equals), at most ``n`` (None: all):
+    ``{"name", "thread", "start_us", "duration_us", "exposed_us", "args"}`` each."""
+    main = [(e[3], e[4], e[1]) for e in events
+            if e[2] == MAIN and e[1] in (COMPUTE, WAIT) and e[4] is not None]
+    compute = innermost(main).get(COMPUTE, [])
+    out = []
+    for name, cat, thread, t0, t1, args in events:
+        if cat != COMM or t1 is None:
+            continue
+        span = [(t0, t1)] if t1 > t0 else []
+        out.append({"name": name, "thread": thread, "start_us": t0, "duration_us": t1 - t0,
+                    "exposed_us": (t1 - t0) - measure(intersect(span, compute)),
+                    "args": args})
+    out.sort(key=lambda s: (-s["exposed_us"], s["start_us"]))
+    return out if n is None else out[:n]
 
 
 
