@@ -5,6 +5,7 @@ import pytest
 
 from ddlbench.measure.timing import percentile
 
+from . import traces
 from .conftest import QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, run, train
 
 
@@ -17,10 +18,10 @@ def original_rule(text):
 @pytest.mark.parametrize("method", ["bspa2a", "wfbp", "fusion", "ddp"])
 def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path, load_json,
                                                                        method):
-    out = tmp_path / "rec.json"
+    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
     threshold = ["--threshold", "1000000"] if method == "fusion" else []  # fusion's option
     proc = train(*SMALL_CNN, *QUICK_TIMING, "--method", method, "--nworkers", "2",
-                 *threshold, "--output", str(out))
+                 *threshold, "--output", str(out), "--timeline", str(trace))
     assert proc.returncode == 0, describe(proc)
     lines = proc.stdout.splitlines()
     iters = [ln for ln in lines if ln.startswith("Iter #")]
@@ -65,12 +66,21 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     rate = flops["achieved_flops_per_second"]
     assert rate["total"] == pytest.approx(2 * rate["per_worker"])
     assert rate["total"] == pytest.approx(result["throughput"]["mean"] * 220323840)
+    # The timeline of the 4 timed steps (DDP's reducer communicates outside the suite's Comm)
+    observed = method != "ddp"
+    rows = traces.check_run_trace(trace, 2, 4, observed=observed)
+    traces.check_record(rec["timeline"], 2, 4, trace, observed=observed)
+    if method == "bspa2a":   # one all-reduce of the whole gradient per step, after backward
+        assert [(n, b) for _, n, b in traces.collectives(rows, 0)] == \
+            [("allreduce", model["gradient_bytes"])] * 4
+    if method == "fusion":   # one per bucket
+        assert len(traces.collectives(rows, 0)) == 4 * rec["method"]["buckets"]
 
 
 def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_json):
-    out = tmp_path / "rec.json"
+    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
     proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "fusion", "--threshold", "1000000",
-                 "--nworkers", "3", "--output", str(out))
+                 "--nworkers", "3", "--output", str(out), "--timeline", str(trace))
     assert proc.returncode == 0, describe(proc)
     assert "Total sen/sec on 3 CPU(s): " in proc.stdout
     iters = [ln for ln in proc.stdout.splitlines() if ln.startswith("Iter #")]
@@ -87,6 +97,10 @@ def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_jso
     assert comm["calls"]["allreduce"] == m["buckets"]
     assert comm["wire_sent_bytes"]["allreduce"] == pytest.approx(
         rec["model"]["gradient_bytes"] * 2 * 2 / 3, abs=m["buckets"])
+    # Its timeline: on 3 workers, one all-reduce per bucket, the buckets' bytes
+    rows = traces.check_run_trace(trace, 3, 4)
+    traces.check_record(rec["timeline"], 3, 4, trace)
+    assert sorted(b for _, _, b in traces.collectives(rows, 2)) == sorted(m["bucket_bytes"] * 4)
 
 
 def test_single_worker_runs_in_process(tmp_path, load_json):
