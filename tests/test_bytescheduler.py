@@ -12,6 +12,7 @@ from torch import nn
 from ddlbench import methods, train as train_mod
 from ddlbench.methods.bytescheduler import ByteScheduler, CreditWindow, chunk_table
 
+from . import traces
 from .conftest import REPO, TINY_BERT, QUICK_TIMING, describe, run, train, \
     verify_lines
 
@@ -315,9 +316,10 @@ def test_hook_jitter_same_collectives_on_every_rank(tmp_path):
 
 
 def test_benchmark_with_settings_from_the_environment(tmp_path, load_json):
-    out = tmp_path / "rec.json"
+    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
     proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "bytescheduler", "--nworkers", "2",
-                 "--output", str(out), BYTESCHEDULER_PARTITION=20000, BYTESCHEDULER_CREDIT=50000)
+                 "--output", str(out), "--timeline", str(trace),
+                 BYTESCHEDULER_PARTITION=20000, BYTESCHEDULER_CREDIT=50000)
     assert proc.returncode == 0, describe(proc)
     assert "Total sen/sec on 2 CPU(s): " in proc.stdout
     rec = load_json(out)
@@ -330,6 +332,22 @@ def test_benchmark_with_settings_from_the_environment(tmp_path, load_json):
     per_iter = rec["communication_per_iteration"]
     assert per_iter["calls"]["allreduce"] == len(table)
     assert per_iter["payload_bytes"]["allreduce"] == rec["model"]["gradient_bytes"]
+    # The timeline of the 4 timed steps: every chunk queued in the scheduler from its tensor's
+    # readiness, then all-reduced once a step (the same chunks in the same order on both
+    # ranks: rank 0 decides), never before it left the queue.
+    rows = traces.check_run_trace(trace, 2, 4)
+    traces.check_record(rec["timeline"], 2, 4, trace)
+    for rank in range(2):
+        queued = sorted((e for (p, thread), evs in rows.items() if p == rank
+                         and thread.startswith("scheduler queue") for e in evs),
+                        key=lambda e: e["ts"] + e["dur"])
+        assert sorted(e["args"]["chunk"] for e in queued) == sorted(list(range(len(table))) * 4)
+        sent = traces.collectives(rows, rank)
+        assert len(sent) == len(queued) == 4 * len(table)
+        # The k-th chunk handed over was all-reduced k-th, after its queue span ended.
+        for q, (start, name, nbytes) in zip(queued, sent):
+            assert name == "allreduce" and start >= q["ts"] + q["dur"] - 1
+            assert nbytes == 4 * q["args"]["elements"]
 
 
 def test_published_defaults_and_environment(monkeypatch):

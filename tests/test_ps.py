@@ -16,6 +16,7 @@ from ddlbench.engine import ps
 from ddlbench.hosts.hostfile import Host
 from ddlbench.launch import pslaunch
 
+from . import traces
 from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, SMALL_CNN, TINY_BERT, describe, env,
                        run, train, verify_lines)
 
@@ -234,11 +235,12 @@ RECORD_CASES = [("wfbpps", ["--ps-clients", "process"], 2, [0, 1]),
 @pytest.mark.parametrize("method,extra,nworkers,pushers", RECORD_CASES)
 def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extra, nworkers,
                                                pushers):
-    out = tmp_path / "rec.json"
+    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
     # A benchmark takes only its method's options: the credit is byteschedulerps's.
     workload = BERT_PS if method == "byteschedulerps" else BERT_PS[:-2]
     proc = train(*workload, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
-                 "--nservers", "2", "--no-cuda", "--output", str(out), *extra, timeout=280)
+                 "--nservers", "2", "--no-cuda", "--output", str(out), *extra,
+                 "--timeline", str(trace), timeout=280)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     grad = rec["model"]["gradient_bytes"]
@@ -264,6 +266,16 @@ def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extr
     assert all(s["pushers"] == len(pushers) for s in servers)
     assert all(s["rss_bytes"] >= s["rss_bytes_at_start"] > 0 for s in servers)
     assert "Parameter servers: 2, partition 65536 bytes" in proc.stdout
+    # The timeline of the 4 timed steps: every worker's push/pull of every partition, once a
+    # step, whoever it goes to (its server, or its machine's leader); pushes may go in a
+    # different order on each worker (the servers match them by key).
+    rows = traces.check_run_trace(trace, nworkers, 4, same_collectives=False)
+    traces.check_record(rec["timeline"], nworkers, 4, trace)
+    for rank in range(nworkers):
+        pushes = [e for (p, _), evs in rows.items() if p == rank for e in evs
+                  if e.get("cat") == "comm"]
+        assert sorted(e["args"]["key"] for e in pushes) == sorted(list(range(parts)) * 4)
+        assert sum(e["args"]["bytes"] for e in pushes) == 4 * grad
 
 
 def _children_alive(proc):

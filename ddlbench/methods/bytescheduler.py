@@ -200,6 +200,7 @@ class ByteScheduler(Method):
         self._ready_iter = [-1] * n       # iteration of the gradient last marked ready
         self._update_iter = [-1] * n      # iteration of the last applied update
         self._flat: list = [None] * n  # each tensor's flat gradient while in flight
+        self._ready_us: list = [None] * n  # when it was marked ready (while the timeline records)
         self._events: deque[int] = deque()  # tensors marked ready, in order
         self._remaining = list(self.nchunks)
         self._error: BaseException | None = None
@@ -327,6 +328,7 @@ class ByteScheduler(Method):
         g = self.params[i].grad
         self._flat[i] = g.view(-1) if g.is_contiguous() else g.contiguous().view(-1)
         self._ready_iter[i] = self._iter
+        self._ready_us[i] = timeline.now_us() if timeline.of(self.comm).enabled else None
         self._events.append(i)
         self._cv.notify_all()
 
@@ -444,7 +446,9 @@ class ByteScheduler(Method):
                     i, start, end = self.table[c]
                     with self._cv:
                         self._wait_bg(lambda i=i: (drain(), seen[i])[1])
-                        flat = self._flat[i]
+                        flat, ready_us = self._flat[i], self._ready_us[i]
+                    if ready_us is not None:
+                        self._queued(c, i, ready_us)
                     work = self._start_chunk(c, flat[start:end])
                     self._completer.put((c, work, iteration))
                 left -= len(picks)
@@ -453,6 +457,16 @@ class ByteScheduler(Method):
             sent.clear()
             iteration += 1
             self.iterations_dispatched = iteration
+
+    def _queued(self, chunk: int, tensor: int, ready_us: float) -> None:
+        """The chunk's time in this scheduler: from its tensor's readiness until now, when it
+        is handed to the transport (priority, credit and the leader's decision held it)."""
+        tl = timeline.of(self.comm)
+        if tl.enabled:
+            start, end = self.table[chunk][1:]
+            tl.events.append(("queued", timeline.QUEUE, "scheduler queue", ready_us,
+                              timeline.now_us(), {"chunk": chunk, "tensor": tensor,
+                                                  "elements": end - start}))
 
     def _negotiate(self, picks: list[int], sent: list) -> list[int]:
         import torch

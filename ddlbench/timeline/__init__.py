@@ -18,6 +18,9 @@ instant has ``end_us None``. Categories:
   completes (the future's completion where the transport reports one, else the moment it was
   waited for), on a thread row per kind of operation;
 - ``codec``: a compressor's encode and decode;
+- ``queue``: a chunk waiting in a method's own scheduler, from its gradient's readiness until the
+  method hands it to the transport (ByteScheduler: priority and credit decide when), on the
+  ``scheduler queue`` row; not communication (the metrics ignore it);
 - ``ready`` instants: a gradient accumulated (trace files only: one hook per parameter).
 
 **Metrics** (``overlap``), per iteration, from these events alone: at each moment the training
@@ -59,7 +62,7 @@ from ..errors import UsageError
 
 MAIN = "training"           # the training thread's row
 COMPUTE, WAIT, COMM, CODEC = "compute", "wait", "comm", "codec"
-ITERATION, ROUND, READY = "iteration", "round", "ready"
+ITERATION, ROUND, READY, QUEUE = "iteration", "round", "ready", "queue"
 
 
 def now_us() -> float:
