@@ -72,7 +72,8 @@ def build(args, ctx, method_id: str, compressor_id: str) -> Run:
     work, batch = workload.replica(args, ctx)
     lr = workload.learning_rate(args, ctx.size)
     optimizer = workload.make_optimizer(args, work.model.parameters(), lr)
-    comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps)
+    comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps,
+                trace_file=bool(getattr(args, "timeline", None)))
     compressor = compression.create(compressor_id, **compressor_values(args))
     method = cls(work.model, optimizer, comm, method_options(cls, args), compressor,
                  model_name=args.model)

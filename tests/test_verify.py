@@ -8,6 +8,7 @@ from .conftest import MOMENTUM_SGD, SMALL_CNN, TINY_BERT, describe, train, verif
 METHODS = ["bspa2a", "wfbp", "fusion", "ddp"]
 # 1 MB: several fusion buckets on both models, so packing and bucket order are exercised.
 FUSION_THRESHOLD = "1000000"
+OBSERVED_DDP = "tests.observed_ddp:ObservedDDP"
 
 
 def test_registry_has_the_methods_of_this_issue():
@@ -20,11 +21,13 @@ def test_registry_has_the_methods_of_this_issue():
                          ids=["small-cnn-1", "small-cnn-3", "tiny-bert-2", "tiny-bert-4"])
 def test_three_momentum_sgd_steps_match_the_reference(model, nworkers):
     workload = SMALL_CNN if model == "cnn" else TINY_BERT
-    proc = train(*workload, "--verify", "3", "--method", ",".join(METHODS), *MOMENTUM_SGD,
+    # DDP also as it runs under --timeline PATH: its buckets through the suite's all-reduce hook
+    methods_run = [*METHODS, OBSERVED_DDP]
+    proc = train(*workload, "--verify", "3", "--method", ",".join(methods_run), *MOMENTUM_SGD,
                  "--threshold", FUSION_THRESHOLD, "--nworkers", str(nworkers), timeout=600)
     assert proc.returncode == 0, describe(proc)
     lines = verify_lines(proc.stdout)
-    assert sorted(lines) == sorted(METHODS), describe(proc)
+    assert sorted(lines) == sorted(methods_run), describe(proc)
     for method, steps in lines.items():
         assert [s[0] for s in steps] == [1, 2, 3], method
         for step, max_abs, frac, ok in steps:

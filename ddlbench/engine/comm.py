@@ -46,7 +46,8 @@ def itemsize(dtype: torch.dtype) -> int:
 
 
 class Comm:
-    def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None):
+    def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None,
+                 trace_file: bool = False):
         self.rank = rank
         self.size = size
         self.group = group
@@ -55,7 +56,7 @@ class Comm:
         # What ran when, over the timed rounds (ddlbench.timeline): every collective
         # handed to the transport is a span on it.
         from ..timeline import Timeline
-        self.timeline = Timeline(rank)
+        self.timeline = Timeline(rank, trace_file=trace_file)
         self.reset_stats()
 
     # -- accounting ------------------------------------------------------------------------

@@ -10,6 +10,13 @@ can be compared across every method on the same terms. (This is not torch's own
 ``fp16_compress_hook`` or ``powerSGD_hook``: their mathematics differ in detail, e.g. the fp16
 hook divides after the half cast and the PowerSGD hook starts after 1000 dense steps.)
 
+Without a compressor DDP's C++ reducer all-reduces the buckets, out of the suite's sight: its
+communication is not on the timeline. With ``--timeline PATH`` (a trace file) a comm hook does
+what DDP's default does, average then all-reduce each bucket asynchronously on DDP's group
+(torch's ``allreduce_hook`` is the same), but through the suite's ``Comm``, so every bucket's
+all-reduce is a span of the trace and of the overlap metrics; DDP still owns the buckets, their
+order and the overlap with backward.
+
 DDP calls the hook on the autograd thread as each bucket becomes ready, in bucket order on every
 rank, and waits for the hook's future at the end of backward. The hook only queues the bucket;
 one exchange thread per method (started by ``start()``) runs the compressor on the queued
@@ -67,6 +74,10 @@ class DDP(Method):
             self._exchange = QueueWorker("ddlbench-ddp-compressor", self._exchange_one,
                                          device=self.params[0].device if self.params else None)
             self.ddp.register_comm_hook(None, self._hook)
+        elif comm.timeline.trace_file:
+            self._index = {id(p): i for i, p in enumerate(self.params)}
+            self.ddp.register_comm_hook(None, self._observed_hook)
+        self._observed = comm.timeline.trace_file and self._exchange is None
         # Without a compressor DDP all-reduces every gradient once per step: counted from the
         # model, since its buckets are internal.
         self._numel = sum(p.numel() for p in self.params)
@@ -91,6 +102,17 @@ class DDP(Method):
         self._exchange.put((members, bucket.buffer(), [p.shape for p in params], fut))
         return fut
 
+    def _observed_hook(self, _state, bucket):
+        """DDP's default reduction (average, then all-reduce the bucket) through ``Comm``, so
+        that the timeline sees each bucket's all-reduce (--timeline PATH only)."""
+        if bucket.index() == 0:
+            self._step_groups = []
+        self._step_groups.append([self._index[id(p)] for p in bucket.parameters()])
+        flat = bucket.buffer()
+        flat.div_(self.comm.size)
+        work = self.comm.allreduce(flat, async_op=True)
+        return work.get_future().then(lambda fut: flat)
+
     def _exchange_one(self, item) -> None:
         members, flat, shapes, fut = item
         try:
@@ -103,7 +125,9 @@ class DDP(Method):
     # -- the step ----------------------------------------------------------------------------
     def step(self) -> None:
         self.optimizer.step()
-        if self._exchange is None:
+        if self._observed:   # counted by Comm, bucket by bucket
+            self._last_groups = self._step_groups
+        elif self._exchange is None:
             dtype = self.params[0].dtype if self.params else None
             self.comm.count("allreduce", self._numel, dtype, calls=0)
         else:
@@ -117,7 +141,10 @@ class DDP(Method):
     def describe(self) -> dict:
         d = super().describe()
         d.update({"bucket_cap_mb": self.bucket_cap_mb})
-        if self._exchange is None:
+        if self._observed:
+            d.update({"comm_hook": "ddlbench all-reduce (--timeline)",
+                      "buckets": len(self._last_groups)})
+        elif self._exchange is None:
             d["bytes_counted_from"] = "model"
         else:
             d.update({"comm_hook": "ddlbench compressor", "buckets": len(self._last_groups),

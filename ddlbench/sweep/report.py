@@ -221,8 +221,8 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
                 "timelines): compute (forward, backward, optimizer), communication (the union "
                 "of its collectives and push/pulls), exposed (communication or waiting while "
                 "nothing computes), hidden = the part of communication under compute. DDP "
-                "and Horovod communicate outside the suite's collectives: not observed, their "
-                "exposed time is their waits only.", "", times.rstrip("\n"), ""]
+                "(without a trace file) and Horovod communicate outside the suite's "
+                "collectives: not observed, their exposed time is their waits only.", "", times.rstrip("\n"), ""]
     bad = [e for e in t.tries_used if e.get("status") != "ok"]
     if bad:
         out += ["## Failed tries", "",

@@ -35,7 +35,8 @@ communication is the union of comm spans on any thread.
 - ``idle_s``: the iteration's time covered by none of them.
 
 Communication inside DDP's reducer and Horovod's background thread is not handed to the suite's
-``Comm``: for those methods (without a compressor) the metrics say so instead of guessing.
+``Comm``: for those methods (without a compressor) the metrics say so instead of guessing. With a
+trace file (``trace_file``) DDP routes its buckets through ``Comm`` with a comm hook.
 
 **Trace.** ``trace`` puts every rank's events on rank 0's clock (offsets measured over the
 workers' group at the start of the timed rounds: ``ddlbench.measure.overlap``) into one
@@ -73,8 +74,11 @@ class Timeline:
     """One rank's recorder. ``enabled`` is False outside the recorded window: every call is
     then a test and a return."""
 
-    def __init__(self, rank: int = 0, limit: int | None = None):
+    def __init__(self, rank: int = 0, limit: int | None = None, trace_file: bool = False):
         self.rank = rank
+        # A trace file will be written (--timeline PATH): methods may then observe what they
+        # otherwise leave to their library (DDP's buckets, through a comm hook).
+        self.trace_file = trace_file
         self.enabled = False
         self.limit = limit          # iterations to record (None: every timed one)
         self.iterations = 0
