@@ -353,23 +353,33 @@ def benchmark(args, ctx) -> int:
         model = run.work.stats()
         _print_header(log, args, ctx, method, model)
         warm = {}
+        # --timeline PATH with parameter servers: their receives, sums and sends are rows of
+        # the trace too (recorded from the start of the timed rounds to their end: servers know
+        # no iterations, so --timeline-iters N limits the workers only). Nothing changes on
+        # the wire without it.
+        servers = (bool(args.timeline) and ctx.ps is not None and args.timeline_iters != 0
+                   and method.architecture == methods.PS)
 
         def on_warm():  # what the timed rounds count starts here
             run.comm.reset_stats()
             warm["rss"] = timing.rss_bytes()
             warm["clock"] = overlap.align(ctx.device if ctx.backend == "nccl" else None)
+            if servers:
+                overlap.servers_start(ctx.ps, ctx.rank)
 
         log("Running warmup...")
         result = timing.run(ctx, run.train_step, method.synchronize, batch_size=args.batch_size,
                             warmup=args.num_warmup_batches,
                             batches_per_iter=args.num_batches_per_iter, iters=args.num_iters,
                             unit=run.work.unit, log=log, on_warm=on_warm, timeline=tl)
+        steps = args.num_iters * args.num_batches_per_iter
+        served = overlap.servers_stop(ctx.ps, ctx.rank) if servers else None
         spent = overlap.collect(tl, ctx.rank, ctx.size, warm["clock"], args.timeline,
                                 meta={"method": args.method, "model": args.model,
-                                      "nworkers": ctx.size, "net": args.net})
+                                      "nworkers": ctx.size, "net": args.net},
+                                servers=served, server_iterations=steps)
         if spent is not None:
             log(_overlap_line(args, spent))
-        steps = args.num_iters * args.num_batches_per_iter
         traffic = run.comm.stats(steps)
         compressed = run.comm.compression_stats(steps)
         _print_traffic(log, args, ctx, method, model, traffic, compressed)

@@ -1,11 +1,15 @@
-"""The timeline (issue 17, first part): overlap metrics from hand-written events, the merged
-Chrome trace's form, and real runs' traces and records."""
+"""The timeline (issue 17): overlap metrics from hand-written events, the merged Chrome trace's
+form, a parameter server's own recording, and real runs' traces and records."""
 import json
+import queue
 import sys
+import threading
 
 import pytest
+import torch
 
 from ddlbench import timeline as tl
+from ddlbench.engine import ps
 
 from .conftest import QUICK_TIMING, TINY_BERT, describe, run, train
 
@@ -122,15 +126,235 @@ def _collectives(rows, pid):
                    for e in evs if e.get("cat") == "comm"))
 
 
+# ------------------------------------------------------------ a parameter server's recording
+
+class _Done:
+    def __init__(self, fetch=None):
+        self.fetch = fetch
+
+    def wait(self, timeout=None):
+        if self.fetch is not None:
+            self.fetch()
+
+
+class _Peers:
+    """A server's push/pull group, scripted: what a peer sends comes from a queue per (peer,
+    tag) the test fills; what the server sends lands in one per (peer, tag)."""
+
+    def __init__(self):
+        self.inbox, self.outbox = {}, {}
+
+    @staticmethod
+    def _queue(box, peer, tag):
+        return box.setdefault((peer, tag), queue.Queue())
+
+    def deliver(self, peer, tag, tensor):
+        self._queue(self.inbox, peer, tag).put(tensor)
+
+    def recv(self, tensors, peer, tag):
+        q = self._queue(self.inbox, peer, tag)
+        return _Done(lambda: tensors[0].copy_(q.get(timeout=30)))
+
+    def send(self, tensors, peer, tag):
+        self._queue(self.outbox, peer, tag).put(tensors[0].clone())
+        return _Done()
+
+    def reply(self, peer, tag):
+        return self._queue(self.outbox, peer, tag).get(timeout=30)
+
+
+@pytest.mark.parametrize("schedule", [False, True])
+def test_a_server_records_receives_sums_and_sends_only_while_told(schedule):
+    """Two pushers, three keys, four rounds: worker 0 turns the server's timeline on for rounds
+    1 and 2 only, asks its clock and its events. Each recorded push is a receive and a sum
+    (on the peer's thread, or the engine's with server-side scheduling), each round of a key
+    one send to both pushers, after its sums."""
+    group = _Peers()
+    server = ps.Server(group, rank=2, nworkers=2, nservers=1, timeout_s=30)
+    keys = {k: ps._Key(4, torch.float32) for k in range(3)}
+    session = threading.Thread(target=server._session, args=(keys, [0, 1], schedule))
+    session.start()
+
+    def ask(op, reply):
+        group.deliver(0, ps.TAG_HEADER, torch.tensor([op, -1]))
+        out = group.reply(0, ps.TAG_STATS)
+        assert out.dtype == reply
+        return out
+
+    def round_(r):
+        for key in keys:
+            for peer in (0, 1):
+                group.deliver(peer, ps.TAG_HEADER, torch.tensor([ps.OP_PUSH, key]))
+                group.deliver(peer, ps.TAG_DATA + key, torch.full((4,), 10.0 * r + key + peer))
+        for key in keys:   # every pusher pulls the sum before pushing the key again
+            for peer in (0, 1):
+                got = group.reply(peer, ps.TAG_DATA + key)
+                assert torch.equal(got, torch.full((4,), 20.0 * r + 2 * key + 1)), (r, key)
+
+    round_(0)
+    assert int(ask(ps.OP_TIMELINE_ON, torch.int64)[0]) == 0
+    round_(1)
+    round_(2)
+    recorded = int(ask(ps.OP_TIMELINE_OFF, torch.int64)[0])
+    round_(3)
+    t0 = tl.now_us()
+    clock = float(ask(ps.OP_CLOCK, torch.float64)[0])
+    assert t0 <= clock <= tl.now_us()       # one process: one clock
+    n = int(ask(ps.OP_EVENTS, torch.int64)[0])
+    events = [tuple(e) for e in json.loads(group.reply(0, ps.TAG_STATS).numpy().tobytes())]
+    assert len(json.dumps(server.timeline.events).encode()) == n
+    for peer in (0, 1):
+        group.deliver(peer, ps.TAG_HEADER, torch.tensor([ps.OP_END, -1]))
+    session.join(30)
+    assert not session.is_alive()
+
+    # Rounds 1 and 2 only (round 3, after the stop, added nothing): a receive and a sum per
+    # push, a send per key and round.
+    assert len(events) == recorded == 2 * 3 * 2 * 2 + 2 * 3
+    for name, cat, *_ in events:
+        assert cat == {"receive": "comm", "sum": "compute", "send": "comm"}[name]
+    for key in keys:
+        for peer in (0, 1):
+            row = f"receive from worker {peer}"
+            got = [e for e in events if e[0] == "receive" and e[5]["key"] == key
+                   and e[5]["peer"] == peer]
+            assert [e[2] for e in got] == [row] * 2
+            assert all(e[5]["bytes"] == 16 for e in got)
+            sums = [e for e in events if e[0] == "sum" and e[5] == {"key": key, "peer": peer}]
+            assert [e[2] for e in sums] == ["engine" if schedule else row] * 2
+            for rec, add in zip(got, sums):   # received, then summed
+                assert rec[3] <= rec[4] <= add[3] <= add[4]
+        sums = sorted((e for e in events if e[0] == "sum" and e[5]["key"] == key),
+                      key=lambda e: e[3])
+        sends = sorted((e for e in events if e[0] == "send" and e[5]["key"] == key),
+                       key=lambda e: e[3])
+        assert [e[5] for e in sends] == [{"key": key, "bytes": 16, "peers": [0, 1]}] * 2
+        assert [e[2] for e in sends] == ["send"] * 2
+        for i, send in enumerate(sends):
+            assert send[3] >= max(e[4] for e in sums[2 * i:2 * i + 2]) and send[4] >= send[3]
+    assert server.timeline.enabled is False
+
+
+class _AheadServer:
+    """The push/pull group as worker 0 sees it, with one scripted server whose clock runs
+    ``ahead`` microseconds ahead of the worker's and who recorded ``events``."""
+
+    def __init__(self, ahead, events):
+        self.ahead, self.events, self.replies, self.asked = ahead, events, queue.Queue(), []
+
+    def send(self, tensors, peer, tag):
+        assert peer == 2 and tag == ps.TAG_HEADER
+        op = int(tensors[0][0])
+        self.asked.append(op)
+        if op == ps.OP_CLOCK:
+            self.replies.put(torch.tensor([tl.now_us() + self.ahead], dtype=torch.float64))
+        elif op == ps.OP_EVENTS:
+            text = json.dumps(self.events).encode()
+            self.replies.put(torch.tensor([len(text)]))
+            self.replies.put(torch.frombuffer(bytearray(text), dtype=torch.uint8))
+        else:
+            self.replies.put(torch.zeros(1, dtype=torch.int64))
+        return _Done()
+
+    def recv(self, tensors, peer, tag):
+        assert peer == 2 and tag == ps.TAG_STATS
+        return _Done(lambda: tensors[0].copy_(self.replies.get(timeout=30)))
+
+
+def test_worker_0_measures_a_server_clock_and_fetches_its_events_onto_its_own():
+    ahead = 5e6
+    start = tl.now_us() + ahead
+    events = [("receive", "comm", "receive from worker 0", start, start + 10.0,
+               {"key": 0, "bytes": 16, "peer": 0}),
+              ("send", "comm", "send", start + 20.0, start + 30.0,
+               {"key": 0, "bytes": 16, "peers": [0]})]
+    group = _AheadServer(ahead, events)
+    client = ps.PSClient(group, rank=0, nworkers=2, nservers=1, partition_bytes=1 << 16,
+                         timeout_s=30)
+    client.timeline_on()
+    [(offset, uncertainty)] = client.server_clocks(rounds=5)
+    assert 0 <= uncertainty and abs(offset - ahead) <= uncertainty + 1e-3
+    client.timeline_off()
+    [got] = client.server_events()
+    assert got == {"rank": 2, "name": "server 0 (rank 2)", "events": events,
+                   "offset_us": offset, "uncertainty_us": uncertainty}
+    assert group.asked == [ps.OP_TIMELINE_ON] + [ps.OP_CLOCK] * 5 + [ps.OP_TIMELINE_OFF,
+                                                                     ps.OP_EVENTS]
+    # On rank 0's clock in the trace: the server's row starts where rank 0's did.
+    mine = [span("iteration", "iteration", start - ahead, start - ahead + 50, index=0)]
+    obj = tl.trace([{"rank": 0, "events": mine, "offset_us": 0.0, "uncertainty_us": 0.0}, got])
+    rows = check_trace(obj)
+    assert abs(rows[(2, "receive from worker 0")][0]["ts"]) <= uncertainty + 1e-3
+    assert obj["metadata"]["offsets_us"]["2"] == offset
+
+
+def _check_servers(obj, rec, nworkers, nservers):
+    """A trace's parameter-server processes against its workers' pushes and the record."""
+    procs = {p["rank"]: p for p in tl.read(obj)}
+    assert sorted(procs) == list(range(nworkers + nservers))
+    pushers = rec["method"]["pushers"]
+    pushed, iters = {}, {}
+    for r in range(nworkers):
+        for e in procs[r]["events"]:
+            if e[0] == "push_pull":
+                pushed.setdefault(e[5]["server"], set()).add(e[5]["key"])
+            if e[0] == "iteration":
+                iters.setdefault(r, []).append(e)
+    n = len(iters[0])
+    offsets, unc = obj["metadata"]["offsets_us"], obj["metadata"]["uncertainty_us"]
+    eps = 0.01   # the trace's rounding of ts and dur
+    for s in range(nservers):
+        rank = nworkers + s
+        assert procs[rank]["name"] == f"server {s} (rank {rank})"
+        events = procs[rank]["events"]
+        assert {e[0] for e in events} == {"receive", "sum", "send"}
+        assert all(e[4] is not None for e in events)
+        # Rank 0's events against this server's: its offset to rank 0 comes from ping-pongs
+        # with rank 0 itself, so the uncertainty bounds the error (NTP).
+        u = unc[str(rank)] + eps
+        sums = [e for e in events if e[0] == "sum"]
+        assert {e[5]["key"] for e in sums} == pushed[s], s
+        for key in pushed[s]:
+            mine = sorted((e for e in sums if e[5]["key"] == key), key=lambda e: e[3])
+            sends = sorted((e for e in events if e[0] == "send" and e[5]["key"] == key),
+                           key=lambda e: e[3])
+            receives = sorted((e for e in events if e[0] == "receive" and e[5]["key"] == key
+                               and e[5]["peer"] == 0), key=lambda e: e[3])
+            # Every pusher's push summed once per iteration; one send per iteration.
+            assert len(mine) == len(pushers) * n and len(sends) == len(receives) == n, key
+            for i in range(n):
+                rnd = mine[i * len(pushers):(i + 1) * len(pushers)]
+                assert sorted(e[5]["peer"] for e in rnd) == pushers, (key, i)
+                send = sends[i]
+                assert send[5]["peers"] == pushers and send[5]["bytes"] > 0
+                assert send[3] >= max(e[4] for e in rnd) - eps, (key, i)
+                # Worker 0's push of the iteration arrives, is summed and sent back within
+                # its iteration, on rank 0's clock.
+                it = iters[0][i]
+                assert it[3] - u <= receives[i][3] and receives[i][4] <= it[4] + u, (key, i)
+                assert it[3] - u <= send[3] <= it[4] + u, (key, i)
+    servers = rec["timeline"]["servers"]
+    assert [x["rank"] for x in servers] == list(range(nworkers, nworkers + nservers))
+    for x in servers:
+        assert x["offset_us"] == offsets[str(x["rank"])]
+        assert x["uncertainty_us"] == unc[str(x["rank"])] > 0
+        assert x["name"] == procs[x["rank"]]["name"] and x["iterations"] == n
+        assert x["pushes_recorded"] == len(pushers) * len(pushed[x["rank"] - nworkers]) * n
+        assert 0 < x["busy_ms_per_iteration"] < rec["timeline"]["mean"]["iteration_s"] * 1e3
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method,nworkers,extra", [
-    ("wfbp", 2, []), ("bytescheduler", 3, []), ("wfbpps", 2, ["--nservers", "1"])])
+    ("wfbp", 2, []), ("bytescheduler", 3, []),
+    # Two workers on two logical machines (--slots 1): both push, to two servers.
+    ("wfbpps", 2, ["--nservers", "2", "--slots", "1"])])
 def test_a_run_writes_a_valid_merged_trace(tmp_path, load_json, method, nworkers, extra):
     path, out = tmp_path / "trace.json", tmp_path / "rec.json"
     proc = train(*TINY_BERT, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
                  *extra, "--timeline", str(path), "--output", str(out), timeout=280)
     assert proc.returncode == 0, describe(proc)
-    rows = check_trace(json.loads(path.read_text()))
+    obj = json.loads(path.read_text())
+    rows = check_trace(obj)   # (the servers' rows too)
     iters = 2 * 2   # QUICK_TIMING: 2 rounds of 2 batches
     for rank in range(nworkers):
         main = rows[(rank, MAIN)]
@@ -147,7 +371,12 @@ def test_a_run_writes_a_valid_merged_trace(tmp_path, load_json, method, nworkers
     if method != "wfbpps":   # all-reduce: every rank issues the same collectives, in order
         seqs = [[(n, b) for _, n, b in _collectives(rows, r)] for r in range(nworkers)]
         assert all(s == seqs[0] for s in seqs), seqs
-    rec = load_json(out)["timeline"]
+    full = load_json(out)
+    rec = full["timeline"]
+    if method == "wfbpps":
+        _check_servers(obj, full, nworkers, 2)
+    else:
+        assert rec["servers"] is None
     assert rec["recorded_iterations"] == iters and rec["comm_observed"]
     assert set(rec["per_rank"]) == {str(r) for r in range(nworkers)}
     m = rec["mean"]
@@ -169,6 +398,18 @@ def test_metrics_without_a_trace_file_and_a_limit(tmp_path, load_json):
     assert m["compute_s"] > 0.5 * m["iteration_s"] and m["comm_s"] < 0.1 * m["iteration_s"]
     assert rec["slowest_rank"] == 0 and list(rec["per_rank"]) == ["0"]
     assert "Overlap: compute " in proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_servers_record_nothing_without_a_trace_file(tmp_path, load_json):
+    out = tmp_path / "rec.json"
+    proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "wfbpps", "--nworkers", "2",
+                 "--nservers", "1", "--output", str(out), timeout=280)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert rec["timeline"]["trace"] is None and rec["timeline"]["servers"] is None
+    assert rec["timeline"]["recorded_iterations"] == 4
+    assert [s["rank"] for s in rec["servers"]] == [2]   # (the servers' stats as before)
 
 
 @pytest.mark.parametrize("args,message", [

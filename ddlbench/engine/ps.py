@@ -27,6 +27,18 @@ Protocol, per *session* (one method object's lifetime):
   previous sums have been sent.
 - **End.** Each worker ends the session with ``[END, -1]``; worker 0 ends the job with a
   shutdown message on the control tag.
+- **Asking a server** (worker 0, inside a session; served by the thread of peer 0, replies on
+  ``TAG_STATS``): ``[STATS, -1]`` its memory and traffic; ``[CLOCK, -1]`` its clock (float64
+  microseconds, ``timeline.now_us``, sent at once: worker 0 measures the offset NTP style);
+  ``[TIMELINE_ON, -1]`` / ``[TIMELINE_OFF, -1]`` start / stop recording (replied once done);
+  ``[EVENTS, -1]`` its recorded events (the length, then the JSON list as bytes).
+
+The server's timeline (``--timeline PATH`` only; off otherwise, costing one attribute test per
+push): per push a ``receive`` span (the header's arrival to the data's, on the row ``receive
+from worker P`` of that peer's thread) and a ``sum`` span (the push added into its key's
+accumulator, on the thread that sums: the peer's, or ``engine`` with server-side scheduling);
+per completed round a ``send`` span (the sum's sends to every pusher, from issue until all have
+completed: Gloo's sends have no future, so a watcher thread waits for them in issue order).
 
 Clients, ``ps_clients`` (docs/DESIGN.md section 6):
 
@@ -60,6 +72,7 @@ from __future__ import annotations
 
 import datetime
 import heapq
+import json
 from collections import deque
 import os
 import queue
@@ -71,9 +84,13 @@ import torch.distributed as dist
 
 from ..errors import PSError, first_line, say
 from ..planning import PS_CLIENTS
+from ..timeline import COMM, COMPUTE, NULL, Timeline, now_us
 
 # Message kinds, first word of a header.
 OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
+# Worker 0's questions to a server inside a session (the timeline's; replies on TAG_STATS).
+OP_TIMELINE_ON, OP_TIMELINE_OFF, OP_EVENTS, OP_CLOCK = range(5, 9)
+ASKING = frozenset({OP_STATS, OP_TIMELINE_ON, OP_TIMELINE_OFF, OP_EVENTS, OP_CLOCK})
 # Tags (Gloo slots). Data of key k uses TAG_DATA + k.
 TAG_CONTROL, TAG_HEADER, TAG_PLAN, TAG_STATS, TAG_PUSHERS = 1, 2, 3, 4, 5
 TAG_DATA = 16
@@ -195,6 +212,7 @@ class PSClient:
         self._staging: dict[int, torch.Tensor] = {}
         self._open = False
         self._push_lock = threading.Lock()
+        self.clocks: list[tuple[float, float]] | None = None   # server_clocks' last answer
 
     def server_rank(self, server: int) -> int:
         return self.nworkers + server
@@ -276,21 +294,77 @@ class PSClient:
         for s, w in works:
             self._wait(w, s, "message")
 
+    def _ask(self, server: int, op: int, reply: torch.Tensor, what: str) -> torch.Tensor:
+        """Worker 0 asks a server something inside a session: the answer, in ``reply``."""
+        req = torch.tensor([op, -1], dtype=torch.int64)
+        w1 = self._send(req, server, TAG_HEADER)
+        w2 = self._recv(reply, server, TAG_STATS)
+        self._wait(w1, server, f"{what} request")
+        self._wait(w2, server, what)
+        return reply
+
     def server_stats(self) -> list[dict]:
         """Each server's memory and traffic so far (worker 0, inside a session)."""
         out = []
         for s in range(self.nservers):
-            req = torch.tensor([OP_STATS, -1], dtype=torch.int64)
-            reply = torch.zeros(6, dtype=torch.int64)
-            w1 = self._send(req, s, TAG_HEADER)
-            w2 = self._recv(reply, s, TAG_STATS)
-            self._wait(w1, s, "stats request")
-            self._wait(w2, s, "stats")
+            reply = self._ask(s, OP_STATS, torch.zeros(6, dtype=torch.int64), "stats")
             rss, peak, received, sent, start, pushes = (int(x) for x in reply)
             out.append({"server": s, "rank": self.server_rank(s), "rss_bytes": rss,
                         "rss_bytes_at_start": start, "peak_rss_bytes": peak,
                         "bytes_received": received, "bytes_sent": sent,
                         "pushes_received": pushes, "pushers": len(self.pushers)})
+        return out
+
+    # -- the servers' timeline (worker 0, inside a session) -------------------------------------
+    def timeline_on(self) -> None:
+        """Every server starts recording (a fresh event list); returns once they all do."""
+        for s in range(self.nservers):
+            self._ask(s, OP_TIMELINE_ON, torch.zeros(1, dtype=torch.int64), "timeline start")
+
+    def timeline_off(self) -> None:
+        """Every server stops recording (its events are kept until the next start)."""
+        for s in range(self.nservers):
+            self._ask(s, OP_TIMELINE_OFF, torch.zeros(1, dtype=torch.int64), "timeline stop")
+
+    def server_clocks(self, rounds: int = 7) -> list[tuple[float, float]]:
+        """Each server's clock minus this worker's, in microseconds, and its uncertainty, NTP
+        style: ``rounds`` ping-pongs (t0, the server's reading ts, t1); of the round with the
+        shortest round trip, offset ts - (t0 + t1) / 2 and uncertainty (t1 - t0) / 2."""
+        out = []
+        for s in range(self.nservers):
+            best = None
+            for _ in range(max(1, rounds)):
+                req = torch.tensor([OP_CLOCK, -1], dtype=torch.int64)
+                reply = torch.zeros(1, dtype=torch.float64)
+                t0 = now_us()
+                w2 = self._recv(reply, s, TAG_STATS)
+                w1 = self._send(req, s, TAG_HEADER)
+                self._wait(w1, s, "clock request")
+                self._wait(w2, s, "clock")
+                t1 = now_us()
+                if best is None or t1 - t0 < best[0]:
+                    best = (t1 - t0, float(reply[0]) - (t0 + t1) / 2)
+            out.append((best[1], best[0] / 2))
+        self.clocks = out
+        return out
+
+    def server_events(self) -> list[dict]:
+        """Each server's recorded events, in the recorder's tuple form on its own clock, with
+        its clock offset to this worker's (``server_clocks``' last measure, taken now if
+        none): ``{"rank", "name", "events", "offset_us", "uncertainty_us"}``, what
+        ``timeline.trace`` merges."""
+        clocks = self.clocks or self.server_clocks()
+        out = []
+        for s in range(self.nservers):
+            n = int(self._ask(s, OP_EVENTS, torch.zeros(1, dtype=torch.int64), "events")[0])
+            events = []
+            if n:
+                buf = torch.empty(n, dtype=torch.uint8)
+                self._wait(self._recv(buf, s, TAG_STATS), s, "events")
+                events = [tuple(e) for e in json.loads(buf.numpy().tobytes())]
+            out.append({"rank": self.server_rank(s), "name": f"server {s} (rank "
+                        f"{self.server_rank(s)})", "events": events,
+                        "offset_us": clocks[s][0], "uncertainty_us": clocks[s][1]})
         return out
 
     def shutdown(self) -> None:
@@ -328,6 +402,8 @@ class _Summer:
     completing it. A failure ends the process with one line (threads blocked in receives
     cannot be interrupted; the peers see their connections close)."""
 
+    timeline: Timeline = NULL   # a server's own recorder (NULL: never records)
+
     def __init__(self, pg, timeout_s: float, who: str):
         self.pg = pg
         self.who = who
@@ -336,6 +412,8 @@ class _Summer:
         self.bytes_sent = 0
         self.pushes = 0
         self._count_lock = threading.Lock()
+        self._send_order = threading.Lock()   # recorded sends: issue order = watcher's order
+        self._watched: "queue.Queue | None" = None
 
     def _die(self, message: str) -> None:
         say(f"ddlbench: {self.who}: {message}")
@@ -389,34 +467,86 @@ class _Summer:
 
     def _send_sum(self, key: int, k: _Key, peers: list[int]) -> None:
         """Send the key's sum to ``peers``; a push of the next round waits for these sends."""
-        with k.lock:
-            k.sends = [(peer, self._send(k.acc, peer, TAG_DATA + key)) for peer in peers]
+        tl = self.timeline
+        if tl.enabled:
+            self._send_recorded(tl, key, k, peers)
+        else:
+            with k.lock:
+                k.sends = [(peer, self._send(k.acc, peer, TAG_DATA + key)) for peer in peers]
         with self._count_lock:
             self.bytes_sent += k.acc.numel() * k.acc.element_size() * len(peers)
 
+    # -- recording (a server's timeline, while on) ----------------------------------------------
+    def _summed(self, tl: Timeline, row: str, key: int, k: _Key, data: torch.Tensor,
+                expected: int, peer: int):
+        """``_add`` as a ``sum`` span on ``row`` (the thread that sums)."""
+        t0 = now_us()
+        out = self._add(key, k, data, expected)
+        tl.events.append(("sum", COMPUTE, row, t0, now_us(), {"key": key, "peer": peer}))
+        return out
+
+    def _send_recorded(self, tl: Timeline, key: int, k: _Key, peers: list[int]) -> None:
+        """``_send_sum`` as one ``send`` span from the sends' issue until all completed. Gloo's
+        sends have no future, so the watcher thread waits for them (in issue order: sends to a
+        peer complete in order), closing the span; the next round's first push waits for the
+        watcher instead of the sends (a Gloo completion can be waited for once)."""
+        nbytes = k.acc.numel() * k.acc.element_size()
+        with self._send_order:
+            if self._watched is None:
+                self._watch()
+            with k.lock:
+                works = [(peer, self._send(k.acc, peer, TAG_DATA + key)) for peer in peers]
+                span = tl.comm("send", _Sends(self, key, works), "send", key=key,
+                               bytes=nbytes, peers=list(peers))
+                sent = _Sent(span)
+                k.sends = [(peer, sent) for peer in peers[:1]]
+            self._watched.put(sent)
+
+    def _watch(self) -> None:
+        """Start the thread that waits for recorded sends (once)."""
+        if self._watched is None:
+            self._watched = queue.Queue()
+            threading.Thread(target=self._watching, name="ps-sends", daemon=True).start()
+
+    def _watching(self) -> None:
+        try:
+            while True:
+                sent = self._watched.get()
+                sent.span.wait(self.timeout)     # (a failed send ends the process)
+                sent.done.set()
+        except SystemExit:
+            raise
+        except BaseException as e:
+            self._die(f"waiting for sends: {type(e).__name__}: {first_line(e)}")
+
     def _serve_peer(self, peer: int, keys: dict[int, _Key], expected: int, on_complete,
-                    on_stats=None, engine=None) -> None:
+                    on_ask=None, engine=None) -> None:
         """Receive ``peer``'s pushes until it ends the session; sum each one here, or hand it
-        to the ``engine`` (server-side scheduling) in a buffer of its own."""
+        to the ``engine`` (server-side scheduling) in a buffer of its own. ``on_ask(peer,
+        op)`` answers worker 0's questions (``ASKING``)."""
         try:
             largest = max((k.acc.numel() for k in keys.values()), default=0)
             scratch = {}
             header = torch.zeros(2, dtype=torch.int64)
+            tl, row = self.timeline, f"receive from worker {peer}"
             while True:
                 self._recv(header, peer, TAG_HEADER, "message", _IDLE)
                 op, key = (int(x) for x in header)
                 if op == OP_END:
                     return
-                if op == OP_STATS and on_stats is not None:
-                    on_stats(peer)
+                if op in ASKING and on_ask is not None:
+                    on_ask(peer, op)
                     continue
                 if op != OP_PUSH or key not in keys:
                     self._die(f"protocol error: message {op} for key {key} from worker {peer}")
                 k = keys[key]
+                t0 = now_us() if tl.enabled else None   # the header's arrival
                 if engine is not None:
                     # Each pending push keeps its data until the engine has summed it.
                     data = engine.buffer(peer, key)
                     self._recv(data, peer, TAG_DATA + key, f"push of key {key}")
+                    if t0 is not None:
+                        _received(tl, row, t0, key, data, peer)
                     engine.put(peer, key, data)
                     continue
                 buf = scratch.get(k.acc.dtype)
@@ -424,7 +554,11 @@ class _Summer:
                     buf = scratch[k.acc.dtype] = torch.empty(largest, dtype=k.acc.dtype)
                 data = buf[:k.acc.numel()]
                 self._recv(data, peer, TAG_DATA + key, f"push of key {key}")
-                complete, rnd = self._add(key, k, data, expected)
+                if t0 is None:
+                    complete, rnd = self._add(key, k, data, expected)
+                else:
+                    _received(tl, row, t0, key, data, peer)
+                    complete, rnd = self._summed(tl, row, key, k, data, expected, peer)
                 if complete:
                     on_complete(key, k, rnd)
         except SystemExit:
@@ -433,11 +567,11 @@ class _Summer:
             self._die(f"serving worker {peer}: {type(e).__name__}: {first_line(e)}")
 
     def _serve_all(self, peers: list[int], keys: dict[int, _Key], expected: int, on_complete,
-                   on_stats=None, engine=None) -> list[threading.Thread]:
+                   on_ask=None, engine=None) -> list[threading.Thread]:
         threads = []
         for peer in peers:
             t = threading.Thread(target=self._serve_peer,
-                                 args=(peer, keys, expected, on_complete, on_stats, engine),
+                                 args=(peer, keys, expected, on_complete, on_ask, engine),
                                  name=f"ps-peer-{peer}", daemon=True)
             t.start()
             threads.append(t)
@@ -448,6 +582,39 @@ class _Summer:
             for peer, work in k.sends:
                 self._wait(work, peer, f"pull of key {key}")
             k.sends = []
+
+
+def _received(tl: Timeline, row: str, t0: float, key: int, data: torch.Tensor,
+              peer: int) -> None:
+    """A ``receive`` span: from the header's arrival (``t0``) to the data's (now)."""
+    tl.events.append(("receive", COMM, row, t0, now_us(),
+                      {"key": key, "bytes": data.numel() * data.element_size(), "peer": peer}))
+
+
+class _Sends:
+    """A round's sends to its pushers as one work (no future: the timeline closes its span
+    when it is waited for)."""
+
+    def __init__(self, summer: _Summer, key: int, works: list):
+        self.summer, self.key, self.works = summer, key, works
+
+    def wait(self, timeout=None) -> None:
+        for peer, work in self.works:
+            self.summer._wait(work, peer, f"pull of key {self.key}", timeout)
+
+
+class _Sent:
+    """A recorded round's sends as ``k.sends`` holds them: done once the watcher saw them
+    complete."""
+
+    def __init__(self, span):
+        self.span = span
+        self.done = threading.Event()
+
+    def wait(self, timeout=None) -> None:
+        seconds = None if timeout is None else timeout.total_seconds()
+        if not self.done.wait(seconds):
+            raise TimeoutError("the sum's sends did not complete")
 
 
 # ------------------------------------------------------------------------------- server side
@@ -501,7 +668,12 @@ class Engine:
                         return
                     key, _, peer, data = heapq.heappop(self._heap)
                 self.served.append((key, peer))
-                complete, rnd = self.summer._add(key, self.keys[key], data, self.expected)
+                tl = self.summer.timeline
+                if tl.enabled:
+                    complete, rnd = self.summer._summed(tl, "engine", key, self.keys[key], data,
+                                                        self.expected, peer)
+                else:
+                    complete, rnd = self.summer._add(key, self.keys[key], data, self.expected)
                 if complete:
                     self.on_complete(key, self.keys[key], rnd)
         except SystemExit:
@@ -528,6 +700,8 @@ class Server(_Summer):
         self.nservers = nservers
         self.engine: Engine | None = None   # the session's, with server-side scheduling
         self.rss_at_start = _rss()  # before any buffer: what the summing itself adds is above
+        # Off until worker 0 turns it on (--timeline PATH: the timed rounds).
+        self.timeline = Timeline(rank)
 
     @property
     def served(self):
@@ -563,12 +737,37 @@ class Server(_Summer):
 
         self.engine = engine = (Engine(self, keys, len(pushers), complete) if schedule
                                 else None)
-        for t in self._serve_all(pushers, keys, len(pushers), complete, self._send_stats,
-                                 engine):
+        for t in self._serve_all(pushers, keys, len(pushers), complete, self._answer, engine):
             t.join()
         if engine:
             engine.finish()
         self._drain(keys)
+
+    def _answer(self, peer: int, op: int) -> None:
+        """Worker 0's question ``op`` (``ASKING``), answered on ``TAG_STATS``."""
+        if op == OP_STATS:
+            return self._send_stats(peer)
+        tl = self.timeline
+        if op == OP_CLOCK:
+            reply = torch.tensor([now_us()], dtype=torch.float64)
+        elif op == OP_TIMELINE_ON:
+            self._watch()
+            tl.start()
+            reply = torch.zeros(1, dtype=torch.int64)
+        elif op == OP_TIMELINE_OFF:
+            tl.stop()
+            reply = torch.tensor([len(tl.events)], dtype=torch.int64)
+        else:   # OP_EVENTS: the length, then the JSON list as bytes (none when empty)
+            text = json.dumps(list(tl.events)).encode() if tl.events else b""
+            reply = torch.tensor([len(text)], dtype=torch.int64)
+            works = [self._send(reply, peer, TAG_STATS)]
+            if text:
+                payload = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+                works.append(self._send(payload, peer, TAG_STATS))
+            for w in works:
+                self._wait(w, peer, "events")
+            return
+        self._wait(self._send(reply, peer, TAG_STATS), peer, "reply")
 
     def _send_stats(self, w: int) -> None:
         import resource
@@ -719,6 +918,19 @@ class MachineClient(_Summer):
 
     def server_stats(self) -> list[dict]:
         return self.client.server_stats()
+
+    # The servers' timeline: worker 0 (always a leader) asks through its client.
+    def timeline_on(self) -> None:
+        self.client.timeline_on()
+
+    def timeline_off(self) -> None:
+        self.client.timeline_off()
+
+    def server_clocks(self, rounds: int = 7) -> list[tuple[float, float]]:
+        return self.client.server_clocks(rounds)
+
+    def server_events(self) -> list[dict]:
+        return self.client.server_events()
 
     def shutdown(self) -> None:
         self.close()

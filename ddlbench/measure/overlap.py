@@ -1,11 +1,11 @@
 """The job's side of the timeline: rank clocks aligned to rank 0's, every rank's overlap metrics
-and events gathered, the merged trace written by rank 0 (``ddlbench.timeline`` records and
-computes)."""
+and events gathered, the parameter servers' recording turned on and off and their events
+fetched, the merged trace written by rank 0 (``ddlbench.timeline`` records and computes)."""
 from __future__ import annotations
 
 import statistics
 
-from ..timeline import COMM, Timeline, now_us, overlap, trace, write
+from ..timeline import COMM, COMPUTE, Timeline, measure, now_us, overlap, trace, union, write
 
 ALIGN_ROUNDS = 7
 
@@ -31,11 +31,54 @@ def align(device=None, group=None, rounds: int = ALIGN_ROUNDS) -> tuple[float, f
     return statistics.median(diffs), (max(diffs) - min(diffs)) / 2
 
 
+def servers_start(ps, rank: int, rounds: int = ALIGN_ROUNDS) -> None:
+    """The timed rounds start with the servers recording (``--timeline PATH`` with parameter
+    servers): worker 0 measures their clocks against its own (``server_clocks``) and turns
+    their timelines on, answered once they record; then every worker waits for it (a barrier
+    over the workers' group), so no push of the timed rounds reaches an unrecorded server.
+    Collective over the workers."""
+    import torch.distributed as dist
+    if rank == 0:
+        ps.server_clocks(rounds)
+        ps.timeline_on()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def servers_stop(ps, rank: int) -> list[dict] | None:
+    """After the timed rounds: worker 0 turns the servers' recording off and fetches their
+    events (``ps.server_events``: what ``trace`` merges, one process each); None elsewhere.
+    Servers know no iterations: they record from the start of the timed rounds to here, even
+    under ``--timeline-iters N`` (which limits the workers' recording only)."""
+    if rank != 0:
+        return None
+    ps.timeline_off()
+    return ps.server_events()
+
+
+def server_section(servers: list[dict], iterations: int) -> list[dict]:
+    """The record's account of each server's recording: its clock offset to rank 0's, and
+    how long it spent summing per timed iteration (the union of its ``sum`` spans over the
+    ``iterations`` its recording covered), in ms."""
+    out = []
+    for s in servers:
+        sums = [(e[3], e[4]) for e in s["events"] if e[0] == "sum" and e[1] == COMPUTE]
+        busy_us = measure(union(sums))
+        out.append({"rank": s["rank"], "name": s.get("name"), "offset_us": s["offset_us"],
+                    "uncertainty_us": s["uncertainty_us"], "iterations": iterations,
+                    "pushes_recorded": len(sums),
+                    "busy_ms_per_iteration": busy_us / 1e3 / iterations if iterations else None})
+    return out
+
+
 def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (0.0, 0.0),
-            path: str | None = None, meta: dict | None = None) -> dict | None:
+            path: str | None = None, meta: dict | None = None,
+            servers: list[dict] | None = None, server_iterations: int = 0) -> dict | None:
     """After the timed rounds, on every worker (collective): each rank's metrics gathered, the
-    merged trace written to ``path`` by rank 0. Returns the record's ``timeline`` section on
-    rank 0 (None elsewhere)."""
+    merged trace written to ``path`` by rank 0, with ``servers`` (rank 0's, from
+    ``servers_stop``: one more process each, after the workers) when given. Returns the
+    record's ``timeline`` section on rank 0 (None elsewhere); its ``servers`` is
+    ``server_section`` of them over ``server_iterations``, null without servers recorded."""
     import torch.distributed as dist
     mine = overlap(tl.events)
     summary = {"rank": rank, "mean": mine["mean"] if mine else None,
@@ -56,7 +99,7 @@ def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (
     if rank != 0:
         return None
     if path:
-        write(path, trace(ranks, meta))
+        write(path, trace(ranks + (servers or []), meta))
     measured = [s for s in summaries if s["mean"] is not None]
     slowest = max(measured, key=lambda s: s["mean"]["iteration_s"]) if measured else None
     return {"recorded_iterations": summary["iterations"],
@@ -67,4 +110,5 @@ def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (
             "clock": {str(s["rank"]): {"offset_us": s["offset_us"],
                                        "uncertainty_us": s["uncertainty_us"]}
                       for s in summaries},
+            "servers": server_section(servers, server_iterations) if servers else None,
             "trace": path}
