@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -238,27 +239,65 @@ def test_wfbp_verifies_over_2_5gbit(netem_runs):
 @needs_netem
 def test_ps_per_machine_over_1gbit(tmp_path, netem_runs):
     """2 emulated machines x 2 workers (--slots 2) and a server on a host of its own: the
-    method verifies, and the server receives exactly one push per machine per partition."""
+    server receives exactly one push per machine per partition. (The same layout verifies
+    without emulation in test_ps.py's reference cells.)"""
     machines = ["--nworkers", "4", "--slots", "2", "--nservers", "1", "--net", "1gbit"]
-    proc = train(*TINY_BERT, *machines, "--verify", "2", "--method", "bspps", timeout=280,
-                 DDLBENCH_NET_PROBE_S="0.3")
-    netem_runs += run_ids(proc.stderr)
-    assert proc.returncode == 0, describe(proc)
-    steps = verify_lines(proc.stdout)["bspps"]
-    assert [s[0] for s in steps] == [1, 2] and all(s[3] for s in steps), proc.stdout
-    assert "3 emulated hosts, profile 1gbit" in proc.stderr   # 2 worker machines, 1 server
     out = tmp_path / "rec.json"
     proc = train(*TINY_BERT, *machines, "--method", "wfbpps", "--num-warmup-batches", "1",
                  "--num-batches-per-iter", "1", "--num-iters", "1", "--output", str(out),
                  timeout=280, DDLBENCH_NET_PROBE_S="0.3")
     netem_runs += run_ids(proc.stderr)
     assert proc.returncode == 0, describe(proc)
+    assert "3 emulated hosts, profile 1gbit" in proc.stderr   # 2 worker machines, 1 server
     rec = json.loads(out.read_text())
     assert rec["method"]["pushers"] == [0, 2] and rec["net"]["hosts"] == 3
     server, = rec["servers"]
     steps = 2   # warm-up 1, timed 1 x 1
     assert server["pushes_received"] == 2 * rec["method"]["partitions"] * steps
     assert server["bytes_received"] == 2 * rec["model"]["gradient_bytes"] * steps
+    assert len(netem_runs) == 1 and not any(leftovers(r) for r in netem_runs)
+
+
+@needs_netem
+def test_overlap_orders_bsp_and_wfbp_over_1gbit(tmp_path, netem_runs):
+    """The timeline against the cost model on an emulated 1 Gbit/s link, 2 workers each in a
+    namespace of its own: bspa2a all-reduces the whole gradient after backward, so it hides
+    (close to) nothing and its exposed time is the ring all-reduce's, M / rate for 2 workers at
+    the probed rate, within 25%; wfbp starts each gradient's all-reduce during backward and
+    hides a part. The merged trace's aligned clocks line the all-reduces' ends up across the
+    namespaces."""
+    got = {}
+    for method in ("bspa2a", "wfbp"):
+        out, trace = tmp_path / f"{method}.json", tmp_path / f"{method}.trace.json"
+        proc = train(*TINY_BERT, *QUICK_TIMING, "--nworkers", "2", "--net", "1gbit", "--method",
+                     method, "--output", str(out), "--timeline", str(trace), timeout=280,
+                     DDLBENCH_NET_PROBE_S="0.5")
+        netem_runs += run_ids(proc.stderr)
+        assert proc.returncode == 0, describe(proc)
+        got[method] = json.loads(out.read_text()), json.loads(trace.read_text())
+    rec, trace = got["bspa2a"]
+    bsp, wfbp = rec["timeline"]["mean"], got["wfbp"][0]["timeline"]["mean"]
+    ring_s = rec["model"]["gradient_bytes"] * 8 / rec["net"]["probe"]["rate_bps"]
+    assert bsp["overlap"] < 0.05, bsp
+    assert wfbp["overlap"] > bsp["overlap"] + 0.02, (wfbp, bsp)
+    assert wfbp["exposed_s"] < bsp["exposed_s"], (wfbp, bsp)
+    # One all-reduce per step on each rank: its end is the same moment on both (the ring's
+    # last exchange), up to the clock offsets' uncertainty and a few ms of wake-up.
+    ends = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "comm":
+            ends.setdefault(e["pid"], []).append((e["ts"] + e["dur"], e["dur"]))
+    assert sorted(ends) == [0, 1] and len(ends[0]) == len(ends[1]) == 4, ends
+    slack_us = sum(trace["metadata"]["uncertainty_us"].values()) + 5000
+    transfer_us = []
+    for (end0, dur0), (end1, dur1) in zip(sorted(ends[0]), sorted(ends[1])):
+        assert abs(end0 - end1) <= slack_us, (end0, end1, slack_us)
+        # The rank that reached the all-reduce last spent it on the transfer alone (the
+        # other's span also holds its wait for that rank to finish backward).
+        transfer_us.append(min(dur0, dur1))
+    exposed_s = statistics.median(transfer_us) / 1e6   # all of it exposed (overlap ~0)
+    assert 0.75 <= exposed_s / ring_s <= 1.25 and ring_s * 1e6 > 10 * slack_us, \
+        (transfer_us, ring_s, slack_us)
     assert len(netem_runs) == 2 and not any(leftovers(r) for r in netem_runs)
 
 
@@ -295,10 +334,16 @@ def wait_gone(pids, timeout=30):
 
 @needs_netem
 @pytest.mark.parametrize("how", ["sigkill-worker", "sigint-launcher"])
-def test_killed_run_leaves_nothing(how, tmp_path, netem_runs):
+def test_killed_run_leaves_nothing(how, tmp_path, netem_runs, monkeypatch):
     proc, run_id, pids = start_long_run(tmp_path)
     netem_runs.append(run_id)
     assert leftovers(run_id)  # the set exists while it runs
+    # A cleanup keeping its state elsewhere knows nothing of this run, but leaves it alone:
+    # its workers are running in it.
+    monkeypatch.setenv("DDLBENCH_NETEM_STATE", str(tmp_path / "other-state"))
+    assert run_id not in netem.cleanup_stale()
+    monkeypatch.delenv("DDLBENCH_NETEM_STATE")
+    assert leftovers(run_id) and not any(not alive(p) for p in pids)
     if how == "sigkill-worker":
         os.kill(pids[1], signal.SIGKILL)
     else:

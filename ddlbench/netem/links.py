@@ -77,6 +77,12 @@ def list_namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def namespace_pids(ns: str) -> list[int]:
+    """The processes running in namespace ``ns`` (none when it is gone)."""
+    out = _ip("ip", "netns", "pids", ns, check=False).stdout.split()
+    return [int(p) for p in out if p.isdigit()]
+
+
 def _remove_namespaces(names: list[str]) -> None:
     """Kill what runs in each namespace, then delete it (its veths and bridge go with it) and
     its ``/etc/netns/NS`` (the hosts file ``ip netns exec`` shows inside)."""

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from .links import _NS_RE, _remove_namespaces, list_namespaces
+from .links import _NS_RE, _remove_namespaces, list_namespaces, namespace_pids
 
 
 def state_dir() -> str:
@@ -101,8 +101,8 @@ def _remove_run(path: str, run_id: str, state: dict) -> None:
 
 def cleanup_stale(include_live: bool = False, log=None) -> list[str]:
     """Remove the sets of runs whose owner process is gone (all sets with ``include_live``),
-    and namespaces of this package's pattern that no state file accounts for. Returns the run
-    ids removed."""
+    and namespaces of this package's pattern that no state file accounts for and nothing runs
+    in (any with ``include_live``). Returns the run ids removed."""
     removed = []
     known = set()
     for path, state in _read_states():
@@ -121,6 +121,10 @@ def cleanup_stale(include_live: bool = False, log=None) -> list[str]:
                 os.path.join(state_dir(), f"{m.group(1)}.json")):
             orphans.setdefault(m.group(1), []).append(ns)
     for run_id, names in orphans.items():
+        # Processes still run in it: a live run whose state file is elsewhere (another
+        # DDLBENCH_NETEM_STATE); its own owner, or its watcher, removes it.
+        if not include_live and any(namespace_pids(ns) for ns in names):
+            continue
         _remove_namespaces(names)
         if run_id not in removed:
             removed.append(run_id)
