@@ -11,7 +11,9 @@ import torch
 from ddlbench import timeline as tl
 from ddlbench.engine import ps
 
+from . import traces
 from .conftest import QUICK_TIMING, TINY_BERT, describe, run, train
+from .traces import check_trace
 
 MAIN = tl.MAIN
 
@@ -72,35 +74,6 @@ def test_no_communication_has_no_overlap_ratio():
     assert m["overlap"] is None and m["comm_s"] == 0 and m["exposed_s"] == 0
 
 
-def check_trace(obj) -> dict:
-    """The trace-event rules a viewer relies on; returns {(pid, thread name): [events]}."""
-    assert set(obj) >= {"traceEvents", "metadata"}
-    names, rows = {}, {}
-    for e in obj["traceEvents"]:
-        assert {"ph", "ts", "pid", "tid"} <= set(e), e
-        if e["ph"] == "M":
-            if e["name"] == "thread_name":
-                names[(e["pid"], e["tid"])] = e["args"]["name"]
-            continue
-        assert e["ph"] in ("X", "i") and e["ts"] >= 0, e
-        rows.setdefault((e["pid"], e["tid"]), []).append(e)
-    out = {}
-    for key, evs in rows.items():
-        last, stack = -1.0, []
-        for e in evs:
-            assert e["ts"] >= last, ("timestamps go back", key, e)
-            last = e["ts"]
-            if e["ph"] != "X":
-                continue
-            end = e["ts"] + e["dur"]
-            while stack and stack[-1] <= e["ts"]:
-                stack.pop()
-            assert not stack or end <= stack[-1] + 1e-3, ("spans overlap on a row", key, e)
-            stack.append(end)
-        out[(key[0], names[key])] = evs
-    return out
-
-
 def test_merged_trace_is_on_rank_0s_clock_with_a_row_per_stream():
     rank1 = [span("iteration", "iteration", 1000, 1100, index=0),
              span("allreduce", "comm", 1010, 1050, thread="allreduce"),
@@ -118,12 +91,6 @@ def test_merged_trace_is_on_rank_0s_clock_with_a_row_per_stream():
     assert [e["ts"] for e in rows[(1, "allreduce 2")]] == [20]
     assert rows[(0, "gradients")][0]["ph"] == "i"
     assert {p for p, _ in rows} == {0, 1}
-
-
-def _collectives(rows, pid):
-    return sorted(((e["ts"], e["name"], e.get("args", {}).get("bytes"))
-                   for (p, thread), evs in rows.items() if p == pid
-                   for e in evs if e.get("cat") == "comm"))
 
 
 # ------------------------------------------------------------ a parameter server's recording
@@ -343,9 +310,14 @@ def _check_servers(obj, rec, nworkers, nservers):
         assert 0 < x["busy_ms_per_iteration"] < rec["timeline"]["mean"]["iteration_s"] * 1e3
 
 
+# Every method's trace, pairwise over 2 and 3 workers, mostly carried by runs other tests make
+# anyway: bspa2a, wfbp, fusion and ddp at 2 workers and fusion at 3 (tests/test_train.py's record
+# runs), bytescheduler at 2 (test_bytescheduler.py), wfbpps, byteschedulerps and bspps at 2, 3
+# and 4 (test_ps.py's record runs, bspps without a trace file); here mgwfbp and bytescheduler at
+# 3 and wfbpps with two servers.
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method,nworkers,extra", [
-    ("wfbp", 2, []), ("bytescheduler", 3, []),
+    ("mgwfbp", 3, []), ("bytescheduler", 3, []),
     # Two workers on two logical machines (--slots 1): both push, to two servers.
     ("wfbpps", 2, ["--nservers", "2", "--slots", "1"])])
 def test_a_run_writes_a_valid_merged_trace(tmp_path, load_json, method, nworkers, extra):
@@ -353,36 +325,20 @@ def test_a_run_writes_a_valid_merged_trace(tmp_path, load_json, method, nworkers
     proc = train(*TINY_BERT, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
                  *extra, "--timeline", str(path), "--output", str(out), timeout=280)
     assert proc.returncode == 0, describe(proc)
-    obj = json.loads(path.read_text())
-    rows = check_trace(obj)   # (the servers' rows too)
     iters = 2 * 2   # QUICK_TIMING: 2 rounds of 2 batches
-    for rank in range(nworkers):
-        main = rows[(rank, MAIN)]
-        its = [e for e in main if e["name"] == "iteration"]
-        assert [e["args"]["index"] for e in its] == list(range(iters)), rank
-        start = its[0]["ts"]
-        end = max(e["ts"] + e["dur"] for e in main if e["ph"] == "X")
-        comm = [e for (p, _), evs in rows.items() if p == rank for e in evs
-                if e.get("cat") == "comm"]
-        assert comm, (rank, sorted(rows))
-        # Nothing of the warm-up, nothing after the run's last synchronize.
-        assert all(start <= e["ts"] and e["ts"] + e["dur"] <= end + 1 for e in comm), rank
-        assert {e["name"] for e in main} >= {"forward", "backward", "step", "synchronize"}
-    if method != "wfbpps":   # all-reduce: every rank issues the same collectives, in order
-        seqs = [[(n, b) for _, n, b in _collectives(rows, r)] for r in range(nworkers)]
-        assert all(s == seqs[0] for s in seqs), seqs
+    # (the servers' rows are checked too; all-reduce methods issue the same collectives, in
+    # order, on every rank)
+    rows = traces.check_run_trace(path, nworkers, iters, same_collectives=method != "wfbpps")
     full = load_json(out)
     rec = full["timeline"]
     if method == "wfbpps":
-        _check_servers(obj, full, nworkers, 2)
+        _check_servers(json.loads(path.read_text()), full, nworkers, 2)
     else:
         assert rec["servers"] is None
-    assert rec["recorded_iterations"] == iters and rec["comm_observed"]
-    assert set(rec["per_rank"]) == {str(r) for r in range(nworkers)}
-    m = rec["mean"]
-    assert 0 <= m["overlap"] <= 1 and m["comm_s"] > 0 and m["compute_s"] > 0
-    assert m["hidden_s"] + m["exposed_s"] >= m["comm_s"] - 1e-9
-    assert rec["trace"] == str(path)
+    if method == "mgwfbp":   # one all-reduce per merged group, of its bytes, every step
+        assert sorted(b for _, _, b in traces.collectives(rows, 0)) == \
+            sorted(full["method"]["mgwfbp"]["group_bytes"] * iters)
+    traces.check_record(rec, nworkers, iters, path)
     assert "Overlap: compute " in proc.stdout and f"trace: {path}" in proc.stdout
 
 
@@ -398,18 +354,6 @@ def test_metrics_without_a_trace_file_and_a_limit(tmp_path, load_json):
     assert m["compute_s"] > 0.5 * m["iteration_s"] and m["comm_s"] < 0.1 * m["iteration_s"]
     assert rec["slowest_rank"] == 0 and list(rec["per_rank"]) == ["0"]
     assert "Overlap: compute " in proc.stdout
-
-
-@pytest.mark.timeout(300)
-def test_servers_record_nothing_without_a_trace_file(tmp_path, load_json):
-    out = tmp_path / "rec.json"
-    proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "wfbpps", "--nworkers", "2",
-                 "--nservers", "1", "--output", str(out), timeout=280)
-    assert proc.returncode == 0, describe(proc)
-    rec = load_json(out)
-    assert rec["timeline"]["trace"] is None and rec["timeline"]["servers"] is None
-    assert rec["timeline"]["recorded_iterations"] == 4
-    assert [s["rank"] for s in rec["servers"]] == [2]   # (the servers' stats as before)
 
 
 @pytest.mark.parametrize("args,message", [
