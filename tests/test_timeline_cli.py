@@ -173,6 +173,20 @@ def test_the_summary_lists_metrics_per_rank_and_the_longest_exposed_first(tmp_pa
     assert data["ranks"][1]["iterations"] == 1
     assert data["metadata"]["uncertainty_us"] == {"0": 0.0, "1": 2.5}
 
+    # A parameter server's process: no iterations; its long receive is not a worker's exposed
+    # communication.
+    server = {"rank": 2, "name": "server 0 (rank 2)", "offset_us": 0.0, "uncertainty_us": 1.0,
+              "events": [span("receive", "comm", 0, 700, thread="receive from worker 0",
+                              key=7, bytes=64)]}
+    obj = tl.trace([{"rank": 0, "events": RANK0, "offset_us": 0.0, "uncertainty_us": 0.0},
+                    {"rank": 1, "events": RANK1, "offset_us": 1000.0, "uncertainty_us": 2.5},
+                    server], meta=META)
+    tl.write(str(path), obj)
+    (data,) = [json.loads("\n".join(summary_lines(capsys, str(path), "--json", "--top", "2")))]
+    assert data["comm_spans"] == 7 and data["exposed"][0]["name"] == "reduce_scatter"
+    assert data["ranks"][2] == {"rank": 2, "name": "server 0 (rank 2)", "iterations": 0,
+                                "mean": None}
+
 
 # B: rank 0 iteration [0, 450], forward [0, 300], step [300, 450], an all-reduce [200, 400];
 # rank 1 [0, 400], all forward, no communication (overlap None).

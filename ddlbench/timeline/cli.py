@@ -32,8 +32,9 @@ METRICS = (("iteration_s", "iteration", "ms"), ("compute_s", "compute", "ms"),
 
 def summarize(obj: dict, top: int = 10, what: str = "the trace") -> dict:
     """One trace's summary: every rank's mean metrics and iterations, the slowest rank (longest
-    mean iteration), the ``top`` longest exposed communication spans of all ranks (longest
-    first; among equals, earlier, then the lower rank). A UsageError when no rank has an
+    mean iteration), the ``top`` longest exposed communication spans of all workers (longest
+    first; among equals, earlier, then the lower rank; a parameter server's process, without
+    iterations, is listed with none and its spans are not a worker's exposed time). A UsageError when no rank has an
     iteration span."""
     ranks, spans = [], []
     for r in read(obj, what):
@@ -41,7 +42,8 @@ def summarize(obj: dict, top: int = 10, what: str = "the trace") -> dict:
         ranks.append({"rank": r["rank"], "name": r["name"],
                       "iterations": m["iterations"] if m else 0,
                       "mean": m["mean"] if m else None})
-        spans += [{"rank": r["rank"], **s} for s in exposed_spans(r["events"], None)]
+        if m:   # a parameter server's process has no iterations, nor compute to hide behind
+            spans += [{"rank": r["rank"], **s} for s in exposed_spans(r["events"], None)]
     measured = [r for r in ranks if r["mean"] is not None]
     if not measured:
         raise UsageError(f"{what} has no iteration spans (cat \"iteration\"): nothing to measure")
