@@ -50,8 +50,10 @@ def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
     assert "--pieces PIECES how many all-reduces the gradient is cut into [pieces] " \
         "(default: 2)" in text
 
-    # --method all verifies it with the rest; alone, its option changes its buckets.
-    proc = train(*TINY_BERT, "--verify", "1", "--method", "all", "--nworkers", "1",
+    # It is in the registry (so in --method all) and verifies; its option is checked.
+    proc = run([sys.executable, "-m", "ddlbench.methods", "table"], timeout=120, **env)
+    assert proc.returncode == 0 and "| `pieces` |" in proc.stdout, describe(proc)
+    proc = train(*TINY_BERT, "--verify", "1", "--method", "pieces", "--nworkers", "2",
                  timeout=300, **env)
     assert proc.returncode == 0, describe(proc)
     assert "pieces" in verify_lines(proc.stdout)
