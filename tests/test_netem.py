@@ -279,8 +279,9 @@ def test_overlap_orders_bsp_and_wfbp_over_1gbit(tmp_path, netem_runs):
     bsp, wfbp = rec["timeline"]["mean"], got["wfbp"][0]["timeline"]["mean"]
     ring_s = rec["model"]["gradient_bytes"] * 8 / rec["net"]["probe"]["rate_bps"]
     assert bsp["overlap"] < 0.05, bsp
+    # (Not less exposed time: on this small model at 1 Gbit/s wfbp's 46 messages' start-ups
+    # can cost more than the backward pass hides, as the cost model says.)
     assert wfbp["overlap"] > bsp["overlap"] + 0.02, (wfbp, bsp)
-    assert wfbp["exposed_s"] < bsp["exposed_s"], (wfbp, bsp)
     # One all-reduce per step on each rank: its end is the same moment on both (the ring's
     # last exchange), up to the clock offsets' uncertainty and a few ms of wake-up.
     ends = {}

@@ -102,7 +102,10 @@ class Comm:
                 self._read_events(len(self._events) // 2)
         else:
             t0 = time.perf_counter()
-            with self.timeline.span(what[:-2], "codec", "compressor", elements=tensor.numel()):
+            # The dense gradient it works on; what it becomes is on the wire: the bytes of the
+            # collective spans that follow.
+            with self.timeline.span(what[:-2], "codec", "compressor", elements=tensor.numel(),
+                                    bytes=tensor.numel() * itemsize(tensor.dtype)):
                 yield
             self.seconds[what] += time.perf_counter() - t0
 
