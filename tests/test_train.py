@@ -79,6 +79,13 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
                             "bytes": model["gradient_bytes"]}] * 4
     if method in ("fusion", "ddp"):   # one per bucket
         assert len(traces.collectives(rows, 0)) == 4 * rec["method"]["buckets"] > 4
+    if method == "ddp":   # its end-of-backward wait for the all-reduces: a wait, in backward
+        main = rows[(0, traces.MAIN)]
+        waits = [e for e in main if e["name"] == "all-reduces"]
+        backwards = [e for e in main if e["name"] == "backward"]
+        assert len(waits) == len(backwards) == 4 and all(e["cat"] == "wait" for e in waits)
+        for w, b in zip(waits, backwards):
+            assert b["ts"] <= w["ts"] and w["ts"] + w["dur"] <= b["ts"] + b["dur"] + 1
 
 
 def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_json):

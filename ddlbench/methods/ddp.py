@@ -15,7 +15,9 @@ communication is not on the timeline. With ``--timeline PATH`` (a trace file) a 
 what DDP's default does, average then all-reduce each bucket asynchronously on DDP's group
 (torch's ``allreduce_hook`` is the same), but through the suite's ``Comm``, so every bucket's
 all-reduce is a span of the trace and of the overlap metrics; DDP still owns the buckets, their
-order and the overlap with backward.
+order and the overlap with backward. DDP's wait for the all-reduces at the end of backward
+(from its last bucket's hook to the last all-reduce's completion) is a wait span inside the
+backward span, not compute.
 
 DDP calls the hook on the autograd thread as each bucket becomes ready, in bucket order on every
 rank, and waits for the hook's future at the end of backward. The hook only queues the bucket;
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import timeline
 from ..options import POSITIVE, Options, option
 from .base import AFTER_STEP, BucketPlan, Method
 from .threads import QueueWorker
@@ -111,7 +114,16 @@ class DDP(Method):
         flat = bucket.buffer()
         flat.div_(self.comm.size)
         work = self.comm.allreduce(flat, async_op=True)
-        return work.get_future().then(lambda fut: flat)
+        fut = work.get_future()
+        tl = self.comm.timeline
+        if bucket.is_last() and tl.enabled:
+            # The last bucket is ready: autograd's work is done and DDP now waits, inside
+            # backward, for the all-reduces (the last one issued ends last). A wait span on the
+            # training thread, so the metrics do not count it as backward compute.
+            t0 = timeline.now_us()
+            fut.add_done_callback(lambda _f: tl.events.append(
+                ("all-reduces", timeline.WAIT, timeline.MAIN, t0, timeline.now_us(), None)))
+        return fut.then(lambda _fut: flat)
 
     def _exchange_one(self, item) -> None:
         members, flat, shapes, fut = item
