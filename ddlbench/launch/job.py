@@ -57,7 +57,8 @@ def run_job(argv, module: str, parse_args, check, worker,
         elif os.environ.get("DDLBENCH_LAUNCHER") != "local":
             # Another launcher (torchrun, mpirun) stops every process as soon as one exits with
             # an error: the other ranks linger so that rank 0, perhaps slower to get here, says
-            # why. (This suite's local spawner checks the input itself before it spawns.)
+            # why. (This suite's local spawner waits for rank 0's line itself and names the
+            # first worker to exit, so a lingering rank there would add a second line.)
             time.sleep(LINGER_S)
         return EXIT_USAGE
     except PSError as e:

@@ -94,13 +94,18 @@ class DDP(Method):
         return self.ddp
 
     # -- the comm hook (compressor only) ----------------------------------------------------------
-    def _hook(self, _state, bucket):  # (DDP rejects a return annotation given as a string)
-        import torch
-        params = bucket.parameters()
-        members = tuple(self._index[id(p)] for p in params)
+    def _members(self, bucket) -> tuple:
+        """The bucket's parameters (indices), noted as this step's next group."""
+        members = tuple(self._index[id(p)] for p in bucket.parameters())
         if bucket.index() == 0:
             self._step_groups = []  # the first bucket of a new backward
         self._step_groups.append(list(members))
+        return members
+
+    def _hook(self, _state, bucket):  # (DDP rejects a return annotation given as a string)
+        import torch
+        params = bucket.parameters()
+        members = self._members(bucket)
         fut = torch.futures.Future()
         self._exchange.put((members, bucket.buffer(), [p.shape for p in params], fut))
         return fut
@@ -108,9 +113,7 @@ class DDP(Method):
     def _observed_hook(self, _state, bucket):
         """DDP's default reduction (average, then all-reduce the bucket) through ``Comm``, so
         that the timeline sees each bucket's all-reduce (--timeline PATH only)."""
-        if bucket.index() == 0:
-            self._step_groups = []
-        self._step_groups.append([self._index[id(p)] for p in bucket.parameters()])
+        self._members(bucket)
         flat = bucket.buffer()
         flat.div_(self.comm.size)
         work = self.comm.allreduce(flat, async_op=True)
