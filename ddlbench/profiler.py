@@ -265,8 +265,7 @@ def check(args) -> None:
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
     import models
-    if args.model not in models.names():
-        models.build(args.model)  # raises the UsageError listing what exists
+    models.check(args.model)
 
 
 def main(argv=None) -> int:

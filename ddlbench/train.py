@@ -224,8 +224,7 @@ def check(args, probe_engine: bool = True) -> None:
         raise UsageError("several compressors at once only with --verify; a benchmark times one")
     runs(args)  # methods that cannot take a compressor
     import models
-    if args.model not in models.names():
-        models.build(args.model)  # raises the UsageError listing what exists
+    models.check(args.model)
     _check_optimizer(args)
 
 

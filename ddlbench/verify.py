@@ -2,10 +2,10 @@
 
 The reference shares no code with any method's communication path. A tensor hook on every
 parameter copies the rank's *local* gradient as autograd produces it, before any method's hook
-can touch it; after the method's step the copies of all ranks are gathered, averaged in float64
-and given to the same optimizer class acting on copies of the parameters. Each rank then
-compares its own parameters with the reference, and rank 0's parameters with every other rank's:
-replicas must be bit-identical.
+can touch it; after the method's step the copies of all ranks are summed in float64 (gathered,
+with a compressor), averaged and given to the same optimizer class acting on copies of the
+parameters. Each rank then compares its own parameters with the reference, and rank 0's
+parameters with every other rank's: replicas must be bit-identical.
 
 The reference parameters and optimizer keep the model's own precision (fp32): the optimizer's
 arithmetic is then the same as the method's, step for step, and any difference comes from how
@@ -105,12 +105,16 @@ class Reference:
                           for g, r in zip(self.local, self.ref)])
         device = flat.device if self.ctx.backend == "nccl" else torch.device("cpu")
         flat = flat.to(device)
-        gathered = [torch.empty_like(flat) for _ in range(self.ctx.size)]
-        dist.all_gather(gathered, flat)
         bound = None
         if self.math is None:
-            average = torch.stack(gathered).sum(0) / self.ctx.size
+            # A float64 sum of fp32 values: exact to about 1e-16 in any order, and the same on
+            # every rank (the collective hands every rank the same reduced bytes).
+            dist.all_reduce(flat)
+            average = flat / self.ctx.size
         else:
+            # A compressor's mathematics needs each rank's own gradient.
+            gathered = [torch.empty_like(flat) for _ in range(self.ctx.size)]
+            dist.all_gather(gathered, flat)
             average, bound = self._compressed_average(gathered, plan)
         offset = 0
         for r in self.ref:

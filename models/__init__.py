@@ -56,6 +56,13 @@ def names() -> list[str]:
     return cnn_names() + list(BERT_CONFIGS)
 
 
+def check(name: str) -> None:
+    """A UsageError listing what exists unless ``name`` is a model. BERT names are checked
+    without importing torchvision (a few seconds of every BERT worker's start-up)."""
+    if name not in BERT_CONFIGS and name not in cnn_names():
+        build(name)  # raises the UsageError listing what exists
+
+
 def build(name: str, image_size: int | None = None, sentence_len: int = 64,
           num_classes: int = NUM_CLASSES, attention: str | None = None) -> Workload:
     """``attention``: BERT's attention implementation in transformers (None: its default,

@@ -29,10 +29,13 @@ def git_commit() -> str | None:
         return None
 
 
-def _version(module: str) -> str | None:
+def _version(package: str) -> str | None:
+    """The installed package's version, read from its metadata (importing torchvision for it
+    would add seconds to a BERT run)."""
+    from importlib import metadata
     try:
-        return __import__(module).__version__
-    except Exception:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
         return None
 
 
