@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING, Callable
 
 from ddlbench.errors import UsageError
+
+if TYPE_CHECKING:  # torch is imported where a model is built: checking a name needs none of it
+    import torch
+    from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BERT_CONFIGS = {"bert": "bert_large.json", "bert_base": "bert_base.json",
@@ -56,10 +56,19 @@ def names() -> list[str]:
     return cnn_names() + list(BERT_CONFIGS)
 
 
+# CNNs of the survey and of this suite's configs, in every torchvision it supports (a test holds
+# this list to torchvision's): a name here is known without importing torchvision.
+SURVEY_CNNS = ("alexnet", "densenet121", "googlenet", "inception_v3", "mobilenet_v2",
+               "resnet18", "resnet50", "resnet152", "vgg16")
+
+
 def check(name: str) -> None:
-    """A UsageError listing what exists unless ``name`` is a model. BERT names are checked
-    without importing torchvision (a few seconds of every BERT worker's start-up)."""
-    if name not in BERT_CONFIGS and name not in cnn_names():
+    """A UsageError listing what exists unless ``name`` is a model. BERT and the survey's CNNs
+    are checked without importing torchvision: seconds that a launching process (which builds
+    no model) would otherwise spend on every run, and a BERT worker on its start-up."""
+    if name in BERT_CONFIGS or name in SURVEY_CNNS:
+        return
+    if name not in cnn_names():
         build(name)  # raises the UsageError listing what exists
 
 
@@ -77,6 +86,8 @@ def build(name: str, image_size: int | None = None, sentence_len: int = 64,
 
 
 def _cnn(name, image_size, num_classes) -> Workload:
+    import torch
+    import torch.nn.functional as F
     import torchvision
     if image_size <= 0:
         raise UsageError(f"--image-size must be positive, got {image_size}")
@@ -107,6 +118,7 @@ def bert_config(name: str):
 
 
 def _bert(name, sentence_len, attention=None) -> Workload:
+    import torch
     from transformers import BertForPreTraining
     config = bert_config(name)
     if attention is not None:

@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+from ddlbench.errors import UsageError
 from ddlbench.measure.timing import percentile
 
 from . import traces
@@ -179,6 +180,14 @@ def test_bert_vocabulary_is_padded_to_a_multiple_of_8_as_the_original():
     import models
     for name in ("bert", "bert_base"):  # the configs the models are built from
         assert models.bert_config(name).vocab_size == 30528, name  # 30522 padded, as there
+
+
+def test_the_survey_cnns_known_without_torchvision_are_torchvisions():
+    import models
+    assert set(models.SURVEY_CNNS) <= set(models.cnn_names())
+    models.check("squeezenet1_1")  # not in the list: asked of torchvision
+    with pytest.raises(UsageError, match="unknown model 'resnet17'"):
+        models.check("resnet17")
 
 
 # --optimizer auto: the original's per model family (HKBU-HPML/ddl-benchmarks: its

@@ -524,13 +524,11 @@ def _method(m, problems, notes) -> dict | None:
 
 def _check_names(tasks, entries) -> list[str]:
     problems = []
-    try:
-        import models
-        known = set(models.names())
-    except Exception as e:  # pragma: no cover - a broken install
-        return [f"cannot list the models: {e}"]
+    import models
     for t in tasks:
-        if t["model"] not in known:
+        try:
+            models.check(t["model"])
+        except UsageError:
             problems.append(f"unknown model {t['model']!r}")
     for m in entries:
         try:
