@@ -38,9 +38,9 @@ class Run:
         """One forward and backward pass on this rank's batch, outside the method."""
         self.work.loss(self.work.model, self.batch).backward()
 
-    def train_step(self) -> None:
+    def train_step(self, zero_grad: bool = True) -> None:
         """One training step through the method (its parts on the timeline while it
-        records)."""
+        records); ``zero_grad=False`` leaves the gradients for a verifier to read."""
         tl = self.comm.timeline
         with tl.span("forward", COMPUTE):
             loss = self.work.loss(self.method.module, self.batch)
@@ -48,7 +48,8 @@ class Run:
             loss.backward()
         with tl.span("step", WAIT):
             self.method.step()
-        self.method.zero_grad()
+        if zero_grad:
+            self.method.zero_grad()
 
     def calibrate(self) -> None:
         """The method's calibration (MG-WFBP measures here), leaving no gradient and no count

@@ -107,7 +107,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="CPU threads per worker (default: cores / local workers)")
     r.add_argument("--timeline", default=None, metavar="PATH",
                    help="write the timed rounds' Chrome trace (trace-event JSON, all ranks "
-                        "merged; Perfetto, chrome://tracing) here (rank 0)")
+                        "merged; Perfetto, chrome://tracing) here (rank 0); with --verify, "
+                        "the verified steps' ('{method}' in the path is replaced)")
     r.add_argument("--timeline-iters", type=int, default=None, metavar="N",
                    help="record only the first N timed iterations (trace and overlap "
                         "metrics; 0 records nothing)")
@@ -178,8 +179,8 @@ def _is_ps(method: str) -> bool:
 
 
 # Flags a verification would ignore (it times nothing and writes no record).
-NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output",
-                   "timeline", "timeline_iters")
+# (--timeline PATH records the verified steps: one trace per method, '{method}' in the path.)
+NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
 
 
 def check(args, probe_engine: bool = True) -> None:
@@ -214,6 +215,9 @@ def check(args, probe_engine: bool = True) -> None:
     if args.save_params and len(runs(args)) > 1 and "{method}" not in args.save_params:
         raise UsageError("--save-params with several methods or compressors needs '{method}' "
                          "in the path")
+    if args.timeline and len(runs(args)) > 1 and "{method}" not in args.timeline:
+        raise UsageError("--timeline with several methods or compressors needs '{method}' in "
+                         "the path (one trace each)")
     if len(names) > 1 and not args.verify:
         raise UsageError("several methods at once only with --verify; a benchmark times one")
     for name in names:

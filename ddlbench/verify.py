@@ -36,9 +36,10 @@ import os
 import torch
 import torch.distributed as dist
 
-from . import session
+from . import methods, session
 from .methods.base import BEFORE_STEP
 from .measure import workload
+from .timeline import WAIT
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-7
@@ -275,12 +276,14 @@ def _verify_one(args, ctx, method_id, comp, name, rtol, atol) -> bool:
                                  fp16_divide="after" if args.engine == "horovod" else "before")
         reference = Reference(run.work.model, lambda p: workload.make_optimizer(args, p, run.lr),
                               ctx, rtol=rtol, atol=atol, compression=math)
+        recording = _Recording(args, ctx, run, name)
         ok = True
         try:
             for step in range(1, args.verify + 1):
                 ok &= _step(run, reference, math is not None, name, step, ctx)
         finally:
             reference.close()
+        recording.finish()
         if args.save_params and ctx.is_root:
             _save_params(args.save_params.replace("{method}", name), run.work.model)
     run.write_trace(args.trace_collectives, name)
@@ -294,9 +297,11 @@ def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:
     # after it from a method that decides them during backward.
     before = compressed and method.plan_known == BEFORE_STEP
     plan = method.plan() if before else None
-    run.work.loss(method.module, run.batch).backward()
-    method.step()
-    method.synchronize()
+    tl = run.comm.timeline  # records with --timeline PATH, off otherwise
+    with tl.iteration():
+        run.train_step(zero_grad=False)
+    with tl.span("synchronize", WAIT):
+        method.synchronize()
     if compressed and not before:
         plan = method.plan()
     reference.step(plan)
@@ -312,6 +317,44 @@ def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:
          f"{'OK' if ok else 'FAIL'}")
     method.zero_grad()
     return ok
+
+
+class _Recording:
+    """``--timeline PATH`` under ``--verify``: the method's verified steps recorded as a
+    benchmark's timed rounds are (each step an iteration, its closing ``synchronize()`` a wait;
+    the reference's work between steps is outside them), parameter servers included, and
+    written to PATH with ``{method}`` replaced; nothing without ``--timeline``."""
+
+    def __init__(self, args, ctx, run, name: str):
+        self.ctx, self.run, self.name = ctx, run, name
+        self.path = args.timeline.replace("{method}", name) if args.timeline else None
+        self.meta = {"method": name, "model": args.model, "nworkers": ctx.size,
+                     "net": args.net, "verify": args.verify}
+        self.steps = args.verify
+        if self.path is None:
+            return
+        from .measure import overlap
+        tl = run.comm.timeline
+        tl.limit = args.timeline_iters
+        tl.watch_optimizer(run.optimizer)
+        tl.watch_gradients(run.work.model)
+        self.servers = (ctx.ps is not None and args.timeline_iters != 0
+                        and run.method.architecture == methods.PS)
+        self.clock = overlap.align(ctx.device if ctx.backend == "nccl" else None)
+        if self.servers:
+            overlap.servers_start(ctx.ps, ctx.rank)
+        tl.start()
+
+    def finish(self) -> None:
+        if self.path is None:
+            return
+        from .measure import overlap
+        tl, ctx = self.run.comm.timeline, self.ctx
+        tl.stop()
+        served = overlap.servers_stop(ctx.ps, ctx.rank) if self.servers else None
+        overlap.collect(tl, ctx.rank, ctx.size, self.clock, self.path, meta=self.meta,
+                        servers=served, server_iterations=self.steps)
+        _log(ctx, f"verify {self.name}: timeline {self.path}")
 
 
 def _log(ctx, line: str) -> None:

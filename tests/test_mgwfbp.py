@@ -17,6 +17,7 @@ from ddlbench.methods import create
 from ddlbench.planning import DEFAULT_MIN_GROUP_ELEMENTS as DEFAULT_MIN_GROUP
 from ddlbench.planning import merge_groups, original_alpha_beta, schedule_time
 
+from . import traces
 from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
 
 # --------------------------------------------------------------------------- the merge rule
@@ -391,7 +392,7 @@ def _printed_groups(stdout):
 @pytest.mark.parametrize("nworkers,model,optimizer,ab", [
     (1, "cnn", "sgd", "measured"), (2, "cnn", "adam", "table"), (3, "cnn", "sgd", "measured"),
     (3, "bert", "adam", "measured"), (4, "bert", "sgd", "measured")])
-def test_three_steps_match_the_reference(profiles, nworkers, model, optimizer, ab):
+def test_three_steps_match_the_reference(tmp_path, profiles, nworkers, model, optimizer, ab):
     from .test_bytescheduler import CREDIT, PARTITION
     name = "resnet18" if model == "cnn" else "bert_tiny"
     path, expected_bytes = profiles[name]
@@ -403,14 +404,21 @@ def test_three_steps_match_the_reference(profiles, nworkers, model, optimizer, a
         expected_bytes = [sum(nbytes[b] for b in g)
                           for g in merge_groups(tb, nbytes, alpha, beta, 4 * DEFAULT_MIN_GROUP)]
     workload = SMALL_CNN if model == "cnn" else TINY_BERT
+    traced = model == "cnn" and nworkers in (2, 3)  # both methods' traces at 2 and 3 workers
     opt = (["--optimizer", "adam", "--weight-decay", "0.01", "--lr", "0.001"]
            if optimizer == "adam" else ["--optimizer", "sgd", "--momentum", "0.9"])
     proc = train(*workload, *opt, "--verify", "3", "--method", "mgwfbp,bytescheduler",
                  "--mgwfbp-profile", path, "--mgwfbp-ab", ab, "--partition", str(PARTITION),
-                 "--credit", str(CREDIT), "--nworkers", str(nworkers), timeout=600,
+                 "--credit", str(CREDIT), "--nworkers", str(nworkers),
+                 *(traces.verify_timeline(tmp_path) if traced else []), timeout=600,
                  DDLBENCH_NETWORK="rdma2")
     assert proc.returncode == 0, describe(proc)
     assert _printed_groups(proc.stdout) == expected_bytes
+    if traced:
+        rows = traces.check_verify_traces(tmp_path, proc.stdout, ["mgwfbp", "bytescheduler"],
+                                          nworkers, 3)["mgwfbp"]
+        # one all-reduce per merged group, of its bytes, each step
+        assert [b for _, _, b in traces.collectives(rows, 0)] == expected_bytes * 3
     assert f"; alpha-beta {ab}: alpha " in proc.stdout
     if ab == "table":
         assert f"the original's 56Gbps table for {nworkers} workers, network rdma2)" \

@@ -188,13 +188,17 @@ MATRIX = [("cnn", 2, 1, []), ("cnn", 3, 2, ["--ps-clients", "process"]),
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("model,nworkers,nservers,extra", MATRIX)
-def test_ps_methods_equal_the_reference(model, nworkers, nservers, extra):
+def test_ps_methods_equal_the_reference(tmp_path, model, nworkers, nservers, extra):
     workload = CNN_PS if model == "cnn" else BERT_PS
     jitter = {"DDLBENCH_TEST_HOOK_JITTER_MS": 10} if nworkers > 1 else {}
+    traced = model == "cnn"  # each method's trace at 2 and 3 workers
     proc = train(*workload, "--verify", "3", "--method", ",".join(PS_METHODS), *MOMENTUM_SGD,
                  "--nworkers", str(nworkers), "--nservers", str(nservers), "--no-cuda",
-                 *extra, timeout=540, **jitter)
+                 *extra, *(traces.verify_timeline(tmp_path) if traced else []),
+                 timeout=540, **jitter)
     assert proc.returncode == 0, describe(proc)
+    if traced:
+        traces.check_verify_traces(tmp_path, proc.stdout, PS_METHODS, nworkers, 3)
     lines = verify_lines(proc.stdout)
     assert set(lines) == set(PS_METHODS), describe(proc)
     for method in PS_METHODS:

@@ -3,6 +3,7 @@ import pytest
 
 from ddlbench import methods
 
+from . import traces
 from .conftest import MOMENTUM_SGD, SMALL_CNN, TINY_BERT, describe, train, verify_lines
 
 METHODS = ["bspa2a", "wfbp", "fusion", "ddp"]
@@ -16,16 +17,21 @@ def test_registry_has_the_methods_of_this_issue():
 
 
 # Pairwise, for the suite's time budget: every worker count 1-4 once, each model with an odd
-# and an even count.
+# and an even count. The 3- and 2-worker runs also write each method's trace (--timeline: the
+# DDP there takes the suite's all-reduce hook, as the observed plugin does everywhere).
 @pytest.mark.parametrize("model,nworkers", [("cnn", 1), ("cnn", 3), ("bert", 2), ("bert", 4)],
                          ids=["small-cnn-1", "small-cnn-3", "tiny-bert-2", "tiny-bert-4"])
-def test_three_momentum_sgd_steps_match_the_reference(model, nworkers):
+def test_three_momentum_sgd_steps_match_the_reference(tmp_path, model, nworkers):
     workload = SMALL_CNN if model == "cnn" else TINY_BERT
     # DDP also as it runs under --timeline PATH: its buckets through the suite's all-reduce hook
     methods_run = [*METHODS, OBSERVED_DDP]
+    traced = nworkers in (2, 3)
     proc = train(*workload, "--verify", "3", "--method", ",".join(methods_run), *MOMENTUM_SGD,
-                 "--threshold", FUSION_THRESHOLD, "--nworkers", str(nworkers), timeout=600)
+                 "--threshold", FUSION_THRESHOLD, "--nworkers", str(nworkers),
+                 *(traces.verify_timeline(tmp_path) if traced else []), timeout=600)
     assert proc.returncode == 0, describe(proc)
+    if traced:
+        traces.check_verify_traces(tmp_path, proc.stdout, METHODS, nworkers, 3)
     lines = verify_lines(proc.stdout)
     assert sorted(lines) == sorted(methods_run), describe(proc)
     for method, steps in lines.items():

@@ -1,6 +1,6 @@
 """Checks of a run's merged Chrome trace (--timeline PATH) and its record's timeline section,
-shared by the tests whose benchmark runs also write one (every method, 2 to 4 workers, without
-runs of their own: tests/test_timeline.py says which test carries which method)."""
+shared by the tests whose benchmark or verification runs also write one (every method at 2 and
+3 workers, without runs of their own: tests/test_timeline.py says which test carries which)."""
 import json
 
 MAIN = "training"
@@ -83,3 +83,25 @@ def check_record(section: dict, nworkers: int, iters: int, path=None,
     else:
         assert m["comm_s"] == 0 and m["overlap"] is None
     assert section["trace"] == (None if path is None else str(path))
+
+
+PS_METHODS = ("bspps", "wfbpps", "byteschedulerps")
+
+
+def verify_timeline(tmp_path) -> list[str]:
+    """The flag that makes a --verify run write one trace per method under ``tmp_path``."""
+    return ["--timeline", str(tmp_path / "{method}.trace.json")]
+
+
+def check_verify_traces(tmp_path, stdout: str, methods, nworkers: int, steps: int) -> dict:
+    """Each method's trace of a --verify run made with ``verify_timeline``: named on the
+    console, valid, ``steps`` iterations on every rank, its collectives observed (DDP's too: a
+    trace file routes its buckets through the suite's hook) and, for all-reduce methods, the
+    same on every rank. Returns {method: rows}."""
+    out = {}
+    for method in methods:
+        path = tmp_path / f"{method}.trace.json"
+        assert f"verify {method}: timeline {path}" in stdout, method
+        out[method] = check_run_trace(path, nworkers, steps,
+                                      same_collectives=method not in PS_METHODS)
+    return out

@@ -21,6 +21,7 @@ compression figures (``compression_stats``) are read from these counters.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -57,6 +58,7 @@ class Comm:
         # handed to the transport is a span on it.
         from ..timeline import Timeline
         self.timeline = Timeline(rank, trace_file=trace_file)
+        self._about = threading.local()
         self.reset_stats()
 
     # -- accounting ------------------------------------------------------------------------
@@ -176,16 +178,34 @@ class Comm:
         return self.timeline.comm("push_pull", self.ps.push_pull(part, data), "push_pull",
                                   bytes=nbytes, key=part.key, server=part.server)
 
+    @contextmanager
+    def about(self, label):
+        """The collectives this thread issues inside carry ``label`` on the timeline (the
+        gradient tensors they move: ``methods.base.tensors_label``); ``label`` may be a
+        callable, called only while the timeline records."""
+        if not self.timeline.enabled:
+            yield
+            return
+        previous = getattr(self._about, "label", None)
+        self._about.label = label() if callable(label) else label
+        try:
+            yield
+        finally:
+            self._about.label = previous
+
     def _traced(self, op: str, tensor: torch.Tensor, async_op: bool, issue):
         """Issue a collective; while the timeline records, it is a span from now until it
         completes (an asynchronous one's future, a blocking one's return)."""
         tl = self.timeline
         if not tl.enabled:
             return issue()
-        nbytes = tensor.numel() * itemsize(tensor.dtype)
+        args = {"bytes": tensor.numel() * itemsize(tensor.dtype)}
+        label = getattr(self._about, "label", None)
+        if label is not None:
+            args["tensor"] = label
         if async_op:
-            return tl.comm(op, issue(), op, bytes=nbytes)
-        with tl.span(op, "comm", op, bytes=nbytes):
+            return tl.comm(op, issue(), op, **args)
+        with tl.span(op, "comm", op, **args):
             return issue()
 
     def barrier(self) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..timeline import COMM, COMPUTE, Timeline, measure, now_us, overlap, trace, union, write
+from ..timeline import (COMM, COMPUTE, Timeline, measure, now_us, overlap, trace,
+                        transport_queues, union, write)
 
 ALIGN_ROUNDS = 7
 
@@ -71,6 +72,13 @@ def server_section(servers: list[dict], iterations: int) -> list[dict]:
     return out
 
 
+def transport_threads() -> int:
+    """How many collectives the workers' process group runs at once: Gloo's worker threads
+    (torch's default for ProcessGroupGloo, 2, which the engine keeps), NCCL's single stream."""
+    import torch.distributed as dist
+    return 2 if dist.get_backend() == "gloo" else 1
+
+
 def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (0.0, 0.0),
             path: str | None = None, meta: dict | None = None,
             servers: list[dict] | None = None, server_iterations: int = 0) -> dict | None:
@@ -85,9 +93,10 @@ def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (
                "iterations": mine["iterations"] if mine else 0,
                "comm_spans": sum(1 for e in tl.events if e[1] == COMM),
                "offset_us": offset[0], "uncertainty_us": offset[1]}
-    payload = {"rank": rank, "events": tl.events, "offset_us": offset[0],
-               "uncertainty_us": offset[1]} if path else None
     several = world > 1 and dist.is_initialized()
+    threads = transport_threads() if several else 1
+    payload = {"rank": rank, "events": transport_queues(tl.events, threads),
+               "offset_us": offset[0], "uncertainty_us": offset[1]} if path else None
     if several:
         summaries: list = [None] * world
         dist.all_gather_object(summaries, summary)
@@ -99,6 +108,10 @@ def collect(tl: Timeline, rank: int, world: int, offset: tuple[float, float] = (
     if rank != 0:
         return None
     if path:
+        meta = {**(meta or {}), "transport": {
+            "backend": dist.get_backend() if several else None, "threads": threads,
+            "queued_us": "inferred: collectives run in the order handed over, on this many "
+                         "threads of the process group"}}
         write(path, trace(ranks + (servers or []), meta))
     measured = [s for s in summaries if s["mean"] is not None]
     slowest = max(measured, key=lambda s: s["mean"]["iteration_s"]) if measured else None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..options import NONNEG, Options, option
 from ..planning import plan_buckets
-from .base import BucketPlan, Method
+from .base import BucketPlan, Method, tensors_label
 
 HOROVOD_DEFAULT_THRESHOLD = 64 * 1024 * 1024
 
@@ -135,8 +135,9 @@ class BucketedAllReduce(Method):
 
     def _launch(self, b: Bucket) -> None:
         b.flat = b.pack()
-        b.pending = self.compressor.reduce_async(tuple(b.members), b.flat, self.comm,
-                                                 shapes=[p.shape for p in b.params])
+        with self.comm.about(lambda: tensors_label([self.param_names[i] for i in b.members])):
+            b.pending = self.compressor.reduce_async(tuple(b.members), b.flat, self.comm,
+                                                     shapes=[p.shape for p in b.params])
 
     def _finish(self, b: Bucket) -> None:
         b.pending.wait()

@@ -109,6 +109,7 @@ class Method:
         self.compressor = compressor if compressor is not None else compression.create("none")
         self.model_name = model_name
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.failed = False  # set when the run failed: close() then waits for nothing
         self._handles = []
 
@@ -183,3 +184,10 @@ class Method:
         from .. import compat
         for i, p in enumerate(self.params):
             self._handles.append(compat.on_grad_ready(p, lambda _p, i=i: callback(i)))
+
+
+def tensors_label(names: list[str]) -> str:
+    """What a collective of these gradient tensors is called on the timeline."""
+    if len(names) == 1:
+        return names[0]
+    return f"{names[0]} .. {names[-1]} ({len(names)} tensors)"

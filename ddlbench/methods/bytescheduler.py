@@ -235,10 +235,12 @@ class ByteScheduler(Method):
     def _start_chunk(self, chunk: int, data):
         """Start reducing one chunk (a slice of its tensor's flat gradient, summed in place,
         or averaged in place by the compressor); returns what the completer waits on."""
-        if self.chunk_compressor is not None:
-            return self.chunk_compressor.reduce_async(("chunk",) + self.table[chunk], data,
-                                                      self.comm, shapes=[data.shape])
-        return self.comm.allreduce(data, async_op=True)
+        tensor, begin, end = self.table[chunk]
+        with self.comm.about(lambda: f"{self.param_names[tensor]}[{begin}:{end}]"):
+            if self.chunk_compressor is not None:
+                return self.chunk_compressor.reduce_async(("chunk",) + self.table[chunk], data,
+                                                          self.comm, shapes=[data.shape])
+            return self.comm.allreduce(data, async_op=True)
 
     def plan(self) -> BucketPlan:
         """The compressor's buckets: every chunk alone, a slice of its tensor's gradient."""

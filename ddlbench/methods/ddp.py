@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..options import POSITIVE, Options, option
-from .base import AFTER_STEP, BucketPlan, Method
+from .base import AFTER_STEP, BucketPlan, Method, tensors_label
 from .threads import QueueWorker
 
 DDP_DEFAULT_BUCKET_MB = 25.0
@@ -113,10 +113,11 @@ class DDP(Method):
     def _observed_hook(self, _state, bucket):
         """DDP's default reduction (average, then all-reduce the bucket) through ``Comm``, so
         that the timeline sees each bucket's all-reduce (--timeline PATH only)."""
-        self._members(bucket)
+        members = self._members(bucket)
         flat = bucket.buffer()
         flat.div_(self.comm.size)
-        work = self.comm.allreduce(flat, async_op=True)
+        with self.comm.about(lambda: tensors_label([self.param_names[i] for i in members])):
+            work = self.comm.allreduce(flat, async_op=True)
         fut = work.get_future()
         tl = self.comm.timeline
         if bucket.is_last() and tl.enabled:

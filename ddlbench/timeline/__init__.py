@@ -334,6 +334,34 @@ def trace(per_rank: list[dict], meta: dict | None = None) -> dict:
                          **(meta or {})}}
 
 
+# The suite's collectives on the workers' process group (push/pull go to the servers instead).
+COLLECTIVES = ("allreduce", "allgather", "broadcast")
+
+
+def transport_queues(events, threads: int) -> list:
+    """The events with each collective's time queued inside the transport, inferred (its span
+    runs from the hand-over to completion). The process group runs its collectives in the order
+    handed over on ``threads`` worker threads (Gloo: 2, torch's default; NCCL: one stream): a
+    collective starts when handed over or, all threads busy, when the earliest of them
+    completes its own. ``args["queued_us"]`` gets that wait where it is not zero. The union of
+    the spans, and so every metric, is the same with or without it: a collective waits only
+    while ``threads`` others run."""
+    import heapq
+    free = [float("-inf")] * max(1, threads)
+    queued = {}
+    ops = sorted((i for i, e in enumerate(events)
+                  if e[1] == COMM and e[0] in COLLECTIVES and e[4] is not None),
+                 key=lambda i: events[i][3])
+    for i in ops:
+        _, _, _, t0, t1, _ = events[i]
+        start = max(t0, heapq.heappop(free))
+        heapq.heappush(free, t1)
+        if start > t0:
+            queued[i] = start - t0
+    return [e if i not in queued else (*e[:5], {**(e[5] or {}), "queued_us": round(queued[i], 3)})
+            for i, e in enumerate(events)]
+
+
 def lanes(events) -> list:
     """The events sorted by start, each span on a row where it nests in or follows the spans
     before it: operations in flight at once (asynchronous collectives, pushes) go to rows
