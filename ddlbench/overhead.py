@@ -8,6 +8,13 @@ their timing rounds interleaved (bare, method, method, bare, ...) so that the ma
 hits both alike. The bare loop is forward, backward, ``optimizer.step()``,
 ``zero_grad(set_to_none=True)`` and nothing else. Prints, per method, the ratio of throughputs
 (method / bare; 1.0 means no overhead) with the median over rounds.
+
+``--timeline`` measures instead what the timeline costs a method (docs/DESIGN.md section 8):
+one model and method, its timed rounds rotating through three modes in every order: nothing
+recorded (as ``--timeline-iters 0``), the counters every benchmark keeps (spans in memory, the
+metrics computed after the round, outside its time), and a trace file's full recording (the
+same plus a hook per parameter for the gradient-ready instants, registered for the round only).
+Prints the throughput ratios counters / nothing and full / nothing, medians over the rounds.
 """
 from __future__ import annotations
 
@@ -28,6 +35,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--batches", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--timeline", action="store_true",
+                   help="measure the timeline's cost (nothing / counters / full trace) "
+                        "instead of the method's against a bare loop")
     args = p.parse_args(argv)
     try:
         return run(args)
@@ -51,39 +61,92 @@ def run(args) -> int:
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
           f"{args.batches} batches, threads {torch.get_num_threads()}")
-    print(f"{'method':>10} {'bare s/round':>13} {'method s/round':>15} {'ratio (median)':>15}")
+    if args.timeline:
+        print(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
+    else:
+        print(f"{'method':>10} {'bare s/round':>13} {'method s/round':>15} "
+              f"{'ratio (median)':>15}")
     try:
         for name in names:
-            _compare(args, name, methods.lookup(name), Comm(0, 1))
+            compare = _timeline_cost if args.timeline else _compare
+            compare(args, name, methods.lookup(name), Comm(0, 1))
     finally:
         dist.destroy_process_group()
     return 0
 
 
-def _compare(args, name, cls, comm) -> None:
-    """One method's rounds interleaved with the bare loop's, and its line."""
+def _build(args):
     import torch
 
     import models
+    torch.manual_seed(0)
+    work = models.build(args.model, image_size=args.image_size, sentence_len=args.sentence_len)
+    work.model.train()
+    batch = work.make_batch(args.batch_size, torch.device("cpu"),
+                            torch.Generator().manual_seed(0))
+    opt = torch.optim.SGD(work.model.parameters(), lr=0.01, momentum=0.9)
+    return work, batch, opt
 
-    def build():
-        torch.manual_seed(0)
-        work = models.build(args.model, image_size=args.image_size,
-                            sentence_len=args.sentence_len)
-        work.model.train()
-        batch = work.make_batch(args.batch_size, torch.device("cpu"),
-                                torch.Generator().manual_seed(0))
-        opt = torch.optim.SGD(work.model.parameters(), lr=0.01, momentum=0.9)
-        return work, batch, opt
 
-    def timed(step, n):
-        start = time.perf_counter()
-        for _ in range(n):
-            step()
-        return time.perf_counter() - start
+def _timed(step, n) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        step()
+    return time.perf_counter() - start
 
-    bare_work, bare_batch, bare_opt = build()
-    work, batch, opt = build()
+
+MODES = ("none", "counters", "full")
+
+
+def _timeline_cost(args, name, cls, comm) -> None:
+    """One method's rounds rotating through the timeline's modes, and its line."""
+    import itertools
+
+    from . import timeline
+    from .session import Run
+
+    work, batch, opt = _build(args)
+    tl = comm.timeline
+    tl.watch_optimizer(opt)
+    with cls(work.model, opt, comm) as method:
+        run = Run(work, batch, opt, 0.01, comm, method)
+
+        def step():
+            with tl.iteration():
+                run.train_step()
+
+        _timed(step, args.warmup)
+        method.synchronize()
+        times = {m: [] for m in MODES}
+        orders = list(itertools.permutations(MODES))
+        for r in range(args.rounds):
+            for mode in orders[r % len(orders)]:
+                tl.trace_file = mode == "full"
+                handles = tl.watch_gradients(work.model) if mode == "full" else []
+                if mode != "none":
+                    tl.start()
+                t = _timed(step, args.batches)
+                with tl.span("synchronize", timeline.WAIT):
+                    method.synchronize()
+                times[mode].append(t)
+                tl.stop()
+                recorded = timeline.overlap(tl.events) if mode != "none" else None
+                if mode != "none" and (recorded or {}).get("iterations") != args.batches:
+                    raise RuntimeError(f"the {mode} rounds recorded {recorded}")
+                for h in handles:
+                    h.remove()
+        counters = [n / c for n, c in zip(times["none"], times["counters"])]
+        full = [n / f for n, f in zip(times["none"], times["full"])]
+        print(f"{name:>10} {statistics.median(times['none']):13.4f} "
+              f"{statistics.median(counters):14.3f} {statistics.median(full):10.3f}",
+              flush=True)
+
+
+def _compare(args, name, cls, comm) -> None:
+    """One method's rounds interleaved with the bare loop's, and its line."""
+    timed = _timed
+    bare_work, bare_batch, bare_opt = _build(args)
+    work, batch, opt = _build(args)
     with cls(work.model, opt, comm) as method:
         def bare_step():
             bare_work.loss(bare_work.model, bare_batch).backward()

@@ -91,6 +91,18 @@ def test_transport_queue_is_inferred_in_hand_over_order():
     assert tl.overlap(one) == tl.overlap(events) and tl.overlap(events)["mean"]["comm_s"] > 0
 
 
+def test_cost_benchmark_rotates_the_three_modes(capsys):
+    from ddlbench import overhead
+    assert overhead.main(["--timeline", "--model", "bert_tiny", "--sentence-len", "8",
+                          "--batch-size", "2", "--methods", "wfbp", "--rounds", "6",
+                          "--batches", "1", "--warmup", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["method", "none", "s/round", "counters/none", "full/none"]
+    name, seconds, counters, full = lines[2].split()
+    assert name == "wfbp" and float(seconds) > 0 and 0.3 < float(counters) < 3 \
+        and 0.3 < float(full) < 3, lines
+
+
 def test_no_communication_has_no_overlap_ratio():
     m = tl.iteration_metrics([span("forward", "compute", 0, 10)], 0.0, 10.0)
     assert m["overlap"] is None and m["comm_s"] == 0 and m["exposed_s"] == 0
