@@ -116,7 +116,7 @@ def run_main(argv: list[str]) -> int:
               flush=True)
     if args.dry_run:
         for t in p.todo:
-            cmd, env = runner.command(sweep, t.cell, "<record.json>")
+            cmd, env = runner.command(sweep, t.cell, "<record>.json")
             again = f" (attempt {t.attempt})" if t.attempt > 1 else ""
             print(f"{t.cell.name} try {t.try_index}{again}: {runner.describe(cmd, env)}")
         seconds, guessed = execute.estimate(p, sweep)
