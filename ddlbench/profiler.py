@@ -230,6 +230,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--sentence-len", type=int, default=64)
+    p.add_argument("--vocab-size", type=int, default=None, help="BERT's vocabulary (default: "
+                   "the model's)")
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="untimed iterations")
@@ -266,6 +268,8 @@ def check(args) -> None:
         raise UsageError("--alpha and --beta go together")
     import models
     models.check(args.model)
+    if args.vocab_size is not None:
+        models.check_vocab(args.model, args.vocab_size)
 
 
 def main(argv=None) -> int:

@@ -47,6 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torchvision classification model, or bert / bert_base / bert_tiny")
     w.add_argument("--batch-size", type=int, default=64, help="per-worker batch size")
     w.add_argument("--sentence-len", type=int, default=64, help="BERT sequence length")
+    w.add_argument("--vocab-size", type=int, default=None,
+                   help="BERT vocabulary (word embeddings, masked-LM output) in place of the "
+                        "model's (30522, padded to 30528 for bert and bert_base)")
     w.add_argument("--image-size", type=int, default=None,
                    help="CNN input size in pixels (default: 224, 299 for inception_v3)")
     w.add_argument("--num-classes", type=int, default=1000)
@@ -229,6 +232,8 @@ def check(args, probe_engine: bool = True) -> None:
     runs(args)  # methods that cannot take a compressor
     import models
     models.check(args.model)
+    if args.vocab_size is not None:
+        models.check_vocab(args.model, args.vocab_size)
     _check_optimizer(args)
 
 

@@ -72,12 +72,24 @@ def check(name: str) -> None:
         build(name)  # raises the UsageError listing what exists
 
 
+def check_vocab(name: str, vocab_size: int) -> None:
+    """A UsageError unless ``--vocab-size vocab_size`` can apply to model ``name``."""
+    if name not in BERT_CONFIGS:
+        raise UsageError(f"--vocab-size applies to the BERT models, not {name}")
+    if vocab_size <= 0:
+        raise UsageError(f"--vocab-size must be positive, got {vocab_size}")
+
+
 def build(name: str, image_size: int | None = None, sentence_len: int = 64,
-          num_classes: int = NUM_CLASSES, attention: str | None = None) -> Workload:
+          num_classes: int = NUM_CLASSES, attention: str | None = None,
+          vocab_size: int | None = None) -> Workload:
     """``attention``: BERT's attention implementation in transformers (None: its default,
-    SDPA; "eager": plain matmuls and softmax, which run on the meta device)."""
+    SDPA; "eager": plain matmuls and softmax, which run on the meta device). ``vocab_size``:
+    BERT's vocabulary in place of its config's (its word embeddings and masked-LM output)."""
     if name in BERT_CONFIGS:
-        return _bert(name, sentence_len, attention)
+        return _bert(name, sentence_len, attention, vocab_size)
+    if vocab_size is not None:
+        check_vocab(name, vocab_size)  # raises: not a BERT
     if name in cnn_names():
         return _cnn(name, image_size or NATIVE_IMAGE_SIZE.get(name, 224), num_classes)
     raise UsageError(f"unknown model {name!r}; known: torchvision classification models "
@@ -117,12 +129,15 @@ def bert_config(name: str):
     return BertConfig.from_json_file(os.path.join(HERE, BERT_CONFIGS[name]))
 
 
-def _bert(name, sentence_len, attention=None) -> Workload:
+def _bert(name, sentence_len, attention=None, vocab_size=None) -> Workload:
     import torch
     from transformers import BertForPreTraining
     config = bert_config(name)
     if attention is not None:
         config._attn_implementation = attention
+    if vocab_size is not None:
+        check_vocab(name, vocab_size)
+        config.vocab_size = vocab_size
     if not (0 < sentence_len <= config.max_position_embeddings):
         raise UsageError(f"--sentence-len must be in 1..{config.max_position_embeddings}, "
                          f"got {sentence_len}")
@@ -153,4 +168,4 @@ def _bert(name, sentence_len, attention=None) -> Workload:
 
     return Workload(name, model, "sen", make_batch, loss,
                     {"sentence_len": sentence_len, "layers": config.num_hidden_layers,
-                     "hidden": config.hidden_size})
+                     "hidden": config.hidden_size, "vocab_size": vocab})

@@ -13,7 +13,7 @@ from ddlbench import methods, train as train_mod
 from ddlbench.methods.bytescheduler import ByteScheduler, CreditWindow, chunk_table
 
 from . import traces
-from .conftest import REPO, TINY_BERT, QUICK_TIMING, describe, run, train, \
+from .conftest import REPO, TINY_BERT, TINY_BERT_VOCAB, QUICK_TIMING, describe, run, train, \
     verify_lines
 
 # Small settings so that tensors are really cut and the window really limits what is in flight.
@@ -284,7 +284,8 @@ def test_registered():
 
 def _n_chunks(model_args, partition):
     import models
-    kw = {"sentence_len": 16} if "bert_tiny" in model_args else {"image_size": 32}
+    kw = ({"sentence_len": 16, "vocab_size": TINY_BERT_VOCAB} if "bert_tiny" in model_args
+          else {"image_size": 32})
     work = models.build(model_args[1], **kw)
     return chunk_table([p.numel() for p in work.model.parameters()], partition)
 

@@ -18,7 +18,8 @@ from ddlbench.planning import DEFAULT_MIN_GROUP_ELEMENTS as DEFAULT_MIN_GROUP
 from ddlbench.planning import merge_groups, original_alpha_beta, schedule_time
 
 from . import traces
-from .conftest import SMALL_CNN, TINY_BERT, describe, run, train, verify_lines
+from .conftest import (SMALL_CNN, TINY_BERT, TINY_BERT_VOCAB, describe, run, tiny_bert_model,
+                       train, verify_lines)
 
 # --------------------------------------------------------------------------- the merge rule
 # Inputs are in backward order (position 0 = first gradient ready). The hand calculations use
@@ -348,7 +349,8 @@ def test_profiler_measures_in_backward_order_and_leaves_no_trace():
 
 def _model_profile(model_name, backward_s_of, alpha, beta):
     import models
-    kw = dict(sentence_len=16) if model_name == "bert_tiny" else dict(image_size=32)
+    kw = (dict(sentence_len=16, vocab_size=TINY_BERT_VOCAB) if model_name == "bert_tiny"
+          else dict(image_size=32))
     model = models.build(model_name, **kw).model
     n = len([p for p in model.parameters() if p.requires_grad])
     prof = _profile(model, model_name, [backward_s_of(b) for b in range(n)], alpha, beta)
@@ -470,8 +472,7 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
                 "--output", str(path)], timeout=300)
     assert proc.returncode == 0, describe(proc)
     prof = load_json(path)
-    import models
-    model = models.build("bert_tiny", sentence_len=16).model
+    model = tiny_bert_model()
     order = profile_file.match_profile(prof, model, "bert_tiny", str(path))
     n = len(list(model.parameters()))
     assert sorted(order) == list(range(n)) and len(prof["backward_s"]) == n

@@ -20,7 +20,7 @@ from ddlbench import netem
 from ddlbench.costs import bus_factor
 from ddlbench.errors import UsageError
 
-from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, env, run, train, verify_lines
+from .conftest import FULL_TINY_BERT, QUICK_TIMING, REPO, TINY_BERT, describe, env, run, train, verify_lines
 
 REASON = netem.unavailable_reason()
 needs_netem = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -275,8 +275,8 @@ def test_overlap_orders_the_methods_over_1gbit(tmp_path, netem_runs):
               "ddp": ["--bucket-cap-mb", "1"]}
     for method, extra in chosen.items():
         out, trace = tmp_path / f"{method}.json", tmp_path / f"{method}.trace.json"
-        proc = train(*TINY_BERT, *QUICK_TIMING, "--nworkers", "2", "--net", "1gbit", "--method",
-                     method, *extra, "--output", str(out), "--timeline", str(trace),
+        proc = train(*FULL_TINY_BERT, *QUICK_TIMING, "--nworkers", "2", "--net", "1gbit",
+                     "--method", method, *extra, "--output", str(out), "--timeline", str(trace),
                      timeout=280, DDLBENCH_NET_PROBE_S="0.5")
         netem_runs += run_ids(proc.stderr)
         assert proc.returncode == 0, describe(proc)

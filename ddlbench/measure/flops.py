@@ -32,7 +32,7 @@ def count(args) -> dict:
     with torch.device("meta"):
         work = models.build(args.model, image_size=args.image_size,
                             sentence_len=args.sentence_len, num_classes=args.num_classes,
-                            attention="eager")
+                            attention="eager", vocab_size=getattr(args, "vocab_size", None))
     forward, both = count_workload(work, counter_mode)
     return {"forward_per_sample": forward, "forward_backward_per_sample": both,
             "counted": HOW, "count_seconds": time.perf_counter() - start}

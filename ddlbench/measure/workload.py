@@ -11,7 +11,8 @@ def replica(args, ctx):
     import models
     torch.manual_seed(args.seed)
     work = models.build(args.model, image_size=args.image_size,
-                        sentence_len=args.sentence_len, num_classes=args.num_classes)
+                        sentence_len=args.sentence_len, num_classes=args.num_classes,
+                        vocab_size=getattr(args, "vocab_size", None))
     dtype = getattr(torch, getattr(args, "dtype", "float32"))
     work.model.to(ctx.device, dtype=dtype).train()
     with torch.no_grad():
