@@ -91,17 +91,18 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
 
 def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_json):
     out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
-    proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "fusion", "--threshold", "1000000",
+    proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "fusion", "--threshold", "200000",
                  "--nworkers", "3", "--output", str(out), "--timeline", str(trace))
     assert proc.returncode == 0, describe(proc)
     assert "Total sen/sec on 3 CPU(s): " in proc.stdout
     iters = [ln for ln in proc.stdout.splitlines() if ln.startswith("Iter #")]
     assert iters and all(ln.endswith(" sentences/sec per CPU") for ln in iters)  # the original's
     rec = load_json(out)
+    assert rec["model"]["vocab_size"] == 1024 and rec["config"]["vocab_size"] == 1024
     m = rec["method"]
-    big = [b for b in m["bucket_bytes"] if b > 1000000]
+    big = [b for b in m["bucket_bytes"] if b > 200000]
     # Only a lone tensor larger than the threshold may exceed it, and it needs no buffer.
-    assert m["max_fusion_buffer_bytes"] <= 1000000
+    assert m["max_fusion_buffer_bytes"] <= 200000
     assert sum(m["bucket_bytes"]) == rec["model"]["gradient_bytes"]
     assert m["buckets"] == len(m["bucket_bytes"]) > 1 and big
     comm = rec["communication_per_iteration"]
@@ -152,6 +153,7 @@ def test_single_worker_runs_in_process(tmp_path, load_json):
     (["--method", "nosuchmodule:Thing"], "cannot load method 'nosuchmodule:Thing'"),
     (["--engine", "horovod"], "--engine horovod is unavailable"),
     (["--engine", "byteps"], "argument --engine: invalid choice: 'byteps'"),
+    (["--vocab-size", "0"], "--vocab-size must be positive, got 0"),
 ])
 def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "rec.json"
