@@ -136,8 +136,9 @@ class Compressor:
         """Count the dense figure, encode (timed), start all-gathering every encoded tensor;
         returns (the handles, the gathered tensors)."""
         comm.count_dense(tensor.numel())
-        with comm.clock("encode_s", tensor):
+        with comm.clock("encode_s", tensor) as note:
             encoded = self.encode(key, tensor, shapes)
+            note(*encoded)
         return _allgather_each(comm, *encoded)
 
 
@@ -169,8 +170,9 @@ class FP16(Compressor):
     def reduce_async(self, key, tensor, comm, shapes=None):
         import torch
         comm.count_dense(tensor.numel())
-        with comm.clock("encode_s", tensor):
+        with comm.clock("encode_s", tensor) as note:
             half = tensor.div(comm.size).to(torch.float16)
+            note(half)
         work = comm.allreduce(half)
 
         def finish():
@@ -515,7 +517,7 @@ class PowerSGD(Compressor):
         shapes = [tuple(tensor.shape)] if shapes is None else [tuple(s) for s in shapes]
         sizes = _segment_sizes(tensor, shapes)
         names = tensor_names(key, shapes)
-        with comm.clock("encode_s", tensor):
+        with comm.clock("encode_s", tensor) as note:
             segments = tensor.split(sizes)
             low, dense = [], []   # (name, segment, M, Q, P) / segment
             for name, shape, seg in zip(names, shapes, segments):
@@ -541,6 +543,7 @@ class PowerSGD(Compressor):
                 torch.matmul(m, q, out=item[4])
                 offset += n
             dense_buf = torch.cat(dense) if dense else None
+            note(*(b for b in (p_buf, dense_buf) if b is not None))
         works = []
         if low:
             works.append(comm.allreduce(p_buf))
@@ -551,7 +554,7 @@ class PowerSGD(Compressor):
             import torch
             q_buf = None
             if low:
-                with comm.clock("encode_s", tensor):
+                with comm.clock("encode_s", tensor) as note:
                     q_buf = tensor.new_empty(sum(item[3].numel() for item in low))
                     offset = 0
                     for item in low:
@@ -560,6 +563,7 @@ class PowerSGD(Compressor):
                         item[3] = q_buf[offset:offset + q.numel()].view_as(q)
                         torch.matmul(m.t(), pm, out=item[3])
                         offset += q.numel()
+                    note(q_buf)
                 comm.allreduce(q_buf).wait()
             with comm.clock("decode_s", tensor):
                 if q_buf is not None and p > 1:

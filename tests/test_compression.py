@@ -148,7 +148,8 @@ def test_residual_follows_a_tensor_into_its_new_bucket():
 
 def test_bytes_are_counted_from_the_exchanged_tensors():
     """Each compressor's payload per worker, exactly, and the ring-model figures that Comm
-    counts for the same collectives."""
+    counts for the same collectives; on the timeline, its encode spans read the dense bytes
+    and produce the payload."""
     shapes = [torch.Size([10, 50]), torch.Size([500])]  # 1000 elements in one bucket
     expected_payload = {
         "none": 4000,
@@ -163,8 +164,12 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
     for name, payload in expected_payload.items():
         comp = compression.create(name, density=0.01, powersgd_rank=2)
         comm = SimComm(4)
+        comm.timeline.start()
         t = torch.randn(1000)
         comp.reduce_async((0, 1), t, comm, shapes).wait()
+        encodes = [e[5] for e in comm.timeline.events if e[0] == "encode"]
+        assert all(a["bytes"] == 4000 for a in encodes), name
+        assert sum(a["bytes_out"] for a in encodes) == (payload if name != "none" else 0), name
         st = comm.compression_stats()  # the compressor counts through Comm
         assert st["payload_bytes"] == payload, name
         assert sum(comm.stats()["payload_bytes"].values()) == payload

@@ -46,6 +46,10 @@ def itemsize(dtype: torch.dtype) -> int:
     return size
 
 
+def _ignore(*_tensors) -> None:
+    """``Comm.clock``'s ``encoded`` where nothing records it."""
+
+
 class Comm:
     def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None,
                  trace_file: bool = False):
@@ -93,11 +97,13 @@ class Comm:
     @contextmanager
     def clock(self, what: str, tensor: torch.Tensor):
         """Time a block of encoding or decoding work (``what``: encode_s or decode_s): wall
-        clock on the CPU, CUDA events (read later, no synchronisation here) on a GPU."""
+        clock on the CPU, CUDA events (read later, no synchronisation here) on a GPU. Yields
+        ``encoded(*tensors)``: an encoder names what it produced, whose bytes its timeline span
+        carries as ``bytes_out`` beside the dense ``bytes`` it read."""
         if tensor.is_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            yield
+            yield _ignore
             end.record()
             self._events.append((what, start, end))
             if len(self._events) > 4096:
@@ -107,8 +113,11 @@ class Comm:
             # The dense gradient it works on; what it becomes is on the wire: the bytes of the
             # collective spans that follow.
             with self.timeline.span(what[:-2], "codec", "compressor", elements=tensor.numel(),
-                                    bytes=tensor.numel() * itemsize(tensor.dtype)):
-                yield
+                                    bytes=tensor.numel() * itemsize(tensor.dtype)) as args:
+                def encoded(*tensors):
+                    if args is not None:
+                        args["bytes_out"] = sum(t.numel() * itemsize(t.dtype) for t in tensors)
+                yield encoded
             self.seconds[what] += time.perf_counter() - t0
 
     def _read_events(self, n: int | None = None) -> None:

@@ -17,8 +17,8 @@ instant has ``end_us None``. Categories:
 - ``comm``: a collective or a push/pull, from the moment it is handed to the transport until it
   completes (the future's completion where the transport reports one, else the moment it was
   waited for), on a thread row per kind of operation;
-- ``codec``: a compressor's encode and decode (the dense gradient's elements and bytes; the
-  encoded bytes are those of the collectives that follow);
+- ``codec``: a compressor's encode and decode (the dense gradient's elements and bytes; an
+  encode also ``bytes_out``, what it produced for the collectives that follow);
 - ``queue``: a chunk waiting in a method's own scheduler, from its gradient's readiness until the
   method hands it to the transport (ByteScheduler: priority and credit decide when), on the
   ``scheduler queue`` row; not communication (the metrics ignore it);
@@ -107,12 +107,14 @@ class Timeline:
     # -- events ---------------------------------------------------------------------------------
     @contextmanager
     def span(self, name: str, cat: str, thread: str = MAIN, **args):
+        """A span around the block; yields its arguments (a dict the block may add to; None
+        while not recording)."""
         if not self.enabled:
-            yield
+            yield None
             return
         t0 = now_us()
         try:
-            yield
+            yield args
         finally:
             self.events.append((name, cat, thread, t0, now_us(), args or None))
 
