@@ -27,7 +27,7 @@ def check_trace(obj) -> dict:
             if e["ph"] != "X":
                 continue
             end = e["ts"] + e["dur"]
-            while stack and stack[-1] <= e["ts"]:
+            while stack and stack[-1] <= e["ts"] + 1e-3:   # (ts + dur: float sums, in us)
                 stack.pop()
             assert not stack or end <= stack[-1] + 1e-3, ("spans overlap on a row", key, e)
             stack.append(end)

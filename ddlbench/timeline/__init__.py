@@ -320,11 +320,13 @@ def trace(per_rank: list[dict], meta: dict | None = None) -> dict:
                 tid = tids[thread] = len(tids) + 1
                 out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
                             "args": {"name": thread}})
-            ev = {"name": name, "cat": cat, "pid": pid, "tid": tid, "ts": round(t0 - origin, 3)}
+            ts = round(t0 - origin, 3)
+            ev = {"name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts}
             if t1 is None:
                 ev.update(ph="i", s="t")
             else:
-                ev.update(ph="X", dur=round(max(0.0, t1 - t0), 3))
+                # the end rounded as the start is: spans back to back stay so
+                ev.update(ph="X", dur=round(max(0.0, round(t1 - origin, 3) - ts), 3))
             if args:
                 ev["args"] = args
             out.append(ev)

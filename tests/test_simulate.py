@@ -1,0 +1,149 @@
+"""The performance model's replay (ddlbench/simulate.py) against docs/DESIGN.md section 3's
+closed forms, on hand-made inputs: exact up to float rounding."""
+import random
+
+import pytest
+
+from ddlbench import simulate as sim
+from ddlbench import timeline
+from ddlbench.errors import UsageError
+from ddlbench.planning import merge_groups, plan_buckets, schedule_time
+
+from .traces import check_trace
+
+METHODS = sorted(sim.GROUPINGS)
+
+
+def _work(seed, n=12, optimizer_s=0.004):
+    rng = random.Random(seed)
+    return sim.Workload(forward_s=rng.uniform(0.01, 0.05),
+                        backward_s=[rng.uniform(1e-4, 5e-3) for _ in range(n)],
+                        nbytes=[rng.choice([512, 4096, 65536, 1 << 20, 4 << 20])
+                                for _ in range(n)],
+                        optimizer_s=optimizer_s, names=[f"t{b}" for b in range(n)])
+
+
+LINKS = [sim.Link(1e-3, 1e-9), sim.Link(5e-5, 8e-9), sim.Link(2e-3, 1e-10)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("link", LINKS, ids=["1ms-1GBps", "50us-125MBps", "2ms-10GBps"])
+def test_every_grouping_is_the_recurrence_of_section_3(seed, link):
+    work = _work(seed)
+    for method in METHODS:
+        p = sim.predict(method, work, link, threshold=1 << 21, bucket_cap_mb=1.5)
+        expected = work.forward_s + schedule_time(work.backward_s, work.nbytes, p.groups,
+                                                  link.alpha, link.beta) + work.optimizer_s
+        assert p.iteration_s == pytest.approx(expected, rel=1e-12, abs=1e-15), method
+
+
+def test_each_method_sends_the_groups_it_would():
+    work, link = _work(1), LINKS[0]
+    n = len(work.nbytes)
+    assert sim.groups_of("bspa2a", work, link) == [list(range(n))]
+    assert sim.groups_of("wfbp", work, link) == [[b] for b in range(n)]
+    assert sim.groups_of("fusion", work, link, threshold=1 << 21) == \
+        plan_buckets(work.nbytes, 1 << 21)
+    assert sim.groups_of("ddp", work, link, bucket_cap_mb=1.5) == \
+        plan_buckets(work.nbytes, 1.5 * 1024 * 1024)
+    assert sim.groups_of("mgwfbp", work, link) == \
+        merge_groups(work.backward_s, work.nbytes, link.alpha, link.beta, 8192 * 4)
+    # the defaults: Horovod's 64 MiB buffer and DDP's 25 MB hold this model in one message
+    assert sim.groups_of("fusion", work, link) == sim.groups_of("ddp", work, link) == \
+        [list(range(n))]
+
+
+def test_bsp_by_hand():
+    work = sim.Workload(0.5, [0.25, 0.125, 0.25], [1000, 2000, 1000], optimizer_s=0.125)
+    link = sim.Link(0.5, 0.001)
+    p = sim.predict("bspa2a", work, link)
+    # tf + sum(tb) + (alpha + beta M) + optimizer, numbers exact in binary
+    assert p.iteration_s == 0.5 + 0.625 + (0.5 + 4.0) + 0.125
+    m = p.metrics
+    assert m["compute_s"] == pytest.approx(1.25) and m["comm_s"] == pytest.approx(4.5)
+    assert m["hidden_s"] == 0 and m["overlap"] == 0
+    assert m["exposed_s"] == pytest.approx(4.5)
+    # wfbp by hand: messages of 1.5, 2.5, 1.5 s ready at 0.75, 0.875, 1.125: FIFO ends 2.25,
+    # 4.75, 6.25; the optimizer then.
+    w = sim.predict("wfbp", work, link)
+    assert w.iteration_s == pytest.approx(6.25 + 0.125)
+    assert [(e[3] / 1e6, e[4] / 1e6) for e in w.events if e[1] == timeline.COMM] == \
+        [pytest.approx((0.75, 2.25)), pytest.approx((2.25, 4.75)), pytest.approx((4.75, 6.25))]
+    assert w.metrics["hidden_s"] == pytest.approx(1.125 - 0.75)
+
+
+def test_all_compute_and_all_communication_extremes():
+    work = _work(2)
+    free = sim.Link(0.0, 0.0)
+    for method in METHODS:
+        p = sim.predict(method, work, free)
+        assert p.iteration_s == pytest.approx(work.compute_s, rel=1e-12), method
+        assert p.metrics["exposed_s"] == pytest.approx(0, abs=1e-12)
+        assert p.bottleneck == "compute-bound"
+    comm_only = sim.Workload(0.0, [0.0] * 5, [1000] * 5)
+    link = sim.Link(0.01, 1e-6)
+    for method in METHODS:
+        p = sim.predict(method, comm_only, link, threshold=2000, bucket_cap_mb=2000 / 2 ** 20)
+        # every message back to back on one stream: its start-ups and all the bytes
+        assert p.iteration_s == pytest.approx(len(p.groups) * 0.01 + 5000 * 1e-6), method
+        assert p.metrics["overlap"] == 0
+    assert sim.predict("wfbp", comm_only, link).bottleneck == "latency-bound"
+    assert sim.predict("bspa2a", comm_only, sim.Link(1e-6, 1e-3)).bottleneck == \
+        "bandwidth-bound"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_more_bandwidth_never_predicts_slower(seed):
+    work = _work(seed, n=20)
+    rng = random.Random(seed)
+    alpha = rng.uniform(1e-5, 1e-3)
+    for method in ("bspa2a", "wfbp", "fusion", "ddp"):  # mgwfbp re-plans per link
+        times = [sim.predict(method, work, sim.Link(alpha, beta), threshold=1 << 21).iteration_s
+                 for beta in (1e-8, 1e-9, 1e-10, 0.0)]
+        assert times == sorted(times, reverse=True), (method, times)
+    # MG-WFBP's plan is the rule's best guess, not an optimum; its time still never exceeds
+    # what the same groups would cost on the slower link
+    for slow, fast in ((1e-8, 1e-9), (1e-9, 1e-10)):
+        p = sim.predict("mgwfbp", work, sim.Link(alpha, fast))
+        same = sim.replay(work, sim.Link(alpha, slow), p.groups)
+        assert p.iteration_s <= same.iteration_s
+
+
+def test_two_channels_start_a_message_when_either_is_free():
+    work = sim.Workload(0.0, [1.0, 0.0, 0.0], [1000, 1000, 1000])
+    link = sim.Link(0.0, 0.001)   # 1 s a message
+    one = sim.replay(work, link, [[0], [1], [2]], channels=1)
+    two = sim.replay(work, link, [[0], [1], [2]], channels=2)
+    starts = lambda p: [e[3] / 1e6 for e in p.events if e[1] == timeline.COMM]  # noqa: E731
+    assert starts(one) == pytest.approx([1, 2, 3]) and one.iteration_s == pytest.approx(4)
+    assert starts(two) == pytest.approx([1, 1, 2]) and two.iteration_s == pytest.approx(3)
+
+
+def test_the_predicted_trace_reads_back_with_the_same_metrics():
+    work = _work(3)
+    for method in METHODS:
+        p = sim.predict(method, work, LINKS[0])
+        obj = sim.trace(p, {"model": "hand-made"})
+        rows = check_trace(obj)
+        comm = [e for (_, name), evs in rows.items() if name.startswith("allreduce")
+                for e in evs]
+        assert len(comm) == len(p.groups) and obj["metadata"]["predicted"]
+        # one stream: no message overlaps the previous one
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in comm)
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(spans, spans[1:])), method
+        back = timeline.overlap(timeline.read(obj)[0]["events"])["mean"]
+        for key, value in p.metrics.items():
+            if value is not None:   # the trace rounds times to the nanosecond
+                assert back[key] == pytest.approx(value, abs=1e-8), (method, key)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: sim.predict("magic", _work(0), LINKS[0]), "cannot predict method 'magic'"),
+    (lambda: sim.Workload(0.1, [0.1], [10, 20]), "one backward time per tensor"),
+    (lambda: sim.Workload(0.1, [-0.1], [10]), "must be finite and >= 0"),
+    (lambda: sim.Link(-1.0, 0.0), "alpha and beta must be >= 0"),
+    (lambda: sim.replay(_work(0, n=3), LINKS[0], [[0, 1]]), "cover every tensor"),
+])
+def test_bad_input_is_one_clear_line(make, message):
+    with pytest.raises(UsageError, match=message):
+        make()
