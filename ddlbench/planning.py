@@ -6,6 +6,9 @@ from __future__ import annotations
 from .errors import UsageError
 
 DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
+# ByteScheduler's published runs' settings, in elements (docs/DESIGN.md section 5)
+BYTESCHEDULER_PARTITION = 4_000_000
+BYTESCHEDULER_CREDIT = 16_000_000
 # MG-WFBP's small-group merge: the original always merged groups under this many elements.
 DEFAULT_MIN_GROUP_ELEMENTS = 8192
 
@@ -186,3 +189,16 @@ def schedule_time(backward_s: list[float], nbytes: list[int], groups: list[list[
         tc[l] = alpha + beta * sum(nbytes[b] for b in g)
     tauc = _comm_starts(ready, tc)
     return tauc[0] + tc[0]
+
+
+def chunk_table(sizes: list[int], partition: int) -> list[tuple[int, int, int]]:
+    """ByteScheduler's chunks: (tensor, start, end) of every chunk, in priority order (tensor
+    index, then chunk index). A tensor of more than ``partition`` elements gets
+    ceil(numel / partition) chunks."""
+    if partition <= 0:
+        raise ValueError("partition must be positive")
+    table = []
+    for i, n in enumerate(sizes):
+        for start in range(0, max(n, 1), partition):
+            table.append((i, start, min(n, start + partition)))
+    return table

@@ -13,7 +13,8 @@ predict) replace the profile's; ``--nworkers`` only scales the throughput (the l
 must be those of that many workers). Prints per method the predicted iteration, throughput,
 compute, exposed communication, overlap and what bounds it; ``--output`` writes them as JSON,
 ``--traces DIR`` each method's predicted trace (``python -m ddlbench.timeline`` reads them, beside
-a measured one). Modelled: bspa2a, wfbp, fusion, ddp, mgwfbp (issue 18 adds the rest). The
+a measured one). Modelled: bspa2a, wfbp, fusion, ddp, mgwfbp, bytescheduler (issue 18 adds
+the parameter-server methods and compressors). The
 profile has no optimizer time: the prediction has none either unless ``--optimizer-ms`` is given.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ def parse_args(argv=None):
                        raise_errors=True)
     p.add_argument("--profile", required=True, help="the profiler's JSON (--output FILE)")
     p.add_argument("--method", default="all",
-                   help=f"comma-separated, or all ({', '.join(simulate.GROUPINGS)})")
+                   help=f"comma-separated, or all ({', '.join(simulate.METHODS)})")
     p.add_argument("--alpha", type=float, default=None, help="seconds per message")
     p.add_argument("--beta", type=float, default=None, help="seconds per byte")
     p.add_argument("--nworkers", type=int, default=None,
@@ -46,6 +47,10 @@ def parse_args(argv=None):
     p.add_argument("--bucket-cap-mb", type=float, default=simulate.DDP_BUCKET_MB)
     p.add_argument("--min-group", type=int, default=8192, metavar="ELEMENTS",
                    help="MG-WFBP's small-group merge (fp32 elements; 0: off)")
+    p.add_argument("--partition", type=int, default=simulate.BS_PARTITION,
+                   help="ByteScheduler's chunk size in elements")
+    p.add_argument("--credit", type=int, default=simulate.BS_CREDIT,
+                   help="ByteScheduler's credit window in elements")
     p.add_argument("--output", default=None, help="write the predictions here as JSON")
     p.add_argument("--traces", default=None, metavar="DIR",
                    help="write each method's predicted trace here (METHOD.trace.json)")
@@ -62,15 +67,16 @@ def check(args) -> list[str]:
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
     for flag, value in (("--nworkers", args.nworkers), ("--batch-size", args.batch_size),
-                        ("--bucket-cap-mb", args.bucket_cap_mb)):
+                        ("--bucket-cap-mb", args.bucket_cap_mb), ("--partition", args.partition),
+                        ("--credit", args.credit)):
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
-    names = list(simulate.GROUPINGS) if args.method == "all" else \
+    names = list(simulate.METHODS) if args.method == "all" else \
         [m.strip() for m in args.method.split(",") if m.strip()]
     for name in names:
-        if name not in simulate.GROUPINGS:
+        if name not in simulate.METHODS:
             raise UsageError(f"cannot predict method {name!r} yet; modelled: "
-                             f"{', '.join(simulate.GROUPINGS)}")
+                             f"{', '.join(simulate.METHODS)}")
     if not names:
         raise UsageError("--method names no method")
     if args.output:
@@ -97,7 +103,8 @@ def run(args) -> int:
     nworkers = args.nworkers or int(prof.get("nworkers") or 1)
     batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
     settings = {"threshold": args.threshold, "bucket_cap_mb": args.bucket_cap_mb,
-                "min_group_bytes": args.min_group * 4}
+                "min_group_bytes": args.min_group * 4, "partition": args.partition,
+                "credit": args.credit}
     unit = "img" if "image_size" in (prof.get("workload") or {}) else "sen"
     print(f"Predicted: {prof['model']}, batch {batch} per worker, {nworkers} worker(s), "
           f"alpha {link.alpha * 1e6:.2f} us, beta {link.beta * 1e9:.4f} ns/B, "
@@ -109,12 +116,12 @@ def run(args) -> int:
     for name in names:
         p = simulate.predict(name, work, link, **settings)
         m = p.metrics
-        rows.append([name, str(len(p.groups)), f"{p.iteration_s * 1e3:.2f}",
+        rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
                      f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
                      f"{m['exposed_s'] * 1e3:.2f}",
                      "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}", p.bottleneck])
-        out.append({"method": name, "messages": len(p.groups),
-                    "group_bytes": [sum(work.nbytes[b] for b in g) for g in p.groups],
+        out.append({"method": name, "messages": len(p.message_bytes),
+                    "message_bytes": p.message_bytes,
                     "iteration_s": p.iteration_s,
                     "throughput": p.throughput(batch, nworkers), "metrics": m,
                     "bottleneck": p.bottleneck})

@@ -1,6 +1,7 @@
 """ByteScheduler-A2A (docs/DESIGN.md section 5): the dispatch rule, per-layer updates and forward
 waits in one process with a communication stub that the test completes by hand; then the real
 method on 1-4 workers against the reference, under hook jitter, and its flags and launcher."""
+import contextlib
 import json
 import threading
 import time
@@ -76,6 +77,10 @@ class HandComm:
     def __init__(self):
         self.issued = []  # (tensor, handle), in start order
         self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def about(self, label):   # (names the tensors on a real Comm's timeline)
+        yield
 
     def allreduce(self, tensor, async_op=True):
         h = _Held()

@@ -34,15 +34,16 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     assert lines[0].startswith("Predicted: hand-made, batch 8 per worker, 2 worker(s)")
     assert lines[1].split()[:3] == ["method", "messages", "iteration"]
     got = json.loads(out.read_text())
-    assert [p["method"] for p in got["predictions"]] == list(simulate.GROUPINGS)
+    assert [p["method"] for p in got["predictions"]] == list(simulate.METHODS)
     work = predict.workload_of(prof, 0.002)
     link = simulate.Link(1e-3, 1e-9)
     for p, line in zip(got["predictions"], lines[2:]):
         expected = simulate.predict(p["method"], work, link, threshold=1200000,
                                     min_group_bytes=8192 * 4)
+        assert p["message_bytes"] == expected.message_bytes
         assert p["iteration_s"] == expected.iteration_s and p["bottleneck"] == expected.bottleneck
         assert p["throughput"] == pytest.approx(8 * 2 / expected.iteration_s)
-        assert line.split()[:3] == [p["method"], str(len(expected.groups)),
+        assert line.split()[:3] == [p["method"], str(len(expected.message_bytes)),
                                     f"{expected.iteration_s * 1e3:.2f}"]
         back = timeline.overlap(timeline.read(str(traces / f"{p['method']}.trace.json"))[0]
                                 ["events"])["mean"]
@@ -51,7 +52,10 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     fusion = got["predictions"][2]
     # 1.2 MB: the first three tensors fit one buffer, the 4 MiB one goes alone
     assert fusion["method"] == "fusion" and \
-        fusion["group_bytes"] == [4096 + (1 << 20) + 65536, 4 << 20]
+        fusion["message_bytes"] == [4096 + (1 << 20) + 65536, 4 << 20]
+    # ByteScheduler: the default 4M-element partition leaves every tensor one chunk, sent
+    # front layers first
+    assert got["predictions"][-1]["message_bytes"] == [4 << 20, 65536, 1 << 20, 4096]
 
 
 def test_another_link_and_worker_count(tmp_path, capsys):

@@ -147,3 +147,57 @@ def test_the_predicted_trace_reads_back_with_the_same_metrics():
 def test_bad_input_is_one_clear_line(make, message):
     with pytest.raises(UsageError, match=message):
         make()
+
+
+# ---------------------------------------------------------------------------- ByteScheduler
+
+def test_bytescheduler_without_partition_credit_or_forward_is_wfbp():
+    """One chunk per tensor and credit for everything: each chunk leaves as soon as it is ready,
+    in the order of readiness, as WFBP's messages; with no forward and no optimizer the next
+    iteration's first module waits for the last message: WFBP's iteration."""
+    for seed in range(3):
+        w = _work(seed, optimizer_s=0.0)
+        work = sim.Workload(0.0, w.backward_s, w.nbytes, names=w.names)
+        for link in LINKS:
+            p = sim.predict("bytescheduler", work, link, partition=10 ** 9, credit=10 ** 12)
+            wfbp = sim.predict("wfbp", work, link)
+            assert p.iteration_s == pytest.approx(wfbp.iteration_s, rel=1e-12)
+            assert p.message_bytes == work.nbytes[::-1]     # front layers first
+
+
+def test_bytescheduler_extremes_and_the_next_forward():
+    work = _work(4, optimizer_s=0.0)
+    free = sim.predict("bytescheduler", work, sim.Link(0.0, 0.0), partition=50000)
+    assert free.iteration_s == pytest.approx(work.compute_s, rel=1e-12)
+    comm_only = sim.Workload(0.0, [0.0] * 4, [40000] * 4)
+    link = sim.Link(0.01, 1e-6)
+    p = sim.predict("bytescheduler", comm_only, link, partition=4000, credit=8000)
+    # 10,000 elements a tensor: chunks of 4,000, 4,000 and 2,000, back to back: start-ups
+    # and bytes
+    assert p.message_bytes == [16000, 16000, 8000] * 4
+    assert p.iteration_s == pytest.approx(12 * 0.01 + 160000 * 1e-6)
+    # three 4 MiB back layers, then a small front one: WFBP sends the front last, so the next
+    # forward waits for everything; ByteScheduler's 1 MB chunks, one in flight, let the front
+    # one overtake, and the next forward overlaps the back layers' chunks
+    work = sim.Workload(0.03, [0.01, 0.001, 0.001, 0.001], [4 << 20] * 3 + [4096])
+    link = sim.Link(1e-4, 1e-9)
+    bs = sim.predict("bytescheduler", work, link, partition=250000, credit=250000)
+    wfbp = sim.predict("wfbp", work, link)
+    assert bs.iteration_s < 0.9 * wfbp.iteration_s
+    assert bs.metrics["overlap"] > 2 * wfbp.metrics["overlap"]
+    waits = [e for e in bs.events if e[0] == "forward pre-hook"]
+    assert waits and all(e[1] == timeline.WAIT for e in waits)
+
+
+def test_bytescheduler_priority_lets_a_front_layer_overtake():
+    """Credit for one chunk at a time: tensor 0 (front, ready last) goes before the chunks of
+    tensor 1 still queued when it is ready."""
+    # backward order: tensor 1 (back) ready at 0.1 s, tensor 0 (front) at 0.15 s
+    work = sim.Workload(0.0, [0.1, 0.05], [16000, 800], names=["back", "front"])
+    link = sim.Link(0.0, 1e-5)   # 4,000-byte chunk: 0.04 s
+    p = sim.predict("bytescheduler", work, link, partition=1000, credit=1)
+    order = [e[5]["tensor"] for e in sorted(p.history, key=lambda e: e[3])
+             if e[0] == "allreduce"]
+    # back[0:1000] goes at 0.1 s, back[1000:2000] at 0.14; front is ready at 0.15 and goes
+    # next (0.18), before back's chunks still queued
+    assert order[:4] == ["back[0:1000]", "back[1000:2000]", "front[0:200]", "back[2000:3000]"]

@@ -68,12 +68,13 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..errors import PSError
+from ..planning import BYTESCHEDULER_CREDIT as DEFAULT_CREDIT
+from ..planning import BYTESCHEDULER_PARTITION as DEFAULT_PARTITION
+from ..planning import chunk_table
 from ..options import COUNT, Options, count_at_least, option
 from . import threads
 from .base import BucketPlan, Method, Slice
 
-DEFAULT_PARTITION = 4_000_000   # elements, the published runs' setting (docs/DESIGN.md section 5)
-DEFAULT_CREDIT = 16_000_000     # elements
 MAX_DECISION = 128              # chunk ids per negotiation message
 _POLL_S = 0.5                   # waits wake up this often to notice a failed thread
 ELEMENTS = "must be a positive number of elements"
@@ -94,18 +95,6 @@ class ByteSchedulerOptions(Options):
                             "ByteScheduler partition size in elements",
                             env="BYTESCHEDULER_PARTITION")
     credit: int = credit_option()
-
-
-def chunk_table(sizes: list[int], partition: int) -> list[tuple[int, int, int]]:
-    """(tensor, start, end) of every chunk, in priority order: tensor index, then chunk index.
-    A tensor of more than ``partition`` elements gets ceil(numel / partition) chunks."""
-    if partition <= 0:
-        raise ValueError("partition must be positive")
-    table = []
-    for i, n in enumerate(sizes):
-        for start in range(0, max(n, 1), partition):
-            table.append((i, start, min(n, start + partition)))
-    return table
 
 
 class CreditWindow:
