@@ -156,7 +156,8 @@ class NoCompression(Compressor):
         def finish():
             # Dividing by one worker would cost a pass over every gradient for nothing.
             if size > 1:
-                with comm.clock("decode_s", tensor):
+                with comm.clock("decode_s", tensor) as note:
+                    note(tensor)
                     tensor.div_(size)
         return Pending(work, finish)
 
@@ -176,7 +177,8 @@ class FP16(Compressor):
         work = comm.allreduce(half)
 
         def finish():
-            with comm.clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor) as note:
+                note(half)
                 tensor.copy_(half)
         return Pending(work, finish)
 
@@ -292,7 +294,8 @@ class TopK(Compressor):
         works, (all_values, all_indices) = self._gather_encoded(key, tensor, comm, shapes)
 
         def finish():
-            with comm.clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor) as note:
+                note(all_values, all_indices)
                 tensor.zero_()
                 tensor.index_add_(0, all_indices.long(), all_values)
                 if p > 1:
@@ -385,7 +388,8 @@ class Signum(Compressor):
         work, (gathered,) = self._gather_encoded(key, tensor, comm, shapes)
 
         def finish():
-            with comm.clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor) as note:
+                note(gathered)
                 tensor.copy_(majority_vote(gathered.view(p, -1), n))
         return Pending(work, finish)
 
@@ -425,7 +429,8 @@ class EFSignum(Compressor):
         works, (all_words, all_scales) = self._gather_encoded(key, tensor, comm, shapes)
 
         def finish():
-            with comm.clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor) as note:
+                note(all_words, all_scales)
                 tensor.zero_()
                 scales_by_worker = all_scales.view(p, -1).tolist()  # one copy to the host
                 for w, scales in zip(all_words.view(p, -1), scales_by_worker):
@@ -565,7 +570,8 @@ class PowerSGD(Compressor):
                         offset += q.numel()
                     note(q_buf)
                 comm.allreduce(q_buf).wait()
-            with comm.clock("decode_s", tensor):
+            with comm.clock("decode_s", tensor) as note:
+                note(*(b for b in (p_buf if low else None, q_buf, dense_buf) if b is not None))
                 if q_buf is not None and p > 1:
                     q_buf.div_(p)
                 for name, seg, m, q, pm in low:

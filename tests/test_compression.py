@@ -149,7 +149,8 @@ def test_residual_follows_a_tensor_into_its_new_bucket():
 def test_bytes_are_counted_from_the_exchanged_tensors():
     """Each compressor's payload per worker, exactly, and the ring-model figures that Comm
     counts for the same collectives; on the timeline, its encode spans read the dense bytes
-    and produce the payload."""
+    and produce the payload, its decode reads what the collectives brought (every worker's
+    payload after an all-gather) and writes the dense bytes."""
     shapes = [torch.Size([10, 50]), torch.Size([500])]  # 1000 elements in one bucket
     expected_payload = {
         "none": 4000,
@@ -170,6 +171,10 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         encodes = [e[5] for e in comm.timeline.events if e[0] == "encode"]
         assert all(a["bytes"] == 4000 for a in encodes), name
         assert sum(a["bytes_out"] for a in encodes) == (payload if name != "none" else 0), name
+        decodes = [e[5] for e in comm.timeline.events if e[0] == "decode"]
+        gathers = 4 if name in ("topk", "eftopk", "signum", "efsignum") else 1
+        assert [(a["bytes"], a["bytes_in"]) for a in decodes] == [(4000, payload * gathers)], \
+            name
         st = comm.compression_stats()  # the compressor counts through Comm
         assert st["payload_bytes"] == payload, name
         assert sum(comm.stats()["payload_bytes"].values()) == payload

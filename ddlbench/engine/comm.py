@@ -98,8 +98,9 @@ class Comm:
     def clock(self, what: str, tensor: torch.Tensor):
         """Time a block of encoding or decoding work (``what``: encode_s or decode_s): wall
         clock on the CPU, CUDA events (read later, no synchronisation here) on a GPU. Yields
-        ``encoded(*tensors)``: an encoder names what it produced, whose bytes its timeline span
-        carries as ``bytes_out`` beside the dense ``bytes`` it read."""
+        ``encoded(*tensors)``: the block names the encoded tensors (what an encoder produced,
+        what a decoder read), whose bytes its timeline span carries (``bytes_out`` of an
+        encode, ``bytes_in`` of a decode) beside the dense ``bytes``."""
         if tensor.is_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -114,9 +115,11 @@ class Comm:
             # collective spans that follow.
             with self.timeline.span(what[:-2], "codec", "compressor", elements=tensor.numel(),
                                     bytes=tensor.numel() * itemsize(tensor.dtype)) as args:
+                key = "bytes_out" if what == "encode_s" else "bytes_in"
+
                 def encoded(*tensors):
                     if args is not None:
-                        args["bytes_out"] = sum(t.numel() * itemsize(t.dtype) for t in tensors)
+                        args[key] = sum(t.numel() * itemsize(t.dtype) for t in tensors)
                 yield encoded
             self.seconds[what] += time.perf_counter() - t0
 

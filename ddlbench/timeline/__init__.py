@@ -18,7 +18,8 @@ instant has ``end_us None``. Categories:
   completes (the future's completion where the transport reports one, else the moment it was
   waited for), on a thread row per kind of operation;
 - ``codec``: a compressor's encode and decode (the dense gradient's elements and bytes; an
-  encode also ``bytes_out``, what it produced for the collectives that follow);
+  encode also ``bytes_out``, what it produced for the collectives that follow, a decode
+  ``bytes_in``, what they brought back);
 - ``queue``: a chunk waiting in a method's own scheduler, from its gradient's readiness until the
   method hands it to the transport (ByteScheduler: priority and credit decide when), on the
   ``scheduler queue`` row; not communication (the metrics ignore it);
