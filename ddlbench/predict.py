@@ -14,8 +14,9 @@ must be those of that many workers). Prints per method the predicted iteration, 
 compute, exposed communication, overlap and what bounds it; ``--output`` writes them as JSON,
 ``--traces DIR`` each method's predicted trace (``python -m ddlbench.timeline`` reads them, beside
 a measured one). Modelled: bspa2a, wfbp, fusion, ddp, mgwfbp, bytescheduler (issue 18 adds
-the parameter-server methods and compressors). The
-profile has no optimizer time: the prediction has none either unless ``--optimizer-ms`` is given.
+the parameter-server methods and compressors). The optimizer's step is the profile's
+(``optimizer_s``, which the profiler times with the training script's optimizer flags), or
+``--optimizer-ms``.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def parse_args(argv=None):
                    help="workers the link's figures are for (default: the profile's)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="per-worker batch (default: the profile's)")
-    p.add_argument("--optimizer-ms", type=float, default=0.0,
-                   help="the optimizer's step per iteration (the profile does not measure it)")
+    p.add_argument("--optimizer-ms", type=float, default=None,
+                   help="the optimizer's step per iteration (default: the profile's, else 0)")
     p.add_argument("--threshold", type=float, default=simulate.FUSION_THRESHOLD,
                    help="fusion's buffer in bytes")
     p.add_argument("--bucket-cap-mb", type=float, default=simulate.DDP_BUCKET_MB)
@@ -97,7 +98,9 @@ def workload_of(prof: dict, optimizer_s: float = 0.0) -> simulate.Workload:
 def run(args) -> int:
     names = check(args)
     prof = read_profile(args.profile)
-    work = workload_of(prof, args.optimizer_ms / 1e3)
+    optimizer_s = (args.optimizer_ms / 1e3 if args.optimizer_ms is not None
+                   else float(prof.get("optimizer_s") or 0.0))
+    work = workload_of(prof, optimizer_s)
     link = simulate.Link(prof["alpha_s"] if args.alpha is None else args.alpha,
                          prof["beta_s_per_byte"] if args.beta is None else args.beta)
     nworkers = args.nworkers or int(prof.get("nworkers") or 1)

@@ -38,6 +38,7 @@ import sys
 import time
 
 from .errors import ArgumentParser, UsageError, check_writable
+from .measure.workload import OPTIMIZERS
 from .options import check_flags
 from .planning import DEFAULT_MIN_GROUP_ELEMENTS
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
@@ -234,6 +235,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "the model's)")
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--optimizer", default="auto", choices=OPTIMIZERS,
+                   help="the optimizer whose step is timed (the training script's choice)")
+    p.add_argument("--momentum", type=float, default=None)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--lr", type=float, default=None)
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="untimed iterations")
     p.add_argument("--iters", type=int, default=DEFAULT_ITERS, help="measured iterations")
     p.add_argument("--comm-warmup", type=int, default=DEFAULT_COMM_WARMUP)
@@ -261,7 +267,7 @@ def check(args) -> None:
                                 "--num-classes", "--timeout", "--image-size", "--nworkers",
                                 "--threads"),
                 nonneg=("--warmup", "--comm-warmup", "--min-group", "--alpha", "--beta",
-                        "--seed"))
+                        "--seed", "--momentum", "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
     if (args.alpha is None) != (args.beta is None):
@@ -280,7 +286,7 @@ def main(argv=None) -> int:
 
 def worker(args, placement) -> int:
     from . import engine
-    from .measure.workload import replica
+    from .measure.workload import learning_rate, make_optimizer, replica
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads)
     try:
@@ -294,6 +300,14 @@ def worker(args, placement) -> int:
                             warmup=args.warmup, iters=args.iters, comm_warmup=args.comm_warmup,
                             comm_iters=args.comm_iters, alpha=args.alpha, beta=args.beta,
                             network=args.network, workload=workload)
+        # Last, as it changes the parameters: the optimizer's step, for the performance model
+        # (python -m ddlbench.predict). Every rank steps at once, as in training.
+        optimizer = make_optimizer(args, work.model.parameters(),
+                                   learning_rate(args, ctx.size))
+        seconds = time_optimizer(optimizer, forward_backward, device=ctx.device,
+                                 warmup=args.warmup, iters=args.iters)
+        prof["optimizer"] = type(optimizer).__name__
+        prof["optimizer_s"] = seconds
         if ctx.is_root:
             print(format_profile(prof, args.min_group), flush=True)
             if args.output:
@@ -304,6 +318,24 @@ def worker(args, placement) -> int:
         engine.shutdown()
 
 
+def time_optimizer(optimizer, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
+                   iters: int = DEFAULT_ITERS) -> float:
+    """Mean seconds of ``optimizer.step()`` over every parameter, after ``warmup`` untimed
+    steps (the gradients of one ``forward_backward``; it changes the parameters)."""
+    from . import engine
+    forward_backward()
+    for _ in range(warmup):
+        optimizer.step()
+    engine.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(max(1, iters)):
+        optimizer.step()
+    engine.synchronize(device)
+    seconds = (time.perf_counter() - start) / max(1, iters)
+    optimizer.zero_grad(set_to_none=True)
+    return seconds
+
+
 def format_profile(prof: dict, min_group: int) -> str:
     from .planning import merge_groups, schedule_time
     nbytes = [t["bytes"] for t in prof["tensors"]]
@@ -312,7 +344,9 @@ def format_profile(prof: dict, min_group: int) -> str:
     lines = [f"# {prof['model']}: {len(nbytes)} tensors, forward {prof['forward_s'] * 1e3:.3f} ms, "
              f"backward {sum(tb) * 1e3:.3f} ms (sum over tensors); measured on "
              f"{prof['nworkers']} worker(s), {prof['backend']}, {prof['device']}",
-             f"# alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B",
+             f"# alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B"
+             + (f"; optimizer {prof['optimizer']} step {prof['optimizer_s'] * 1e3:.3f} ms"
+                if prof.get("optimizer_s") is not None else ""),
              f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
     for k, (t, x) in enumerate(zip(prof["tensors"], tb)):
         lines.append(f"  {k:8d} {t['bytes']:11d} {x * 1e3:10.4f}  {t['name']}")

@@ -480,6 +480,8 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     assert prof["workload"]["batch_size"] == 4 and prof["workload"]["sentence_len"] == 16
     assert prof["iterations"] == {"warmup": 1, "measured": 3}
     assert prof["alpha_s"] >= 0 and prof["beta_s_per_byte"] >= 0
+    # the optimizer's step, timed last, for the performance model (BERT: AdamW)
+    assert prof["optimizer"] == "AdamW" and prof["optimizer_s"] > 0
     # The printed groups are the rule's on the written profile.
     nbytes = [t["bytes"] for t in prof["tensors"]]
     groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"], prof["beta_s_per_byte"],

@@ -58,6 +58,16 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     assert got["predictions"][-1]["message_bytes"] == [4 << 20, 65536, 1 << 20, 4096]
 
 
+def test_the_profiles_optimizer_step_counts_unless_given(tmp_path, capsys):
+    path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005)
+    assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
+                         "--beta", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[2] == "28.00"   # 23 + 5 ms
+    assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
+                         "--beta", "0", "--optimizer-ms", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[2] == "24.00"
+
+
 def test_another_link_and_worker_count(tmp_path, capsys):
     path, _ = _profile(tmp_path)
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
