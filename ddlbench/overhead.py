@@ -144,7 +144,6 @@ def _timeline_cost(args, name, cls, comm) -> None:
 
 def _compare(args, name, cls, comm) -> None:
     """One method's rounds interleaved with the bare loop's, and its line."""
-    timed = _timed
     bare_work, bare_batch, bare_opt = _build(args)
     work, batch, opt = _build(args)
     with cls(work.model, opt, comm) as method:
@@ -158,18 +157,18 @@ def _compare(args, name, cls, comm) -> None:
             method.step()
             method.zero_grad()
 
-        timed(bare_step, args.warmup)
-        timed(method_step, args.warmup)
+        _timed(bare_step, args.warmup)
+        _timed(method_step, args.warmup)
         method.synchronize()
         bare_t, method_t = [], []
         for r in range(args.rounds):
             # Alternate which loop goes first, so neither always inherits the other's caches.
             if r % 2 == 0:
-                bare_t.append(timed(bare_step, args.batches))
-            method_t.append(timed(method_step, args.batches))
+                bare_t.append(_timed(bare_step, args.batches))
+            method_t.append(_timed(method_step, args.batches))
             method.synchronize()
             if r % 2 == 1:
-                bare_t.append(timed(bare_step, args.batches))
+                bare_t.append(_timed(bare_step, args.batches))
         ratios = [b / m for b, m in zip(bare_t, method_t)]  # throughput ratio method/bare
         print(f"{name:>10} {statistics.median(bare_t):13.4f} {statistics.median(method_t):15.4f} "
               f"{statistics.median(ratios):15.3f}", flush=True)

@@ -6,6 +6,10 @@ from __future__ import annotations
 from .errors import UsageError
 
 DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
+# fusion's buffer: Horovod's HOROVOD_FUSION_THRESHOLD default, in bytes
+HOROVOD_DEFAULT_THRESHOLD = 64 * 1024 * 1024
+# torch DDP's bucket_cap_mb default
+DDP_DEFAULT_BUCKET_MB = 25.0
 # ByteScheduler's published runs' settings, in elements (docs/DESIGN.md section 5)
 BYTESCHEDULER_PARTITION = 4_000_000
 BYTESCHEDULER_CREDIT = 16_000_000

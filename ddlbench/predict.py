@@ -27,6 +27,8 @@ import sys
 from . import simulate, timeline
 from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
 from .measure.profile_file import read_profile
+from .planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
+                       DEFAULT_MIN_GROUP_ELEMENTS, HOROVOD_DEFAULT_THRESHOLD)
 
 
 def parse_args(argv=None):
@@ -43,14 +45,14 @@ def parse_args(argv=None):
                    help="per-worker batch (default: the profile's)")
     p.add_argument("--optimizer-ms", type=float, default=None,
                    help="the optimizer's step per iteration (default: the profile's, else 0)")
-    p.add_argument("--threshold", type=float, default=simulate.FUSION_THRESHOLD,
+    p.add_argument("--threshold", type=float, default=HOROVOD_DEFAULT_THRESHOLD,
                    help="fusion's buffer in bytes")
-    p.add_argument("--bucket-cap-mb", type=float, default=simulate.DDP_BUCKET_MB)
-    p.add_argument("--min-group", type=int, default=8192, metavar="ELEMENTS",
+    p.add_argument("--bucket-cap-mb", type=float, default=DDP_DEFAULT_BUCKET_MB)
+    p.add_argument("--min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS, metavar="ELEMENTS",
                    help="MG-WFBP's small-group merge (fp32 elements; 0: off)")
-    p.add_argument("--partition", type=int, default=simulate.BS_PARTITION,
+    p.add_argument("--partition", type=int, default=BYTESCHEDULER_PARTITION,
                    help="ByteScheduler's chunk size in elements")
-    p.add_argument("--credit", type=int, default=simulate.BS_CREDIT,
+    p.add_argument("--credit", type=int, default=BYTESCHEDULER_CREDIT,
                    help="ByteScheduler's credit window in elements")
     p.add_argument("--output", default=None, help="write the predictions here as JSON")
     p.add_argument("--traces", default=None, metavar="DIR",

@@ -35,12 +35,12 @@ from . import timeline
 from .errors import UsageError
 from .planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from .planning import BYTESCHEDULER_PARTITION as BS_PARTITION
-from .planning import chunk_table, merge_groups, plan_buckets
+from .planning import (DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
+                       HOROVOD_DEFAULT_THRESHOLD, chunk_table, merge_groups, plan_buckets)
 
 MIB = 1024 * 1024
-DDP_BUCKET_MB = 25.0        # torch DDP's bucket_cap_mb default
-FUSION_THRESHOLD = 64 * MIB  # Horovod's HOROVOD_FUSION_THRESHOLD default, the suite's fusion's
-MGWFBP_MIN_GROUP_BYTES = 8192 * 4  # the original's 8192 fp32 elements
+# MG-WFBP's small-group merge: the original's elements, of fp32
+MGWFBP_MIN_GROUP_BYTES = DEFAULT_MIN_GROUP_ELEMENTS * 4
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,12 @@ def _wfbp(work, link, settings):
 
 
 def _fusion(work, link, settings):
-    return plan_buckets(work.nbytes, float(settings.get("threshold", FUSION_THRESHOLD)))
+    return plan_buckets(work.nbytes, float(settings.get("threshold", HOROVOD_DEFAULT_THRESHOLD)))
 
 
 def _ddp(work, link, settings):
-    return plan_buckets(work.nbytes, float(settings.get("bucket_cap_mb", DDP_BUCKET_MB)) * MIB)
+    cap_mb = float(settings.get("bucket_cap_mb", DDP_DEFAULT_BUCKET_MB))
+    return plan_buckets(work.nbytes, cap_mb * MIB)
 
 
 def _mgwfbp(work, link, settings):
@@ -156,9 +157,7 @@ def replay(work: Workload, link: Link, groups: list[list[int]], channels: int = 
         last_end = max(last_end, end)
         args = {"bytes": nbytes}
         if work.names is not None:
-            names = [work.names[b] for b in g]
-            args["tensor"] = names[0] if len(names) == 1 else \
-                f"{names[0]} .. {names[-1]} ({len(names)} tensors)"
+            args["tensor"] = timeline.tensors_label([work.names[b] for b in g])
         events.append(("allreduce", timeline.COMM, "allreduce", start * us, end * us, args))
     end = last_end + work.optimizer_s
     main = timeline.MAIN

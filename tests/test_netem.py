@@ -20,7 +20,8 @@ from ddlbench import netem
 from ddlbench.costs import bus_factor
 from ddlbench.errors import UsageError
 
-from .conftest import FULL_TINY_BERT, QUICK_TIMING, REPO, TINY_BERT, describe, env, run, train, verify_lines
+from .conftest import (FULL_TINY_BERT, QUICK_TIMING, REPO, TINY_BERT, describe, env, run, train,
+                       verify_lines)
 
 REASON = netem.unavailable_reason()
 needs_netem = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -267,8 +268,8 @@ def test_overlap_orders_the_methods_over_1gbit(tmp_path, netem_runs):
     the probed rate, within 25%; wfbp, fusion and ddp with 1 MB buckets (their defaults, 64 and
     25 MB, hold all 17.7 MB of BERT-Tiny in one bucket: no overlap, as the cost model says) and
     mgwfbp start all-reduces during backward and hide a part, never all: the word embeddings'
-    gradient, 88% of the bytes, is ready last and nothing computes after it. The merged trace's aligned clocks line
-    the all-reduces' ends up across the namespaces."""
+    gradient, 88% of the bytes, is ready last and nothing computes after it. The merged trace's
+    aligned clocks line the all-reduces' ends up across the namespaces."""
     got = {}
     # (ddp: a trace file routes its buckets through the suite's hook)
     chosen = {"bspa2a": [], "wfbp": [], "fusion": ["--threshold", "1000000"], "mgwfbp": [],

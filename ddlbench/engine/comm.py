@@ -193,7 +193,7 @@ class Comm:
     @contextmanager
     def about(self, label):
         """The collectives this thread issues inside carry ``label`` on the timeline (the
-        gradient tensors they move: ``methods.base.tensors_label``); ``label`` may be a
+        gradient tensors they move: ``timeline.tensors_label``); ``label`` may be a
         callable, called only while the timeline records."""
         if not self.timeline.enabled:
             yield

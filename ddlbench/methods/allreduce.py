@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..options import NONNEG, Options, option
-from ..planning import plan_buckets
-from .base import BucketPlan, Method, tensors_label
+from ..planning import HOROVOD_DEFAULT_THRESHOLD, plan_buckets
+from ..timeline import tensors_label
+from .base import BucketPlan, Method
 
-HOROVOD_DEFAULT_THRESHOLD = 64 * 1024 * 1024
 
 
 def threshold_option(default: float, help: str):

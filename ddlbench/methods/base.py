@@ -185,9 +185,3 @@ class Method:
         for i, p in enumerate(self.params):
             self._handles.append(compat.on_grad_ready(p, lambda _p, i=i: callback(i)))
 
-
-def tensors_label(names: list[str]) -> str:
-    """What a collective of these gradient tensors is called on the timeline."""
-    if len(names) == 1:
-        return names[0]
-    return f"{names[0]} .. {names[-1]} ({len(names)} tensors)"

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..options import POSITIVE, Options, option
-from .base import AFTER_STEP, BucketPlan, Method, tensors_label
+from ..planning import DDP_DEFAULT_BUCKET_MB
+from ..timeline import tensors_label
+from .base import AFTER_STEP, BucketPlan, Method
 from .threads import QueueWorker
 
-DDP_DEFAULT_BUCKET_MB = 25.0
 
 
 @dataclass(frozen=True)

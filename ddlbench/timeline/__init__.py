@@ -367,6 +367,13 @@ def transport_queues(events, threads: int) -> list:
             for i, e in enumerate(events)]
 
 
+def tensors_label(names: list[str]) -> str:
+    """What a collective of these gradient tensors is called on the timeline (``tensor``)."""
+    if len(names) == 1:
+        return names[0]
+    return f"{names[0]} .. {names[-1]} ({len(names)} tensors)"
+
+
 def lanes(events) -> list:
     """The events sorted by start, each span on a row where it nests in or follows the spans
     before it: operations in flight at once (asynchronous collectives, pushes) go to rows
