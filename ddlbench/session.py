@@ -51,6 +51,23 @@ class Run:
         if zero_grad:
             self.method.zero_grad()
 
+    def watch(self, args) -> None:
+        """Put on the timeline what the options ask: at most ``--timeline-iters`` steps, the
+        optimizer's steps and, with a trace file, each gradient's ready instant."""
+        tl = self.comm.timeline
+        tl.limit = args.timeline_iters
+        tl.watch_optimizer(self.optimizer)
+        if args.timeline:
+            tl.watch_gradients(self.work.model)
+
+    def servers_recorded(self, args, ctx) -> bool:
+        """Whether the parameter servers record too (``--timeline PATH`` with a PS method):
+        their receives, sums and sends are rows of the trace, from the start of the recorded
+        steps to their end (servers know no iterations, so ``--timeline-iters N`` limits the
+        workers only). Nothing changes on the wire without it."""
+        return (bool(args.timeline) and ctx.ps is not None and args.timeline_iters != 0
+                and self.method.architecture == methods.PS)
+
     def calibrate(self) -> None:
         """The method's calibration (MG-WFBP measures here), leaving no gradient and no count
         behind."""

@@ -352,21 +352,13 @@ def benchmark(args, ctx) -> int:
 
     run = session.build(args, ctx, args.method, args.compressor)
     tl = run.comm.timeline
-    tl.limit = args.timeline_iters
-    tl.watch_optimizer(run.optimizer)
-    if args.timeline:
-        tl.watch_gradients(run.work.model)
+    run.watch(args)
     with run.method as method:
         run.calibrate()
         model = run.work.stats()
         _print_header(log, args, ctx, method, model)
         warm = {}
-        # --timeline PATH with parameter servers: their receives, sums and sends are rows of
-        # the trace too (recorded from the start of the timed rounds to their end: servers know
-        # no iterations, so --timeline-iters N limits the workers only). Nothing changes on
-        # the wire without it.
-        servers = (bool(args.timeline) and ctx.ps is not None and args.timeline_iters != 0
-                   and method.architecture == methods.PS)
+        servers = run.servers_recorded(args, ctx)
 
         def on_warm():  # what the timed rounds count starts here
             run.comm.reset_stats()

@@ -36,7 +36,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from . import methods, session
+from . import session
 from .methods.base import BEFORE_STEP
 from .measure import workload
 from .timeline import WAIT
@@ -335,11 +335,8 @@ class _Recording:
             return
         from .measure import overlap
         tl = run.comm.timeline
-        tl.limit = args.timeline_iters
-        tl.watch_optimizer(run.optimizer)
-        tl.watch_gradients(run.work.model)
-        self.servers = (ctx.ps is not None and args.timeline_iters != 0
-                        and run.method.architecture == methods.PS)
+        run.watch(args)
+        self.servers = run.servers_recorded(args, ctx)
         self.clock = overlap.align(ctx.device if ctx.backend == "nccl" else None)
         if self.servers:
             overlap.servers_start(ctx.ps, ctx.rank)
