@@ -74,10 +74,11 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     if method == "bspa2a":   # one all-reduce of the whole gradient per step, after backward
         assert [(n, b) for _, n, b in traces.collectives(rows, 0)] == \
             [("allreduce", model["gradient_bytes"])] * 4
-        # and its division by the workers, a decode span over the same dense bytes
+        # and its division by the workers, a decode span over the same dense bytes (it reads
+        # the all-reduced gradient itself)
         decodes = [e["args"] for e in rows[(0, "compressor")] if e["name"] == "decode"]
-        assert decodes == [{"elements": model["parameters"],
-                            "bytes": model["gradient_bytes"]}] * 4
+        assert decodes == [{"elements": model["parameters"], "bytes": model["gradient_bytes"],
+                            "bytes_in": model["gradient_bytes"]}] * 4
     if method in ("fusion", "ddp"):   # one per bucket
         assert len(traces.collectives(rows, 0)) == 4 * rec["method"]["buckets"] > 4
     if method == "ddp":   # its end-of-backward wait for the all-reduces: a wait, in backward
