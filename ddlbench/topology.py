@@ -1,0 +1,495 @@
+"""The performance model's network description (issue 18): what a message costs among P workers,
+from a topology file (``Topology``) or from comm_bench measurements (``Measured``), as the
+``simulate.Link`` and ``simulate.ServerLinks`` the replay needs (docs/DESIGN.md sections 3
+and 6). Pure: no torch, no job.
+
+    net = topology.load("survey-10gbe")         # configs/topology/survey-10gbe.yaml
+    net = topology.load("ab2.json,ab4.json")    # python -m ddlbench.comm_bench --output files
+    net.link("allreduce", 8)                    # Link(alpha, beta): one all-reduce of M bytes
+    net.ps(8, 2, clients="machine")             # ServerLinks for push/pull through 2 servers
+    net.local_reduce(8)                         # a machine's local sum under clients machine
+
+**Message sizes** are counted as nccl-tests and comm_bench count them: an all-reduce's M is the
+tensor every rank holds, an all-gather's G the gathered output (P x what each rank gives).
+
+**Topology file** (YAML; ``configs/topology/`` holds the shipped ones, each number's source in
+its comments)::
+
+    name: survey-10gbe        # optional (default: the file's name)
+    description: ...          # optional, free text
+    nodes: 8                  # machines
+    devices_per_node: 4       # workers (devices) per machine; nodes are filled in order
+    intra_node:               # a device's link to its peers in a machine (optional with 1)
+      bandwidth: 15.754GB/s   # each direction
+      latency: 1us
+      efficiency: 0.91        # optional, default 1: fraction of line rate after framing
+    inter_node:               # a machine's NIC
+      bandwidth: 10gbit
+      latency: 25us
+      efficiency: 0.94
+    allreduce: ring           # or hierarchical (default ring)
+    servers:                  # optional: parameter servers, on hosts of their own
+      count: 8                # optional, default one per worker machine (those P spans)
+      bandwidth: 10gbit       # a server's NIC; each of bandwidth, latency and efficiency
+      latency: 25us           # defaults to inter_node's
+      efficiency: 0.94
+
+Bandwidths say bits or bytes explicitly: ``10gbit``, ``2.5Gbit/s`` (bit, kbit, mbit, gbit,
+tbit; any case) or ``12GB/s``, ``900MB/s``, ``1.5GiB/s`` (bytes: a capital B and ``/s``; GB =
+1e9 bytes, GiB = 2^30). Latencies: ``25us`` (also ``µs``), ``800ns``, ``1.5ms``, ``0.001s``.
+A link's per-byte cost is ``b = 1 / (bandwidth * efficiency)``, its per-message cost ``a`` its
+latency.
+
+**Formulas** (P workers on n = ceil(P/d) machines of d devices; l = min(P, d), the devices of
+the fullest machine; a and b of the link named):
+
+- P == 1: every collective costs 0 (alpha = beta = 0).
+- ``ring`` all-reduce: one flat ring over all P devices. A step of a ring that crosses machines
+  waits for the slowest link it uses, so a = the largest latency used and b = the largest b
+  used (intra-node if l > 1, inter-node if n > 1: each machine's NIC then carries the step's
+  M/P bytes each way): ``alpha = 2(P-1) a``, ``beta = 2(P-1)/P b``.
+- ``hierarchical`` all-reduce: reduce-scatter inside each machine, then l concurrent
+  inter-node ring all-reduces of M/l bytes each (one per local device, the l of a machine
+  sharing its NIC, so together they move M per machine), then all-gather inside the machine:
+  ``alpha = 2(l-1) a_intra + 2(n-1) a_inter``,
+  ``beta = 2(l-1)/l b_intra + 2(n-1)/n b_inter``. Equals the ring on one machine or one device
+  per machine.
+- all-gather of G gathered bytes (NCCL's all-gather is a ring, whatever ``allreduce`` says):
+  ``alpha = (P-1) a``, ``beta = (P-1)/P b``, a and b as for the flat ring.
+- parameter servers (``ps``): ``alpha`` = the servers' latency (one message),
+  ``server_beta = 1 / (server bandwidth * efficiency)``, ``worker_beta`` = 1 / a pusher's
+  share of its machine's NIC: clients ``machine`` (BytePS: the machine's leader pushes the
+  machine's sum) n pushers, each with the whole NIC (``b_inter``); clients ``process`` P
+  pushers, the l of the fullest machine sharing its NIC (``l * b_inter``).
+- ``local_reduce``: under clients ``machine`` the machine's workers first hand their message to
+  the leader and get the total back (docs/DESIGN.md section 6: the local workers push to the
+  leader as to a server), a star through the leader's intra-node link: ``alpha = 2 a_intra``,
+  ``beta = 2(l-1) b_intra``; 0 when l == 1. ``ServerLinks`` leaves it out; the simulator adds
+  it.
+
+**Measured** (comm_bench ``--output`` files): ``link(op, P)`` is the fit comm_bench made at P
+(``fit.alpha_s``, ``fit.beta_s_per_byte``); ``ps(P, k, clients)`` comes from the ``pushpull``
+fit at P, k servers and those clients (``alpha = alpha_f/2``, ``worker_beta = beta_f/2``,
+``server_beta = 0``, pushers as recorded: see ``simulate.ServerLinks``); the measured push/pull
+already includes any local sum, so ``local_reduce`` is 0. A P it lacks is a one-line error,
+except P = 1, which costs 0.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+from . import simulate, yamlfile
+from .errors import UsageError
+from .planning import PS_CLIENTS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDER = os.path.join(REPO, "configs", "topology")
+OPS = ("allreduce", "allgather")
+ALGORITHMS = ("ring", "hierarchical")
+
+_NUMBER = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_BIT_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+_BYTE_UNITS = {"B": 1.0, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+               "KiB": 1024.0, "MiB": 1024.0 ** 2, "GiB": 1024.0 ** 3, "TiB": 1024.0 ** 4}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_bandwidth(text, what: str = "bandwidth") -> float:
+    """Bytes per second from ``10gbit``, ``2.5Gbit/s`` (bits) or ``12GB/s``, ``1.5GiB/s``
+    (bytes)."""
+    s = str(text).strip()
+    m = re.fullmatch(_NUMBER + r"\s*([A-Za-z]+)(/s)?", s)
+    value = None
+    if m:
+        unit = m.group(2)
+        if unit.lower() in _BIT_UNITS:
+            value = float(m.group(1)) * _BIT_UNITS[unit.lower()] / 8
+        elif unit.lower() in ("bps", "kbps", "mbps", "gbps", "tbps"):
+            raise UsageError(f"ambiguous {what} {s!r}: write bits as gbit (10gbit) or bytes "
+                             f"as GB/s (12GB/s)")
+        elif unit in _BYTE_UNITS and m.group(3):
+            value = float(m.group(1)) * _BYTE_UNITS[unit]
+    if value is None:
+        raise UsageError(f"malformed {what} {s!r}: expected a number and a unit, bits as "
+                         f"10gbit or 2.5Gbit/s, bytes as 12GB/s or 1.5GiB/s")
+    if not 0 < value < math.inf:
+        raise UsageError(f"{what} must be positive, got {s!r}")
+    return value
+
+
+def parse_latency(text, what: str = "latency") -> float:
+    """Seconds from ``25us``, ``800ns``, ``1.5ms``, ``0.001s``."""
+    s = str(text).strip()
+    m = re.fullmatch(_NUMBER + r"\s*(s|ms|us|µs|ns)", s)
+    if not m:
+        raise UsageError(f"malformed {what} {s!r}: expected a number and a unit of s, ms, us "
+                         f"or ns (e.g. 25us)")
+    value = float(m.group(1)) * _TIME_UNITS[m.group(2)]
+    if not 0 <= value < math.inf:
+        raise UsageError(f"{what} must be >= 0, got {s!r}")
+    return value
+
+
+def _zero() -> simulate.Link:
+    return simulate.Link(0.0, 0.0)
+
+
+class Network:
+    """What the performance model asks of a network, for any worker count P."""
+    name: str = "network"
+
+    def link(self, op: str, nworkers: int) -> simulate.Link:
+        """One ``op`` ("allreduce": M bytes every rank holds; "allgather": G gathered bytes)
+        among ``nworkers`` workers costs ``alpha + beta * size``."""
+        raise NotImplementedError
+
+    def ps(self, nworkers: int, nservers: int | None = None,
+           clients: str = "machine") -> simulate.ServerLinks:
+        """Push and pull through ``nservers`` parameter servers (None: the description's
+        default); ``clients`` "machine" (one pusher per machine, BytePS) or "process"."""
+        raise NotImplementedError
+
+    def local_reduce(self, nworkers: int) -> simulate.Link:
+        """Summing one message inside a machine and handing the sum back (clients
+        "machine"; not in ``ps``)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """One line."""
+        raise NotImplementedError
+
+    def _check_op(self, op: str) -> None:
+        if op not in OPS:
+            raise UsageError(f"no network cost for operation {op!r}: {', '.join(OPS)}")
+
+    @staticmethod
+    def _check_clients(clients: str) -> None:
+        if clients not in PS_CLIENTS:
+            raise UsageError(f"unknown parameter-server clients {clients!r}: "
+                             f"{', '.join(PS_CLIENTS)}")
+
+
+class _Link:
+    """A link of a topology: per-message latency ``a``, per-byte ``b``."""
+
+    def __init__(self, bandwidth: float, latency: float, efficiency: float):
+        self.bandwidth, self.latency, self.efficiency = bandwidth, latency, efficiency
+
+    @property
+    def a(self) -> float:
+        return self.latency
+
+    @property
+    def b(self) -> float:
+        return 1.0 / (self.bandwidth * self.efficiency)
+
+    def text(self) -> str:
+        rate = self.bandwidth * 8 / 1e9
+        eff = "" if self.efficiency == 1 else f" x {self.efficiency:g}"
+        return f"{rate:.4g} Gbit/s{eff}, {self.latency * 1e6:.3g} us"
+
+
+class Topology(Network):
+    """A network described by a topology file (the module's docstring has the schema and the
+    formulas)."""
+    _KEYS = {"name", "description", "nodes", "devices_per_node", "intra_node", "inter_node",
+             "allreduce", "servers"}
+    _LINK_KEYS = {"bandwidth", "latency", "efficiency"}
+
+    def __init__(self, path: str):
+        self.path = path
+        raw = yamlfile.load(path, "topology file")
+        if not isinstance(raw, dict):
+            raise UsageError(f"topology file {path} must be a mapping of keys (nodes, "
+                             f"devices_per_node, intra_node, inter_node, ...)")
+        unknown = sorted(set(map(str, raw)) - self._KEYS)
+        if unknown:
+            raise UsageError(f"topology file {path}: unknown key {unknown[0]!r}; known: "
+                             f"{', '.join(sorted(self._KEYS))}")
+        self.name = str(raw.get("name") or os.path.splitext(os.path.basename(path))[0])
+        self.description = str(raw.get("description") or "")
+        self.nodes = self._count(raw, "nodes")
+        self.devices_per_node = self._count(raw, "devices_per_node")
+        self.intra = (self._link(raw, "intra_node") if self.devices_per_node > 1
+                      or raw.get("intra_node") is not None else None)
+        self.inter = self._link(raw, "inter_node")
+        self.algorithm = raw.get("allreduce", "ring")
+        if self.algorithm not in ALGORITHMS:
+            raise UsageError(f"topology file {path}: unknown all-reduce algorithm "
+                             f"{self.algorithm!r}; allreduce: {' or '.join(ALGORITHMS)}")
+        servers = raw.get("servers") or {}
+        if not isinstance(servers, dict):
+            raise UsageError(f"topology file {path}: servers must be a mapping (count, "
+                             f"bandwidth, latency, efficiency)")
+        extra = sorted(set(map(str, servers)) - self._LINK_KEYS - {"count"})
+        if extra:
+            raise UsageError(f"topology file {path}: servers: unknown key {extra[0]!r}; "
+                             f"known: count, bandwidth, latency, efficiency")
+        self.server_count = (self._count(servers, "count", "servers: count")
+                             if servers.get("count") is not None else None)
+        self.server = self._link({"servers": {k: v for k, v in servers.items()
+                                              if k != "count"}}, "servers", self.inter)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _count(self, raw: dict, key: str, what: str | None = None) -> int:
+        value = raw.get(key)
+        if value is None:
+            raise UsageError(f"topology file {self.path}: missing {what or key} (a whole "
+                             f"number >= 1)")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"topology file {self.path}: {what or key} must be a whole number "
+                             f">= 1, got {value!r}")
+        return value
+
+    def _link(self, raw: dict, key: str, default: _Link | None = None) -> _Link:
+        """The link ``raw[key]``; with ``default``, fields not given are its."""
+        spec = raw.get(key)
+        if spec is None:
+            raise UsageError(f"topology file {self.path}: missing {key} (bandwidth, latency, "
+                             f"optional efficiency)")
+        if not isinstance(spec, dict):
+            raise UsageError(f"topology file {self.path}: {key} must be a mapping (bandwidth, "
+                             f"latency, optional efficiency)")
+        unknown = sorted(set(map(str, spec)) - self._LINK_KEYS)
+        if unknown:
+            raise UsageError(f"topology file {self.path}: {key}: unknown key {unknown[0]!r}; "
+                             f"known: bandwidth, latency, efficiency")
+        if default is None:
+            for field in ("bandwidth", "latency"):
+                if spec.get(field) is None:
+                    raise UsageError(f"topology file {self.path}: {key}: missing {field}")
+        where = f"topology file {self.path}: {key}:"
+        bandwidth = (default.bandwidth if spec.get("bandwidth") is None
+                     else parse_bandwidth(spec["bandwidth"], f"{where} bandwidth"))
+        latency = (default.latency if spec.get("latency") is None
+                   else parse_latency(spec["latency"], f"{where} latency"))
+        eff = spec.get("efficiency")
+        if eff is None:
+            eff = 1.0 if default is None else default.efficiency
+        if isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0 < eff <= 1:
+            raise UsageError(f"{where} efficiency must be a number in (0, 1], got {eff!r}")
+        return _Link(bandwidth, latency, float(eff))
+
+    # -- shape of a job ---------------------------------------------------------------------
+    @property
+    def max_workers(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def _shape(self, nworkers: int) -> tuple[int, int]:
+        """(machines spanned, devices on the fullest machine) for P workers."""
+        if isinstance(nworkers, bool) or not isinstance(nworkers, int):
+            raise UsageError(f"topology {self.path}: the number of workers must be a whole "
+                             f"number, got {nworkers!r}")
+        if nworkers < 1 or nworkers > self.max_workers:
+            raise UsageError(f"topology {self.path} has room for 1 to {self.max_workers} "
+                             f"workers ({self.nodes} nodes x {self.devices_per_node} devices), "
+                             f"not {nworkers}")
+        d = self.devices_per_node
+        return -(-nworkers // d), min(nworkers, d)
+
+    def _ring(self, n: int, l: int) -> tuple[float, float]:
+        """(a, b) of one step of a flat ring: the slowest link it uses."""
+        used = ([self.intra] if l > 1 else []) + ([self.inter] if n > 1 else [])
+        return max(x.a for x in used), max(x.b for x in used)
+
+    # -- the interface ----------------------------------------------------------------------
+    def link(self, op: str, nworkers: int) -> simulate.Link:
+        self._check_op(op)
+        n, l = self._shape(nworkers)
+        p = nworkers
+        if p == 1:
+            return _zero()
+        if op == "allgather":
+            a, b = self._ring(n, l)
+            return simulate.Link((p - 1) * a, (p - 1) / p * b)
+        if self.algorithm == "hierarchical":
+            alpha = beta = 0.0
+            if l > 1:
+                alpha += 2 * (l - 1) * self.intra.a
+                beta += 2 * (l - 1) / l * self.intra.b
+            if n > 1:
+                alpha += 2 * (n - 1) * self.inter.a
+                beta += 2 * (n - 1) / n * self.inter.b
+            return simulate.Link(alpha, beta)
+        a, b = self._ring(n, l)
+        return simulate.Link(2 * (p - 1) * a, 2 * (p - 1) / p * b)
+
+    def default_nservers(self, nworkers: int) -> int:
+        """``servers: count``, else one per worker machine."""
+        n, _ = self._shape(nworkers)
+        return self.server_count if self.server_count is not None else n
+
+    def ps(self, nworkers: int, nservers: int | None = None,
+           clients: str = "machine") -> simulate.ServerLinks:
+        self._check_clients(clients)
+        n, l = self._shape(nworkers)
+        k = self.default_nservers(nworkers) if nservers is None else nservers
+        if clients == "machine":
+            pushers, worker_beta = n, self.inter.b
+        else:
+            pushers, worker_beta = nworkers, l * self.inter.b
+        return simulate.ServerLinks(self.server.a, worker_beta, self.server.b, k, pushers)
+
+    def local_reduce(self, nworkers: int) -> simulate.Link:
+        _, l = self._shape(nworkers)
+        if l == 1:
+            return _zero()
+        return simulate.Link(2 * self.intra.a, 2 * (l - 1) * self.intra.b)
+
+    def describe(self) -> str:
+        intra = f"intra {self.intra.text()}; " if self.intra is not None else ""
+        servers = (f"{self.server_count} servers" if self.server_count is not None
+                   else "one server per worker machine")
+        return (f"{self.name}: {self.nodes} nodes x {self.devices_per_node} devices; {intra}"
+                f"inter {self.inter.text()}; {self.algorithm} all-reduce; {servers} "
+                f"({self.server.text()})")
+
+
+class Measured(Network):
+    """A network measured by ``python -m ddlbench.comm_bench --output FILE`` at one or more
+    worker counts (the module's docstring says what is taken from where)."""
+
+    def __init__(self, paths: list[str]):
+        if isinstance(paths, str):
+            paths = [paths]
+        self.paths = list(paths)
+        if not self.paths:
+            raise UsageError("no comm_bench files given")
+        self.name = "measured:" + ",".join(os.path.splitext(os.path.basename(p))[0]
+                                           for p in self.paths)
+        self.fits: dict[tuple, tuple[float, float, str]] = {}       # (op, P) -> a, b, file
+        self.pushpull: dict[tuple, tuple[float, float, int, str]] = {}  # (P, k, clients)
+        for path in self.paths:
+            self._read(path)
+
+    def _files(self) -> str:
+        return ", ".join(self.paths)
+
+    def _read(self, path: str) -> None:
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+        except OSError as e:
+            raise UsageError(f"cannot read comm_bench file {path}: {e.strerror}") from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UsageError(f"comm_bench file {path} is not JSON: {e}") from None
+        if not isinstance(rec, dict) or rec.get("kind") != "comm_bench":
+            kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
+            raise UsageError(f"{path} is not a comm_bench record (kind {kind!r}, expected "
+                             f"'comm_bench': python -m ddlbench.comm_bench --output FILE)")
+        results = rec.get("results")
+        if not isinstance(results, list):
+            raise UsageError(f"comm_bench file {path} has no results list")
+        for i, r in enumerate(results):
+            where = f"comm_bench file {path}: results[{i}]"
+            if not isinstance(r, dict):
+                raise UsageError(f"{where} is not a mapping")
+            op, p, fit = r.get("op"), r.get("nworkers", rec.get("nworkers")), r.get("fit")
+            if not isinstance(p, int) or isinstance(p, bool) or p < 1:
+                raise UsageError(f"{where}: nworkers must be a whole number >= 1, got {p!r}")
+            if not isinstance(fit, dict):
+                raise UsageError(f"{where}: no fit")
+            a, b = fit.get("alpha_s"), fit.get("beta_s_per_byte")
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                       and 0 <= x < math.inf for x in (a, b)):
+                raise UsageError(f"{where}: fit alpha_s and beta_s_per_byte must be numbers "
+                                 f">= 0, got {a!r} and {b!r}")
+            if op == "pushpull":
+                k, clients, pushers = r.get("nservers"), r.get("ps_clients"), r.get("pushers")
+                if isinstance(pushers, list):
+                    pushers = len(pushers)
+                if not (isinstance(k, int) and k >= 1 and clients in PS_CLIENTS
+                        and isinstance(pushers, int) and pushers >= 1):
+                    raise UsageError(f"{where}: a pushpull result needs nservers, ps_clients "
+                                     f"and pushers, got {k!r}, {clients!r}, {pushers!r}")
+                self._put(self.pushpull, (p, k, clients), (float(a), float(b), pushers, path),
+                          f"pushpull at P = {p}, {k} servers, clients {clients}")
+            elif op in OPS:
+                self._put(self.fits, (op, p), (float(a), float(b), path), f"{op} at P = {p}")
+
+    @staticmethod
+    def _put(table: dict, key, value, what: str) -> None:
+        old = table.get(key)
+        if old is not None and old[:-1] != value[:-1]:
+            raise UsageError(f"{old[-1]} and {value[-1]} both measure {what}, differently; "
+                             f"give one of them")
+        table[key] = value
+
+    @property
+    def max_workers(self) -> int:
+        counts = [p for _, p in self.fits] + [p for p, _, _ in self.pushpull]
+        return max(counts, default=1)
+
+    def link(self, op: str, nworkers: int) -> simulate.Link:
+        self._check_op(op)
+        hit = self.fits.get((op, nworkers))
+        if hit is None:
+            if nworkers == 1:
+                return _zero()   # one worker: the collective moves nothing
+            have = sorted(p for o, p in self.fits if o == op)
+            counts = ", ".join(map(str, have)) if have else "none"
+            raise UsageError(f"comm_bench files {self._files()} have no {op} at {nworkers} "
+                             f"workers; measured worker counts: {counts}")
+        return simulate.Link(hit[0], hit[1])
+
+    def ps(self, nworkers: int, nservers: int | None = None,
+           clients: str = "machine") -> simulate.ServerLinks:
+        self._check_clients(clients)
+        if nservers is None:
+            ks = sorted(k for p, k, c in self.pushpull if p == nworkers and c == clients)
+            nservers = ks[0] if len(ks) == 1 else None
+        hit = self.pushpull.get((nworkers, nservers, clients))
+        if hit is None:
+            have = sorted(self.pushpull)
+            listed = ("; ".join(f"P = {p}, {k} servers, clients {c}" for p, k, c in have)
+                      if have else "none")
+            servers = "" if nservers is None else f"{nservers} servers, "
+            raise UsageError(f"comm_bench files {self._files()} have no pushpull at "
+                             f"{nworkers} workers, {servers}clients {clients}; measured: "
+                             f"{listed}")
+        alpha_f, beta_f, pushers, _ = hit
+        return simulate.ServerLinks(alpha_f / 2, beta_f / 2, 0.0, nservers, pushers)
+
+    def local_reduce(self, nworkers: int) -> simulate.Link:
+        """0: a measured push/pull already includes the machine's local sum."""
+        return _zero()
+
+    def describe(self) -> str:
+        parts = []
+        for op in OPS:
+            ps = sorted(p for o, p in self.fits if o == op)
+            if ps:
+                parts.append(f"{op} P = {', '.join(map(str, ps))}")
+        if self.pushpull:
+            parts.append("pushpull " + ", ".join(f"P = {p} k = {k} {c}"
+                                                 for p, k, c in sorted(self.pushpull)))
+        return f"{self.name}: comm_bench fits, {'; '.join(parts) or 'no results'}"
+
+
+def names() -> list[str]:
+    """The shipped topologies: configs/topology/<name>.yaml."""
+    try:
+        files = os.listdir(FOLDER)
+    except OSError:
+        return []
+    return sorted(f[:-len(".yaml")] for f in files if f.endswith(".yaml"))
+
+
+def load(spec: str) -> Network:
+    """A topology file (``.yaml``/``.yml``), comm_bench files (``.json``, comma-separated) or
+    the name of a shipped topology."""
+    text = str(spec).strip()
+    if text.endswith((".yaml", ".yml")) and "," not in text:
+        return Topology(text)
+    parts = [p.strip() for p in text.split(",")]
+    if parts and all(p.endswith(".json") for p in parts):
+        return Measured(parts)
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) and text in names():
+        return Topology(os.path.join(FOLDER, f"{text}.yaml"))
+    raise UsageError(f"unknown network description {text!r}: give a topology file (.yaml), "
+                     f"comm_bench --output files (.json, comma-separated) or one of "
+                     f"{', '.join(names()) or '(none shipped)'}")

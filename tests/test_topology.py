@@ -1,0 +1,402 @@
+"""The performance model's network descriptions (ddlbench/topology.py): the closed forms on
+hand-made topology files, the comm_bench route, one-line errors, and the shipped files."""
+import json
+import os
+
+import pytest
+import yaml
+
+from ddlbench import simulate, topology
+from ddlbench.errors import UsageError
+
+from .conftest import REPO
+
+MIB = 1024 * 1024
+
+# The hand-made cluster: 3 nodes x 4 devices.
+A_I, B_I = 2e-6, 1 / (8e9 * 0.5)          # intra: 8 GB/s at efficiency 0.5, 2 us
+A_E, B_E = 20e-6, 1 / (10e9 / 8 * 0.8)    # inter: 10 Gbit/s at efficiency 0.8, 20 us
+BASE = {
+    "nodes": 3,
+    "devices_per_node": 4,
+    "intra_node": {"bandwidth": "8GB/s", "latency": "2us", "efficiency": 0.5},
+    "inter_node": {"bandwidth": "10gbit", "latency": "20us", "efficiency": 0.8},
+}
+
+
+def close(x, y):
+    return x == pytest.approx(y, rel=1e-12, abs=0)
+
+
+def same(link, alpha, beta):
+    assert close(link.alpha, alpha) and close(link.beta, beta), (link, alpha, beta)
+
+
+def write(tmp_path, data, name="net.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(path)
+
+
+def make(tmp_path, **changes):
+    data = json.loads(json.dumps(BASE))
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return topology.Topology(write(tmp_path, data))
+
+
+# ----------------------------------------------------------------------------- closed forms
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_a_flat_ring_inside_one_node_uses_the_intra_node_link(tmp_path, p):
+    net = make(tmp_path)
+    same(net.link("allreduce", p), 2 * (p - 1) * A_I, 2 * (p - 1) / p * B_I)
+
+
+@pytest.mark.parametrize("p", [5, 8, 12])
+def test_a_flat_ring_across_nodes_steps_at_the_slowest_link_it_uses(tmp_path, p):
+    net = make(tmp_path)
+    a, b = max(A_I, A_E), max(B_I, B_E)
+    assert b == B_E          # the NIC is the slow link here
+    same(net.link("allreduce", p), 2 * (p - 1) * a, 2 * (p - 1) / p * b)
+
+
+def test_a_ring_bounded_by_a_slow_intra_node_link_and_one_device_per_node(tmp_path):
+    slow_pcie = {"bandwidth": "1gbit", "latency": "50us"}
+    net = make(tmp_path, intra_node=slow_pcie)
+    same(net.link("allreduce", 6), 2 * 5 * 50e-6, 2 * 5 / 6 * max(8 / 1e9, B_E))
+    one = make(tmp_path, devices_per_node=1, intra_node=None)   # intra not needed
+    same(one.link("allreduce", 3), 2 * 2 * A_E, 2 * 2 / 3 * B_E)
+    same(one.local_reduce(3), 0, 0)
+
+
+@pytest.mark.parametrize("p,n,l", [(8, 2, 4), (6, 2, 4), (12, 3, 4), (5, 2, 4)])
+def test_hierarchical_all_reduce(tmp_path, p, n, l):
+    net = make(tmp_path, allreduce="hierarchical")
+    same(net.link("allreduce", p),
+         2 * (l - 1) * A_I + 2 * (n - 1) * A_E,
+         2 * (l - 1) / l * B_I + 2 * (n - 1) / n * B_E)
+
+
+def test_hierarchical_is_the_ring_on_one_node_or_one_device_per_node(tmp_path):
+    hier, ring = make(tmp_path, allreduce="hierarchical"), make(tmp_path)
+    for p in (2, 3, 4):
+        assert hier.link("allreduce", p) == ring.link("allreduce", p)
+    one = make(tmp_path, devices_per_node=1, allreduce="hierarchical")
+    same(one.link("allreduce", 3), 2 * 2 * A_E, 2 * 2 / 3 * B_E)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_all_gather_is_a_flat_ring_per_gathered_byte(tmp_path, algorithm):
+    net = make(tmp_path, allreduce=algorithm)
+    same(net.link("allgather", 3), 2 * A_I, 2 / 3 * B_I)
+    same(net.link("allgather", 7), 6 * A_E, 6 / 7 * B_E)
+    # Per gathered byte: each rank's contribution is G/P, and the ring moves (P-1)/P of G.
+    g = 64 * MIB
+    assert close(net.link("allgather", 7).time(g), 6 * A_E + 6 * (g / 7) * B_E)
+
+
+def test_one_worker_costs_nothing(tmp_path):
+    for algorithm in ("ring", "hierarchical"):
+        net = make(tmp_path, allreduce=algorithm)
+        for op in ("allreduce", "allgather"):
+            assert net.link(op, 1) == simulate.Link(0.0, 0.0)
+        assert net.local_reduce(1) == simulate.Link(0.0, 0.0)
+
+
+def test_parameter_servers_one_client_per_machine(tmp_path):
+    servers = {"bandwidth": "25gbit", "latency": "30us", "efficiency": 0.9}
+    net = make(tmp_path, servers=servers)
+    ps = net.ps(6, 2, clients="machine")
+    assert (ps.nservers, ps.pushers) == (2, 2)
+    assert close(ps.alpha, 30e-6) and close(ps.worker_beta, B_E)
+    assert close(ps.server_beta, 1 / (25e9 / 8 * 0.9))
+    assert net.ps(12).pushers == 3 and net.ps(12).nservers == 3   # default: one per machine
+    assert net.ps(3).pushers == 1 and net.ps(3).nservers == 1
+
+
+def test_parameter_servers_one_client_per_process(tmp_path):
+    net = make(tmp_path)
+    ps = net.ps(6, 3, clients="process")
+    assert (ps.nservers, ps.pushers) == (3, 6)
+    # The 4 processes of the fullest machine share its NIC.
+    assert close(ps.worker_beta, 4 * B_E)
+    # Servers default to the inter-node link, whole section.
+    assert close(ps.alpha, A_E) and close(ps.server_beta, B_E)
+    assert close(net.ps(3, 1, clients="process").worker_beta, 3 * B_E)
+
+
+def test_server_count_and_partial_server_links(tmp_path):
+    net = make(tmp_path, servers={"count": 5, "latency": "7us"})
+    ps = net.ps(4)
+    assert ps.nservers == 5 and close(ps.alpha, 7e-6) and close(ps.server_beta, B_E)
+    assert net.ps(4, 2).nservers == 2
+    with pytest.raises(UsageError, match="clients"):
+        net.ps(4, 1, clients="rack")
+
+
+@pytest.mark.parametrize("p,l", [(2, 2), (3, 3), (4, 4), (6, 4), (12, 4)])
+def test_local_reduce_is_a_star_through_the_leader(tmp_path, p, l):
+    net = make(tmp_path)
+    same(net.local_reduce(p), 2 * A_I, 2 * (l - 1) * B_I)
+
+
+# ------------------------------------------------------------------------------ units
+
+@pytest.mark.parametrize("text,bytes_per_s", [
+    ("10gbit", 1.25e9), ("100gbit", 12.5e9), ("2.5Gbit/s", 2.5e9 / 8), ("300mbit", 37.5e6),
+    ("12GB/s", 12e9), ("900MB/s", 9e8), ("1GiB/s", 2.0 ** 30), ("15.754GB/s", 15.754e9),
+])
+def test_bandwidths_say_bits_or_bytes(text, bytes_per_s):
+    assert close(topology.parse_bandwidth(text), bytes_per_s)
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("25us", 25e-6), ("1.5ms", 1.5e-3), ("800ns", 8e-7), ("0.001s", 1e-3), ("3µs", 3e-6),
+    ("0us", 0.0),
+])
+def test_latencies(text, seconds):
+    assert close(topology.parse_latency(text), seconds)
+
+
+@pytest.mark.parametrize("text", ["10", "10gb", "10Gbps", "12gb/s", "fast", "-1gbit", "0gbit",
+                                  "12GB"])
+def test_bad_bandwidths_are_refused(text):
+    with pytest.raises(UsageError, match="bandwidth"):
+        topology.parse_bandwidth(text)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+def test_too_many_or_too_few_workers_name_the_file_and_the_maximum(tmp_path):
+    net = make(tmp_path)
+    for p in (13, 0, -1):
+        with pytest.raises(UsageError) as e:
+            net.link("allreduce", p)
+        text = str(e.value)
+        assert net.path in text and "12" in text and "\n" not in text
+    with pytest.raises(UsageError, match="12"):
+        net.ps(13)
+    with pytest.raises(UsageError, match="operation"):
+        net.link("broadcast", 2)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(allreduce="tree"), "unknown all-reduce algorithm 'tree'"),
+    (dict(nodes=None), "missing nodes"),
+    (dict(nodes=0), "nodes must be a whole number"),
+    (dict(devices_per_node="four"), "devices_per_node must be a whole number"),
+    (dict(inter_node={"bandwidth": "10gbit"}), "inter_node: missing latency"),
+    (dict(inter_node=None), "missing inter_node"),
+    (dict(intra_node=None), "missing intra_node"),
+    (dict(intra_node={"bandwidth": "10 gigabit", "latency": "1us"}),
+     "intra_node: bandwidth"),
+    (dict(inter_node={"bandwidth": 1.25e9, "latency": "1us"}), "malformed"),
+    (dict(inter_node={"bandwidth": "10gbit", "latency": 5}), "malformed"),
+    (dict(inter_node={"bandwidth": "10gbit", "latency": "5us", "efficiency": 1.5}),
+     "efficiency"),
+    (dict(inter_node={"bandwidth": "10gbit", "latency": "5us", "mtu": 9000}),
+     "unknown key 'mtu'"),
+    (dict(switches=2), "unknown key 'switches'"),
+    (dict(servers={"count": 0}), "servers: count"),
+    (dict(servers={"bandwidth": "lots"}), "servers: bandwidth"),
+])
+def test_bad_topology_files_are_one_line(tmp_path, changes, message):
+    with pytest.raises(UsageError) as e:
+        make(tmp_path, **changes)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert "net.yaml" in str(e.value)
+
+
+def test_unreadable_or_malformed_topology_files(tmp_path):
+    with pytest.raises(UsageError, match="cannot read"):
+        topology.Topology(str(tmp_path / "none.yaml"))
+    with pytest.raises(UsageError, match="malformed YAML"):
+        topology.Topology(write(tmp_path, "nodes: [1,\n"))
+    with pytest.raises(UsageError, match="mapping"):
+        topology.Topology(write(tmp_path, "- 1\n- 2\n"))
+
+
+# ------------------------------------------------------------------------------ measured
+
+def _result(op, p, alpha, beta, **extra):
+    """One entry of comm_bench's ``results``, as ``comm_bench.measure`` writes it."""
+    rows = [{"size_bytes": s, "count": s // 4, "type": "float", "time_s": alpha + beta * s,
+             "time_stats_s": {"median": alpha + beta * s}, "algbw_GBps": 1.0,
+             "busbw_GBps": 1.0, "fit_s": alpha + beta * s, "fit_error": 0.0}
+            for s in (1024, 2048)]
+    res = {"op": op, "nworkers": p, "backend": "gloo (push/pull)" if op == "pushpull"
+           else "nccl", "network": "rdma1", "rows": rows,
+           "fit": {"alpha_s": alpha, "beta_s_per_byte": beta,
+                   "method": "relative least squares", "worst_abs_error": 0.0,
+                   "worst_error_size_bytes": 1024, "ring_link": None}}
+    res.update(extra)
+    return res
+
+
+def _record(p, results):
+    """A ``python -m ddlbench.comm_bench --output`` file (comm_bench.worker's keys)."""
+    return {"kind": "comm_bench", "nworkers": p, "network": "rdma1", "backend": "nccl",
+            "device": "cuda", "warmup": 5, "iters": 20, "config": {}, "results": results,
+            "net": None, "environment": {}}
+
+
+@pytest.fixture
+def bench_files(tmp_path):
+    four = tmp_path / "ab4.json"
+    four.write_text(json.dumps(_record(4, [
+        _result("allreduce", 4, 3.5e-5, 2.25e-10),
+        _result("allgather", 4, 2.5e-5, 1.5e-10),
+        _result("pushpull", 4, 1.2e-4, 8e-10, nservers=2, partition_bytes=4096000,
+                ps_clients="machine", pushers=[0, 2]),
+    ])))
+    eight = tmp_path / "ab8.json"
+    eight.write_text(json.dumps(_record(8, [_result("allreduce", 8, 9e-5, 3e-10)])))
+    return str(four), str(eight)
+
+
+def test_measured_returns_comm_bench_s_fits_exactly(bench_files):
+    net = topology.load(",".join(bench_files))
+    assert isinstance(net, topology.Measured)
+    assert net.link("allreduce", 4) == simulate.Link(3.5e-5, 2.25e-10)
+    assert net.link("allgather", 4) == simulate.Link(2.5e-5, 1.5e-10)
+    assert net.link("allreduce", 8) == simulate.Link(9e-5, 3e-10)
+    assert net.link("allreduce", 1) == simulate.Link(0.0, 0.0)
+    assert net.ps(4, 2, "machine") == simulate.ServerLinks(6e-5, 4e-10, 0.0, 2, 2)
+    assert net.ps(4) == net.ps(4, 2)          # the one measured server count
+    assert net.local_reduce(4) == simulate.Link(0.0, 0.0)
+    assert "ab4" in net.name and "\n" not in net.describe()
+
+
+def test_measured_names_what_it_lacks(bench_files):
+    net = topology.Measured(list(bench_files))
+    with pytest.raises(UsageError) as e:
+        net.link("allreduce", 16)
+    text = str(e.value)
+    assert all(f in text for f in bench_files) and "4, 8" in text and "\n" not in text
+    with pytest.raises(UsageError, match="no allgather at 8 workers; measured worker counts: 4"):
+        net.link("allgather", 8)
+    with pytest.raises(UsageError, match="no pushpull at 8 workers"):
+        net.ps(8, 2)
+    with pytest.raises(UsageError, match="P = 4, 2 servers, clients machine"):
+        net.ps(4, 2, clients="process")
+    with pytest.raises(UsageError, match="no pushpull at 4 workers, 3 servers"):
+        net.ps(4, 3)
+
+
+def test_measured_refuses_what_is_not_a_comm_bench_record(tmp_path, bench_files):
+    other = tmp_path / "train.json"
+    other.write_text(json.dumps({"kind": "train", "results": []}))
+    with pytest.raises(UsageError, match="not a comm_bench record"):
+        topology.load(str(other))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(UsageError, match="not JSON"):
+        topology.load(str(broken))
+    with pytest.raises(UsageError, match="cannot read"):
+        topology.load(str(tmp_path / "absent.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_record(2, [_result("allreduce", 2, -1.0, 1e-9)])))
+    with pytest.raises(UsageError, match=r"results\[0\].*>= 0"):
+        topology.load(str(bad))
+    nopush = tmp_path / "nopush.json"
+    nopush.write_text(json.dumps(_record(2, [_result("pushpull", 2, 1e-4, 1e-9)])))
+    with pytest.raises(UsageError, match="pushpull result needs nservers"):
+        topology.load(str(nopush))
+    clash = tmp_path / "clash.json"
+    clash.write_text(json.dumps(_record(8, [_result("allreduce", 8, 1e-4, 3e-10)])))
+    with pytest.raises(UsageError, match="both measure allreduce at P = 8"):
+        topology.load(f"{bench_files[1]},{clash}")
+
+
+# ------------------------------------------------------------------------------ load
+
+def test_load_takes_a_yaml_file_json_files_or_a_shipped_name(tmp_path, bench_files):
+    path = write(tmp_path, BASE, "mine.yml")
+    assert isinstance(topology.load(path), topology.Topology)
+    assert topology.load(path).name == "mine"
+    assert isinstance(topology.load(bench_files[0]), topology.Measured)
+    net = topology.load("survey-10gbe")
+    assert net.path == os.path.join(REPO, "configs", "topology", "survey-10gbe.yaml")
+    for spec in ("nonsense", "a.txt", "x.yaml,y.json", "../survey-10gbe"):
+        with pytest.raises(UsageError) as e:
+            topology.load(spec)
+        assert "unknown network description" in str(e.value) and "\n" not in str(e.value)
+        assert "survey-10gbe" in str(e.value)
+
+
+# ------------------------------------------------------------------------------ shipped files
+
+SIZES = (4, 64 * 1024, 4 * MIB, 256 * MIB)
+SHIPPED = ["cloud-100g", "cloud-25g", "survey-100gbe", "survey-100gib", "survey-10gbe"]
+
+
+def test_the_shipped_topologies_are_listed_and_the_presets_are_not_affected():
+    assert topology.names() == SHIPPED
+    from ddlbench.sweep import config
+    assert not any(n.startswith(("survey-", "cloud-")) for n in config.presets())
+
+
+def _costs(net, p):
+    """Every cost the model asks of a network at P, for a few sizes."""
+    out = []
+    for op in ("allreduce", "allgather"):
+        out += [net.link(op, p).time(m) for m in SIZES]
+    for clients in ("machine", "process"):
+        ps = net.ps(p, clients=clients)
+        out += [ps.stage(m) for m in SIZES]
+    out += [net.local_reduce(p).time(m) for m in SIZES]
+    return out
+
+
+def _faster(path, tmp_path):
+    """The same topology with every bandwidth doubled."""
+    raw = yaml.safe_load(open(path))
+    for key in ("intra_node", "inter_node", "servers"):
+        spec = raw.get(key) or {}
+        if "bandwidth" in spec:
+            spec["bandwidth"] = f"{2 * topology.parse_bandwidth(spec['bandwidth'])!r}B/s"
+    return topology.Topology(write(tmp_path, raw, "faster.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_topology_serves_every_worker_count_monotonely(name, tmp_path):
+    net = topology.load(name)
+    assert net.max_workers == {"cloud": 1024, "survey": 32}[name.split("-")[0]]
+    assert net.describe().startswith(name) and "\n" not in net.describe()
+    faster = _faster(net.path, tmp_path)
+    previous = None
+    for p in range(1, net.max_workers + 1):
+        costs = _costs(net, p)
+        assert all(c >= 0 for c in costs)
+        if p > 1:
+            # A collective among more workers never costs less (the PS stages may: more
+            # servers share the sums).
+            ar = [net.link(op, p).time(m) for op in ("allreduce", "allgather") for m in SIZES]
+            assert all(x >= y for x, y in zip(ar, previous)), p
+        previous = [net.link(op, p).time(m) for op in ("allreduce", "allgather") for m in SIZES]
+        # More bandwidth never costs more.
+        assert all(f <= c for f, c in zip(_costs(faster, p), costs)), p
+    with pytest.raises(UsageError, match=str(net.max_workers)):
+        net.link("allreduce", net.max_workers + 1)
+
+
+def test_the_survey_networks_order_as_their_hardware():
+    ten, ib, ipoib = (topology.load(f"survey-{n}") for n in ("10gbe", "100gib", "100gbe"))
+    big = 64 * MIB
+    for p in range(2, 33):
+        t10, tib, tip = (n.link("allreduce", p).time(big) for n in (ten, ib, ipoib))
+        if p <= 4:      # inside one machine the network is not used
+            assert close(t10, tib) and close(tib, tip)
+        else:
+            assert tib < tip < t10 and t10 > 5 * tib
+        assert ib.ps(p).stage(big) < ten.ps(p).stage(big)
+    # 8 machines x 4 GPUs, a flat ring; servers one per worker machine by default.
+    assert (ten.nodes, ten.devices_per_node, ten.algorithm) == (8, 4, "ring")
+    assert ten.ps(32).nservers == 8 and ten.ps(8).nservers == 2
+    cloud25, cloud100 = topology.load("cloud-25g"), topology.load("cloud-100g")
+    for p in (5, 64, 1024):
+        assert cloud100.link("allreduce", p).time(big) < cloud25.link("allreduce", p).time(big)
