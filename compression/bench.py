@@ -9,6 +9,8 @@ against ``SimComm``, a stand-in for the ``Comm`` of P workers that all hold the 
 an all-reduce multiplies by P, an all-gather repeats the tensor P times. Bytes are therefore
 counted from the tensors the compressor actually hands over, exactly as in a run; times are
 encode and decode only (communication excluded), on this machine's CPU unless ``--cuda``.
+``--output FILE`` also writes them as JSON (per model, per compressor, with the time per dense
+gradient element and the settings), for the performance model (docs/DESIGN.md section 7).
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import torch
 
 import compression
 from ddlbench.engine.comm import Comm
-from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError
+from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
+from ddlbench.measure import record
 from ddlbench.options import add_flags
 
 
@@ -52,7 +55,8 @@ class SimComm(Comm):
 
 
 def model_buckets(model_name: str, threshold: float, device="cpu"):
-    """(shapes per bucket, keys) of the model's gradients in fusion buckets, backward order."""
+    """(parameter indices, shapes) per bucket of the model's gradients in fusion buckets,
+    backward order."""
     import models
     from ddlbench.planning import plan_buckets
     work = models.build(model_name)
@@ -102,6 +106,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--no-timing", action="store_true", help="bytes only (one iteration)")
     p.add_argument("--cuda", action="store_true")
+    p.add_argument("--output", metavar="FILE",
+                   help="also write the figures as JSON: per model, per compressor, with "
+                        "dense_elements and encode/decode seconds per element, and the settings")
     args = p.parse_args(argv)
     try:
         options = {spec.name: spec.default if getattr(args, spec.name) is None
@@ -112,15 +119,28 @@ def main(argv=None) -> int:
             raise UsageError("--nworkers, --iters and --threads must be positive")
         if args.cuda and not torch.cuda.is_available():
             raise UsageError("--cuda: no CUDA device here")
+        if args.output:
+            check_writable(args.output)
     except UsageError as e:
         print(f"compression.bench: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(args.threads)
     device = "cuda" if args.cuda else "cpu"
     iters = 1 if args.no_timing else args.iters
+    report = {"settings": {"nworkers": args.nworkers, "threshold": args.threshold,
+                           "density": options["density"],
+                           "powersgd_rank": options["powersgd_rank"],
+                           "powersgd_dense_steps": options["powersgd_dense_steps"],
+                           "device": device, "threads": args.threads, "iters": iters,
+                           "timing": not args.no_timing},
+              "models": {}}
     for model_name in args.model:
         buckets, shapes = model_buckets(model_name, args.threshold)
         n = sum(torch.Size(s).numel() for sh in shapes for s in sh)
+        figures = {}
+        report["models"][model_name] = {
+            "dense_elements": n, "bucket_shapes": [[list(s) for s in sh] for sh in shapes],
+            "compressors": figures}
         print(f"\n{model_name}: {n} parameters, {len(shapes)} bucket(s) of at most "
               f"{args.threshold:g} bytes, {args.nworkers} workers, density "
               f"{options['density']:g}, PowerSGD rank {options['powersgd_rank']}; {device}, "
@@ -130,6 +150,9 @@ def main(argv=None) -> int:
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for name in args.compressor:
             st = measure(name, buckets, shapes, args.nworkers, iters, options, device)
+            figures[name] = {**st, "dense_elements": n,
+                             "encode_s_per_element": st["encode_s"] / n if n else None,
+                             "decode_s_per_element": st["decode_s"] / n if n else None}
             timing = ("-", "-") if args.no_timing else (f"{st['encode_s'] * 1e3:.1f}",
                                                          f"{st['decode_s'] * 1e3:.1f}")
             sent_ratio = (f"{st['dense_wire_bytes'] / st['wire_sent_bytes']:.1f}"
@@ -142,6 +165,9 @@ def main(argv=None) -> int:
           "sent/received: ring model (all-reduce 2(P-1)/P x M, all-gather (P-1) x m each way); "
           "ratio (payload): dense fp32 payload / payload; ratio (sent): dense fp32 sent / sent. "
           "encode/decode: compressor time per iteration, communication excluded.")
+    if args.output:
+        record.write_atomic(args.output, report)
+        print(f"wrote {args.output}")
     return 0
 
 
