@@ -6,6 +6,8 @@ from __future__ import annotations
 from .errors import UsageError
 
 DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
+# bspps's fusion threshold: every gradient of any model of the suite in one unit
+BSP_PS_THRESHOLD = 536_870_912
 # fusion's buffer: Horovod's HOROVOD_FUSION_THRESHOLD default, in bytes
 HOROVOD_DEFAULT_THRESHOLD = 64 * 1024 * 1024
 # torch DDP's bucket_cap_mb default

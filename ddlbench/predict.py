@@ -3,50 +3,71 @@
     python -m ddlbench.profiler --model resnet18 --image-size 64 --batch-size 16 \\
         --nworkers 2 --output resnet18.json
     python -m ddlbench.predict --profile resnet18.json --method all
-    python -m ddlbench.predict --profile resnet18.json --alpha 1e-4 --beta 8e-9 --nworkers 8
+    python -m ddlbench.predict --profile configs/profiles/h200_resnet50_bs64.json \\
+        --network cloud-100g --nworkers 8,64,1024 --advise
 
-The profile (the profiler's JSON: forward time, per-tensor backward times and bytes in backward
-order, and the alpha and beta it fitted on the all-reduces of the run it measured) goes through
-``ddlbench.simulate``: one steady-state iteration per method, one message stream. ``--alpha`` and
-``--beta`` (seconds per message, per byte, as comm_bench fits them for the worker count to
-predict) replace the profile's; ``--nworkers`` only scales the throughput (the link's figures
-must be those of that many workers). Prints per method the predicted iteration, throughput,
-compute, exposed communication, overlap and what bounds it; ``--output`` writes them as JSON,
-``--traces DIR`` each method's predicted trace (``python -m ddlbench.timeline`` reads them, beside
-a measured one). Modelled: bspa2a, wfbp, fusion, ddp, mgwfbp, bytescheduler (issue 18 adds
-the parameter-server methods and compressors). The optimizer's step is the profile's
-(``optimizer_s``, which the profiler times with the training script's optimizer flags), or
-``--optimizer-ms``.
+The profile (the profiler's JSON: forward time, per-tensor backward times, shapes and bytes in
+backward order, the optimizer's step, and the alpha and beta it fitted on the all-reduces of the
+run it measured) goes through ``ddlbench.simulate``: one steady-state iteration per method and
+worker count. The network is ``--network``: a topology (``configs/topology/NAME.yaml``, a name of
+one, or any such file: nodes, devices per node, links, ring or hierarchical all-reduce,
+parameter servers) or ``python -m ddlbench.comm_bench --output`` files (comma-separated, one per
+worker count; ``--ops pushpull`` for the PS methods), from which every collective's alpha-beta
+follows per worker count (``ddlbench.topology``). Without it, the profile's own alpha and beta
+(or ``--alpha``/``--beta``) cost every all-reduce, for the all-reduce methods only.
+
+Prints per worker count and method the predicted iteration, throughput, compute, exposed
+communication, overlap and what bounds it, then a method x workers throughput table (the
+original suite's results layout); ``--output`` writes them as JSON, ``--traces DIR`` each
+prediction's trace (``python -m ddlbench.timeline`` reads them beside a measured one).
+``--compressor`` costs what the compressor sends (``costs.compressed_messages``) with its encode
+and decode time per element from ``--codec FILE`` (``python -m compression.bench --output``).
+``--device-throughput X`` rescales the profile's compute so that one worker trains X samples/s
+(another device, same shape). ``--advise`` searches each method's settings with the simulator
+and prints them ranked, with the speedup over DDP at its defaults.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 
-from . import simulate, timeline
+from . import simulate, timeline, topology
 from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
 from .measure.profile_file import read_profile
-from .planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
-                       DEFAULT_MIN_GROUP_ELEMENTS, HOROVOD_DEFAULT_THRESHOLD)
+from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
+                       DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
+                       DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS)
+
+MIB = 1024 * 1024
+COMPRESSORS = ("none", "fp16", "topk", "eftopk", "signum", "efsignum", "powersgd")
 
 
 def parse_args(argv=None):
     p = ArgumentParser(prog="python -m ddlbench.predict", description=__doc__.split("\n")[0],
                        raise_errors=True)
     p.add_argument("--profile", required=True, help="the profiler's JSON (--output FILE)")
+    p.add_argument("--model", default=None,
+                   help="the model the profile must be of (a check; default: the profile's)")
     p.add_argument("--method", default="all",
                    help=f"comma-separated, or all ({', '.join(simulate.METHODS)})")
+    p.add_argument("--network", default=None,
+                   help="topology YAML (or the name of one in configs/topology: "
+                        f"{', '.join(topology.names())}) or comm_bench JSON files")
     p.add_argument("--alpha", type=float, default=None, help="seconds per message")
     p.add_argument("--beta", type=float, default=None, help="seconds per byte")
-    p.add_argument("--nworkers", type=int, default=None,
-                   help="workers the link's figures are for (default: the profile's)")
+    p.add_argument("--nworkers", default=None,
+                   help="worker counts, comma-separated (default: the profile's)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="per-worker batch (default: the profile's)")
+    p.add_argument("--device-throughput", type=float, default=None, metavar="SAMPLES_PER_S",
+                   help="rescale the profile's compute to this one-worker throughput")
     p.add_argument("--optimizer-ms", type=float, default=None,
                    help="the optimizer's step per iteration (default: the profile's, else 0)")
-    p.add_argument("--threshold", type=float, default=HOROVOD_DEFAULT_THRESHOLD,
-                   help="fusion's buffer in bytes")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="fusion's (and the PS methods') buffer in bytes (default: each "
+                        "method's)")
     p.add_argument("--bucket-cap-mb", type=float, default=DDP_DEFAULT_BUCKET_MB)
     p.add_argument("--min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS, metavar="ELEMENTS",
                    help="MG-WFBP's small-group merge (fp32 elements; 0: off)")
@@ -54,34 +75,86 @@ def parse_args(argv=None):
                    help="ByteScheduler's chunk size in elements")
     p.add_argument("--credit", type=int, default=BYTESCHEDULER_CREDIT,
                    help="ByteScheduler's credit window in elements")
+    p.add_argument("--nservers", type=int, default=None,
+                   help="parameter servers (default: the network's, one per worker machine)")
+    p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
+                   help="the PS methods' partition")
+    p.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS)
+    p.add_argument("--compressor", default="none", help=f"one of {', '.join(COMPRESSORS)}")
+    p.add_argument("--density", type=float, default=0.001, help="TopK's density")
+    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--codec", default=None, metavar="FILE",
+                   help="compression.bench --output JSON: encode/decode time per element")
+    p.add_argument("--advise", action="store_true",
+                   help="search each method's settings and rank the methods")
     p.add_argument("--output", default=None, help="write the predictions here as JSON")
     p.add_argument("--traces", default=None, metavar="DIR",
-                   help="write each method's predicted trace here (METHOD.trace.json)")
+                   help="write each prediction's trace here (METHOD_PWORKERS.trace.json)")
     return p.parse_args(argv)
+
+
+def _counts(text) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        counts = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--nworkers takes comma-separated worker counts, got {text!r}") \
+            from None
+    if not counts or any(c < 1 for c in counts):
+        raise UsageError(f"--nworkers takes positive worker counts, got {text!r}")
+    return sorted(set(counts))
 
 
 def check(args) -> list[str]:
     """The methods to predict; every problem one UsageError."""
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
+    if args.alpha is not None and args.network:
+        raise UsageError("--alpha/--beta or --network, not both")
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta),
                         ("--optimizer-ms", args.optimizer_ms), ("--threshold", args.threshold),
                         ("--min-group", args.min_group)):
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
-    for flag, value in (("--nworkers", args.nworkers), ("--batch-size", args.batch_size),
+    for flag, value in (("--batch-size", args.batch_size),
                         ("--bucket-cap-mb", args.bucket_cap_mb), ("--partition", args.partition),
-                        ("--credit", args.credit)):
+                        ("--credit", args.credit), ("--nservers", args.nservers),
+                        ("--partition-bytes", args.partition_bytes),
+                        ("--device-throughput", args.device_throughput),
+                        ("--density", args.density), ("--powersgd-rank", args.powersgd_rank)):
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
+    if args.density > 1:
+        raise UsageError(f"--density must be at most 1, got {args.density}")
+    args.counts = _counts(args.nworkers)
+    if args.compressor not in COMPRESSORS:
+        raise UsageError(f"unknown compressor {args.compressor!r}: {', '.join(COMPRESSORS)}")
     names = list(simulate.METHODS) if args.method == "all" else \
         [m.strip() for m in args.method.split(",") if m.strip()]
     for name in names:
         if name not in simulate.METHODS:
-            raise UsageError(f"cannot predict method {name!r} yet; modelled: "
+            raise UsageError(f"cannot predict method {name!r}; modelled: "
                              f"{', '.join(simulate.METHODS)}")
     if not names:
         raise UsageError("--method names no method")
+    if args.method == "all":
+        # what the network and the compressor allow
+        if not args.network:
+            names = [m for m in names if m not in simulate.PS_METHODS]
+        names = [m for m in names
+                 if args.compressor in simulate.COMPRESSORS_OF.get(m, COMPRESSORS)]
+    else:
+        for m in names:
+            allowed = simulate.COMPRESSORS_OF.get(m, COMPRESSORS)
+            if args.compressor not in allowed:
+                raise UsageError(f"method {m} does not take compressor {args.compressor} "
+                                 f"(it takes {', '.join(allowed)})")
+    if args.method != "all" and not args.network:
+        ps = [m for m in names if m in simulate.PS_METHODS]
+        if ps:
+            raise UsageError(f"{', '.join(ps)} need(s) --network (a topology, or comm_bench "
+                             f"files with --ops pushpull)")
     if args.output:
         check_writable(args.output)
     if args.traces:
@@ -90,60 +163,273 @@ def check(args) -> list[str]:
 
 
 def workload_of(prof: dict, optimizer_s: float = 0.0) -> simulate.Workload:
+    shapes = [tuple(t["shape"]) if t.get("shape") else (max(1, t["bytes"] // 4),)
+              for t in prof["tensors"]]
     return simulate.Workload(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],
                              optimizer_s=optimizer_s,
-                             names=[t["name"] for t in prof["tensors"]])
+                             names=[t["name"] for t in prof["tensors"]], shapes=shapes)
+
+
+def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate.Workload:
+    """``work`` with every compute time scaled so one worker trains ``throughput`` samples/s
+    (its iteration ``batch / throughput``); the shape of the profile is kept."""
+    f = batch / throughput / work.compute_s
+    return simulate.Workload(work.forward_s * f, [x * f for x in work.backward_s],
+                             work.nbytes, work.optimizer_s * f, work.names, work.shapes)
+
+
+def _codec_times(path: str | None, model: str, compressor: str) -> tuple[float, float]:
+    if path is None or compressor == "none":
+        return 0.0, 0.0
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read --codec {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UsageError(f"--codec {path} is not JSON: {e}") from None
+    models = data.get("models") if isinstance(data, dict) else None
+    entry = None
+    if isinstance(models, dict):
+        of = models.get(model)
+        if of is None and len(models) == 1:     # a bench of another model name: its only one
+            of = next(iter(models.values()))
+        entry = ((of or {}).get("compressors") or {}).get(compressor)
+    if not isinstance(entry, dict) or "encode_s_per_element" not in entry:
+        raise UsageError(f"--codec {path} has no {compressor} timing for model {model} "
+                         f"(write one with python -m compression.bench --model {model} "
+                         f"--compressor {compressor} --output FILE)")
+    return float(entry["encode_s_per_element"]), float(entry["decode_s_per_element"])
+
+
+class Setting:
+    """Everything a method's prediction depends on besides the profile: the worker count and
+    the network's costs for it, and the method's settings."""
+
+    def __init__(self, args, prof, network, nworkers):
+        self.args, self.nworkers, self.network = args, nworkers, network
+        if network is not None:
+            self.link = network.link("allreduce", nworkers)
+        elif args.alpha is not None:
+            self.link = simulate.Link(args.alpha, args.beta)
+        else:
+            self.link = simulate.Link(prof["alpha_s"], prof["beta_s_per_byte"])
+        self._servers = {}
+
+    def allgather(self):
+        return self.network.link("allgather", self.nworkers) if self.network else self.link
+
+    def servers(self, nservers):
+        if nservers not in self._servers:
+            self._servers[nservers] = (
+                self.network.ps(self.nworkers, nservers, self.args.ps_clients),
+                self.network.local_reduce(self.nworkers)
+                if self.args.ps_clients == "machine" else None)
+        return self._servers[nservers]
+
+
+def settings_of(args, method: str) -> dict:
+    """The flags' settings for ``method`` (the simulator's names)."""
+    s = {"bucket_cap_mb": args.bucket_cap_mb, "min_group_bytes": args.min_group * 4,
+         "partition": args.partition, "credit": args.credit,
+         "partition_bytes": args.partition_bytes, "nservers": args.nservers}
+    if args.threshold is not None:
+        s["threshold"] = args.threshold
+    return s
+
+
+def run_one(method: str, work, setting: Setting, codec, settings: dict):
+    settings = dict(settings)
+    nservers = settings.pop("nservers", None)
+    if method in simulate.PS_METHODS:
+        servers, local = setting.servers(nservers)
+        return simulate.predict(method, work, None, servers=servers, local=local, **settings)
+    if codec.compressor != "none":
+        codec = simulate.Codec(codec.compressor, setting.nworkers, codec.density,
+                               codec.powersgd_rank, codec.encode_s_per_element,
+                               codec.decode_s_per_element,
+                               setting.allgather() if codec.compressor in
+                               ("topk", "eftopk", "signum", "efsignum") else None)
+    return simulate.predict(method, work, setting.link, codec=codec, **settings)
+
+
+# --------------------------------------------------------------------------- advice
+
+def _grid(method: str, setting: Setting, work) -> list[dict]:
+    """The settings ``--advise`` tries for ``method``."""
+    total = sum(work.nbytes)
+    if method == "fusion":
+        return [{"threshold": float(t)} for t in
+                sorted({0, *(m * MIB for m in (1, 2, 4, 8, 16, 32, 64, 128)), total})]
+    if method == "ddp":
+        return [{"bucket_cap_mb": float(m)} for m in (1, 2, 5, 10, 25, 50, 100, 200)]
+    if method == "mgwfbp":
+        return [{"min_group_bytes": 4 * e} for e in (0, 8192, 65536, 1 << 20)]
+    if method == "bytescheduler":
+        return [{"partition": p, "credit": p * c}
+                for p in (250_000, 1_000_000, 4_000_000, 16_000_000) for c in (1, 2, 4, 8)]
+    if method in simulate.PS_METHODS:
+        machines = (setting.network.default_nservers(setting.nworkers)
+                    if hasattr(setting.network, "default_nservers") else None)
+        counts = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, machines,
+                                     (machines or 1) * 2) if k and k <= max(1, 2 * (machines
+                                                                               or 1))})
+        if not hasattr(setting.network, "default_nservers"):
+            counts = [None]      # measured push/pull: the servers it was measured with
+        parts = (1 << 20, DEFAULT_PARTITION_BYTES, 16 << 20)
+        out = [{"nservers": k, "partition_bytes": p} for k in counts for p in parts]
+        if method == "byteschedulerps":
+            out = [dict(o, credit=c) for o in out for c in (1_000_000, 4_000_000, 16_000_000)]
+        if method == "bspps":
+            out = [dict(o, threshold=float(BSP_PS_THRESHOLD)) for o in out]
+        return out
+    return [{}]
+
+
+def _describe(settings: dict) -> str:
+    parts = []
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if key in ("threshold", "partition_bytes", "min_group_bytes"):
+            parts.append(f"{key} {value / MIB:g} MiB")
+        elif key == "bucket_cap_mb":
+            parts.append(f"bucket cap {value:g} MiB")
+        elif key in ("partition", "credit"):
+            parts.append(f"{key} {value / 1e6:g}M el.")
+        else:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts) or "-"
+
+
+def _reason(p) -> str:
+    m = p.metrics
+    comm = m["comm_s"] * 1e3
+    hidden = "-" if m["overlap"] is None else f"{100 * m['overlap']:.0f}%"
+    return (f"{len(p.message_bytes)} messages, {comm:.1f} ms of communication, {hidden} "
+            f"hidden, {m['exposed_s'] * 1e3:.1f} ms exposed")
+
+
+def advise(names, work, setting, codec, batch) -> list[dict]:
+    """Per method the best of its settings grid; ranked, with the speedup over DDP at its
+    defaults."""
+    ddp = run_one("ddp", work, setting, simulate.NO_CODEC, {})
+    rows = []
+    for name in names:
+        best = None
+        for s in _grid(name, setting, work):
+            if name == "bspps" and "threshold" not in s:
+                s = dict(s, threshold=float(BSP_PS_THRESHOLD))
+            p = run_one(name, work, setting, codec, s)
+            if best is None or p.iteration_s < best[1].iteration_s:
+                best = (s, p)
+        s, p = best
+        rows.append({"method": name, "settings": s, "iteration_s": p.iteration_s,
+                     "throughput": p.throughput(batch, setting.nworkers),
+                     "speedup_vs_ddp": ddp.iteration_s / p.iteration_s,
+                     "bottleneck": p.bottleneck, "reason": _reason(p)})
+    rows.sort(key=lambda r: r["iteration_s"])
+    return rows
+
+
+# --------------------------------------------------------------------------- output
+
+def _table(header, rows, left=(0,)) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in [header, *rows]]
 
 
 def run(args) -> int:
     names = check(args)
     prof = read_profile(args.profile)
+    if args.model is not None and prof["model"] != args.model:
+        raise UsageError(f"profile {args.profile} is of model {prof['model']}, not "
+                         f"{args.model}")
     optimizer_s = (args.optimizer_ms / 1e3 if args.optimizer_ms is not None
                    else float(prof.get("optimizer_s") or 0.0))
     work = workload_of(prof, optimizer_s)
-    link = simulate.Link(prof["alpha_s"] if args.alpha is None else args.alpha,
-                         prof["beta_s_per_byte"] if args.beta is None else args.beta)
-    nworkers = args.nworkers or int(prof.get("nworkers") or 1)
     batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
-    settings = {"threshold": args.threshold, "bucket_cap_mb": args.bucket_cap_mb,
-                "min_group_bytes": args.min_group * 4, "partition": args.partition,
-                "credit": args.credit}
+    if args.device_throughput:
+        work = rescaled(work, batch, args.device_throughput)
+    network = topology.load(args.network) if args.network else None
+    counts = args.counts or [int(prof.get("nworkers") or 1)]
+    enc, dec = _codec_times(args.codec, prof["model"], args.compressor)
+    codec = simulate.Codec(args.compressor, 1, args.density, args.powersgd_rank, enc, dec)
+    # every worker count's costs first: a network that lacks one is an error before any output
+    settings = [Setting(args, prof, network, n) for n in counts]
+    for setting in settings:
+        if any(m in simulate.PS_METHODS for m in names):
+            setting.servers(args.nservers)
+        if args.compressor in ("topk", "eftopk", "signum", "efsignum"):
+            setting.allgather()
     unit = "img" if "image_size" in (prof.get("workload") or {}) else "sen"
-    print(f"Predicted: {prof['model']}, batch {batch} per worker, {nworkers} worker(s), "
-          f"alpha {link.alpha * 1e6:.2f} us, beta {link.beta * 1e9:.4f} ns/B, "
-          f"forward {work.forward_s * 1e3:.1f} ms, backward {sum(work.backward_s) * 1e3:.1f} ms, "
-          f"{len(work.nbytes)} tensors, {sum(work.nbytes) / 1e6:.3f} MB")
-    header = ["method", "messages", "iteration ms", f"{unit}/s total", "compute ms",
-              "exposed ms", "overlap %", "bound by"]
-    rows, out = [], []
-    for name in names:
-        p = simulate.predict(name, work, link, **settings)
-        m = p.metrics
-        rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
-                     f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
-                     f"{m['exposed_s'] * 1e3:.2f}",
-                     "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}", p.bottleneck])
-        out.append({"method": name, "messages": len(p.message_bytes),
-                    "message_bytes": p.message_bytes,
-                    "iteration_s": p.iteration_s,
-                    "throughput": p.throughput(batch, nworkers), "metrics": m,
-                    "bottleneck": p.bottleneck})
-        if args.traces:
-            os.makedirs(args.traces, exist_ok=True)
-            timeline.write(os.path.join(args.traces, f"{name}.trace.json"),
-                           simulate.trace(p, {"model": prof["model"], "nworkers": nworkers}))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(c.ljust(w) if i in (0, 7) else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    where = (network.describe() if network is not None else
+             "the profile's alpha-beta" if args.alpha is None else "--alpha/--beta")
+    print(f"Predicted: {prof['model']}, batch {batch} per worker, compute "
+          f"{work.compute_s * 1e3:.1f} ms an iteration ({batch / work.compute_s:.1f} {unit}/s "
+          f"on one worker), {len(work.nbytes)} tensors, {sum(work.nbytes) / 1e6:.3f} MB; "
+          f"compressor {args.compressor}; network: {where}")
+    out, matrix = [], {}
+    began = time.perf_counter()
+    for setting in settings:
+        nworkers = setting.nworkers
+        print(f"\n{nworkers} worker(s): all-reduce alpha {setting.link.alpha * 1e6:.2f} us, "
+              f"beta {setting.link.beta * 1e9:.4f} ns/B")
+        if args.advise:
+            ranked = advise(names, work, setting, codec, batch)
+            rows = [[r["method"], _describe(r["settings"]), f"{r['throughput']:.1f}",
+                     f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]]
+                    for r in ranked]
+            print("\n".join(_table(["method", "best settings", f"{unit}/s total",
+                                    "vs DDP default", "bound by", "why"], rows,
+                                   left=(0, 1, 4, 5))))
+            for r in ranked:
+                matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
+            out.append({"nworkers": nworkers, "advice": ranked})
+            continue
+        rows = []
+        for name in names:
+            p = run_one(name, work, setting, codec, settings_of(args, name))
+            m = p.metrics
+            rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
+                         f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
+                         f"{m['exposed_s'] * 1e3:.2f}",
+                         "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}",
+                         p.bottleneck])
+            matrix.setdefault(name, {})[nworkers] = p.throughput(batch, nworkers)
+            out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
+                        "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
+                        "iteration_s": p.iteration_s,
+                        "throughput": p.throughput(batch, nworkers), "metrics": m,
+                        "bottleneck": p.bottleneck})
+            if args.traces:
+                os.makedirs(args.traces, exist_ok=True)
+                timeline.write(os.path.join(args.traces, f"{name}_{nworkers}.trace.json"),
+                               simulate.trace(p, {"model": prof["model"],
+                                                  "nworkers": nworkers}))
+        print("\n".join(_table(["method", "messages", "iteration ms", f"{unit}/s total",
+                                "compute ms", "exposed ms", "overlap %", "bound by"], rows,
+                               left=(0, 7))))
+    if len(counts) > 1:
+        best = " at the best settings" if args.advise else ""
+        print(f"\nPredicted {unit}/s (total over all workers){best}:")
+        rows = [[name, *(f"{matrix[name][c]:.1f}" for c in counts)] for name in matrix]
+        print("\n".join(_table(["method", *(f"{c} workers" for c in counts)], rows)))
+    print(f"\n({time.perf_counter() - began:.2f} s to predict)")
     if args.output:
         with open(args.output, "w") as f:
-            json.dump({"profile": args.profile, "model": prof["model"], "nworkers": nworkers,
-                       "batch_size": batch, "alpha_s": link.alpha,
-                       "beta_s_per_byte": link.beta, "optimizer_s": work.optimizer_s,
-                       "predictions": out}, f, indent=1)
+            json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,
+                       "batch_size": batch, "network": args.network,
+                       "compressor": args.compressor, "optimizer_s": work.optimizer_s,
+                       "compute_s": work.compute_s,
+                       "alpha_s": None if network else Setting(args, prof, None, 1).link.alpha,
+                       "beta_s_per_byte": (None if network else
+                                           Setting(args, prof, None, 1).link.beta),
+                       ("advice" if args.advise else "predictions"): out}, f, indent=1)
     return 0
 
 

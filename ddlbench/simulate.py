@@ -23,8 +23,19 @@ first-iteration order ignored); ``mgwfbp`` the suite's own ``planning.merge_grou
 inputs. With one channel the iteration is exactly ``forward_s + planning.schedule_time(...) +
 optimizer_s`` (the section 3 recurrences). ``bytescheduler`` (``bytescheduler()``) replays
 several iterations in steady state: chunks, priority, credit, per-tensor updates on a completer
-thread and the next forward waiting per module. The parameter-server methods and the
-compressors are not modelled yet.
+thread and the next forward waiting per module.
+
+**Compressors** (``Codec``): a message's collectives are what ``costs.compressed_messages`` says
+the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link),
+its encode and decode on the message's channel before and after them (PowerSGD's Q all-reduce,
+issued inside ``wait()``, is costed right after its P all-reduce).
+
+**Parameter servers** (``ServerLinks``; ``bspps``, ``wfbpps``, ``byteschedulerps``): units
+(fusion by ``threshold``) cut into ``partition_bytes`` partitions, keys round-robin on the
+servers; each partition's push holds the pusher's uplink and its server's downlink (all pushers'
+copies), its pull the reverse (``_PushPull``), so partitions pipeline and a server shared by n
+pushers costs n times its bytes (incast); ByteScheduler-PS's credit returns when a chunk is
+pushed. Not modelled: the servers' summing time, server-side priority, CPU interference.
 """
 from __future__ import annotations
 
@@ -35,8 +46,10 @@ from . import timeline
 from .errors import UsageError
 from .planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from .planning import BYTESCHEDULER_PARTITION as BS_PARTITION
-from .planning import (DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
-                       HOROVOD_DEFAULT_THRESHOLD, chunk_table, merge_groups, plan_buckets)
+from .costs import compressed_messages
+from .planning import (BSP_PS_THRESHOLD, DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
+                       DEFAULT_PARTITION_BYTES, HOROVOD_DEFAULT_THRESHOLD, chunk_table,
+                       merge_groups, plan_buckets)
 
 MIB = 1024 * 1024
 # MG-WFBP's small-group merge: the original's elements, of fp32
@@ -51,6 +64,7 @@ class Workload:
     nbytes: list[int]
     optimizer_s: float = 0.0
     names: list[str] | None = None
+    shapes: list[tuple[int, ...]] | None = None     # each tensor's (compressors need them)
 
     def __post_init__(self):
         if len(self.backward_s) != len(self.nbytes) or not self.nbytes:
@@ -58,6 +72,8 @@ class Workload:
                              f"{len(self.backward_s)} times for {len(self.nbytes)} tensors")
         if self.names is not None and len(self.names) != len(self.nbytes):
             raise UsageError(f"{len(self.names)} names for {len(self.nbytes)} tensors")
+        if self.shapes is not None and len(self.shapes) != len(self.nbytes):
+            raise UsageError(f"{len(self.shapes)} shapes for {len(self.nbytes)} tensors")
         bad = [x for x in (self.forward_s, self.optimizer_s, *self.backward_s, *self.nbytes)
                if not x >= 0]
         if bad:
@@ -82,6 +98,35 @@ class Link:
         return self.alpha + self.beta * nbytes
 
 
+@dataclass(frozen=True)
+class ServerLinks:
+    """Push and pull through parameter servers (docs/DESIGN.md section 6): ``pushers`` clients
+    (workers, or machines under one client per machine) each push every partition to its
+    server and pull the sum back; partitions go round-robin over ``nservers`` servers. A push
+    of m bytes occupies its pusher's uplink ``worker_beta * m`` and its server's downlink
+    ``server_beta * m`` for each of the ``pushers`` copies; a pull the reverse; each costs
+    ``alpha`` on top. From a comm_bench push/pull fit (``alpha_f + beta_f * M`` for push and
+    pull of M bytes, incast included): ``alpha = alpha_f / 2``, ``worker_beta = beta_f / 2``,
+    ``server_beta = 0``."""
+    alpha: float
+    worker_beta: float
+    server_beta: float
+    nservers: int = 1
+    pushers: int = 1
+
+    def __post_init__(self):
+        if not (self.alpha >= 0 and self.worker_beta >= 0 and self.server_beta >= 0):
+            raise UsageError("push/pull alpha and betas must be >= 0")
+        if self.nservers < 1 or self.pushers < 1:
+            raise UsageError(f"need at least one server and one pusher, got {self.nservers} "
+                             f"and {self.pushers}")
+
+    def stage(self, nbytes: float) -> float:
+        """One push (or pull) of ``nbytes`` with nothing else on the links."""
+        return self.alpha + max(self.worker_beta * nbytes,
+                                self.server_beta * nbytes * self.pushers)
+
+
 @dataclass
 class Prediction:
     method: str
@@ -97,6 +142,151 @@ class Prediction:
         """Samples per second over all workers."""
         return batch_size * nworkers / self.iteration_s
 
+
+@dataclass(frozen=True)
+class Codec:
+    """A compressor's side of each message (docs/DESIGN.md section 7): the collectives it
+    starts for a bucket (``costs.compressed_messages``: all-reduces on the message ``Link``,
+    all-gathers on ``allgather``, costed by their gathered bytes) and its encode and decode time
+    per dense element (``python -m compression.bench --output``), both on the message's channel
+    before and after its collectives."""
+    compressor: str = "none"
+    nworkers: int = 1
+    density: float = 0.001
+    powersgd_rank: int = 4
+    encode_s_per_element: float = 0.0
+    decode_s_per_element: float = 0.0
+    allgather: Link | None = None
+
+    def __post_init__(self):
+        if self.nworkers < 1:
+            raise UsageError(f"a codec needs at least one worker, got {self.nworkers}")
+        if not (self.encode_s_per_element >= 0 and self.decode_s_per_element >= 0):
+            raise UsageError("encode and decode times must be >= 0")
+
+    def collectives(self, shapes: list[tuple[int, ...]]) -> list[tuple[str, int]]:
+        if self.compressor == "none":
+            return [("allreduce", 4 * sum(_numel(s) for s in shapes))]
+        ops = compressed_messages(self.compressor, [tuple(s) for s in shapes], self.nworkers,
+                                  density=self.density, powersgd_rank=self.powersgd_rank)
+        if self.allgather is None and any(op == "allgather" for op, _ in ops):
+            raise UsageError(f"compressor {self.compressor} all-gathers: the network model "
+                             f"must give an all-gather link")
+        return ops
+
+
+NO_CODEC = Codec()
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _shapes(work: Workload, b: int) -> list[tuple[int, ...]]:
+    if work.shapes is not None:
+        return [tuple(work.shapes[b])]
+    return [(max(1, work.nbytes[b] // 4),)]
+
+
+# --------------------------------------------------------------------------- the transports
+
+class _AllReduce:
+    """Messages on ``channels`` FIFO threads: each waits for a free channel, then encodes,
+    runs its collectives one after another, and decodes."""
+
+    def __init__(self, link: Link, codec: Codec, channels: int):
+        self.link, self.codec = link, codec
+        self.free = [(0.0, i) for i in range(max(1, channels))]
+        self.events: list = []
+
+    def send(self, ready: float, shapes, label: str | None) -> tuple[float, float, int]:
+        """(when the transport has taken it, when it is done, payload bytes)."""
+        free, lane = heapq.heappop(self.free)
+        row = "allreduce" if lane == 0 else f"allreduce {lane + 1}"
+        t = max(ready, free)
+        elements = sum(_numel(s) for s in shapes)
+        us, payload = 1e6, 0
+        tensor = {"tensor": label} if label is not None else {}
+        enc = self.codec.encode_s_per_element * elements
+        if enc:
+            self.events.append(("encode", timeline.CODEC, row, t * us, (t + enc) * us,
+                                {"elements": elements, **tensor}))
+            t += enc
+        for op, size in self.codec.collectives(shapes):
+            link = self.codec.allgather if op == "allgather" else self.link
+            end = t + link.time(size)
+            self.events.append((op, timeline.COMM, row, t * us, end * us,
+                                {"bytes": size, **tensor}))
+            payload += size
+            t = end
+        dec = self.codec.decode_s_per_element * elements
+        if dec:
+            self.events.append(("decode", timeline.CODEC, row, t * us, (t + dec) * us,
+                                {"elements": elements, **tensor}))
+            t += dec
+        heapq.heappush(self.free, (t, lane))
+        return t, t, payload
+
+
+class _PushPull:
+    """Push and pull through parameter servers (``ServerLinks``). Per partition of m bytes on
+    server s = key mod k: the push holds the pusher's uplink ``worker_beta * m`` (in push
+    order) and server s's downlink ``server_beta * m * pushers`` (every pusher's copy), then
+    costs ``alpha``; the pull then holds s's uplink and the pusher's downlink likewise. The
+    machine's local sum (``local``, one client per machine) comes before the push and after
+    the pull. Pushes, sums and pulls of different partitions overlap as the links allow, so a
+    large message costs ``max(M * worker_beta, M * pushers * server_beta / k)`` per direction
+    (docs/DESIGN.md section 3). Servers sum in arrival order (FIFO); their summing time and
+    server-side priority scheduling are not modelled."""
+
+    def __init__(self, servers: ServerLinks, partition_bytes: int, local: Link | None):
+        if partition_bytes <= 0:
+            raise UsageError(f"partition bytes must be positive, got {partition_bytes}")
+        self.s, self.partition, self.local = servers, int(partition_bytes), local
+        self.up = self.down = 0.0
+        self.sdown = [0.0] * servers.nservers
+        self.sup = [0.0] * servers.nservers
+        self.events: list = []
+
+    def parts(self, nbytes: int, first_key: int) -> list[tuple[int, int]]:
+        """(key, bytes) of a unit of ``nbytes`` cut into partitions, keys from ``first_key``."""
+        out, off, key = [], 0, first_key
+        while off < nbytes or not out:
+            m = min(self.partition, nbytes - off)
+            out.append((key, m))
+            off += m
+            key += 1
+        return out
+
+    def send(self, ready: float, parts, label: str | None) -> tuple[float, float, int]:
+        s, us = self.s, 1e6
+        taken = done = ready
+        tensor = {"tensor": label} if label is not None else {}
+        for key, m in parts:
+            srv = key % s.nservers
+            t0 = ready + (self.local.time(m) if self.local else 0.0)
+            up0 = max(t0, self.up)
+            self.up = up0 + s.worker_beta * m
+            sd0 = max(up0, self.sdown[srv])
+            self.sdown[srv] = sd0 + s.server_beta * m * s.pushers
+            pushed = max(self.up, self.sdown[srv]) + s.alpha
+            su0 = max(pushed, self.sup[srv])
+            self.sup[srv] = su0 + s.server_beta * m * s.pushers
+            dn0 = max(su0, self.down)
+            self.down = dn0 + s.worker_beta * m
+            pulled = max(self.sup[srv], self.down) + s.alpha
+            end = pulled + (self.local.time(m) if self.local else 0.0)
+            args = {"bytes": m, "key": key, "server": srv, **tensor}
+            self.events.append(("push", timeline.COMM, "push", up0 * us, pushed * us, args))
+            self.events.append(("pull", timeline.COMM, "pull", su0 * us, end * us, dict(args)))
+            taken, done = max(taken, pushed), max(done, end)
+        return taken, done, sum(m for _, m in parts)
+
+
+# --------------------------------------------------------------------------- groupings
 
 def _bspa2a(work, link, settings):
     return [list(range(len(work.nbytes)))]
@@ -120,81 +310,133 @@ def _mgwfbp(work, link, settings):
                         int(settings.get("min_group_bytes", MGWFBP_MIN_GROUP_BYTES)))
 
 
+def _bspps(work, link, settings):
+    return plan_buckets(work.nbytes, float(settings.get("threshold", BSP_PS_THRESHOLD)))
+
+
+def _wfbpps(work, link, settings):
+    return plan_buckets(work.nbytes, float(settings.get("threshold", 0.0)))
+
+
 GROUPINGS = {"bspa2a": _bspa2a, "wfbp": _wfbp, "fusion": _fusion, "ddp": _ddp,
              "mgwfbp": _mgwfbp}
-METHODS = (*GROUPINGS, "bytescheduler")
+PS_GROUPINGS = {"bspps": _bspps, "wfbpps": _wfbpps}
+PS_METHODS = (*PS_GROUPINGS, "byteschedulerps")
+METHODS = (*GROUPINGS, "bytescheduler", *PS_METHODS)
+# what each method takes (docs/DESIGN.md section 2)
+COMPRESSORS_OF = {"bytescheduler": ("none", "fp16", "topk", "eftopk", "signum", "efsignum"),
+                  **{m: ("none",) for m in PS_METHODS}}
 
 
-def groups_of(method: str, work: Workload, link: Link, **settings) -> list[list[int]]:
-    """The messages ``method`` sends per iteration, as groups of backward positions."""
-    if method not in GROUPINGS:
-        raise UsageError(f"cannot predict method {method!r} yet; modelled: "
-                         f"{', '.join(METHODS)}")
-    return GROUPINGS[method](work, link, settings)
+def groups_of(method: str, work: Workload, link: Link | None, **settings) -> list[list[int]]:
+    """The messages (all-reduce) or units (PS) ``method`` sends per iteration, as groups of
+    backward positions."""
+    table = {**GROUPINGS, **PS_GROUPINGS}
+    if method not in table:
+        raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(METHODS)}")
+    return table[method](work, link, settings)
 
 
-def replay(work: Workload, link: Link, groups: list[list[int]], channels: int = 1,
-           method: str = "groups") -> Prediction:
+def replay(work: Workload, link: Link | None, groups: list[list[int]], channels: int = 1,
+           method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
+           partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
+           bsp: bool | None = None) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
-    is ready, on ``channels`` FIFO threads."""
+    is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
+    ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
+    order). ``bsp``: the groups wait for the whole backward (default: for ``bspps``)."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
-    events = []
     fwd_end = work.forward_s
     ready, t = [], fwd_end
     for tb in work.backward_s:
         t += tb
         ready.append(t)
     bwd_end = t
-    free = [0.0] * max(1, channels)
-    last_end = bwd_end
+    if servers is not None:
+        transport = _PushPull(servers, partition_bytes, local)
+    elif link is None:
+        raise UsageError("an all-reduce method needs a link")
+    else:
+        transport = _AllReduce(link, codec, channels)
+    wait_all = method == "bspps" if bsp is None else bsp
+    last_end, key, sizes = bwd_end, 0, []
     for g in groups:
         nbytes = sum(work.nbytes[b] for b in g)
-        start = max(max(ready[b] for b in g), heapq.heappop(free))
-        end = start + link.time(nbytes)
-        heapq.heappush(free, end)
+        label = (timeline.tensors_label([work.names[b] for b in g])
+                 if work.names is not None else None)
+        start = bwd_end if wait_all else max(ready[b] for b in g)
+        if servers is not None:
+            parts = transport.parts(nbytes, key)
+            key += len(parts)
+            _, end, size = transport.send(start, parts, label)
+        else:
+            _, end, size = transport.send(start, [s for b in g for s in _shapes(work, b)],
+                                          label)
+        sizes.append(size)
         last_end = max(last_end, end)
-        args = {"bytes": nbytes}
-        if work.names is not None:
-            args["tensor"] = timeline.tensors_label([work.names[b] for b in g])
-        events.append(("allreduce", timeline.COMM, "allreduce", start * us, end * us, args))
     end = last_end + work.optimizer_s
     main = timeline.MAIN
-    events += [("iteration", timeline.ITERATION, main, 0.0, end * us, {"index": 0}),
-               ("forward", timeline.COMPUTE, main, 0.0, fwd_end * us, None),
-               ("backward", timeline.COMPUTE, main, fwd_end * us, bwd_end * us, None),
-               ("step", timeline.WAIT, main, bwd_end * us, end * us, None),
-               ("optimizer", timeline.COMPUTE, main, last_end * us, end * us, None)]
+    events = transport.events + [
+        ("iteration", timeline.ITERATION, main, 0.0, end * us, {"index": 0}),
+        ("forward", timeline.COMPUTE, main, 0.0, fwd_end * us, None),
+        ("backward", timeline.COMPUTE, main, fwd_end * us, bwd_end * us, None),
+        ("step", timeline.WAIT, main, bwd_end * us, end * us, None),
+        ("optimizer", timeline.COMPUTE, main, last_end * us, end * us, None)]
     metrics = timeline.overlap(events)["mean"]
-    return Prediction(method, end, groups, [sum(work.nbytes[b] for b in g) for g in groups],
-                      events, metrics, _bottleneck(work, link, len(groups), metrics))
+    return Prediction(method, end, groups, sizes, events, metrics,
+                      _bottleneck(work, link, servers, sizes, metrics))
 
 
-def predict(method: str, work: Workload, link: Link, channels: int = 1,
-            **settings) -> Prediction:
+def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
+            codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
+            local: Link | None = None, **settings) -> Prediction:
     """``method``'s iteration (its settings as the training script names them: ``threshold``
-    bytes, ``bucket_cap_mb``, ``min_group_bytes``; ``partition`` and ``credit`` elements)."""
+    bytes, ``bucket_cap_mb``, ``min_group_bytes``; ``partition`` and ``credit`` elements;
+    ``partition_bytes`` for the PS methods). All-reduce methods cost messages on ``link``
+    (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
+    sum)."""
+    if method not in METHODS:
+        raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(METHODS)}")
+    allowed = COMPRESSORS_OF.get(method)
+    if allowed is not None and codec.compressor not in allowed:
+        raise UsageError(f"method {method} does not take compressor {codec.compressor} "
+                         f"(it takes {', '.join(allowed)})")
+    if method in PS_METHODS:
+        if servers is None:
+            raise UsageError(f"method {method} needs the parameter servers' links")
+        partition_bytes = int(settings.get("partition_bytes", DEFAULT_PARTITION_BYTES))
+        if method == "byteschedulerps":
+            return bytescheduler(work, link, credit=int(settings.get("credit", BS_CREDIT)),
+                                 servers=servers, partition_bytes=partition_bytes,
+                                 local=local)
+        return replay(work, None, groups_of(method, work, None, **settings), method=method,
+                      servers=servers, partition_bytes=partition_bytes, local=local)
+    if link is None:
+        raise UsageError(f"method {method} needs an all-reduce link")
     if method == "bytescheduler":
         return bytescheduler(work, link, int(settings.get("partition", BS_PARTITION)),
-                             int(settings.get("credit", BS_CREDIT)), channels)
-    return replay(work, link, groups_of(method, work, link, **settings), channels, method)
+                             int(settings.get("credit", BS_CREDIT)), channels, codec=codec)
+    return replay(work, link, groups_of(method, work, link, **settings), channels, method,
+                  codec)
 
 
 class _Scheduler:
     """ByteScheduler's side of the replay: chunks queue by priority (front layers first) as
     their tensor's gradient is ready; the dispatcher hands the best to the transport while the
-    credit (elements in flight) is positive, subtracting its size; a completed chunk gives its
-    size back; when a tensor's chunks are all done the completer thread updates it."""
+    credit (elements in flight) is positive, subtracting its size; the credit comes back when
+    the transport has taken the chunk (all-reduce: done; PS: pushed); when a tensor's chunks
+    are all done the completer thread updates it."""
 
-    def __init__(self, work, link, table, credit, channels, element_bytes, opt_s, names):
-        self.work, self.link, self.table = work, link, table
+    def __init__(self, transport, table, credit, element_bytes, opt_s, names, ps):
+        self.transport, self.table = transport, table
         self.credit, self.element_bytes, self.opt_s, self.names = \
             credit, element_bytes, opt_s, names
-        self.free = [0.0] * max(1, channels)
+        self.ps = ps
         self.queue: list = []            # (tensor, chunk index, iteration, ready time)
         self.arrivals: list = []         # (ready time, seq, tensor, chunk index, iteration)
-        self.inflight: list = []         # (end, seq, size)
+        self.inflight: list = []         # (time, seq, kind, size, iteration, tensor)
         self.left: dict = {}             # (iteration, tensor) -> chunks not yet done
         self.done: dict = {}             # (iteration, tensor) -> when its update ended
         self.completer = 0.0
@@ -214,18 +456,18 @@ class _Scheduler:
             _, begin, end = self.table[c]
             size = end - begin
             self.credit -= size
-            start = max(self.now, heapq.heappop(self.free))
-            finish = start + self.link.time(size * self.element_bytes)
-            heapq.heappush(self.free, finish)
-            self.seq += 1
-            heapq.heappush(self.inflight, (finish, self.seq, size, it, tensor))
             label = f"{self.names[tensor]}[{begin}:{end}]"
+            nbytes = size * self.element_bytes
+            if self.ps:
+                taken, finish, _ = self.transport.send(self.now, [(c, nbytes)], label)
+            else:
+                taken, finish, _ = self.transport.send(self.now, [(size,)], label)
+            for when, kind in ((taken, "credit"), (finish, "done")):
+                self.seq += 1
+                heapq.heappush(self.inflight, (when, self.seq, kind, size, it, tensor))
             us = 1e6
             self.events.append((label, timeline.QUEUE, "scheduler queue", ready * us,
                                 self.now * us, None))
-            self.events.append(("allreduce", timeline.COMM, "allreduce", start * us,
-                                finish * us, {"bytes": size * self.element_bytes,
-                                              "tensor": label}))
 
     def step(self) -> bool:
         """Process the next arrival or completion; False when there is none."""
@@ -238,17 +480,19 @@ class _Scheduler:
             self.now = max(self.now, t)
             heapq.heappush(self.queue, (tensor, c, it, t))
         else:
-            t, _, size, it, tensor = heapq.heappop(self.inflight)
+            t, _, kind, size, it, tensor = heapq.heappop(self.inflight)
             self.now = max(self.now, t)
-            self.credit += size
-            self.left[(it, tensor)] -= 1
-            if self.left[(it, tensor)] == 0:
-                start = max(t, self.completer)
-                self.completer = start + self.opt_s[tensor]
-                self.done[(it, tensor)] = self.completer
-                us = 1e6
-                self.events.append(("optimizer", timeline.COMPUTE, "completer", start * us,
-                                    self.completer * us, None))
+            if kind == "credit":
+                self.credit += size
+            else:
+                self.left[(it, tensor)] -= 1
+                if self.left[(it, tensor)] == 0:
+                    start = max(t, self.completer)
+                    self.completer = start + self.opt_s[tensor]
+                    self.done[(it, tensor)] = self.completer
+                    us = 1e6
+                    self.events.append(("optimizer", timeline.COMPUTE, "completer", start * us,
+                                        self.completer * us, None))
         self._dispatch()
         return True
 
@@ -259,15 +503,23 @@ class _Scheduler:
         return self.done[(it, tensor)]
 
 
-def bytescheduler(work: Workload, link: Link, partition: int = None, credit: int = None,
-                  channels: int = 1, element_bytes: int = 4, iterations: int = 4) -> Prediction:
+def bytescheduler(work: Workload, link: Link | None, partition: int = None, credit: int = None,
+                  channels: int = 1, element_bytes: int = 4, iterations: int = 4,
+                  codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
+                  partition_bytes: int = DEFAULT_PARTITION_BYTES,
+                  local: Link | None = None) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
     replayed, the last full one reported (from one forward's start to the next's). Each
     tensor's forward takes a share of ``forward_s`` in proportion to its backward time (the
     profile times the forward as a whole); a module's forward first waits for its tensor's
     update of the previous iteration, which the completer thread applies (a share of
     ``optimizer_s`` in proportion to bytes) once the tensor's chunks are all reduced.
-    Rank 0's negotiation is not modelled."""
+    Rank 0's negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are
+    the PS partitions (``partition_bytes``), pushed and pulled, the credit returned once a
+    chunk is pushed; a codec then does not apply."""
+    ps = servers is not None
+    if ps:
+        partition = max(1, int(partition_bytes) // element_bytes)
     partition = BS_PARTITION if partition is None else partition
     credit = BS_CREDIT if credit is None else credit
     if partition <= 0 or credit <= 0:
@@ -286,7 +538,13 @@ def bytescheduler(work: Workload, link: Link, partition: int = None, credit: int
     chunks_of: dict = {}
     for c, (l, _, _) in enumerate(table):
         chunks_of.setdefault(l, []).append(c)
-    s = _Scheduler(work, link, table, credit, channels, element_bytes, opt, names)
+    if ps:
+        transport = _PushPull(servers, partition * element_bytes, local)
+    elif link is None:
+        raise UsageError("bytescheduler needs an all-reduce link")
+    else:
+        transport = _AllReduce(link, codec, channels)
+    s = _Scheduler(transport, table, credit, element_bytes, opt, names, ps)
     us, main = 1e6, timeline.MAIN
     t, starts, events = 0.0, [], []
     for it in range(iterations):
@@ -310,24 +568,32 @@ def bytescheduler(work: Workload, link: Link, partition: int = None, credit: int
     for l in range(n):
         s.update_done(iterations - 1, l)
     lo, hi = starts[-2], starts[-1]
-    window = [e for e in events + s.events if e[4] is not None and e[4] > lo * us
-              and e[3] < hi * us]
+    every = events + s.events + transport.events
+    window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
     window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": 0}))
     metrics = timeline.overlap(window)["mean"]
+    sizes = [(e - b) * element_bytes for _, b, e in table]
+    method = "byteschedulerps" if ps else "bytescheduler"
     # one message per chunk, in priority order
-    return Prediction("bytescheduler", hi - lo, [[n - 1 - l] for l, _, _ in table],
-                      [(e - b) * element_bytes for _, b, e in table], window, metrics,
-                      _bottleneck(work, link, len(table), metrics), events + s.events)
+    return Prediction(method, hi - lo, [[n - 1 - l] for l, _, _ in table], sizes, window,
+                      metrics, _bottleneck(work, link, servers, sizes, metrics), every)
 
 
-def _bottleneck(work, link, messages: int, m) -> str:
+def _bottleneck(work, link, servers, sizes, m) -> str:
     """What limits the iteration, in words: compute when under a tenth of it is exposed
-    communication; else latency or bandwidth, whichever of the messages' start-ups and their
-    bytes costs more."""
+    communication; else latency or bandwidth (the servers' links: server-bound), whichever of
+    the messages' start-ups and their bytes costs more."""
     if m["exposed_s"] < 0.1 * m["iteration_s"]:
         return "compute-bound"
-    startups = link.alpha * messages
-    transfer = link.beta * sum(work.nbytes)
+    if servers is not None:
+        startups = 2 * servers.alpha * len(sizes)
+        worker = servers.worker_beta * sum(sizes)
+        server = servers.server_beta * servers.pushers * sum(sizes) / servers.nservers
+        if startups > 2 * max(worker, server):
+            return "latency-bound"
+        return "server-bound" if server > worker else "bandwidth-bound"
+    startups = link.alpha * len(sizes)
+    transfer = link.beta * sum(sizes)
     return "latency-bound" if startups > transfer else "bandwidth-bound"
 
 

@@ -25,27 +25,51 @@ def _profile(tmp_path, **change):
     return path, prof
 
 
+def _rows(out: str) -> list[list[str]]:
+    """The rows of the per-worker-count tables (after each header line)."""
+    rows, inside = [], False
+    for line in out.splitlines():
+        if line.startswith("method ") and "messages" in line:
+            inside = True
+        elif not line.strip() or line.startswith("method "):
+            inside = False
+        elif inside:
+            rows.append(line.split())
+    return rows
+
+
+TOPOLOGY = """
+nodes: 4
+devices_per_node: 2
+intra_node: {bandwidth: 8GB/s, latency: 2us}
+inter_node: {bandwidth: 10gbit, latency: 30us}
+allreduce: ring
+servers: {bandwidth: 10gbit, latency: 30us}
+"""
+
+
 def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     path, prof = _profile(tmp_path)
     out, traces = tmp_path / "pred.json", tmp_path / "traces"
     assert predict.main(["--profile", str(path), "--optimizer-ms", "2", "--threshold",
                          "1200000", "--output", str(out), "--traces", str(traces)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("Predicted: hand-made, batch 8 per worker, 2 worker(s)")
-    assert lines[1].split()[:3] == ["method", "messages", "iteration"]
+    text = capsys.readouterr().out
+    assert text.startswith("Predicted: hand-made, batch 8 per worker, compute 25.0 ms")
     got = json.loads(out.read_text())
-    assert [p["method"] for p in got["predictions"]] == list(simulate.METHODS)
+    # without a network: the all-reduce methods, on the profile's alpha and beta
+    allreduce = [m for m in simulate.METHODS if m not in simulate.PS_METHODS]
+    assert [p["method"] for p in got["predictions"]] == allreduce
     work = predict.workload_of(prof, 0.002)
     link = simulate.Link(1e-3, 1e-9)
-    for p, line in zip(got["predictions"], lines[2:]):
+    for p, row in zip(got["predictions"], _rows(text), strict=True):
         expected = simulate.predict(p["method"], work, link, threshold=1200000,
                                     min_group_bytes=8192 * 4)
         assert p["message_bytes"] == expected.message_bytes
         assert p["iteration_s"] == expected.iteration_s and p["bottleneck"] == expected.bottleneck
         assert p["throughput"] == pytest.approx(8 * 2 / expected.iteration_s)
-        assert line.split()[:3] == [p["method"], str(len(expected.message_bytes)),
-                                    f"{expected.iteration_s * 1e3:.2f}"]
-        back = timeline.overlap(timeline.read(str(traces / f"{p['method']}.trace.json"))[0]
+        assert row[:3] == [p["method"], str(len(expected.message_bytes)),
+                           f"{expected.iteration_s * 1e3:.2f}"]
+        back = timeline.overlap(timeline.read(str(traces / f"{p['method']}_2.trace.json"))[0]
                                 ["events"])["mean"]
         assert back["iteration_s"] == pytest.approx(p["metrics"]["iteration_s"], abs=1e-8)
     assert [p["messages"] for p in got["predictions"][:2]] == [1, 4]   # bspa2a, wfbp
@@ -62,31 +86,132 @@ def test_the_profiles_optimizer_step_counts_unless_given(tmp_path, capsys):
     path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005)
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
                          "--beta", "0"]) == 0
-    assert capsys.readouterr().out.splitlines()[2].split()[2] == "28.00"   # 23 + 5 ms
+    assert _rows(capsys.readouterr().out)[0][2] == "28.00"   # 23 + 5 ms
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
                          "--beta", "0", "--optimizer-ms", "1"]) == 0
-    assert capsys.readouterr().out.splitlines()[2].split()[2] == "24.00"
+    assert _rows(capsys.readouterr().out)[0][2] == "24.00"
 
 
-def test_another_link_and_worker_count(tmp_path, capsys):
+def test_another_link_worker_counts_and_device(tmp_path, capsys):
     path, _ = _profile(tmp_path)
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
-                         "--beta", "0", "--nworkers", "16", "--batch-size", "4"]) == 0
-    row = capsys.readouterr().out.splitlines()[2].split()
+                         "--beta", "0", "--nworkers", "16,1", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    one, sixteen = _rows(out)
     # no communication cost: forward + backward, 16 x 4 images per iteration
-    assert row[:5] == ["bspa2a", "1", "23.00", f"{64 / 0.023:.1f}", "23.00"]
-    assert row[-1] == "compute-bound"
+    assert sixteen[:5] == ["bspa2a", "1", "23.00", f"{64 / 0.023:.1f}", "23.00"]
+    assert one[3] == f"{4 / 0.023:.1f}" and sixteen[-1] == "compute-bound"
+    assert "1 workers  16 workers" in out          # the method x workers table
+    # another device: one worker at 500 samples/s, the profile's shape kept
+    out_json = tmp_path / "p.json"
+    assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
+                         "--beta", "0", "--nworkers", "1", "--device-throughput", "500",
+                         "--output", str(out_json)]) == 0
+    p = json.loads(out_json.read_text())["predictions"][0]
+    assert p["throughput"] == pytest.approx(500, rel=1e-12)
+    assert p["metrics"]["compute_s"] == pytest.approx(8 / 500)
+
+
+def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
+    """--network: each worker count's all-reduce and push/pull costs from the topology; the
+    PS methods with one server per machine and the machine's local sum; fp16 halves what the
+    all-reduce methods send."""
+    from ddlbench import topology
+    path, prof = _profile(tmp_path, optimizer_s=0.002)
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text(TOPOLOGY)
+    out = tmp_path / "pred.json"
+    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+                         "2,8", "--output", str(out)]) == 0
+    got = json.loads(out.read_text())["predictions"]
+    assert {p["method"] for p in got} == set(simulate.METHODS)
+    net = topology.load(str(net_file))
+    work = predict.workload_of(prof, 0.002)
+    for p in got:
+        P = p["nworkers"]
+        if p["method"] in simulate.PS_METHODS:
+            expected = simulate.predict(p["method"], work, None, servers=net.ps(P),
+                                        local=net.local_reduce(P))
+        else:
+            expected = simulate.predict(p["method"], work, net.link("allreduce", P))
+        assert p["iteration_s"] == expected.iteration_s, (p["method"], P)
+    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+                         "8", "--method", "wfbp", "--compressor", "fp16", "--output",
+                         str(out)]) == 0
+    fp16 = json.loads(out.read_text())["predictions"][0]
+    assert fp16["message_bytes"] == [n // 2 for n in (4096, 1 << 20, 65536, 4 << 20)]
+    assert fp16["iteration_s"] == simulate.predict(
+        "wfbp", work, net.link("allreduce", 8), codec=simulate.Codec("fp16", 8)).iteration_s
+    # encode and decode per element from a compression.bench --output file; TopK all-gathers
+    codec = tmp_path / "codec.json"
+    codec.write_text(json.dumps({"models": {"hand-made": {"compressors": {"topk": {
+        "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}))
+    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+                         "8", "--method", "bspa2a", "--compressor", "topk", "--density", "0.01",
+                         "--codec", str(codec), "--output", str(out)]) == 0
+    topk = json.loads(out.read_text())["predictions"][0]
+    expected = simulate.predict("bspa2a", work, net.link("allreduce", 8), codec=simulate.Codec(
+        "topk", 8, 0.01, 4, 2e-9, 1e-9, net.link("allgather", 8)))
+    assert topk["iteration_s"] == expected.iteration_s
+    assert expected.iteration_s > simulate.predict("bspa2a", work, net.link(
+        "allreduce", 8), codec=simulate.Codec("topk", 8, 0.01, 4, 0.0, 0.0, net.link(
+            "allgather", 8))).iteration_s
+
+
+def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
+    path, prof = _profile(tmp_path, optimizer_s=0.002)
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text(TOPOLOGY)
+    out = tmp_path / "advice.json"
+    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+                         "4,8", "--advise", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    advice = json.loads(out.read_text())["advice"]
+    assert [a["nworkers"] for a in advice] == [4, 8]
+    from ddlbench import topology
+    net, work = topology.load(str(net_file)), predict.workload_of(prof, 0.002)
+    for entry in advice:
+        ranked = entry["advice"]
+        assert {r["method"] for r in ranked} == set(simulate.METHODS)
+        times = [r["iteration_s"] for r in ranked]
+        assert times == sorted(times)
+        setting = predict.Setting(predict.parse_args(["--profile", str(path), "--network",
+                                                      str(net_file)]), prof, net,
+                                  entry["nworkers"])
+        ddp = predict.run_one("ddp", work, setting, simulate.NO_CODEC, {})
+        for r in ranked:
+            # the best of the method's grid, and never worse than its defaults
+            grid = [predict.run_one(r["method"], work, setting, simulate.NO_CODEC, s)
+                    .iteration_s for s in predict._grid(r["method"], setting, work)]
+            assert r["iteration_s"] == min(grid), r["method"]
+            assert r["speedup_vs_ddp"] == pytest.approx(ddp.iteration_s / r["iteration_s"])
+        assert next(r for r in ranked if r["method"] == "ddp")["speedup_vs_ddp"] >= 1.0
+    assert "vs DDP default" in text and "at the best settings" in text
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--method", "magic"], "cannot predict method 'magic' yet"),
+    (["--method", "magic"], "cannot predict method 'magic'"),
     (["--alpha", "1e-3"], "--alpha and --beta go together"),
-    (["--nworkers", "0"], "--nworkers must be positive, got 0"),
+    (["--nworkers", "0"], "--nworkers takes positive worker counts"),
     (["--profile", "/nonexistent.json"], "cannot read MG-WFBP profile /nonexistent.json"),
+    (["--model", "resnet50"], "is of model hand-made, not resnet50"),
+    (["--method", "bspps"], "bspps need(s) --network"),
+    (["--network", "NET", "--nworkers", "9"], "has room for 1 to 8 workers (4 nodes x 2 devices), not 9"),
+    (["--network", "AB", "--nworkers", "4"], "have no allreduce at 4 workers"),
+    (["--compressor", "zip"], "unknown compressor 'zip'"),
+    (["--compressor", "topk", "--codec", "NET"], "is not JSON"),
+    (["--method", "bytescheduler", "--compressor", "powersgd"],
+     "bytescheduler does not take compressor powersgd"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     path, _ = _profile(tmp_path)
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text(TOPOLOGY)
+    ab = tmp_path / "ab2.json"
+    ab.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
+        {"op": "allreduce", "nworkers": 2, "fit": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}]}))
+    args = [str(net_file) if a == "NET" else str(ab) if a == "AB" else a for a in args]
     proc = subprocess.run([sys.executable, "-m", "ddlbench.predict", "--profile", str(path),
                            *args], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr

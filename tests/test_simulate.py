@@ -201,3 +201,135 @@ def test_bytescheduler_priority_lets_a_front_layer_overtake():
     # back[0:1000] goes at 0.1 s, back[1000:2000] at 0.14; front is ready at 0.15 and goes
     # next (0.18), before back's chunks still queued
     assert order[:4] == ["back[0:1000]", "back[1000:2000]", "front[0:200]", "back[2000:3000]"]
+
+
+# ---------------------------------------------------------------------------- compressors
+
+def test_a_compressor_costs_its_collectives_and_its_codec():
+    """fp16 halves every message (the recurrence on half the bytes); encode and decode add
+    their time per dense element to each message; TopK all-gathers what costs.compressed_messages
+    says, on the all-gather link."""
+    from ddlbench.costs import compressed_messages
+    work = _work(5)
+    link = LINKS[1]
+    for method in ("wfbp", "fusion", "bspa2a", "mgwfbp"):
+        plain = sim.predict(method, work, link, threshold=1 << 21)
+        half = sim.predict(method, work, link, threshold=1 << 21,
+                           codec=sim.Codec("fp16", nworkers=4))
+        expected = work.forward_s + schedule_time(
+            work.backward_s, [b // 2 for b in work.nbytes], plain.groups, link.alpha,
+            link.beta) + work.optimizer_s
+        assert half.groups == plain.groups
+        assert half.iteration_s == pytest.approx(expected, rel=1e-12), method
+        assert half.message_bytes == [sum(work.nbytes[b] for b in g) // 2 for g in plain.groups]
+    comm_only = sim.Workload(0.0, [0.0] * 3, [4000, 8000, 400], shapes=[(10, 100), (2000,),
+                                                                       (100,)])
+    codec = sim.Codec("topk", nworkers=4, density=0.01, encode_s_per_element=1e-6,
+                      decode_s_per_element=2e-6, allgather=sim.Link(0.5, 1e-3))
+    p = sim.predict("bspa2a", comm_only, link, codec=codec)
+    ops = compressed_messages("topk", comm_only.shapes, 4, density=0.01)
+    assert ops and {op for op, _ in ops} == {"allgather"}
+    assert p.iteration_s == pytest.approx(3100 * 3e-6 + sum(0.5 + 1e-3 * size
+                                                            for _, size in ops))
+    codecs = [e for e in p.events if e[1] == timeline.CODEC]
+    assert [e[0] for e in codecs] == ["encode", "decode"]
+    assert p.message_bytes == [sum(size for _, size in ops)]
+
+
+def test_methods_refuse_the_compressors_they_do_not_take():
+    work = _work(0)
+    with pytest.raises(UsageError, match="bytescheduler does not take compressor powersgd"):
+        sim.predict("bytescheduler", work, LINKS[0], codec=sim.Codec("powersgd"))
+    with pytest.raises(UsageError, match="wfbpps does not take compressor fp16"):
+        sim.predict("wfbpps", work, None, codec=sim.Codec("fp16"),
+                    servers=sim.ServerLinks(0.0, 1e-9, 1e-9))
+    with pytest.raises(UsageError, match="all-gather link"):
+        sim.predict("wfbp", work, LINKS[0], codec=sim.Codec("signum", nworkers=2))
+
+
+# ---------------------------------------------------------------------------- parameter servers
+
+PS_METHODS = ("bspps", "wfbpps", "byteschedulerps")
+
+
+def test_push_and_pull_pipeline_by_hand():
+    """8 partitions of 1 KiB, 2 servers, 4 pushers; a push holds the uplink 0.25 s and its
+    server's downlink 1 s (4 copies), a pull the reverse. Server 0 takes partitions 0, 2, 4, 6,
+    server 1 the others; the servers' links bound the pushes (the last pushed at 4.25 s, the
+    servers' share n M / (k B) = 4 s plus the first push's offset) and the last pull then takes
+    its server's uplink 1 s: 5.25 s."""
+    comm_only = sim.Workload(0.0, [0.0], [8 * 1024], names=["g"])
+    servers = sim.ServerLinks(0.0, 2 ** -12, 2 ** -12, nservers=2, pushers=4)
+    p = sim.predict("bspps", comm_only, None, servers=servers, partition_bytes=1024)
+    assert p.iteration_s == 5.25
+    pushes = sorted((e[5]["key"], e[5]["server"], e[3] / 1e6, e[4] / 1e6)
+                    for e in p.events if e[0] == "push")
+    assert pushes == [(0, 0, 0.0, 1.0), (1, 1, 0.25, 1.25), (2, 0, 0.5, 2.0),
+                      (3, 1, 0.75, 2.25), (4, 0, 1.0, 3.0), (5, 1, 1.25, 3.25),
+                      (6, 0, 1.5, 4.0), (7, 1, 1.75, 4.25)]
+    # one pusher and fast servers: the worker's own link, M/B each way, pipelined
+    one = sim.ServerLinks(0.0, 2 ** -12, 0.0, nservers=2, pushers=1)
+    q = sim.predict("bspps", comm_only, None, servers=one, partition_bytes=1024)
+    assert q.iteration_s == 8 * 0.25 + 0.25
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_ps_large_messages_cost_the_section_3_formula(k):
+    """max(M/B, n M/(k B)) per direction: with small partitions the iteration of bspps on a
+    comm-only workload approaches it (plus one partition's pull)."""
+    M, n, part = 64 << 20, 8, 1 << 16
+    comm_only = sim.Workload(0.0, [0.0], [M])
+    for wb, sb in ((1e-9, 1e-9), (1e-9, 1e-10), (4e-9, 1e-10)):
+        servers = sim.ServerLinks(0.0, wb, sb, nservers=k, pushers=n)
+        p = sim.predict("bspps", comm_only, None, servers=servers, partition_bytes=part)
+        bound = max(M * wb, n * M * sb / k)
+        assert bound < p.iteration_s <= bound + 2 * part * max(wb, n * sb) + 1e-12
+
+
+def test_ps_methods_extremes_and_schedule():
+    work = _work(6)
+    free = sim.ServerLinks(0.0, 0.0, 0.0, nservers=3, pushers=4)
+    for method in PS_METHODS:
+        p = sim.predict(method, work, None, servers=free)
+        # ByteScheduler-PS updates on its completer thread, beside the backward: only the
+        # front layer's update (ready last) delays the next forward
+        front = work.optimizer_s * work.nbytes[-1] / sum(work.nbytes)
+        compute = work.compute_s - (work.optimizer_s - front
+                                    if method == "byteschedulerps" else 0.0)
+        assert p.iteration_s == pytest.approx(compute, rel=1e-12), method
+        assert p.bottleneck == "compute-bound"
+    slow = sim.ServerLinks(1e-4, 1e-9, 1e-9, nservers=1, pushers=4)
+    bsp = sim.predict("bspps", work, None, servers=slow)
+    wfbp = sim.predict("wfbpps", work, None, servers=slow)
+    # bspps pushes after the backward: nothing hidden; wfbpps pushes from the hooks
+    assert bsp.metrics["hidden_s"] == pytest.approx(0, abs=1e-12)
+    assert wfbp.metrics["hidden_s"] > 0 and wfbp.iteration_s < bsp.iteration_s
+    assert bsp.bottleneck == "server-bound"
+    first_push = min(e[3] for e in bsp.events if e[0] == "push") / 1e6
+    assert first_push == pytest.approx(work.forward_s + sum(work.backward_s))
+    # every partition pushed and pulled once per iteration, keys round-robin on the servers
+    keys = sorted(e[5]["key"] for e in wfbp.events if e[0] == "push")
+    assert keys == list(range(len(keys))) and len(keys) >= len(work.nbytes)
+    bs = sim.predict("byteschedulerps", work, None, servers=slow, credit=10 ** 12)
+    assert bs.method == "byteschedulerps" and bs.iteration_s > 0
+
+
+@pytest.mark.parametrize("method", PS_METHODS)
+def test_ps_more_bandwidth_never_predicts_slower(method):
+    work = _work(7, n=16)
+    times = [sim.predict(method, work, None,
+                         servers=sim.ServerLinks(1e-4, beta, beta / 2, nservers=2,
+                                                 pushers=4)).iteration_s
+             for beta in (1e-8, 1e-9, 1e-10, 0.0)]
+    assert times == sorted(times, reverse=True), times
+    more = [sim.predict(method, work, None,
+                        servers=sim.ServerLinks(1e-4, 1e-9, 1e-8, nservers=k,
+                                                pushers=4)).iteration_s for k in (1, 2, 4)]
+    assert more == sorted(more, reverse=True), more
+
+
+def test_ps_needs_its_servers():
+    with pytest.raises(UsageError, match="needs the parameter servers"):
+        sim.predict("bspps", _work(0), LINKS[0])
+    with pytest.raises(UsageError, match="at least one server"):
+        sim.ServerLinks(0.0, 0.0, 0.0, nservers=0)

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..options import COUNT, Options, count_at_least, one_of, option
-from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
+from ..planning import (BSP_PS_THRESHOLD, DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS,
+                        PS_CLIENTS)
 from . import threads
 from .allreduce import Bucket, threshold_option
 from .base import PS, BucketPlan, Method
 from .bytescheduler import ByteScheduler, credit_option
 
-BSP_PS_THRESHOLD = 536_870_912  # bytes: every gradient in one fused unit
 
 
 def nservers_option():
