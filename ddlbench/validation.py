@@ -1,0 +1,450 @@
+"""The performance model against the survey's published table (issue 18):
+``python -m ddlbench.validation survey``.
+
+    python -m ddlbench.validation survey                              # topology files
+    python -m ddlbench.validation survey --network-source original --output v.json \\
+        --markdown v.md
+
+Every published multi-GPU cell (``configs/reference/survey_results.yaml``, ``ddlbench.survey``)
+is predicted by ``ddlbench.simulate`` and compared with the measurement:
+
+- **compute**: the model's H200 layer-wise profile (``configs/profiles/``), every time scaled by
+  one factor so that one worker runs at the survey's 1-GPU throughput (``predict.rescaled``: the
+  iteration is batch / 1-GPU figure). That is the only thing taken from the table; nothing is
+  fitted to its multi-GPU cells. The per-GPU batch is the cell's; where it differed from the
+  profile's, the profile's shape would be scaled to the cell's batch (the same call) and the cell
+  says so (the survey's batches are the profiles': 64, 8, 64). No optimizer step: the profiles
+  have none (0 s), so it sits inside the rescaled compute, which reproduces the 1-GPU figure.
+- **network**: ``topology`` (default): the cell's network from ``configs/topology/survey-*.yaml``
+  (8 machines x 4 GPUs on PCIe 3.0; 10GbE TCP, 100Gb InfiniBand RDMA, TCP over the 100Gb
+  fabric), for all-reduce (``link("allreduce", P)``) and push/pull (``ps(P)``: one client per
+  machine, one server per worker machine, plus ``local_reduce(P)``). ``original``: the
+  all-reduce methods cost messages with the original's fitted alpha-beta
+  (``planning.ORIGINAL_AB_TABLES``: "10Gbps" for rdma 0, "56Gbps" for rdma 1 and 2); a worker
+  count missing from the table leaves the cell not modelled. The original has no push/pull
+  table: the PS cells keep the topology file's servers under both sources.
+- **methods**: the table's seven, by the YAML's ids: BSP-A2A ``bspa2a`` (one all-reduce after
+  the backward), WFBP-A2A ``wfbp`` (Horovod over NCCL with fusion threshold 0: one all-reduce
+  per tensor), MG-WFBP ``mgwfbp`` (the merge rule on the cell's link, groups under 8192
+  elements merged), ByteScheduler-A2A ``bytescheduler`` (partition 4M, credit 16M elements:
+  ``planning``'s defaults), BSP-PS ``bspps``, WFBP-PS ``wfbpps`` and ByteScheduler-PS
+  ``byteschedulerps`` (partitions of 4,096,000 bytes; credit 16M elements).
+
+Prints a row per cell (published, predicted, error = (predicted - published) / published), the
+median |error| per network, method and model and overall with the 90th percentile (linear
+interpolation, numpy's default), and the survey's qualitative findings checked on the
+predictions and on the published table alike (PASS/FAIL with the numbers). ``--output`` writes
+all of it as JSON, ``--markdown`` the summary tables as Markdown.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+from . import predict, simulate, survey, topology
+from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
+from .measure.profile_file import read_profile
+from .planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DEFAULT_MIN_GROUP_ELEMENTS,
+                       DEFAULT_PARTITION_BYTES, ORIGINAL_AB_TABLES, original_ab_table)
+
+PROFILE_DIR = os.path.join(survey.REPO, "configs", "profiles")
+# the survey's models: their H200 profiles
+PROFILES = {"resnet50": "h200_resnet50_bs64.json", "bert": "h200_bert_bs8.json",
+            "bert_base": "h200_bert_base_bs64.json"}
+# the original's rdma switch: the survey's networks as topology files
+TOPOLOGIES = {0: "survey-10gbe", 1: "survey-100gib", 2: "survey-100gbe"}
+SHORT = {0: "10GbE", 1: "100GbIB", 2: "100GbE"}
+SOURCES = ("topology", "original")
+A2A_METHODS = ("bspa2a", "wfbp", "mgwfbp", "bytescheduler")
+PS_METHODS = ("bspps", "wfbpps", "byteschedulerps")
+# each method's settings (the simulator's names): the published runs' and the suite's defaults
+SETTINGS = {
+    "mgwfbp": {"min_group_bytes": DEFAULT_MIN_GROUP_ELEMENTS * 4},
+    "bytescheduler": {"partition": BYTESCHEDULER_PARTITION, "credit": BYTESCHEDULER_CREDIT},
+    "bspps": {"partition_bytes": DEFAULT_PARTITION_BYTES},
+    "wfbpps": {"partition_bytes": DEFAULT_PARTITION_BYTES},
+    "byteschedulerps": {"partition_bytes": DEFAULT_PARTITION_BYTES,
+                        "credit": BYTESCHEDULER_CREDIT},
+}
+PS_CLIENTS = "machine"
+WITHIN = 0.20               # finding 4: BSP-PS within 20% of BSP-A2A
+TIE = 0.01                  # finding 2: within 1% of the best counts as the best
+
+
+class NotModelled(Exception):
+    """A cell the simulator cannot predict; the message says why."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+def workloads(batches: dict) -> dict:
+    """(model, batch) -> (Workload rescaled to the survey's 1-GPU figure, note or None), for
+    every model and per-GPU batch (``batches``: model -> batches of its cells). The optimizer
+    step is 0 (none profiled)."""
+    out = {}
+    for model in batches:
+        if model not in PROFILES:
+            continue
+        prof = read_profile(os.path.join(PROFILE_DIR, PROFILES[model]))
+        if prof["model"] != model:
+            raise UsageError(f"profile {PROFILES[model]} is of model {prof['model']}, not "
+                             f"{model}")
+        base = predict.workload_of(prof, 0.0)
+        profiled = int((prof.get("workload") or {}).get("batch_size") or 0)
+        for batch in sorted(batches[model]):
+            note = None
+            if batch != profiled:
+                note = (f"the table's batch {batch} differs from the profile's {profiled}: "
+                        f"compute scaled to batch {batch} / 1-GPU throughput, the profile's "
+                        f"shape and bytes kept")
+            out[(model, batch)] = (predict.rescaled(base, batch, survey.single_gpu(model)),
+                                   note)
+    return out
+
+
+def a2a_link(cell: dict, source: str, networks: dict, tables=None) -> tuple[simulate.Link, str]:
+    """The all-reduce link of ``cell`` and where it comes from, in words."""
+    p, rdma = cell["nworkers"], cell["rdma"]
+    if source == "original":
+        tables = ORIGINAL_AB_TABLES if tables is None else tables
+        name = original_ab_table(f"rdma{rdma}")
+        table = tables.get(name, {})
+        if p not in table:
+            raise NotModelled(f"the original's {name} alpha-beta table has no entry for "
+                              f"{p} workers (only {', '.join(map(str, sorted(table)))})")
+        alpha, beta = table[p]
+        return simulate.Link(alpha, beta), f"original {name} table, P = {p}"
+    return networks[rdma].link("allreduce", p), TOPOLOGIES[rdma]
+
+
+def predict_cell(cell: dict, work: simulate.Workload, source: str, networks: dict,
+                 tables=None) -> tuple[simulate.Prediction, str]:
+    """(the simulator's prediction for ``cell``, where its network came from)."""
+    method, p = cell["method"], cell["nworkers"]
+    if method not in simulate.METHODS:
+        raise NotModelled(f"method {method} is not modelled by the simulator")
+    settings = SETTINGS.get(method, {})
+    try:
+        if method in simulate.PS_METHODS:
+            net = networks[cell["rdma"]]
+            servers, local = net.ps(p, None, PS_CLIENTS), net.local_reduce(p)
+            return (simulate.predict(method, work, None, servers=servers, local=local,
+                                     **settings), TOPOLOGIES[cell["rdma"]])
+        link, where = a2a_link(cell, source, networks, tables)
+        return simulate.predict(method, work, link, **settings), where
+    except UsageError as e:
+        raise NotModelled(str(e)) from None
+
+
+# --------------------------------------------------------------------------- statistics
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation between order statistics (numpy's
+    default)."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("no values")
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summary(rows: list[dict]) -> dict:
+    """Median |error| per network, method and model, overall, and the 90th percentile."""
+    def group(key):
+        out = {}
+        for r in rows:
+            out.setdefault(r[key], []).append(abs(r["error"]))
+        return {k: {"cells": len(v), "median_abs_error": statistics.median(v)}
+                for k, v in out.items()}
+    errors = [abs(r["error"]) for r in rows]
+    by_network = group("rdma")
+    return {"cells": len(rows),
+            "by_network": {SHORT.get(k, str(k)): v for k, v in sorted(by_network.items())},
+            "by_method": {m: v for m, v in sorted(group("method").items(),
+                                                  key=lambda kv: _method_rank(kv[0]))},
+            "by_model": group("model"),
+            "overall": {"median_abs_error": statistics.median(errors) if errors else None,
+                        "p90_abs_error": percentile(errors, 90) if errors else None}}
+
+
+def _method_rank(method: str) -> int:
+    order = (*A2A_METHODS, *PS_METHODS)
+    return order.index(method) if method in order else len(order)
+
+
+# --------------------------------------------------------------------------- findings
+
+def findings(thr: dict, single: dict) -> list[dict]:
+    """The survey's qualitative findings on throughputs ``thr`` ((model, rdma, method, P) ->
+    samples/s over all GPUs; cells missing are skipped); ``single`` the 1-GPU figure per model.
+    Each: id, claim, passed (True, False, None when no cell applies), detail, numbers."""
+    keys = sorted({(m, r, p) for m, r, _, p in thr})
+    out = []
+
+    # (1) WFBP above BSP (all-to-all) on most cells
+    pairs = [(k, thr[(k[0], k[1], "wfbp", k[2])], thr[(k[0], k[1], "bspa2a", k[2])])
+             for k in keys if (k[0], k[1], "wfbp", k[2]) in thr
+             and (k[0], k[1], "bspa2a", k[2]) in thr]
+    wins = [k for k, w, b in pairs if w > b]
+    ratios = [w / b for _, w, b in pairs]
+    out.append(_finding(
+        1, "WFBP-A2A above BSP-A2A on most cells", pairs, len(wins),
+        f"wfbp > bspa2a on {len(wins)} of {len(pairs)} (model, network, P) cells; median "
+        f"wfbp/bspa2a {_med(ratios)}", {"wins": len(wins), "cells": len(pairs),
+                                        "median_ratio": _num_med(ratios)}))
+
+    # (2) MG-WFBP the best all-to-all method on the fast networks: at least (1 - TIE) of the
+    # best all-to-all throughput of its cell (ties at the table's noise count)
+    fast = [k for k in keys if k[1] in (1, 2)
+            and all((k[0], k[1], m, k[2]) in thr for m in A2A_METHODS)]
+    best, won, strict = {}, 0, 0
+    for m, r, p in fast:
+        top = max(A2A_METHODS, key=lambda x: thr[(m, r, x, p)])
+        best[top] = best.get(top, 0) + 1
+        won += thr[(m, r, "mgwfbp", p)] >= (1 - TIE) * thr[(m, r, top, p)]
+        strict += top == "mgwfbp"
+    tally = ", ".join(f"{m} {best[m]}" for m in A2A_METHODS if m in best)
+    out.append(_finding(
+        2, "MG-WFBP the best all-to-all method on the fast networks (rdma 1, 2)", fast, won,
+        f"mgwfbp within {100 * TIE:g}% of the best of {', '.join(A2A_METHODS)} on {won} of "
+        f"{len(fast)} cells on rdma 1 and 2 (strictly highest on {strict}); highest per cell: "
+        f"{tally or '-'}", {"wins": won, "strict": strict, "cells": len(fast), "best": best}))
+
+    # (3) BERT-Large scales worst: lowest scaling efficiency at 32 GPUs
+    groups = sorted({(r, meth) for m, r, meth, p in thr if p == 32})
+    lowest, compared, eff = 0, 0, {}
+    for r, meth in groups:
+        e = {m: thr[(m, r, meth, 32)] / (32 * single[m])
+             for m in single if (m, r, meth, 32) in thr}
+        for m, v in e.items():
+            eff.setdefault(m, []).append(v)
+        if "bert" in e and len(e) > 1:
+            compared += 1
+            lowest += min(e, key=e.get) == "bert"
+    medians = {m: statistics.median(v) for m, v in eff.items()}
+    out.append(_finding(
+        3, "BERT-Large scales worst (lowest throughput / (32 x 1-GPU) at 32 GPUs)",
+        range(compared), lowest,
+        f"bert lowest of the models on {lowest} of {compared} (network, method) pairs at 32 "
+        f"GPUs; median efficiency " + ", ".join(f"{m} {100 * v:.0f}%"
+                                               for m, v in sorted(medians.items())),
+        {"wins": lowest, "cells": compared, "median_efficiency": medians}))
+
+    # (4) BSP-PS (k = n server machines) close to BSP-A2A
+    pairs = [(k, thr[(k[0], k[1], "bspps", k[2])], thr[(k[0], k[1], "bspa2a", k[2])])
+             for k in keys if (k[0], k[1], "bspps", k[2]) in thr
+             and (k[0], k[1], "bspa2a", k[2]) in thr]
+    close = [k for k, s, a in pairs if abs(s / a - 1) <= WITHIN]
+    ratios = [s / a for _, s, a in pairs]
+    out.append(_finding(
+        4, f"PS with one server per worker machine close to A2A (BSP-PS within "
+           f"{100 * WITHIN:.0f}% of BSP-A2A on most cells)", pairs, len(close),
+        f"|bspps/bspa2a - 1| <= {WITHIN:g} on {len(close)} of {len(pairs)} (model, network, P) "
+        f"cells; median bspps/bspa2a {_med(ratios)}, range "
+        f"{_fmt(min(ratios)) if ratios else '-'}-{_fmt(max(ratios)) if ratios else '-'}",
+        {"wins": len(close), "cells": len(pairs), "median_ratio": _num_med(ratios)}))
+    return out
+
+
+def _finding(number, claim, cells, wins, detail, numbers) -> dict:
+    n = len(cells)
+    return {"id": number, "claim": claim, "passed": None if not n else wins > n / 2,
+            "detail": detail, "numbers": numbers}
+
+
+def _num_med(values):
+    return statistics.median(values) if values else None
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _med(values) -> str:
+    return "-" if not values else _fmt(statistics.median(values))
+
+
+def verdict(f: dict) -> str:
+    return "n/a" if f["passed"] is None else "PASS" if f["passed"] else "FAIL"
+
+
+# --------------------------------------------------------------------------- the run
+
+def validate(source: str = "topology", cells: list[dict] | None = None, tables=None) -> dict:
+    """Predict every cell (default: all the survey's) from ``source`` ("topology" or
+    "original"; ``tables`` replaces the original's alpha-beta tables). The result: rows
+    (modelled cells), not_modelled (with reasons), summary, findings on the predictions and on
+    the published table, runtime."""
+    if source not in SOURCES:
+        raise UsageError(f"unknown network source {source!r}: {', '.join(SOURCES)}")
+    began = time.perf_counter()
+    cells = survey.cells() if cells is None else cells
+    batches: dict = {}
+    for c in cells:
+        batches.setdefault(c["model"], set()).add(c["batch_size"])
+    works = workloads(batches)
+    networks = {r: topology.load(TOPOLOGIES[r]) for r in sorted({c["rdma"] for c in cells})
+                if r in TOPOLOGIES}
+    rows, skipped = [], []
+    for c in cells:
+        key = {k: c[k] for k in ("model", "batch_size", "rdma", "network", "method", "original",
+                                 "nworkers")}
+        try:
+            if (c["model"], c["batch_size"]) not in works:
+                raise NotModelled(f"no profile of model {c['model']}")
+            if c["rdma"] not in networks:
+                raise NotModelled(f"no topology for rdma {c['rdma']}")
+            work, note = works[(c["model"], c["batch_size"])]
+            pred, where = predict_cell(c, work, source, networks, tables)
+        except NotModelled as e:
+            skipped.append({**key, "published": c["throughput"], "reason": str(e)})
+            continue
+        got = pred.throughput(c["batch_size"], c["nworkers"])
+        row = {**key, "published": c["throughput"], "predicted": got,
+               "error": (got - c["throughput"]) / c["throughput"],
+               "iteration_s": pred.iteration_s, "network_model": where,
+               "bottleneck": pred.bottleneck}
+        if note:
+            row["batch_note"] = note
+        if c.get("note"):
+            row["note"] = c["note"]
+        rows.append(row)
+    single = {m: survey.single_gpu(m) for m in batches}
+    published = {(c["model"], c["rdma"], c["method"], c["nworkers"]): c["throughput"]
+                 for c in cells}
+    predicted = {(r["model"], r["rdma"], r["method"], r["nworkers"]): r["predicted"]
+                 for r in rows}
+    return {"kind": "survey-validation", "network_source": source,
+            "profiles": {m: f"configs/profiles/{PROFILES[m]}" for m in batches
+                         if m in PROFILES},
+            "single_gpu": single,
+            "compute": "each profile's times scaled so one worker runs at the survey's 1-GPU "
+                       "throughput (predict.rescaled); optimizer step 0 (none profiled)",
+            "network": ("topology files " + ", ".join(TOPOLOGIES.values()) if source ==
+                        "topology" else "all-reduce: the original's alpha-beta tables "
+                        "(10Gbps for rdma 0, 56Gbps for 1 and 2); PS: the topology files"),
+            "settings": SETTINGS, "ps_clients": PS_CLIENTS,
+            "rows": rows, "not_modelled": skipped, "summary": summary(rows),
+            "findings": {"predicted": findings(predicted, single),
+                         "published": findings(published, single)},
+            "runtime_s": time.perf_counter() - began}
+
+
+# --------------------------------------------------------------------------- output
+
+def _table(header, rows, left=(0,)) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in [header, *rows]]
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _signed(x) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def report(result: dict) -> str:
+    rows = [[r["model"], SHORT.get(r["rdma"], str(r["rdma"])), r["method"], str(r["nworkers"]),
+             f"{r['published']:.1f}", f"{r['predicted']:.1f}", _signed(r["error"]),
+             r["bottleneck"]] for r in result["rows"]]
+    lines = [f"The performance model against the survey's table (network source: "
+             f"{result['network_source']}: {result['network']}); {result['compute']}.", ""]
+    lines += _table(["model", "network", "method", "P", "published", "predicted", "error",
+                     "bound by"], rows, left=(0, 1, 2, 7))
+    if result["not_modelled"]:
+        lines += ["", f"Not modelled ({len(result['not_modelled'])} cells):"]
+        lines += [f"  {c['model']} {SHORT.get(c['rdma'], c['rdma'])} {c['method']} "
+                  f"P={c['nworkers']}: {c['reason']}" for c in result["not_modelled"]]
+    s = result["summary"]
+    lines += ["", f"Median |error| over {s['cells']} cells:"]
+    for title, key in (("network", "by_network"), ("method", "by_method"),
+                       ("model", "by_model")):
+        lines += _table([title, "cells", "median |error|"],
+                        [[k, str(v["cells"]), _pct(v["median_abs_error"])]
+                         for k, v in s[key].items()])
+        lines.append("")
+    lines.append(f"overall: median |error| {_pct(s['overall']['median_abs_error'])}, 90th "
+                 f"percentile {_pct(s['overall']['p90_abs_error'])}")
+    lines += ["", "The survey's findings (published table | predictions):"]
+    for pub, pre in zip(result["findings"]["published"], result["findings"]["predicted"]):
+        lines.append(f"({pub['id']}) {pub['claim']}")
+        lines.append(f"    published: {verdict(pub)}: {pub['detail']}")
+        lines.append(f"    predicted: {verdict(pre)}: {pre['detail']}")
+    lines += ["", f"({result['runtime_s']:.2f} s)"]
+    return "\n".join(lines)
+
+
+def markdown(result: dict) -> str:
+    """The summary tables and the findings as Markdown."""
+    s = result["summary"]
+    out = [f"Network source `{result['network_source']}` ({result['network']}); "
+           f"{s['cells']} cells modelled, {len(result['not_modelled'])} not.", ""]
+    for title, key in (("network", "by_network"), ("method", "by_method"),
+                       ("model", "by_model")):
+        out += [f"| {title} | cells | median abs. error |", "| --- | ---: | ---: |"]
+        out += [f"| {k} | {v['cells']} | {_pct(v['median_abs_error'])} |"
+                for k, v in s[key].items()]
+        out.append("")
+    out += [f"Overall: median abs. error {_pct(s['overall']['median_abs_error'])}, 90th "
+            f"percentile {_pct(s['overall']['p90_abs_error'])}.", "",
+            "| finding | published table | predictions |", "| --- | --- | --- |"]
+    for pub, pre in zip(result["findings"]["published"], result["findings"]["predicted"]):
+        out.append(f"| ({pub['id']}) {_cell(pub['claim'])} | {verdict(pub)}: "
+                   f"{_cell(pub['detail'])} | {verdict(pre)}: {_cell(pre['detail'])} |")
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` inside a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(prog="python -m ddlbench.validation",
+                       description=__doc__.split("\n")[0], raise_errors=True)
+    p.add_argument("command", choices=["survey"],
+                   help="survey: every cell of configs/reference/survey_results.yaml")
+    p.add_argument("--network-source", default="topology", choices=SOURCES,
+                   help="topology: configs/topology/survey-*.yaml; original: the original's "
+                        "alpha-beta tables for the all-reduce methods")
+    p.add_argument("--output", default=None, metavar="JSON", help="write everything as JSON")
+    p.add_argument("--markdown", default=None, metavar="FILE",
+                   help="write the summary tables as Markdown")
+    return p.parse_args(argv)
+
+
+def run(args) -> int:
+    if args.output:
+        check_writable(args.output)
+    if args.markdown:
+        check_writable(args.markdown, "--markdown")
+    result = validate(args.network_source)
+    print(report(result))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        return run(parse_args(argv))
+    except UsageError as e:
+        print(f"ddlbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

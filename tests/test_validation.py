@@ -1,0 +1,171 @@
+"""python -m ddlbench.validation survey: the performance model against the survey's published
+table. Predictions are the simulator's on independently built inputs, the medians those of the
+listed errors, a worker count missing from the original's tables leaves its cells out, bad
+input is one line. No torch."""
+import json
+import os
+
+import pytest
+
+from ddlbench import simulate, survey, topology, validation
+from ddlbench.planning import ORIGINAL_AB_TABLES
+
+from .conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def full():
+    return validation.validate("topology")
+
+
+def _work(model: str) -> tuple[simulate.Workload, int]:
+    """The model's H200 profile, read here, times scaled so one worker runs at the survey's
+    1-GPU figure; no optimizer step."""
+    with open(os.path.join(REPO, "configs", "profiles", validation.PROFILES[model])) as f:
+        prof = json.load(f)
+    batch = prof["workload"]["batch_size"]
+    fwd, bwd = prof["forward_s"], prof["backward_s"]
+    factor = batch / survey.single_gpu(model) / (fwd + sum(bwd) + 0.0)
+    shapes = [tuple(t["shape"]) for t in prof["tensors"]]
+    work = simulate.Workload(fwd * factor, [x * factor for x in bwd],
+                             [t["bytes"] for t in prof["tensors"]], 0.0,
+                             [t["name"] for t in prof["tensors"]], shapes)
+    return work, batch
+
+
+def _cell(model, rdma, method, p):
+    [cell] = [c for c in survey.cells() if (c["model"], c["rdma"], c["method"], c["nworkers"])
+              == (model, rdma, method, p)]
+    return cell
+
+
+def test_cells_are_the_simulators_predictions():
+    cases = [("resnet50", 0, "wfbp", 8), ("bert", 1, "mgwfbp", 16),
+             ("bert_base", 2, "bytescheduler", 32), ("resnet50", 2, "bspps", 4),
+             ("bert_base", 0, "byteschedulerps", 16), ("bert", 0, "bspa2a", 32)]
+    cells = [_cell(*c) for c in cases]
+    rows = {(r["model"], r["rdma"], r["method"], r["nworkers"]): r
+            for r in validation.validate("topology", cells)["rows"]}
+    original = {(r["model"], r["rdma"], r["method"], r["nworkers"]): r
+                for r in validation.validate("original", cells)["rows"]}
+    names = {0: "survey-10gbe", 1: "survey-100gib", 2: "survey-100gbe"}
+    for model, rdma, method, p in cases:
+        work, batch = _work(model)
+        net = topology.load(os.path.join(REPO, "configs", "topology", f"{names[rdma]}.yaml"))
+        cell = _cell(model, rdma, method, p)
+        assert batch == cell["batch_size"]
+        if method in ("bspps", "wfbpps", "byteschedulerps"):
+            extra = {"credit": 16_000_000} if method == "byteschedulerps" else {}
+            want = simulate.predict(method, work, None, servers=net.ps(p),
+                                    local=net.local_reduce(p), partition_bytes=4_096_000,
+                                    **extra)
+            want_original = want
+        else:
+            extra = ({"partition": 4_000_000, "credit": 16_000_000}
+                     if method == "bytescheduler" else
+                     {"min_group_bytes": 8192 * 4} if method == "mgwfbp" else {})
+            want = simulate.predict(method, work, net.link("allreduce", p), **extra)
+            table = ORIGINAL_AB_TABLES["10Gbps" if rdma == 0 else "56Gbps"]
+            want_original = simulate.predict(method, work, simulate.Link(*table[p]), **extra)
+        for got, pred in ((rows, want), (original, want_original)):
+            row = got[(model, rdma, method, p)]
+            assert row["predicted"] == batch * p / pred.iteration_s
+            assert row["published"] == cell["throughput"]
+            assert row["error"] == (row["predicted"] - row["published"]) / row["published"]
+
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def test_medians_are_those_of_the_listed_errors(full):
+    rows, s = full["rows"], full["summary"]
+    assert len(rows) == 252 and not full["not_modelled"] and s["cells"] == 252
+    for r in rows:
+        assert r["error"] == (r["predicted"] - r["published"]) / r["published"]
+    short = {0: "10GbE", 1: "100GbIB", 2: "100GbE"}
+    for key, field, name in (("by_network", "rdma", short.get), ("by_method", "method", str),
+                             ("by_model", "model", str)):
+        groups = {}
+        for r in rows:
+            groups.setdefault(name(r[field]), []).append(abs(r["error"]))
+        assert set(s[key]) == set(groups)
+        for k, errs in groups.items():
+            assert s[key][k] == {"cells": len(errs), "median_abs_error": _median(errs)}
+    errs = sorted(abs(r["error"]) for r in rows)
+    assert s["overall"]["median_abs_error"] == _median(errs)
+    pos = (len(errs) - 1) * 0.9
+    lo = int(pos)
+    assert s["overall"]["p90_abs_error"] == pytest.approx(
+        errs[lo] + (errs[lo + 1] - errs[lo]) * (pos - lo), rel=1e-12)
+    assert full["runtime_s"] > 0
+    # the published findings are the table's, whatever the model says
+    assert [f["passed"] for f in full["findings"]["published"]] == [True] * 4
+
+
+def test_original_source_leaves_out_worker_counts_missing_from_a_table():
+    cells = [c for c in survey.cells() if c["model"] == "resnet50" and c["nworkers"] in (8, 16)
+             and c["method"] in ("wfbp", "bspps")]
+    tables = {name: {p: ab for p, ab in table.items() if p != 8}
+              for name, table in ORIGINAL_AB_TABLES.items()}
+    got = validation.validate("original", cells, tables=tables)
+    left = {(c["rdma"], c["method"], c["nworkers"]) for c in got["not_modelled"]}
+    assert left == {(r, "wfbp", 8) for r in (0, 1, 2)}
+    assert all("no entry for 8 workers" in c["reason"] for c in got["not_modelled"])
+    # the PS cells keep the topology's servers; P = 16 is in the tables
+    done = {(r["rdma"], r["method"], r["nworkers"]) for r in got["rows"]}
+    assert done == {(r, m, p) for r in (0, 1, 2) for m, p in
+                    (("wfbp", 16), ("bspps", 8), ("bspps", 16))}
+    assert got["summary"]["cells"] == 9
+    # the full tables cover every worker count of the survey
+    assert not validation.validate("original", cells)["not_modelled"]
+
+
+def test_findings_on_hand_made_throughputs():
+    single = {"resnet50": 100.0, "bert": 10.0}
+    thr = {}
+    for m, base in single.items():
+        for r in (0, 1):
+            for p in (4, 32):
+                eff = 0.9 if m == "resnet50" else 0.3
+                for meth, f in (("bspa2a", 1.0), ("wfbp", 1.1), ("mgwfbp", 1.2),
+                                ("bytescheduler", 0.5), ("bspps", 1.5)):
+                    thr[(m, r, meth, p)] = base * p * eff * f
+    got = {f["id"]: f for f in validation.findings(thr, single)}
+    assert got[1]["passed"] and got[1]["numbers"]["wins"] == 8
+    # rdma 1 only: 4 cells, mgwfbp the best of each
+    assert got[2]["passed"] and got[2]["numbers"]["cells"] == 4
+    assert got[2]["numbers"]["strict"] == 4
+    assert got[3]["passed"] and got[3]["numbers"]["cells"] == 10
+    assert got[4]["passed"] is False and got[4]["numbers"]["median_ratio"] == pytest.approx(1.5)
+    assert validation.findings({}, single)[0]["passed"] is None
+
+
+def test_cli_writes_json_and_markdown(tmp_path, capsys):
+    out, md = tmp_path / "v.json", tmp_path / "v.md"
+    assert validation.main(["survey", "--network-source", "original", "--output", str(out),
+                            "--markdown", str(md)]) == 0
+    text = capsys.readouterr().out
+    assert "overall: median |error|" in text and "published: PASS" in text
+    got = json.loads(out.read_text())
+    assert got["network_source"] == "original" and len(got["rows"]) == 252
+    table = md.read_text()
+    assert "| network | cells | median abs. error |" in table and "| (4) " in table
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["compare"], "invalid choice: 'compare'"),
+    (["survey", "--network-source", "measured"], "invalid choice: 'measured'"),
+    (["survey", "--output", "{tmp}"], "is a folder"),
+    (["survey", "--markdown", "{tmp}/no/such/../x.md"], "--markdown"),
+])
+def test_bad_input_is_one_line(argv, words, tmp_path, capsys):
+    (tmp_path / "no").write_text("a file where a folder should be")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert validation.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and words in lines[0] and lines[0].startswith("ddlbench: error:")
