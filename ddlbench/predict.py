@@ -267,38 +267,46 @@ def _grid(method: str, setting: Setting, work) -> list[dict]:
         return [{"bucket_cap_mb": float(m)} for m in (1, 2, 5, 10, 25, 50, 100, 200)]
     if method == "mgwfbp":
         return [{"min_group_bytes": 4 * e} for e in (0, 8192, 65536, 1 << 20)]
+    elements = max(1, total // 4)
     if method == "bytescheduler":
-        return [{"partition": p, "credit": p * c}
-                for p in (250_000, 1_000_000, 4_000_000, 16_000_000) for c in (1, 2, 4, 8)]
+        return [{"partition": p, "credit": c}
+                for p in (250_000, 1_000_000, 4_000_000, 16_000_000)
+                for c in sorted({p, 2 * p, 4 * p, 8 * p, max(p, elements)})]
     if method in simulate.PS_METHODS:
-        machines = (setting.network.default_nservers(setting.nworkers)
-                    if hasattr(setting.network, "default_nservers") else None)
-        counts = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, machines,
-                                     (machines or 1) * 2) if k and k <= max(1, 2 * (machines
-                                                                               or 1))})
-        if not hasattr(setting.network, "default_nservers"):
+        if hasattr(setting.network, "default_nservers"):
+            machines = setting.network.default_nservers(setting.nworkers)
+            counts = sorted({1, machines, 2 * machines,
+                             *(k for k in (machines // 2, machines // 4) if k >= 1)})
+        else:
             counts = [None]      # measured push/pull: the servers it was measured with
         parts = (1 << 20, DEFAULT_PARTITION_BYTES, 16 << 20)
         out = [{"nservers": k, "partition_bytes": p} for k in counts for p in parts]
         if method == "byteschedulerps":
-            out = [dict(o, credit=c) for o in out for c in (1_000_000, 4_000_000, 16_000_000)]
+            out = [dict(o, credit=c) for o in out
+                   for c in sorted({1_000_000, 4_000_000, 16_000_000, elements})]
         if method == "bspps":
             out = [dict(o, threshold=float(BSP_PS_THRESHOLD)) for o in out]
         return out
     return [{}]
 
 
-def _describe(settings: dict) -> str:
+def _describe(settings: dict, method: str = "") -> str:
     parts = []
     for key, value in settings.items():
-        if value is None:
+        if value is None or (method == "bspps" and key == "threshold"):
             continue
-        if key in ("threshold", "partition_bytes", "min_group_bytes"):
-            parts.append(f"{key} {value / MIB:g} MiB")
+        if key == "threshold":
+            parts.append(f"threshold {value / MIB:g} MiB")
+        elif key == "partition_bytes":
+            parts.append(f"partition {value / MIB:g} MiB")
+        elif key == "min_group_bytes":
+            parts.append(f"min group {value // 4} el.")
         elif key == "bucket_cap_mb":
             parts.append(f"bucket cap {value:g} MiB")
         elif key in ("partition", "credit"):
             parts.append(f"{key} {value / 1e6:g}M el.")
+        elif key == "nservers":
+            parts.append(f"{value} server{'s' if value != 1 else ''}")
         else:
             parts.append(f"{key} {value}")
     return ", ".join(parts) or "-"
@@ -308,7 +316,9 @@ def _reason(p) -> str:
     m = p.metrics
     comm = m["comm_s"] * 1e3
     hidden = "-" if m["overlap"] is None else f"{100 * m['overlap']:.0f}%"
-    return (f"{len(p.message_bytes)} messages, {comm:.1f} ms of communication, {hidden} "
+    n = len(p.message_bytes)
+    what = "unit" if p.method in ("bspps", "wfbpps") else "message"
+    return (f"{n} {what}{'s' if n != 1 else ''}, {comm:.1f} ms of communication, {hidden} "
             f"hidden, {m['exposed_s'] * 1e3:.1f} ms exposed")
 
 
@@ -381,7 +391,7 @@ def run(args) -> int:
               f"beta {setting.link.beta * 1e9:.4f} ns/B")
         if args.advise:
             ranked = advise(names, work, setting, codec, batch)
-            rows = [[r["method"], _describe(r["settings"]), f"{r['throughput']:.1f}",
+            rows = [[r["method"], _describe(r["settings"], r["method"]), f"{r['throughput']:.1f}",
                      f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]]
                     for r in ranked]
             print("\n".join(_table(["method", "best settings", f"{unit}/s total",
