@@ -39,6 +39,10 @@ def _run_parser() -> argparse.ArgumentParser:
                        ("--dry-run", "print the runs still to do and the estimated time; "
                                      "start nothing")):
         p.add_argument(flag, action="store_true", help=text)
+    p.add_argument("--predict-only", action="store_true",
+                   help="run nothing: predict every cell with the performance model (profiles "
+                        "and network descriptions: the sweep file's predict:) into "
+                        "results/<date>-<name>-predicted/")
     p.add_argument("--results", default=None, metavar="DIR",
                    help="results folder to use (default: the latest unfinished "
                         "results/<date>-<name>/, else a new one)")
@@ -96,11 +100,13 @@ def run_main(argv: list[str]) -> int:
     args = _run_parser().parse_args(argv)
     if args.report:
         return report_main([args.report])
-    sweep = config.load(config.resolve_config(args.config))
+    sweep = config.load(config.resolve_config(args.config), runs=not args.predict_only)
     only = select.parse(args.only) if args.only else None
     mode = "none" if args.quiet else args.progress
     if mode == "auto":
         mode = "bar" if sys.stderr.isatty() else "lines"
+    if args.predict_only:
+        return predict_main(sweep, only, args)
     p = execute.plan(sweep, only, args.results, args.fresh, args.rerun_failed)
     for note in sweep.notes:
         print(f"benchmarks.py: {note}", file=sys.stderr)
@@ -152,6 +158,30 @@ def run_main(argv: list[str]) -> int:
               f"(see the README's 'Failed tries'; --rerun-failed runs them again)",
               file=sys.stderr)
     return 1 if bad else 0
+
+
+def predict_main(sweep, only, args) -> int:
+    """--predict-only: every selected cell predicted (ddlbench/sweep/predicted.py), reported
+    like a measured sweep, in a folder of its own."""
+    import time
+    from ddlbench.sweep import predicted, report
+    cells = [c for c in sweep.cells() if only is None or only(c.axes())]
+    if not cells:
+        raise UsageError("--only matches no cell of this sweep")
+    folder = os.path.abspath(args.results) if args.results else os.path.join(
+        sweep.results_root, f"{time.strftime('%Y-%m-%d')}-{sweep.name}-predicted")
+    check_writable(folder, "results folder", folder=True)
+    began = time.perf_counter()
+    n, notes = predicted.run(sweep, cells, folder)
+    for note in sweep.notes + notes:
+        print(f"benchmarks.py: {note}", file=sys.stderr)
+    t = report.write_all(folder, plots=not args.quiet)
+    if not args.quiet:
+        print(report.console(t), end="")
+    print(f"benchmarks.py: {_n(n, 'cell')} predicted in {time.perf_counter() - began:.1f} s "
+          f"(nothing run); reports in {os.path.join(_show(folder), 'README.md')}",
+          file=sys.stderr)
+    return 0
 
 
 def _n(count: int, one: str, many: str | None = None) -> str:

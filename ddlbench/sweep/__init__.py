@@ -33,6 +33,10 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
     estimate_s: 60             # --dry-run's guess for a run with no history in the store
     timeline: false            # true: keep each try's Chrome trace beside its record
                                #   (records/<cell>_try<N>.trace.json); N: its first N steps
+    predict:                   # benchmarks.py --predict-only: what the model predicts from
+      networks: {rdma0: survey-10gbe}    # network -> topology / comm_bench files (rdma: survey)
+      profiles: {resnet50: configs/profiles/h200_resnet50_bs64.json}  # default: shipped
+      device_throughput: survey          # or {model: samples/s}: rescale one worker's compute
 """
 from .config import (MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
                      method_label, presets, resolve_config, train_args)

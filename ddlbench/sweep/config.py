@@ -30,11 +30,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 METHOD_BASE_KEYS = {"method", "label", "args", "optional"}
 TASK_KEYS = {"model", "batch_size", "image_size", "sentence_len", "num_classes", "args"}
 TIMING_KEYS = {"warmup", "batches_per_iter", "iters"}
+# what benchmarks.py --predict-only predicts the cells from (ddlbench/sweep/predicted.py)
+PREDICT_KEYS = {"networks", "profiles", "device_throughput", "codec"}
 TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline"}
+        "logs", "estimate_s", "env", "timeline", "predict"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -238,6 +240,8 @@ class Sweep:
     env: dict = field(default_factory=dict)  # variables the sweep file sets for every run
     # Keep each try's Chrome trace beside its record: 0 no, -1 every timed step, N the first N.
     timeline: int = 0
+    # What --predict-only predicts the cells from (ddlbench/sweep/predicted.py)
+    predict: dict = field(default_factory=dict)
 
     def cells(self) -> list[Cell]:
         return [Cell(net, task, method, engine, n, self) for net in self.networks
@@ -285,11 +289,13 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def load(path: str, preflight: bool = True) -> Sweep:
+def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     """Parse and check a sweep file. Every problem found is listed in one UsageError, before
     anything starts. ``preflight`` also passes every cell's arguments through the training
     script's own argument parser and checks (so a flag it does not know, or a combination it
-    refuses, is caught here and not an hour into the sweep)."""
+    refuses, is caught here and not an hour into the sweep). ``runs`` False: the sweep is only
+    predicted (``benchmarks.py --predict-only``): its host files need not be usable and its
+    cells need not pass the training script (each setting is still checked on its own)."""
     from ..yamlfile import load as load_yaml
     raw = load_yaml(path, "sweep file")
     if not isinstance(raw, dict):
@@ -372,6 +378,8 @@ def load(path: str, preflight: bool = True) -> Sweep:
                         f"record, got {timeline!r}")
         timeline = 0
 
+    predict = _predict(raw.get("predict"), problems)
+
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
                   min_ok=min_ok, aggregate=aggregate if aggregate in AGGREGATES else "mean",
@@ -379,14 +387,40 @@ def load(path: str, preflight: bool = True) -> Sweep:
                   extra_args=extra_args, hostfile=hostfile,
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
-                  notes=notes, env=env, timeline=timeline)
+                  notes=notes, env=env, timeline=timeline, predict=predict)
     problems += _check_names(tasks, methods)
-    problems += _check_combinations(sweep)
-    if preflight and not problems:
+    problems += _check_combinations(sweep, hosts=runs)
+    if preflight and runs and not problems:
         problems += _preflight(sweep)
     if problems:
         raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
     return sweep
+
+
+def _predict(raw, problems: list[str]) -> dict:
+    """The sweep file's ``predict:`` mapping, checked (problems appended)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append("predict must be a mapping (networks, profiles, device_throughput, "
+                        "codec)")
+        return {}
+    for k in sorted(set(raw) - PREDICT_KEYS, key=str):
+        problems.append(f"predict: unknown key {k!r}")
+    for key in ("networks", "profiles"):
+        value = raw.get(key, {}) or {}
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in value.items()):
+            problems.append(f"predict: {key} must map names to paths")
+    dt = raw.get("device_throughput")
+    if dt is not None and dt != "survey" and not (
+            isinstance(dt, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                         and v > 0 for v in dt.values())):
+        problems.append("predict: device_throughput must be 'survey' or map models to "
+                        "positive samples/s")
+    if raw.get("codec") is not None and not isinstance(raw.get("codec"), str):
+        problems.append("predict: codec must be a path")
+    return dict(raw)
 
 
 def _env(value, problems) -> dict[str, str]:
@@ -546,11 +580,12 @@ def _check_names(tasks, entries) -> list[str]:
     return problems
 
 
-def _check_combinations(sweep: Sweep) -> list[str]:
+def _check_combinations(sweep: Sweep, hosts: bool = True) -> list[str]:
+    """``hosts``: the host files must be usable (not for a sweep that only predicts)."""
     from ..hosts import hostfile
     problems = []
     rdma = any(n.kind == "rdma" for n in sweep.networks)
-    if rdma:
+    if rdma and hosts:
         for n in sweep.nworkers:
             path = sweep.hostfile_for(n)
             full = path if os.path.isabs(path) else os.path.join(REPO, path)

@@ -185,7 +185,13 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
            "median": "median +- std (population std)",
            "olympic": "olympic: the fastest and the slowest try dropped, mean +- std of the "
                       "rest"}[t.aggregate]
-    out = [f"# Sweep {name}", ""]
+    predicted = bool((t.header or {}).get("predicted"))
+    out = [f"# Sweep {name}" + (" (predicted)" if predicted else ""), ""]
+    if predicted:
+        out += ["**Predicted by the performance model, not measured** (`benchmarks.py "
+                "--predict-only`: ddlbench/simulate.py from each task's profile and each "
+                "network's description; every cell's inputs are in results.jsonl under "
+                "`predicted`).", ""]
     tries_text = f"{t.tries} tries per cell" if t.tries else "tries as recorded"
     out.append(f"{len(t.rows)} rows x {len(t.counts)} worker counts, {tries_text}: "
                f"{c['ok']} tries ok, {c['failed']} failed, {c['timeout']} timed out, "

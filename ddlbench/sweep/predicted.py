@@ -1,0 +1,188 @@
+"""A sweep's cells predicted by the performance model instead of run: ``benchmarks.py
+--predict-only`` (docs/DESIGN.md section 15).
+
+Each cell's prediction is one store line of the same kind a run makes (``kind: try``, status
+ok, its throughput, and a ``record`` whose ``timeline`` holds the predicted metrics, so the
+reports' tables, speedups, "where the time goes" and plots come out as for a measured sweep),
+marked ``predicted`` with everything it was made from: the profile, the network description
+and the method's settings. The store goes to ``<results>/<date>-<name>-predicted/``, never
+beside measured tries.
+
+What a cell is predicted from (the sweep file's optional ``predict:`` mapping)::
+
+    predict:
+      networks: {rdma0: survey-10gbe, local: my-comm-bench.json}  # network -> topology/files
+      profiles: {resnet50: configs/profiles/h200_resnet50_bs64.json}  # model (or model_BS)
+      device_throughput: survey     # or {resnet50: 253.1}: one worker's samples/s (rescales)
+      codec: codec.json             # compression.bench --output (encode/decode per element)
+
+Defaults: the networks ``rdma0``/``rdma1``/``rdma2`` are the survey's cluster
+(``configs/topology/survey-10gbe``, ``-100gib``, ``-100gbe``); a task's profile is the shipped
+``configs/profiles/*.json`` of its model and batch size; no rescaling; no codec time. Anything
+missing is one line naming the cell. Horovod-engine cells are left out (the model does not tell
+engines apart), with a note.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from .. import predict, simulate, survey, topology
+from ..errors import UsageError
+from ..measure.profile_file import read_profile
+from ..planning import merge_groups, original_alpha_beta
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SURVEY_TOPOLOGIES = {0: "survey-10gbe", 1: "survey-100gib", 2: "survey-100gbe"}
+PROFILES = os.path.join(REPO, "configs", "profiles")
+
+
+def _path(p: str) -> str:
+    return p if os.path.isabs(p) or os.path.exists(p) else os.path.join(REPO, p)
+
+
+class Predictor:
+    """Predictions of one sweep's cells; profiles and networks read once."""
+
+    def __init__(self, sweep):
+        self.sweep = sweep
+        self.conf = sweep.predict or {}
+        self._profiles: dict = {}
+        self._networks: dict = {}
+
+    def network(self, cell) -> tuple[str, topology.Network]:
+        net = cell.network
+        spec = (self.conf.get("networks") or {}).get(net.name)
+        if spec is None and net.kind == "rdma":
+            spec = SURVEY_TOPOLOGIES.get(int(net.profile))
+        if spec is None:
+            raise UsageError(f"cell {cell.name}: no network description for network "
+                             f"{net.name}; give one under predict: networks: (a topology in "
+                             f"configs/topology/ or comm_bench --output files)")
+        if spec not in self._networks:
+            self._networks[spec] = topology.load(spec if not spec.endswith(
+                (".yaml", ".yml", ".json")) else ",".join(_path(s) for s in spec.split(",")))
+        return spec, self._networks[spec]
+
+    def profile(self, cell) -> tuple[str, dict]:
+        model, batch = cell.task["model"], int(cell.task["batch_size"])
+        given = self.conf.get("profiles") or {}
+        path = given.get(f"{model}_{batch}") or given.get(model)
+        if path is None:
+            for candidate in sorted(glob.glob(os.path.join(PROFILES, "*.json"))):
+                try:
+                    prof = read_profile(candidate)
+                except UsageError:
+                    continue
+                if prof["model"] == model and \
+                        int((prof.get("workload") or {}).get("batch_size") or 0) == batch:
+                    path = candidate
+                    break
+        if path is None:
+            raise UsageError(f"cell {cell.name}: no profile of {model} at batch {batch}; "
+                             f"write one with python -m ddlbench.profiler --model {model} "
+                             f"--batch-size {batch} --output FILE and name it under predict: "
+                             f"profiles:")
+        path = _path(path)
+        if path not in self._profiles:
+            self._profiles[path] = read_profile(path)
+        prof = self._profiles[path]
+        if prof["model"] != model:
+            raise UsageError(f"cell {cell.name}: profile {path} is of model {prof['model']}, "
+                             f"not {model}")
+        pbatch = int((prof.get("workload") or {}).get("batch_size") or 0)
+        if pbatch != batch:
+            raise UsageError(f"cell {cell.name}: profile {path} was measured at batch {pbatch}, "
+                             f"the task trains batch {batch}")
+        return path, prof
+
+    def device_throughput(self, cell) -> float | None:
+        dt = self.conf.get("device_throughput")
+        model = cell.task["model"]
+        if dt == "survey":
+            return survey.single_gpu(model)
+        if isinstance(dt, dict):
+            return dt.get(model)
+        return None
+
+    def predict(self, cell) -> dict:
+        """The cell's store line."""
+        path, prof = self.profile(cell)
+        spec, net = self.network(cell)
+        m = cell.method
+        mid = m["method"]
+        batch = int(cell.task["batch_size"])
+        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0))
+        rate = self.device_throughput(cell)
+        if rate:
+            work = predict.rescaled(work, batch, rate)
+        P = cell.nworkers
+        compressor = m.get("compressor", "none")
+        enc, dec = predict._codec_times(_path(self.conf["codec"]) if self.conf.get("codec")
+                                        else None, prof["model"], compressor)
+        settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
+                                      "partition_bytes") if k in m}
+        if "mgwfbp_min_group" in m:
+            settings["min_group_bytes"] = 4 * int(m["mgwfbp_min_group"])
+        link = net.link("allreduce", P)
+        if mid in simulate.PS_METHODS:
+            clients = m.get("ps_clients", "machine")
+            p = simulate.predict(mid, work, None, servers=net.ps(P, m.get("nservers"), clients),
+                                 local=net.local_reduce(P) if clients == "machine" else None,
+                                 **settings)
+        else:
+            codec = simulate.Codec(
+                compressor, P, float(m.get("density", 0.001)), int(m.get("powersgd_rank", 4)),
+                enc, dec, net.link("allgather", P) if compressor in
+                ("topk", "eftopk", "signum", "efsignum") else None)
+            if mid == "mgwfbp" and m.get("mgwfbp_ab") == "table":
+                # the original planned with its own tables, whatever the network
+                _, a, b = original_alpha_beta(P, f"rdma{cell.network.profile}"
+                                              if cell.network.kind == "rdma" else None)
+                groups = merge_groups(work.backward_s, work.nbytes, a, b,
+                                      settings.get("min_group_bytes",
+                                                   simulate.MGWFBP_MIN_GROUP_BYTES))
+                p = simulate.replay(work, link, groups, method=mid, codec=codec)
+            else:
+                p = simulate.predict(mid, work, link, codec=codec, **settings)
+        unit = "img/sec" if "image_size" in (prof.get("workload") or {}) or \
+            prof["model"] not in ("bert", "bert_base", "bert_tiny") else "sen/sec"
+        device = str(prof.get("device") or "")
+        return {"kind": "try", "sweep": self.sweep.name, "hash": cell.hash, "cell": cell.name,
+                "try": 0, "attempt": 1, "config": cell.config(), "label": cell.label,
+                "architecture": cell.architecture, "status": "ok",
+                "throughput": p.throughput(batch, P), "throughput_std": 0.0, "unit": unit,
+                "noun": "GPU" if device.startswith("cuda") else "CPU",
+                "predicted": {"profile": os.path.relpath(path, REPO) if path.startswith(REPO)
+                              else path, "network": spec,
+                              "device_throughput": rate, "iteration_s": p.iteration_s,
+                              "messages": len(p.message_bytes), "bottleneck": p.bottleneck},
+                "record": {"timeline": {"mean": p.metrics, "comm_observed": True}}}
+
+
+def run(sweep, cells: list, folder: str) -> tuple[int, list[str]]:
+    """Predict ``cells`` into a new store in ``folder``; (cells predicted, notes)."""
+    from . import store
+    predictor = Predictor(sweep)
+    notes, lines = [], []
+    left = sorted({c.engine for c in cells if c.engine != "torch"})
+    if left:
+        notes.append(f"engine(s) {', '.join(left)} left out: the model does not tell engines "
+                     f"apart")
+    cells = [c for c in cells if c.engine == "torch"]
+    for cell in cells:               # every problem before anything is written
+        lines.append(predictor.predict(cell))
+    os.makedirs(folder, exist_ok=True)
+    path = store.store_path(folder)
+    if os.path.exists(path):
+        os.remove(path)              # predictions are remade whole, never mixed
+    header = {"kind": "sweep", **sweep.header(), "engines": ["torch"],
+              "cells": [c.hash for c in cells], "tries": 1, "min_ok": 1, "predicted": True}
+    store.append(path, header)
+    for line in lines:
+        store.append(path, line)
+    with open(os.path.join(folder, "predicted.json"), "w") as f:
+        json.dump({"sweep": sweep.name, "cells": len(lines),
+                   "predict": sweep.predict or {}}, f, indent=1)
+    return len(lines), notes

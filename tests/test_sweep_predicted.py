@@ -1,0 +1,100 @@
+"""benchmarks.py --predict-only: a sweep's cells predicted by the performance model
+(ddlbench/sweep/predicted.py), stored and reported like measured tries, nothing run."""
+import json
+import os
+
+import pytest
+
+import benchmarks
+from ddlbench import predict, simulate, topology
+from ddlbench.measure.profile_file import read_profile
+from ddlbench.sweep import store
+
+from .conftest import REPO
+
+PROFILE = os.path.join(REPO, "configs", "profiles", "h200_resnet50_bs64.json")
+
+
+def _sweep(tmp_path, text):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_every_cell_is_the_simulators_prediction(tmp_path, capsys):
+    path = _sweep(tmp_path, """
+name: pred
+networks: [{rdma: 0}, {rdma: 1}]
+tasks: [{model: resnet50, batch_size: 64}]
+methods: [wfbp, {method: fusion, threshold: 8388608}, bspps, {method: wfbp, compressor: fp16,
+          label: wfbp-fp16}]
+nworkers: [1, 4, 8]
+engines: [torch, horovod]
+predict: {device_throughput: {resnet50: 253.1}}
+""")
+    out = tmp_path / "out"
+    assert benchmarks.main(["--config", path, "--predict-only", "--results", str(out),
+                            "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "engine(s) horovod left out" in err and "24 cells predicted" in err
+    entries, bad = store.read(store.store_path(str(out)))
+    assert bad == 0 and entries[0]["kind"] == "sweep" and entries[0]["predicted"]
+    tries = entries[1:]
+    assert len(tries) == 2 * 4 * 3 and all(e["status"] == "ok" for e in tries)
+    prof = read_profile(PROFILE)
+    work = predict.rescaled(predict.workload_of(prof), 64, 253.1)
+    for e in tries:
+        cfg = e["config"]
+        P, mid = cfg["nworkers"], cfg["method"]["method"]
+        net = topology.load({0: "survey-10gbe", 1: "survey-100gib"}[cfg["network"]["profile"]])
+        if mid == "bspps":
+            p = simulate.predict(mid, work, None, servers=net.ps(P), local=net.local_reduce(P))
+        else:
+            codec = simulate.Codec(cfg["method"].get("compressor", "none"), P)
+            p = simulate.predict(mid, work, net.link("allreduce", P), codec=codec,
+                                 threshold=cfg["method"].get("threshold", 64 << 20))
+        assert e["throughput"] == pytest.approx(p.throughput(64, P), rel=1e-12), e["cell"]
+        assert e["predicted"]["bottleneck"] == p.bottleneck
+        assert e["record"]["timeline"]["mean"]["iteration_s"] == pytest.approx(p.iteration_s)
+    # one worker, no communication cost: the rescaled device's throughput
+    one = [e for e in tries if e["config"]["nworkers"] == 1 and e["label"] == "wfbp"]
+    assert [round(e["throughput"], 6) for e in one] == [253.1, 253.1]
+    readme = (out / "README.md").read_text()
+    assert "(predicted)" in readme and "not measured" in readme
+    assert not os.path.exists(os.path.join(str(out), "records"))     # nothing ran
+    # predictions are remade whole: a second run leaves one set of lines
+    assert benchmarks.main(["--config", path, "--predict-only", "--results", str(out),
+                            "--quiet", "--only", "nworkers=4"]) == 0
+    assert len(store.read(store.store_path(str(out)))[0]) == 1 + 8
+
+
+def test_the_paper_preset_predicts_without_a_cluster(tmp_path, capsys):
+    out = tmp_path / "paper"
+    assert benchmarks.main(["--config", "paper", "--predict-only", "--results", str(out),
+                            "--quiet", "--only", "model=resnet50,nworkers<=4"]) == 0
+    entries, _ = store.read(store.store_path(str(out)))
+    thr = {(e["config"]["network"]["profile"], e["label"], e["config"]["nworkers"]):
+           e["throughput"] for e in entries[1:]}
+    # the survey's 1-GPU throughput, as the preset's device_throughput: survey asks
+    assert thr[(0, "bspa2a", 1)] == pytest.approx(253.1, rel=1e-12)
+    assert len(thr) == 3 * 7 * 2
+    assert json.loads((out / "predicted.json").read_text())["predict"] == \
+        {"device_throughput": "survey"}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("networks: [local]\n", "no network description for network local"),
+    ("networks: [{rdma: 0}]\npredict: {profiles: {resnet50: /nonexistent.json}}\n",
+     "cannot read MG-WFBP profile /nonexistent.json"),
+    ("networks: [{rdma: 0}]\npredict: {gpu: 1}\n", "predict: unknown key 'gpu'"),
+    ("networks: [{rdma: 0}]\ntasks: [{model: resnet50, batch_size: 32}]\n",
+     "no profile of resnet50 at batch 32"),
+])
+def test_what_a_prediction_lacks_is_one_line(tmp_path, capsys, text, message):
+    tasks = "" if "tasks" in text else "tasks: [{model: resnet50, batch_size: 64}]\n"
+    path = _sweep(tmp_path, f"name: bad\n{tasks}methods: [wfbp]\nnworkers: [2]\n{text}")
+    assert benchmarks.main(["--config", path, "--predict-only", "--results",
+                            str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not os.path.exists(tmp_path / "out" / "results.jsonl")
