@@ -4,6 +4,7 @@ import sys
 import pytest
 
 from ddlbench import comm_bench as cb
+from ddlbench import simulate, topology
 from ddlbench.errors import UsageError
 
 from .conftest import describe, run
@@ -106,6 +107,11 @@ def test_two_workers_table_json_and_fit(tmp_path, load_json):
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     assert rec["nworkers"] == 2 and rec["backend"] == "gloo" and rec["network"] == "local"
+    # the performance model's network description reads the record as written
+    net = topology.load(str(out))
+    for res in rec["results"]:
+        assert net.link(res["op"], 2) == simulate.Link(res["fit"]["alpha_s"],
+                                                       res["fit"]["beta_s_per_byte"])
     ar, ag = rec["results"]
     assert (ar["op"], ag["op"]) == ("allreduce", "allgather")
     assert [r["size_bytes"] for r in ar["rows"]] == [1024, 2048, 3000, 4096, 8192, 16384]
@@ -188,6 +194,9 @@ def test_push_pull_through_parameter_servers(tmp_path, load_json):
     assert res["fit"]["ring_link"] is None and res["fit"]["beta_s_per_byte"] > 0
     assert ("busbw = algbw * 1 (each worker hands size to push/pull and gets size back)"
             in proc.stdout)
+    fit = res["fit"]
+    assert topology.load(str(out)).ps(2) == simulate.ServerLinks(
+        fit["alpha_s"] / 2, fit["beta_s_per_byte"] / 2, 0.0, nservers=1, pushers=2)
 
 
 def test_push_pull_without_servers_is_refused():

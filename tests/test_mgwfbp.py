@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddlbench import profiler
+from ddlbench import predict, profiler, simulate
 from ddlbench.measure import profile_file
 from ddlbench.engine.comm import Comm
 from ddlbench.errors import UsageError
@@ -482,6 +482,12 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     assert prof["alpha_s"] >= 0 and prof["beta_s_per_byte"] >= 0
     # the optimizer's step, timed last, for the performance model (BERT: AdamW)
     assert prof["optimizer"] == "AdamW" and prof["optimizer_s"] > 0
+    # the performance model replays it as written
+    work = predict.workload_of(prof, prof["optimizer_s"])
+    assert work.compute_s == pytest.approx(prof["forward_s"] + sum(prof["backward_s"])
+                                           + prof["optimizer_s"])
+    assert simulate.predict("wfbp", work, simulate.Link(0.0, 0.0)).iteration_s == \
+        pytest.approx(work.compute_s)
     # The printed groups are the rule's on the written profile.
     nbytes = [t["bytes"] for t in prof["tensors"]]
     groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"], prof["beta_s_per_byte"],

@@ -98,3 +98,89 @@ def test_what_a_prediction_lacks_is_one_line(tmp_path, capsys, text, message):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not os.path.exists(tmp_path / "out" / "results.jsonl")
+
+
+# ---------------------------------------------------------------------------- calibrate: true
+
+def _comm_record(P, alpha, beta, op="allreduce", **extra):
+    return {"kind": "comm_bench", "nworkers": P, "results": [
+        {"op": op, "nworkers": P, "fit": {"alpha_s": alpha, "beta_s_per_byte": beta}, **extra}]}
+
+
+def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkeypatch, capsys):
+    """calibrate: true: the jobs a sweep needs (a profile per network, task and workers;
+    comm_bench per network and workers; push/pull for PS cells), each run once (a job with its
+    file and an ok line is not run again: here all are, so nothing but the fake tries runs);
+    every cell's prediction from those files alone, in the store before the tries, and beside
+    the measurement in README, CSV and a plot."""
+    from ddlbench.sweep import calibrate, config as sweep_config
+    monkeypatch.setenv(sweep_config.PROGRAM_ENV, "tests.fake_train")
+    results = tmp_path / "results"
+    path = _sweep(tmp_path, f"""
+name: cal
+networks: [loopback, {{net: 1gbit}}, {{rdma: 0}}]
+tasks: [{{model: resnet18, batch_size: 8, image_size: 32}}]
+methods: [wfbp, bspps]
+nworkers: [2]
+tries: 1
+calibrate: true
+results: {results}
+logs: {tmp_path / 'logs'}
+""")
+    sweep = sweep_config.load(path, runs=False)
+    cells = sweep.cells()
+    jobs, notes = calibrate.jobs(cells)
+    assert [j.name for j in jobs] == [
+        "loopback_resnet18-bs8-px32_n2.profile", "1gbit_resnet18-bs8-px32_n2.profile",
+        "loopback_n2.comm", "1gbit_n2.comm", "loopback_n2_kdefault-machine.pushpull",
+        "1gbit_n2_kdefault-machine.pushpull"]
+    assert "rdma0 are a real cluster's" in notes[0]
+    cmd = jobs[3].command("OUT")
+    assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
+    assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
+    # the calibration files, as the profiler and comm_bench write them, already there
+    folder = results / "2026-01-01-cal"
+    (folder / "calibration").mkdir(parents=True)
+    prof = json.loads(open(PROFILE).read())
+    prof.update(model="resnet18", workload={"batch_size": 8, "image_size": 32},
+                optimizer_s=0.004)
+    fits = {"loopback": (1e-4, 1e-9), "1gbit": (2e-4, 8e-9)}
+    for j in jobs:
+        net = j.network.name
+        if j.kind == "profile":
+            body = prof
+        elif j.kind == "comm":
+            body = _comm_record(2, *fits[net])
+        else:
+            body = _comm_record(2, fits[net][0], 2 * fits[net][1], op="pushpull", nservers=1,
+                                partition_bytes=4096000, ps_clients="machine", pushers=[0, 1])
+        (folder / "calibration" / f"{j.name}.json").write_text(json.dumps(body))
+        store.append(store.store_path(str(folder)), {"kind": "calibration", "job": j.name,
+                                                     "status": "ok"})
+    assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet",
+                            "--only", "network=loopback|1gbit"]) == 0
+    entries, bad = store.read(store.store_path(str(folder)))
+    assert bad == 0
+    kinds = [e["kind"] for e in entries]
+    preds = [e for e in entries if e["kind"] == "prediction"]
+    # nothing calibrated again; the predictions come before every try
+    assert kinds.count("calibration") == len(jobs) and len(preds) == 4
+    assert max(i for i, k in enumerate(kinds) if k == "prediction") < kinds.index("try")
+    work = predict.workload_of(prof, 0.004)
+    for e in preds:
+        cell = next(c for c in cells if c.hash == e["hash"])
+        a, b = fits[cell.network.name]
+        if cell.method["method"] == "bspps":
+            expected = simulate.predict("bspps", work, None,
+                                        servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
+                                        local=simulate.Link(0.0, 0.0))
+        else:
+            expected = simulate.predict("wfbp", work, simulate.Link(a, b))
+        assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-12)
+    folder_s = str(folder)
+    readme = open(os.path.join(folder_s, "README.md")).read()
+    assert "## Predicted vs measured" in readme and "Median |error|" in readme
+    assert "plots/predicted_vs_measured.png" in readme
+    assert os.path.exists(os.path.join(folder_s, "plots", "predicted_vs_measured.png"))
+    header = open(os.path.join(folder_s, "results.csv")).readline().strip()
+    assert header.endswith(",predicted,predicted_error")

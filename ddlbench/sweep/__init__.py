@@ -37,6 +37,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
       networks: {rdma0: survey-10gbe}    # network -> topology / comm_bench files (rdma: survey)
       profiles: {resnet50: configs/profiles/h200_resnet50_bs64.json}  # default: shipped
       device_throughput: survey          # or {model: samples/s}: rescale one worker's compute
+    calibrate: false           # true: profiler and comm_bench first (local networks), then
+                               #   every cell predicted beside its measurement
 """
 from .config import (MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
                      method_label, presets, resolve_config, train_args)

@@ -101,6 +101,7 @@ class Table:
     tries_used: list        # the store lines behind the table, in table order
     superseded: int         # tries of other configurations of the same cells, left out
     unreadable: int = 0
+    predictions: dict = field(default_factory=dict)   # hash -> a calibrated sweep's prediction
 
 
 def aggregate(values: list[float], how: str) -> tuple[float, float, bool]:
@@ -184,8 +185,25 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
     counts = sorted({n for r in ordered for n in r.cells})
     nouns = {e.get("noun") for e in used if e.get("noun")}
     noun = "GPU" if "GPU" in nouns else "CPU" if nouns else "GPU"
+    predictions = {e["hash"]: e for e in entries if e.get("kind") == "prediction"}
     return Table(ordered, counts, noun, how, min_ok, tries, header, used, superseded,
-                 unreadable)
+                 unreadable, predictions)
+
+
+def predicted_vs_measured(t: Table) -> list[tuple]:
+    """(row, workers, measured, predicted line) for every table cell with a prediction line;
+    measured None where the cell has no trusted figure."""
+    out = []
+    for r in t.rows:
+        for n in t.counts:
+            h = r.hashes.get(n)
+            line = t.predictions.get(h) if h else None
+            if line is None:
+                continue
+            s = r.cells.get(n)
+            measured = s.center if s is not None and s.values and not s.marked else None
+            out.append((r, n, measured, line))
+    return out
 
 
 def _position(e: dict) -> tuple:

@@ -36,7 +36,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict"}
+        "logs", "estimate_s", "env", "timeline", "predict", "calibrate"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -242,6 +242,8 @@ class Sweep:
     timeline: int = 0
     # What --predict-only predicts the cells from (ddlbench/sweep/predicted.py)
     predict: dict = field(default_factory=dict)
+    # Run the profiler and comm_bench first and predict every cell (ddlbench/sweep/calibrate.py)
+    calibrate: bool = False
 
     def cells(self) -> list[Cell]:
         return [Cell(net, task, method, engine, n, self) for net in self.networks
@@ -262,7 +264,8 @@ class Sweep:
                 "tasks": self.tasks, "methods": self.methods, "engines": self.engines,
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
-                "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline}
+                "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
+                "calibrate": self.calibrate}
 
 
 def resolve_config(name_or_path: str) -> str:
@@ -379,6 +382,10 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
         timeline = 0
 
     predict = _predict(raw.get("predict"), problems)
+    calibrate = raw.get("calibrate", False)
+    if not isinstance(calibrate, bool):
+        problems.append(f"calibrate must be true or false, got {calibrate!r}")
+        calibrate = False
 
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
@@ -387,7 +394,8 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   extra_args=extra_args, hostfile=hostfile,
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
-                  notes=notes, env=env, timeline=timeline, predict=predict)
+                  notes=notes, env=env, timeline=timeline, predict=predict,
+                  calibrate=calibrate)
     problems += _check_names(tasks, methods)
     problems += _check_combinations(sweep, hosts=runs)
     if preflight and runs and not problems:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from . import runner, store
+from . import calibrate, runner, store
 from .config import PROGRAM_ENV, Cell, Sweep, suite_version, task_key
 
 
@@ -222,6 +222,14 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
         if os.environ.get(PROGRAM_ENV):
             header["program"] = os.environ[PROGRAM_ENV]
         store.append(path, header)
+        if sweep.calibrate:
+            calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode)
+            known = {e["hash"] for e in store.read(path)[0]
+                     if e.get("kind") == "prediction" and e.get("throughput") is not None}
+            for line in calibrate.predictions(sweep, [c for c in p.cells
+                                                      if c.hash not in known], p.folder):
+                store.append(path, line)
+            counts["calibration"] = calibrated
         progress = Progress(len(todo), skipped, mode)
         old = signal.signal(signal.SIGTERM, _on_term)
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 
-from .aggregate import Table, breakdown
+from .aggregate import Table, breakdown, predicted_vs_measured
 
 
 def _slug(text: str) -> str:
@@ -132,6 +132,7 @@ def draw(t: Table, folder: str) -> list[str]:
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         files.append(path)
+    files += _scatter(t, folder, plt)
     return files
 
 
@@ -418,3 +419,34 @@ def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
         plt.close(fig)
         compares.append(path)
     return files, compares
+
+
+def _scatter(t: Table, folder: str, plt) -> list[str]:
+    """A calibrated sweep's predicted vs measured throughput, one point per cell (a2a blue,
+    PS orange), the diagonal and +-15% beside it."""
+    pairs = [(measured, line["throughput"], r.architecture)
+             for r, _, measured, line in predicted_vs_measured(t)
+             if measured is not None and line.get("throughput") is not None]
+    if not pairs:
+        return []
+    fig, ax = plt.subplots(figsize=(5.0, 5.0))
+    for arch, colour in (("a2a", "tab:blue"), ("ps", "tab:orange")):
+        xs = [m for m, _, a in pairs if (a == "ps") == (arch == "ps")]
+        ys = [p for m, p, a in pairs if (a == "ps") == (arch == "ps")]
+        if xs:
+            ax.scatter(xs, ys, s=18, color=colour, label=arch.upper())
+    top = 1.1 * max(max(m, p) for m, p, _ in pairs)
+    ax.plot([0, top], [0, top], color="black", linewidth=0.8)
+    for f in (0.85, 1.15):
+        ax.plot([0, top], [0, top * f], color="grey", linewidth=0.5, linestyle="--")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("measured (samples/s, all workers)")
+    ax.set_ylabel("predicted")
+    ax.set_title("Predicted vs measured (dashed: +-15%)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path = os.path.join(folder, "predicted_vs_measured.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

@@ -45,15 +45,18 @@ def _path(p: str) -> str:
 class Predictor:
     """Predictions of one sweep's cells; profiles and networks read once."""
 
-    def __init__(self, sweep):
+    def __init__(self, sweep, profile: str | None = None, network: str | None = None):
+        """``profile`` and ``network``: use these for every cell (a calibrated sweep's own
+        files) instead of the sweep file's ``predict:`` and the defaults."""
         self.sweep = sweep
         self.conf = sweep.predict or {}
+        self.given_profile, self.given_network = profile, network
         self._profiles: dict = {}
         self._networks: dict = {}
 
     def network(self, cell) -> tuple[str, topology.Network]:
         net = cell.network
-        spec = (self.conf.get("networks") or {}).get(net.name)
+        spec = self.given_network or (self.conf.get("networks") or {}).get(net.name)
         if spec is None and net.kind == "rdma":
             spec = SURVEY_TOPOLOGIES.get(int(net.profile))
         if spec is None:
@@ -68,7 +71,7 @@ class Predictor:
     def profile(self, cell) -> tuple[str, dict]:
         model, batch = cell.task["model"], int(cell.task["batch_size"])
         given = self.conf.get("profiles") or {}
-        path = given.get(f"{model}_{batch}") or given.get(model)
+        path = self.given_profile or given.get(f"{model}_{batch}") or given.get(model)
         if path is None:
             for candidate in sorted(glob.glob(os.path.join(PROFILES, "*.json"))):
                 try:

@@ -4,7 +4,8 @@ In the store's folder: ``README.md`` (the original suite's table, speedups and s
 efficiency, failed tries), ``original.md`` (the original's results README, in its exact
 layout, with the original's figures in ``original/*.png`` and its network comparison),
 ``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
-(the sweep definition and the environments the runs reported).
+(the sweep definition and the environments the runs reported); for a calibrated sweep each
+cell's prediction beside its measurement (README, CSV, ``plots/predicted_vs_measured.png``).
 """
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import csv
 import datetime
 import io
 import json
+import math
 import os
+import statistics
 
 from . import store
-from .aggregate import Table, breakdown, build, timeline_of
+from .aggregate import Table, breakdown, build, predicted_vs_measured, timeline_of
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
                "engine", "nworkers", "try", "attempt", "status", "throughput",
@@ -207,6 +210,8 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
     if t.unreadable:
         out.append(f"{t.unreadable} unreadable line(s) in the store were skipped.")
     out += ["", "## Throughput", "", throughput_table(t).rstrip("\n"), ""]
+    out += prediction_section(t, next((p for p in plots or [] if p.endswith(
+        "predicted_vs_measured.png")), None))
     engines = engine_table(t)
     if engines:
         out += ["## Engines side by side", "",
@@ -257,16 +262,61 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
 def csv_text(t: Table) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    # a calibrated sweep: each try also gets its cell's prediction and the try's error
+    extra = ["predicted", "predicted_error"] if t.predictions else []
+    w.writerow(CSV_COLUMNS + extra)
     rows_by_hash = {h: r for r in t.rows for h in r.hashes.values()}
     for e in t.tries_used:
         r = rows_by_hash[e["hash"]]
+        cells = []
+        if extra:
+            pred = (t.predictions.get(e["hash"]) or {}).get("throughput")
+            thr = e.get("throughput")
+            cells = [_num(pred), _num((pred - thr) / thr) if pred is not None and thr else ""]
         w.writerow([r.network, r.connection, r.model, r.batch_size, r.label, r.architecture,
                     r.engine, e["config"]["nworkers"], e["try"], e.get("attempt", 1),
                     e.get("status"), _num(e.get("throughput")), _num(e.get("throughput_std")),
                     e.get("unit") or r.unit, _num(e.get("seconds")), e.get("reason") or "",
-                    e["hash"], e.get("log") or "", *_timeline_cells(e)])
+                    e["hash"], e.get("log") or "", *_timeline_cells(e), *cells])
     return buf.getvalue()
+
+
+def prediction_section(t: Table, image: str | None = None) -> list[str]:
+    """README lines: every cell's prediction beside its measurement, and the error."""
+    pairs = predicted_vs_measured(t)
+    if not pairs:
+        return []
+    out = ["## Predicted vs measured", "",
+           "Each cell predicted before any try ran, from this sweep's calibration alone "
+           "(`calibration/`: the profiler's layer-wise profile at the cell's worker count, "
+           "comm_bench's alpha-beta fits on its network; ddlbench/sweep/calibrate.py): "
+           "error = (predicted - measured) / measured.", "",
+           _md(["DNN", "BS", "CONNECTION", "METHOD", "workers", "measured", "predicted",
+                "error", "bound by"]),
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    errors = []
+    for r, n, measured, line in pairs:
+        pred = line.get("throughput")
+        if pred is None:
+            cells = ["-", f"none: {line.get('reason', '')}", ""]
+        elif measured is None:
+            cells = ["-", f"{pred:.1f}", ""]
+        else:
+            err = (pred - measured) / measured
+            errors.append(abs(err))
+            cells = [f"{measured:.1f}", f"{pred:.1f}", f"{100 * err:+.1f}%"]
+        bound = ((line.get("predicted") or {}).get("bottleneck") or "") if pred else ""
+        out.append(_md([r.dnn, str(r.batch_size), r.connection, r.method, str(n), *cells,
+                        bound]))
+    out.append("")
+    if errors:
+        ranked = sorted(errors)
+        p90 = ranked[min(len(ranked) - 1, math.ceil(0.9 * len(ranked)) - 1)]
+        out += [f"Median |error| {100 * statistics.median(errors):.1f}% over "
+                f"{_plural('cell', len(errors))}, 90th percentile {100 * p90:.1f}%.", ""]
+    if image:
+        out += [f"![predicted vs measured]({image})", ""]
+    return out
 
 
 def _timeline_cells(e: dict) -> list[str]:

@@ -189,53 +189,11 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
              "try": try_index, "attempt": attempt, "config": cell.config(),
              "label": cell.label, "architecture": cell.architecture, "command": shown,
              "log": _rel(logfile), "started": _now()}
-    with open(logfile, "w") as out:
-        out.write(f"# {shown}\n")
-        out.flush()
-        started_epoch = time.time()
-        launch = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL,
-                                env=dict(child_environment(sweep.env), **extra_env),
-                                start_new_session=True, preexec_fn=die_with_parent())
-        spawn_s = time.monotonic() - launch
-        inflight.set({"sid": proc.pid, "started_epoch": started_epoch, "cell": cell.name,
-                      "try": try_index, "sweep_pid": os.getpid()})
-        marks = _LogWatch(logfile)
-        status = reason = None
-        try:
-            deadline = launch + sweep.timeout
-            while True:
-                try:
-                    code = proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-                    break
-                except subprocess.TimeoutExpired:
-                    marks.poll(launch)
-                    if time.monotonic() >= deadline:
-                        code = None
-                        break
-            ended = time.monotonic()
-            if code is None:
-                killed = kill_session(proc.pid, sweep.kill_grace, since=started_epoch,
-                                      leader=proc)
-                ended = time.monotonic()
-                status, reason = "timeout", f"killed after {sweep.timeout:g} s"
-                out.write(f"\n# benchmarks.py: timeout after {sweep.timeout:g} s; stopped the "
-                          f"run's process group ({killed} process(es))\n")
-                leftovers = 0
-            else:
-                # The launcher is gone; anything still in its session is an orphan.
-                leftovers = kill_session(proc.pid, min(sweep.kill_grace, 5.0),
-                                         since=started_epoch)
-                status = "ok" if code == 0 else "failed"
-                if code != 0:
-                    reason = (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
-        except BaseException:
-            kill_session(proc.pid, sweep.kill_grace, since=started_epoch, leader=proc)
-            inflight.clear()
-            raise
-    inflight.clear()
-    marks.poll(launch)
+    res = _run(sweep, cmd, extra_env, logfile, inflight,
+               {"cell": cell.name, "try": try_index})
+    status, reason, launch, ended = res["status"], res.get("reason"), res["launch"], \
+        res["ended"]
+    leftovers, spawn_s, marks = res["leftovers"], res["spawn_s"], res["marks"]
     entry["seconds"] = round(ended - launch, 3)
     entry["finished"] = _now()
     entry["status"] = status
@@ -277,6 +235,76 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
                        "bookkeeping_s": round(after, 4),
                        "overhead_s": round((launch - t0) + spawn_s + after, 4)}
     return entry
+
+
+def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: Inflight,
+         info: dict) -> dict:
+    """Run ``cmd`` in a session of its own, its output to ``logfile``, under the sweep's
+    timeout (then the whole session is stopped); what happened."""
+    shown = describe(cmd, extra_env)
+    with open(logfile, "w") as out:
+        out.write(f"# {shown}\n")
+        out.flush()
+        started_epoch = time.time()
+        launch = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL,
+                                env=dict(child_environment(sweep.env), **extra_env),
+                                start_new_session=True, preexec_fn=die_with_parent())
+        spawn_s = time.monotonic() - launch
+        inflight.set({"sid": proc.pid, "started_epoch": started_epoch, **info,
+                      "sweep_pid": os.getpid()})
+        marks = _LogWatch(logfile)
+        status = reason = None
+        try:
+            deadline = launch + sweep.timeout
+            while True:
+                try:
+                    code = proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    marks.poll(launch)
+                    if time.monotonic() >= deadline:
+                        code = None
+                        break
+            ended = time.monotonic()
+            if code is None:
+                killed = kill_session(proc.pid, sweep.kill_grace, since=started_epoch,
+                                      leader=proc)
+                ended = time.monotonic()
+                status, reason = "timeout", f"killed after {sweep.timeout:g} s"
+                out.write(f"\n# benchmarks.py: timeout after {sweep.timeout:g} s; stopped the "
+                          f"run's process group ({killed} process(es))\n")
+                leftovers = 0
+            else:
+                # The launcher is gone; anything still in its session is an orphan.
+                leftovers = kill_session(proc.pid, min(sweep.kill_grace, 5.0),
+                                         since=started_epoch)
+                status = "ok" if code == 0 else "failed"
+                if code != 0:
+                    reason = (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        except BaseException:
+            kill_session(proc.pid, sweep.kill_grace, since=started_epoch, leader=proc)
+            inflight.clear()
+            raise
+    inflight.clear()
+    marks.poll(launch)
+    return {"status": status, "reason": reason, "launch": launch, "ended": ended,
+            "leftovers": leftovers, "spawn_s": spawn_s, "marks": marks, "command": shown}
+
+
+def run_command(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str,
+                inflight: Inflight, name: str) -> dict:
+    """A command that is not a try (a calibration job), run as a try is: status, reason,
+    seconds, the command and log as a store line shows them, and the log's tail on failure."""
+    os.makedirs(os.path.dirname(logfile), exist_ok=True)
+    res = _run(sweep, cmd, extra_env, logfile, inflight, {"cell": name, "try": 0})
+    out = {"status": res["status"], "reason": res["reason"],
+           "seconds": round(res["ended"] - res["launch"], 3), "command": res["command"],
+           "log": _rel(logfile)}
+    if res["status"] != "ok":
+        out["log_tail"] = tail(logfile, LOG_TAIL_LINES)
+    return out
 
 
 class _LogWatch:

@@ -2,7 +2,9 @@
 
 Lines are of two kinds: ``{"kind": "sweep", ...}`` written each time a sweep starts on this
 store (its definition, so reports need nothing else), and ``{"kind": "try", "hash": ...,
-"try": i, "attempt": k, "status": ok|failed|timeout, ...}`` written once a try has finished.
+"try": i, "attempt": k, "status": ok|failed|timeout, ...}`` written once a try has finished;
+a calibrated sweep (``calibrate: true``) adds ``{"kind": "calibration", "job": ...}`` per
+calibration job and ``{"kind": "prediction", "hash": ..., "throughput": ...}`` per cell.
 Each line is written with a single ``write`` on a file opened for appending, then flushed and
 fsynced before the next run starts; a line cut short (power loss) is skipped when reading and
 the next append starts on a fresh line. A try is identified by (cell hash, try index); when a
@@ -73,6 +75,11 @@ def read(path: str) -> tuple[list[dict], int]:
                     bad += 1
                     continue
                 entries.append(e)
+            elif e.get("kind") in ("calibration", "prediction"):
+                if not _well_formed_model(e):
+                    bad += 1
+                    continue
+                entries.append(e)
     return entries, bad
 
 
@@ -100,6 +107,17 @@ def _well_formed(e: dict) -> bool:
                                         and not isinstance(throughput, bool)))
             and all(isinstance(e.get(k, ""), str) for k in ("label", "status", "unit"))
             and ("config" not in e or has_cell(e)))
+
+
+def _well_formed_model(e: dict) -> bool:
+    """A calibration job's line (its name and status) or a cell's prediction (its hash, and a
+    number as its throughput or a reason why there is none)."""
+    if e["kind"] == "calibration":
+        return isinstance(e.get("job"), str) and isinstance(e.get("status"), str)
+    throughput = e.get("throughput")
+    return isinstance(e.get("hash"), str) and (
+        (isinstance(throughput, (int, float)) and not isinstance(throughput, bool))
+        or (throughput is None and isinstance(e.get("reason"), str)))
 
 
 def has_cell(e: dict) -> bool:

@@ -1,0 +1,207 @@
+"""A sweep's calibration for the performance model (``calibrate: true``): the profiler and
+comm_bench run once per task, network and worker count before the cells, and every cell gets
+its prediction from them alone (docs/DESIGN.md section 15).
+
+Jobs (networks of the local launcher only: ``local``, ``loopback``, emulated profiles; a real
+cluster's ``rdma`` networks are calibrated by hand, with the same two commands under its
+launcher):
+
+- ``profile``: ``python -m ddlbench.profiler`` with the task's model and batch on the cell's
+  worker count (every rank profiling at once, the placement of the run to predict);
+- ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
+  ``--net`` profile), messages up to the largest task's gradient;
+- ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses.
+
+Each job runs like a try (its own session, the sweep's timeout, a log in the logs folder) and
+leaves ``calibration/<job>.json`` in the results folder and one ``kind: calibration`` line in
+the store; a job already done is not run again. Then, before any try, each cell's prediction
+(``ddlbench/sweep/predicted.py`` with these files as its profile and network) is one
+``kind: prediction`` line: the predictions never see a timed run. The reports put them beside
+the measured throughput (README, results.csv, ``plots/predicted_vs_measured.png``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from ..planning import PS_CLIENTS
+from . import store
+from .config import task_key
+
+CALIBRATION = "calibration"
+COMM_ITERS = ("--warmup", "2", "--iters", "5")
+PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str                 # profile, comm or pushpull
+    network: object           # config.Network
+    nworkers: int
+    task: dict | None = None
+    nservers: int | None = None
+    ps_clients: str | None = None
+    max_bytes: int | None = None
+
+    @property
+    def name(self) -> str:
+        parts = [self.network.name]
+        if self.task is not None:
+            parts.append(task_key(self.task))
+        parts.append(f"n{self.nworkers}")
+        if self.kind == "pushpull":
+            parts.append(f"k{self.nservers or 'default'}-{self.ps_clients}")
+        return "_".join(parts) + f".{self.kind}"
+
+    def path(self, folder: str) -> str:
+        return os.path.join(folder, CALIBRATION, f"{self.name}.json")
+
+    def command(self, output: str) -> list[str]:
+        net = self.network
+        place = ["--nworkers", str(self.nworkers)]
+        if self.kind == "profile":
+            t = self.task
+            cmd = [sys.executable, "-m", "ddlbench.profiler", "--model", t["model"],
+                   "--batch-size", str(t["batch_size"]), *PROFILE_ITERS, *place]
+            for key, flag in (("image_size", "--image-size"), ("sentence_len", "--sentence-len"),
+                              ("num_classes", "--num-classes")):
+                if key in t:
+                    cmd += [flag, str(t[key])]
+            if t.get("args"):
+                import shlex
+                cmd += shlex.split(t["args"])
+            return cmd + ["--network", net.name, "--output", output]
+        cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place, *COMM_ITERS,
+               "--network", net.name, "--output", output]
+        if net.profile != "loopback":
+            cmd += ["--net", str(net.profile)]
+        if self.kind == "comm":
+            cmd += ["--ops", "allreduce,allgather"]
+            if self.max_bytes:
+                cmd += ["--max-bytes", str(self.max_bytes)]
+            return cmd
+        cmd += ["--ops", "pushpull", "--ps-clients", self.ps_clients or PS_CLIENTS[0]]
+        if self.nservers:
+            cmd += ["--nservers", str(self.nservers)]
+        if self.max_bytes:
+            cmd += ["--max-bytes", str(self.max_bytes)]
+        return cmd
+
+
+def _gradient_bytes(model: str) -> int:
+    """An upper bound of a model's gradient bytes without building it: the sizes the suite
+    knows, else 256 MiB (comm_bench's default range)."""
+    known = {"resnet18": 46_800_000, "resnet50": 102_300_000, "bert_tiny": 17_700_000,
+             "bert_base": 440_000_000, "bert": 1_341_000_000, "vgg16": 553_500_000,
+             "mobilenet_v2": 14_000_000, "squeezenet1_1": 5_000_000}
+    return known.get(model, 256 << 20)
+
+
+def jobs(cells: list) -> tuple[list[Job], list[str]]:
+    """The calibration jobs ``cells`` need, in order (profiles first), and notes."""
+    out, notes, seen = [], [], set()
+    rdma = sorted({c.network.name for c in cells if c.network.kind != "net"})
+    if rdma:
+        notes.append(f"calibrate: network(s) {', '.join(rdma)} are a real cluster's: calibrate "
+                     f"them by hand (python -m ddlbench.profiler and comm_bench under the "
+                     f"launcher) and name the files under predict:")
+    local = [c for c in cells if c.network.kind == "net" and c.engine == "torch"]
+
+    def add(job):
+        if job.name not in seen:
+            seen.add(job.name)
+            out.append(job)
+    for c in local:
+        add(Job("profile", c.network, c.nworkers, task=c.task))
+    largest: dict = {}
+    for c in local:
+        largest[c.network.name] = max(largest.get(c.network.name, 0),
+                                      _gradient_bytes(c.task["model"]))
+    for c in local:
+        if c.nworkers > 1:
+            top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
+            add(Job("comm", c.network, c.nworkers, max_bytes=top))
+    for c in local:
+        if c.architecture == "ps":
+            top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
+            add(Job("pushpull", c.network, c.nworkers, nservers=c.method.get("nservers"),
+                    ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]), max_bytes=top))
+    return out, notes
+
+
+def done(entries: list[dict], folder: str) -> set[str]:
+    """Jobs with a finished line and their file still there."""
+    return {e["job"] for e in entries if e.get("kind") == "calibration"
+            and e.get("status") == "ok"
+            and os.path.exists(os.path.join(folder, CALIBRATION, f"{e['job']}.json"))}
+
+
+def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none") -> dict:
+    """Run the jobs not done yet; each one store line. Returns {status: count}."""
+    from .runner import run_command
+    path = store.store_path(folder)
+    todo, notes = jobs(cells)
+    for note in notes:
+        if mode != "none":
+            print(f"benchmarks.py: {note}", file=sys.stderr)
+    finished = done(store.read(path)[0], folder)
+    counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+    os.makedirs(os.path.join(folder, CALIBRATION), exist_ok=True)
+    for job in todo:
+        if job.name in finished:
+            counts["skipped"] += 1
+            continue
+        out = job.path(folder)
+        if os.path.exists(out):
+            os.unlink(out)
+        cmd = job.command(out)
+        if mode != "none":
+            print(f"calibrate: {job.name}", file=sys.stderr, flush=True)
+        res = run_command(sweep, cmd, {}, os.path.join(logs, f"{job.name}.log"), inflight,
+                          job.name)
+        status = res["status"]
+        if status == "ok" and not os.path.exists(out):
+            status, res["reason"] = "failed", "no output file"
+        entry = {"kind": "calibration", "job": job.name, "status": status,
+                 "file": os.path.relpath(out, folder), "seconds": res["seconds"],
+                 "command": res["command"], "log": res["log"]}
+        if status != "ok":
+            entry["reason"] = res.get("reason")
+            entry["log_tail"] = res.get("log_tail")
+        store.append(path, entry)
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def predictions(sweep, cells: list, folder: str) -> list[dict]:
+    """Each local cell's prediction from the calibration files alone (one store line each;
+    a cell whose files are missing gets a line saying which)."""
+    from ..errors import UsageError
+    from .predicted import Predictor
+    path = store.store_path(folder)
+    finished = done(store.read(path)[0], folder)
+    by_net: dict = {}
+    for job in jobs(cells)[0]:
+        if job.kind != "profile" and job.name in finished:
+            by_net.setdefault(job.network.name, []).append(job.path(folder))
+    lines = []
+    for c in cells:
+        if c.network.kind != "net" or c.engine != "torch":
+            continue
+        prof = Job("profile", c.network, c.nworkers, task=c.task)
+        line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
+        if prof.name not in finished:
+            line["reason"] = f"calibration job {prof.name} did not finish"
+        else:
+            p = Predictor(sweep, profile=prof.path(folder),
+                          network=",".join(by_net.get(c.network.name, [])) or None)
+            try:
+                e = p.predict(c)
+            except UsageError as err:
+                line["reason"] = str(err)
+            else:
+                line.update(throughput=e["throughput"], predicted=e["predicted"],
+                            metrics=e["record"]["timeline"]["mean"])
+        lines.append(line)
+    return lines
