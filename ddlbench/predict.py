@@ -63,6 +63,9 @@ def parse_args(argv=None):
                    help="per-worker batch (default: the profile's)")
     p.add_argument("--device-throughput", type=float, default=None, metavar="SAMPLES_PER_S",
                    help="rescale the profile's compute to this one-worker throughput")
+    p.add_argument("--no-interference", action="store_true",
+                   help="ignore the profile's CPU interference (compute and communication "
+                        "slowing each other)")
     p.add_argument("--optimizer-ms", type=float, default=None,
                    help="the optimizer's step per iteration (default: the profile's, else 0)")
     p.add_argument("--threshold", type=float, default=None,
@@ -162,14 +165,31 @@ def check(args) -> list[str]:
     return names
 
 
-def workload_of(prof: dict, optimizer_s: float = 0.0) -> simulate.Workload:
+def workload_of(prof: dict, optimizer_s: float = 0.0,
+                interference: bool = True) -> simulate.Workload:
+    """The simulator's workload from a profile; with ``interference`` its CPU interference
+    where the profiler measured one (a slowdown measured below 0, noise, counts as 0)."""
     shapes = [tuple(t["shape"]) if t.get("shape") else (max(1, t["bytes"] // 4),)
               for t in prof["tensors"]]
+    measured = prof.get("interference") if interference else None
+    if measured is not None and not isinstance(measured, dict):
+        raise UsageError(f"the profile's interference must be an object or null, got "
+                         f"{measured!r}")
+    slowdowns = {}
+    for key in ("compute_slowdown", "comm_slowdown"):
+        x = (measured or {}).get(key)      # None: not measured
+        if x is None:
+            continue
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not -1 < x < float("inf"):
+            raise UsageError(f"the profile's interference {key} must be a number above -1, "
+                             f"got {x!r}")
+        slowdowns[key] = max(0.0, float(x))
     return simulate.Workload(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],
                              optimizer_s=optimizer_s,
-                             names=[t["name"] for t in prof["tensors"]], shapes=shapes)
+                             names=[t["name"] for t in prof["tensors"]], shapes=shapes,
+                             **slowdowns)
 
 
 def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate.Workload:
@@ -361,7 +381,7 @@ def run(args) -> int:
                          f"{args.model}")
     optimizer_s = (args.optimizer_ms / 1e3 if args.optimizer_ms is not None
                    else float(prof.get("optimizer_s") or 0.0))
-    work = workload_of(prof, optimizer_s)
+    work = workload_of(prof, optimizer_s, interference=not args.no_interference)
     batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
     if args.device_throughput:
         work = rescaled(work, batch, args.device_throughput)

@@ -14,7 +14,12 @@ What it measures, on the rank's own batch:
 - the forward time: model forward pre-hook to forward hook, device synchronised at both;
 - alpha and beta of this cluster: an all-reduce micro-benchmark (``ddlbench.comm_bench``) over
   the sizes of the model's gradient tensors and the whole gradient, fitted as
-  ``t = alpha + beta * bytes`` (relative least squares).
+  ``t = alpha + beta * bytes`` (relative least squares);
+- with more than one worker, the CPU interference (``measure_interference``; skipped with
+  ``--no-interference``, null on one worker): forward-backward passes and all-reduces of the
+  model's largest gradient timed alone and beside each other, every rank at once; compute
+  beside communication takes ``1 + compute_slowdown`` times as long, communication beside
+  compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them).
 
 Every rank runs the same forward/backward iterations at the same time (so the device and the
 cores are as busy as in training), but only rank 0's timings are kept and broadcast: every rank
@@ -25,8 +30,11 @@ generators are restored afterwards, so profiling leaves no trace on the run.
 The profile file (JSON, ``"format": "ddlbench-mgwfbp-profile"``): the model name and workload,
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
-``backend``, ``device``, ``network``). ``--alpha``/``--beta`` given here replace the fitted
-values, to plan for a cluster other than this one.
+``backend``, ``device``, ``network``), the optimizer's step (``optimizer_s``) and
+``interference`` (``compute_slowdown``, ``comm_slowdown``, the all-reduce's ``bytes``, the
+``iters`` of each phase, the mean times behind them, ``per_rank``; or null).
+``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
+this one.
 """
 from __future__ import annotations
 
@@ -36,17 +44,20 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 
 from .errors import ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
 from .options import check_flags
-from .planning import DEFAULT_MIN_GROUP_ELEMENTS
+from .planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
 DEFAULT_WARMUP = 5
 DEFAULT_ITERS = 50
 DEFAULT_COMM_WARMUP = 2
 DEFAULT_COMM_ITERS = 10
+DEFAULT_INTERFERENCE_ITERS = 4
+MAX_INTERFERENCE_ALLREDUCES = 10000
 
 
 # --------------------------------------------------------------------------- measuring
@@ -63,6 +74,38 @@ def _tensors_in(obj) -> list:
     return []
 
 
+@contextmanager
+def _leaving_no_trace(model, device):
+    """Gradients cleared (set to None, as the training loop leaves them), the model's buffers
+    (BatchNorm statistics) and the random generators restored afterwards."""
+    import torch
+    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    saved_rng = torch.get_rng_state()
+    saved_cuda_rng = (torch.cuda.get_rng_state(device)
+                      if device is not None and device.type == "cuda" else None)
+    try:
+        yield
+    finally:
+        for p in model.parameters():
+            if p.requires_grad:
+                p.grad = None
+        with torch.no_grad():
+            for b, v in saved_buffers:
+                b.copy_(v)
+        torch.set_rng_state(saved_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state(saved_cuda_rng, device)
+
+
+@contextmanager
+def _removed_after(handles):
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
                    iters: int = DEFAULT_ITERS) -> dict:
     """This rank's per-tensor backward times and forward time (module docstring).
@@ -70,17 +113,11 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     Returns ``{"order": parameter indices (of the trainable parameters, in
     ``model.parameters()`` order) in backward order, "backward_s": seconds per tensor in that
     order, "forward_s": seconds}``. Parameters that never got a gradient come last, at 0 s."""
-    import torch
-
     from . import engine
     if iters <= 0 or warmup < 0:
         raise UsageError("profiling needs iterations > 0 and warm-up >= 0")
     params = [p for p in model.parameters() if p.requires_grad]
     n = len(params)
-    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    saved_rng = torch.get_rng_state()
-    saved_cuda_rng = (torch.cuda.get_rng_state(device)
-                      if device is not None and device.type == "cuda" else None)
 
     def sync():
         if device is not None:
@@ -114,7 +151,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     from . import compat
     handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
     forward, ready_at, orders = [], [[] for _ in range(n)], []
-    try:
+    with _leaving_no_trace(model, device), _removed_after(handles):
         for it in range(warmup + iters):
             for p in params:
                 p.grad = None
@@ -131,17 +168,6 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             orders.append([i for i, _ in cur["ready"]])
             for i, t in cur["ready"]:
                 ready_at[i].append(t - start)
-    finally:
-        for h in handles:
-            h.remove()
-        for p in params:
-            p.grad = None
-        with torch.no_grad():
-            for b, v in saved_buffers:
-                b.copy_(v)
-        torch.set_rng_state(saved_rng)
-        if saved_cuda_rng is not None:
-            torch.cuda.set_rng_state(saved_cuda_rng, device)
     # Autograd's order is the one the first measured iteration showed (it is the same every
     # iteration for a fixed graph); a tensor's time is the gap between mean ready times.
     order = []
@@ -158,6 +184,127 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
         backward.append(max(0.0, mean_ready[i] - prev))
         prev = max(prev, mean_ready[i])
     return {"order": order, "backward_s": backward, "forward_s": statistics.fmean(forward)}
+
+
+def interference_bytes(nbytes: list[int]) -> int:
+    """The all-reduce the interference is measured with: the model's largest gradient, at most
+    DDP's default bucket (what fusion and DDP send), at least one element."""
+    return max(4, min(max(nbytes, default=4), int(DDP_DEFAULT_BUCKET_MB * 1024 * 1024)))
+
+
+def measure_interference(model, forward_backward, nbytes: int, *, group=None, device=None,
+                         iters: int = DEFAULT_INTERFERENCE_ITERS,
+                         comm_iters: int = DEFAULT_COMM_ITERS,
+                         max_allreduces: int = MAX_INTERFERENCE_ALLREDUCES) -> dict:
+    """How much compute and communication slow each other down when they run at once
+    (docs/DESIGN.md section 3: on CPUs a Gloo collective needs the cores the backward uses).
+
+    Three phases, every rank of ``group`` at once (collective), each after a barrier: all-
+    reduces of ``nbytes`` alone (``comm_iters``, one at a time, as a method's channel sends
+    them); ``forward_backward`` alone (``iters``); then a background thread runs back-to-back
+    all-reduces on the same group, enough to cover ``iters + 1`` forward-backward passes (the
+    slowest rank's, at most ``max_allreduces``), while this thread runs forward-backward passes
+    until they are done. Compute under concurrent communication takes ``1 +
+    compute_slowdown`` times as long (the passes that ended before the last all-reduce),
+    communication under concurrent compute ``1 + comm_slowdown`` times (every all-reduce of the
+    third phase: compute runs throughout). The means are the ranks' means; ``per_rank`` has
+    each rank's two slowdowns. On a GPU the compute is timed on its stream and each all-reduce
+    on a stream of its own, so that neither waits for the other. Gradients are cleared and
+    buffers and random generators restored afterwards."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    if iters <= 0 or comm_iters <= 0:
+        raise UsageError("the interference needs iterations > 0")
+    began = time.perf_counter()
+    params = [p for p in model.parameters() if p.requires_grad]
+    cuda = device is not None and device.type == "cuda"
+    side = torch.cuda.Stream(device) if cuda else None
+    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    world = dist.get_world_size(group)
+    on = device if dist.get_backend(group) == "nccl" else "cpu"
+
+    def compute():
+        for p in params:
+            p.grad = None
+        t0 = time.perf_counter()
+        forward_backward()
+        if cuda:
+            torch.cuda.current_stream(device).synchronize()
+        return t0, time.perf_counter()
+
+    def allreduce():
+        t0 = time.perf_counter()
+        if cuda:
+            with torch.cuda.stream(side):
+                dist.all_reduce(buf, group=group)
+            side.synchronize()
+        else:
+            dist.all_reduce(buf, group=group)
+        return t0, time.perf_counter()
+
+    def slowest(x: float) -> float:
+        t = torch.tensor([x], dtype=torch.float64, device=on)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return float(t.item())
+
+    def seconds(spans) -> list[float]:
+        return [b - a for a, b in spans]
+
+    with _leaving_no_trace(model, device):
+        compute()                                  # warm: the layer timing ran before
+        allreduce()
+        dist.barrier(group=group)
+        comm_alone = seconds(allreduce() for _ in range(comm_iters))
+        dist.barrier(group=group)
+        compute_alone = seconds(compute() for _ in range(iters))
+        window = (iters + 1) * slowest(statistics.fmean(compute_alone))
+        count = int(min(max_allreduces, max(comm_iters, math.ceil(
+            window / max(1e-9, -slowest(-statistics.fmean(comm_alone)))))))
+        comm_spans, failed, done = [], [], threading.Event()
+
+        def background():
+            try:
+                for _ in range(count):
+                    comm_spans.append(allreduce())
+            except BaseException as e:     # re-raised on the profiler's thread
+                failed.append(e)
+            finally:
+                done.set()
+
+        dist.barrier(group=group)
+        thread = threading.Thread(target=background, name="interference", daemon=True)
+        thread.start()
+        compute_spans = []
+        while not done.is_set():
+            compute_spans.append(compute())
+        thread.join()
+        if failed:
+            raise failed[0]
+    end = comm_spans[-1][1]
+    beside = seconds(s for s in compute_spans if s[1] <= end)
+    mine = [statistics.fmean(compute_alone), statistics.fmean(beside) if beside else math.nan,
+            statistics.fmean(comm_alone), statistics.fmean(seconds(comm_spans))]
+    table = torch.zeros((world, 4), dtype=torch.float64, device=on)
+    table[dist.get_rank(group)] = torch.tensor(mine, dtype=torch.float64)
+    dist.all_reduce(table, group=group)
+    rows = table.cpu().tolist()
+    means = [statistics.fmean(r[i] for r in rows) for i in range(4)]
+
+    def ratio(a, b):
+        return None if math.isnan(a) else a / b - 1.0
+
+    return {"compute_slowdown": ratio(means[1], means[0]),
+            "comm_slowdown": ratio(means[3], means[2]),
+            "bytes": int(buf.numel() * 4),
+            "iters": {"compute_alone": iters, "comm_alone": comm_iters,
+                      "compute_beside_comm": len(beside), "comm_beside_compute": count},
+            "compute_s": means[0],
+            "compute_beside_comm_s": None if math.isnan(means[1]) else means[1],
+            "comm_s": means[2], "comm_beside_compute_s": means[3],
+            "per_rank": [[ratio(r[1], r[0]), ratio(r[3], r[2])] for r in rows],
+            "seconds": time.perf_counter() - began}
 
 
 def calibration_sizes(nbytes: list[int]) -> list[int]:
@@ -251,6 +398,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS,
                    metavar="ELEMENTS",
                    help="for the printed groups: also merge groups smaller than this (0: off)")
+    p.add_argument("--no-interference", action="store_true",
+                   help="skip timing compute and all-reduces beside each other (the CPU "
+                        "interference the performance model takes; a few seconds)")
+    p.add_argument("--interference-iters", type=int, default=DEFAULT_INTERFERENCE_ITERS,
+                   help="forward-backward passes alone and beside all-reduces")
     p.add_argument("--output", default=None, help="write the profile here (rank 0)")
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--no-cuda", action="store_true")
@@ -265,7 +417,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def check(args) -> None:
     check_flags(args, positive=("--batch-size", "--iters", "--comm-iters", "--sentence-len",
                                 "--num-classes", "--timeout", "--image-size", "--nworkers",
-                                "--threads"),
+                                "--threads", "--interference-iters"),
                 nonneg=("--warmup", "--comm-warmup", "--min-group", "--alpha", "--beta",
                         "--seed", "--momentum", "--weight-decay", "--lr"))
     if args.output:
@@ -300,6 +452,14 @@ def worker(args, placement) -> int:
                             warmup=args.warmup, iters=args.iters, comm_warmup=args.comm_warmup,
                             comm_iters=args.comm_iters, alpha=args.alpha, beta=args.beta,
                             network=args.network, workload=workload)
+        # CPU interference, for the performance model: every rank at once, as in training;
+        # nothing to interfere with on one worker
+        prof["interference"] = None
+        if ctx.size > 1 and not args.no_interference:
+            nbytes = interference_bytes([t["bytes"] for t in prof["tensors"]])
+            prof["interference"] = measure_interference(
+                work.model, forward_backward, nbytes, device=ctx.device,
+                iters=args.interference_iters, comm_iters=args.comm_iters)
         # Last, as it changes the parameters: the optimizer's step, for the performance model
         # (python -m ddlbench.predict). Every rank steps at once, as in training.
         optimizer = make_optimizer(args, work.model.parameters(),
@@ -336,6 +496,20 @@ def time_optimizer(optimizer, forward_backward, *, device=None, warmup: int = DE
     return seconds
 
 
+def _interference_lines(x: dict | None) -> list[str]:
+    if not x:
+        return []
+
+    def pct(v):
+        return "-" if v is None else f"{100 * v:+.1f}%"
+    return [f"# interference: compute {pct(x['compute_slowdown'])} beside all-reduces of "
+            f"{x['bytes'] / 1e6:.2f} MB, communication {pct(x['comm_slowdown'])} beside "
+            f"compute ({x['compute_s'] * 1e3:.1f} -> "
+            f"{(x['compute_beside_comm_s'] or math.nan) * 1e3:.1f} ms, "
+            f"{x['comm_s'] * 1e3:.2f} -> {x['comm_beside_compute_s'] * 1e3:.2f} ms; "
+            f"measured in {x['seconds']:.1f} s)"]
+
+
 def format_profile(prof: dict, min_group: int) -> str:
     from .planning import merge_groups, schedule_time
     nbytes = [t["bytes"] for t in prof["tensors"]]
@@ -347,6 +521,7 @@ def format_profile(prof: dict, min_group: int) -> str:
              f"# alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B"
              + (f"; optimizer {prof['optimizer']} step {prof['optimizer_s'] * 1e3:.3f} ms"
                 if prof.get("optimizer_s") is not None else ""),
+             *_interference_lines(prof.get("interference")),
              f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
     for k, (t, x) in enumerate(zip(prof["tensors"], tb)):
         lines.append(f"  {k:8d} {t['bytes']:11d} {x * 1e3:10.4f}  {t['name']}")

@@ -35,11 +35,20 @@ issued inside ``wait()``, is costed right after its P all-reduce).
 servers; each partition's push holds the pusher's uplink and its server's downlink (all pushers'
 copies), its pull the reverse (``_PushPull``), so partitions pipeline and a server shared by n
 pushers costs n times its bytes (incast); ByteScheduler-PS's credit returns when a chunk is
-pushed. Not modelled: the servers' summing time, server-side priority, CPU interference.
+pushed. Not modelled: the servers' summing time, server-side priority.
+
+**CPU interference** (``Workload.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
+profiler's ``interference``): with either non-zero the replay is a co-simulation (``_CoSim``)
+at piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
+ByteScheduler's completer's updates) progresses at ``1 / (1 + kappa)`` while any
+communication is in flight, communication (a channel's collectives, encode and decode; a
+push or pull) at ``1 / (1 + mu)`` while anything computes. With both 0 nothing changes.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 from dataclasses import dataclass, field
 
 from . import timeline
@@ -65,6 +74,11 @@ class Workload:
     optimizer_s: float = 0.0
     names: list[str] | None = None
     shapes: list[tuple[int, ...]] | None = None     # each tensor's (compressors need them)
+    # CPU interference (docs/DESIGN.md section 3): compute takes (1 + compute_slowdown) times
+    # as long while communication is in flight, communication (1 + comm_slowdown) times as
+    # long while compute runs (the profiler's ``interference``)
+    compute_slowdown: float = 0.0
+    comm_slowdown: float = 0.0
 
     def __post_init__(self):
         if len(self.backward_s) != len(self.nbytes) or not self.nbytes:
@@ -78,10 +92,17 @@ class Workload:
                if not x >= 0]
         if bad:
             raise UsageError(f"times and sizes must be finite and >= 0, got {bad[0]!r}")
+        if not all(0 <= x < float("inf") for x in (self.compute_slowdown, self.comm_slowdown)):
+            raise UsageError(f"the interference slowdowns must be finite and >= 0, got "
+                             f"{self.compute_slowdown!r} and {self.comm_slowdown!r}")
 
     @property
     def compute_s(self) -> float:
         return self.forward_s + sum(self.backward_s) + self.optimizer_s
+
+    @property
+    def interferes(self) -> bool:
+        return bool(self.compute_slowdown or self.comm_slowdown)
 
 
 @dataclass(frozen=True)
@@ -286,6 +307,135 @@ class _PushPull:
         return taken, done, sum(m for _, m in parts)
 
 
+# --------------------------------------------------------------------------- CPU interference
+
+COMPUTE, WAIT = "compute", "wait"        # what a _CoSim thread yields
+
+
+class _CoSim:
+    """Compute and communication sharing the CPU (docs/DESIGN.md section 3), with
+    piecewise-constant rates: compute progresses at ``1 / (1 + kappa)`` while any communication
+    is in flight, communication at ``1 / (1 + mu)`` while any compute thread is busy.
+
+    *Communication* all slows alike, so it runs on a clock of its own, ``v``, advancing at its
+    rate: a transport handed a message at ``v`` schedules it in ``v`` exactly as it would
+    without interference, ``sent(v_done)`` says when it will be done, ``at(v, callback)``
+    registers an event there, and ``real(v)`` maps its times back to wall time. It is in flight
+    while ``v`` is short of the latest ``v_done`` (a message waits in a transport only while
+    others run).
+
+    *Compute* runs on threads: generators yielding ``(COMPUTE, seconds)`` (work at full speed)
+    or ``(WAIT, key)`` (until ``signal(key)``). ``run()`` advances wall time ``t`` from event
+    to event (a thread's work done, a communication event, the last message done), each
+    step at the rates of its start."""
+
+    def __init__(self, kappa: float, mu: float):
+        self.kappa, self.mu = kappa, mu
+        self.t = self.v = 0.0
+        self.comm_until = 0.0           # v when everything handed over is done
+        self.left: dict = {}            # computing thread -> work left (seconds at full speed)
+        self.threads: dict = {}         # thread -> its generator
+        self.waiting: dict = {}         # key -> threads waiting for it
+        self.signals: set = set()
+        self.events: list = []          # heap (v, seq, callback)
+        self.seq = 0
+        self.knots_t, self.knots_v = [0.0], [0.0]     # (t, v) at each step
+
+    def spawn(self, name: str, thread) -> None:
+        self.threads[name] = thread
+        self._resume(name)
+
+    def _resume(self, name: str) -> None:
+        while True:
+            try:
+                kind, arg = next(self.threads[name])
+            except StopIteration:
+                del self.threads[name]
+                return
+            if kind == COMPUTE:
+                if arg > 0:
+                    self.left[name] = arg
+                    return
+            elif arg not in self.signals:
+                self.waiting.setdefault(arg, []).append(name)
+                return
+
+    def signal(self, key) -> None:
+        self.signals.add(key)
+        for name in self.waiting.pop(key, []):
+            self._resume(name)
+
+    def sent(self, v_done: float) -> None:
+        self.comm_until = max(self.comm_until, v_done)
+
+    def at(self, v: float, callback) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (v, self.seq, callback))
+
+    def drained(self):
+        """``yield from`` it in a thread: wait until everything handed over is done."""
+        if self.v < self.comm_until:
+            key = ("drained", self.comm_until)
+            self.at(self.comm_until, lambda: self.signal(key))
+            yield WAIT, key
+
+    def run(self) -> None:
+        """Until nothing computes, no event is pending and nothing is in flight. On a tie a
+        thread's work ends first, then the communication events in order."""
+        while True:
+            flying = self.v < self.comm_until
+            slow_c = 1.0 + self.kappa if flying else 1.0     # wall seconds per compute second
+            slow_m = 1.0 + self.mu if self.left else 1.0     # and per communication second
+            step = None                             # (wall seconds, what, which thread)
+            if self.left:
+                name = min(self.left, key=self.left.get)
+                step = (self.left[name] * slow_c, COMPUTE, name)
+            if self.events:
+                dt = max(0.0, (self.events[0][0] - self.v) * slow_m)
+                if step is None or dt < step[0]:
+                    step = (dt, "event", None)
+            if flying:
+                dt = (self.comm_until - self.v) * slow_m
+                if step is None or dt < step[0]:
+                    step = (dt, "drained", None)
+            if step is None:
+                return
+            dt, what, name = step
+            self.t += dt
+            for thread in self.left:
+                self.left[thread] = max(0.0, self.left[thread] - dt / slow_c)
+            if what == "event":
+                self.v = max(self.v, self.events[0][0])
+            elif what == "drained":
+                self.v = self.comm_until
+            else:
+                self.v += dt / slow_m
+            if self.v > self.knots_v[-1]:
+                self.knots_t.append(self.t)
+                self.knots_v.append(self.v)
+            if what == "event":
+                heapq.heappop(self.events)[2]()
+            elif what == COMPUTE:
+                del self.left[name]
+                self._resume(name)
+
+    def real(self, v: float) -> float:
+        """The wall time at which the communication clock read ``v``."""
+        i = max(0, bisect.bisect_right(self.knots_v, v) - 1)
+        t0, v0 = self.knots_t[i], self.knots_v[i]
+        if i + 1 == len(self.knots_v):
+            return t0 + (v - v0)         # past the end nothing computes
+        t1, v1 = self.knots_t[i + 1], self.knots_v[i + 1]
+        return t0 + (v - v0) * (t1 - t0) / (v1 - v0)
+
+    def on_wall_clock(self, events: list) -> list:
+        """A transport's events (on ``v``, in microseconds) in wall time."""
+        us = 1e6
+        return [(name, cat, row, self.real(a / us) * us,
+                 None if b is None else self.real(b / us) * us, args)
+                for name, cat, row, a, b, args in events]
+
+
 # --------------------------------------------------------------------------- groupings
 
 def _bspa2a(work, link, settings):
@@ -340,20 +490,16 @@ def groups_of(method: str, work: Workload, link: Link | None, **settings) -> lis
 def replay(work: Workload, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
-           bsp: bool | None = None) -> Prediction:
+           bsp: bool | None = None, cosim: bool | None = None) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
-    order). ``bsp``: the groups wait for the whole backward (default: for ``bspps``)."""
+    order). ``bsp``: the groups wait for the whole backward (default: for ``bspps``).
+    ``cosim``: replay with the CPU interference of ``work`` (``_CoSim``; default: when it has
+    any; without, the co-simulation is the plain replay up to rounding)."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
-    fwd_end = work.forward_s
-    ready, t = [], fwd_end
-    for tb in work.backward_s:
-        t += tb
-        ready.append(t)
-    bwd_end = t
     if servers is not None:
         transport = _PushPull(servers, partition_bytes, local)
     elif link is None:
@@ -361,24 +507,43 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     else:
         transport = _AllReduce(link, codec, channels)
     wait_all = method == "bspps" if bsp is None else bsp
-    last_end, key, sizes = bwd_end, 0, []
-    for g in groups:
+    key, sizes = 0, []
+
+    def send(g, start):
+        """(when taken, when done) of group ``g`` handed over at ``start``; its size noted."""
+        nonlocal key
         nbytes = sum(work.nbytes[b] for b in g)
         label = (timeline.tensors_label([work.names[b] for b in g])
                  if work.names is not None else None)
-        start = bwd_end if wait_all else max(ready[b] for b in g)
         if servers is not None:
             parts = transport.parts(nbytes, key)
             key += len(parts)
-            _, end, size = transport.send(start, parts, label)
+            taken, end, size = transport.send(start, parts, label)
         else:
-            _, end, size = transport.send(start, [s for b in g for s in _shapes(work, b)],
-                                          label)
+            taken, end, size = transport.send(start, [s for b in g for s in _shapes(work, b)],
+                                              label)
         sizes.append(size)
-        last_end = max(last_end, end)
-    end = last_end + work.optimizer_s
+        return taken, end
+
+    if work.interferes if cosim is None else cosim:
+        fwd_end, bwd_end, last_end, end, comm_events = _replay_cosim(work, groups, wait_all,
+                                                                     send, transport)
+    else:
+        fwd_end = work.forward_s
+        ready, t = [], fwd_end
+        for tb in work.backward_s:
+            t += tb
+            ready.append(t)
+        bwd_end = t
+        last_end = bwd_end
+        for g in groups:
+            start = bwd_end if wait_all else max(ready[b] for b in g)
+            _, end = send(g, start)
+            last_end = max(last_end, end)
+        end = last_end + work.optimizer_s
+        comm_events = transport.events
     main = timeline.MAIN
-    events = transport.events + [
+    events = comm_events + [
         ("iteration", timeline.ITERATION, main, 0.0, end * us, {"index": 0}),
         ("forward", timeline.COMPUTE, main, 0.0, fwd_end * us, None),
         ("backward", timeline.COMPUTE, main, fwd_end * us, bwd_end * us, None),
@@ -387,6 +552,42 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     metrics = timeline.overlap(events)["mean"]
     return Prediction(method, end, groups, sizes, events, metrics,
                       _bottleneck(work, link, servers, sizes, metrics))
+
+
+def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport):
+    """``replay``'s iteration under CPU interference: the training thread computes the forward
+    and the backward, hands each group over (in order) once its gradients are ready (with
+    ``wait_all``, after the backward), waits for the last message and steps the optimizer;
+    the transport schedules on the communication clock. Returns the forward's, backward's and
+    communication's ends, the iteration's end and the transport's events in wall time."""
+    sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
+    ends: dict = {}
+
+    def hand_over(g):
+        _, done = send(g, sim.v)
+        sim.sent(done)
+
+    def training():
+        yield COMPUTE, work.forward_s
+        ends["forward"] = sim.t
+        ready, left = set(), list(groups)
+        for b, tb in enumerate(work.backward_s):
+            yield COMPUTE, tb
+            ready.add(b)
+            while left and not wait_all and ready.issuperset(left[0]):
+                hand_over(left.pop(0))
+        ends["backward"] = sim.t
+        for g in left:
+            hand_over(g)
+        yield from sim.drained()
+        ends["comm"] = sim.t
+        yield COMPUTE, work.optimizer_s
+        ends["end"] = sim.t
+
+    sim.spawn("training", training())
+    sim.run()
+    return (ends["forward"], ends["backward"], ends["comm"], ends["end"],
+            sim.on_wall_clock(transport.events))
 
 
 def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
@@ -507,7 +708,7 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
                   channels: int = 1, element_bytes: int = 4, iterations: int = 4,
                   codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
                   partition_bytes: int = DEFAULT_PARTITION_BYTES,
-                  local: Link | None = None) -> Prediction:
+                  local: Link | None = None, cosim: bool | None = None) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
     replayed, the last full one reported (from one forward's start to the next's). Each
     tensor's forward takes a share of ``forward_s`` in proportion to its backward time (the
@@ -516,7 +717,9 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     ``optimizer_s`` in proportion to bytes) once the tensor's chunks are all reduced.
     Rank 0's negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are
     the PS partitions (``partition_bytes``), pushed and pulled, the credit returned once a
-    chunk is pushed; a codec then does not apply."""
+    chunk is pushed; a codec then does not apply. ``cosim`` as ``replay``'s: the forward
+    pieces, the backward and the completer's updates are the compute that communication slows
+    and that slows it."""
     ps = servers is not None
     if ps:
         partition = max(1, int(partition_bytes) // element_bytes)
@@ -544,31 +747,36 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
         raise UsageError("bytescheduler needs an all-reduce link")
     else:
         transport = _AllReduce(link, codec, channels)
-    s = _Scheduler(transport, table, credit, element_bytes, opt, names, ps)
     us, main = 1e6, timeline.MAIN
-    t, starts, events = 0.0, [], []
-    for it in range(iterations):
-        starts.append(t)
-        f0 = t
+    if work.interferes if cosim is None else cosim:
+        plan = (table, chunks_of, credit, element_bytes, names, ps)
+        starts, every = _bytescheduler_cosim(work, transport, plan, fwd, tb, opt, iterations)
+    else:
+        s = _Scheduler(transport, table, credit, element_bytes, opt, names, ps)
+        t, starts, events = 0.0, [], []
+        for it in range(iterations):
+            starts.append(t)
+            f0 = t
+            for l in range(n):
+                if it > 0:
+                    ready = s.update_done(it - 1, l)
+                    if ready > t:
+                        events.append(("forward pre-hook", timeline.WAIT, main, t * us,
+                                       ready * us, None))
+                        t = ready
+                t += fwd[l]
+            events.append(("forward", timeline.COMPUTE, main, f0 * us, t * us, None))
+            b0 = t
+            for l in range(n - 1, -1, -1):
+                t += tb[l]
+                s.ready(it, l, t, chunks_of[l])
+            events.append(("backward", timeline.COMPUTE, main, b0 * us, t * us, None))
+        # the last iteration's forward start closes the one before it: run the schedule that
+        # far
         for l in range(n):
-            if it > 0:
-                ready = s.update_done(it - 1, l)
-                if ready > t:
-                    events.append(("forward pre-hook", timeline.WAIT, main, t * us, ready * us,
-                                   None))
-                    t = ready
-            t += fwd[l]
-        events.append(("forward", timeline.COMPUTE, main, f0 * us, t * us, None))
-        b0 = t
-        for l in range(n - 1, -1, -1):
-            t += tb[l]
-            s.ready(it, l, t, chunks_of[l])
-        events.append(("backward", timeline.COMPUTE, main, b0 * us, t * us, None))
-    # the last iteration's forward start closes the one before it: run the schedule that far
-    for l in range(n):
-        s.update_done(iterations - 1, l)
+            s.update_done(iterations - 1, l)
+        every = events + s.events + transport.events
     lo, hi = starts[-2], starts[-1]
-    every = events + s.events + transport.events
     window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
     window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": 0}))
     metrics = timeline.overlap(window)["mean"]
@@ -577,6 +785,87 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     # one message per chunk, in priority order
     return Prediction(method, hi - lo, [[n - 1 - l] for l, _, _ in table], sizes, window,
                       metrics, _bottleneck(work, link, servers, sizes, metrics), every)
+
+
+def _bytescheduler_cosim(work, transport, plan, fwd, tb, opt, iterations):
+    """``bytescheduler``'s iterations under CPU interference (``_CoSim``): the training thread
+    (each module's forward after its tensor's previous update, the backward marking chunks
+    ready) and the completer thread (each tensor's update once its chunks are reduced, in the
+    order they were) compute; the dispatcher hands chunks to the transport on the
+    communication clock, by priority while the credit is positive (``_Scheduler``'s rules).
+    Returns each iteration's start and every event in wall time."""
+    table, chunks_of, credit, element_bytes, names, ps = plan
+    sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
+    us, main, n = 1e6, timeline.MAIN, len(tb)
+    queue: list = []                 # (tensor, chunk index, iteration, ready time)
+    left: dict = {}                  # (iteration, tensor) -> chunks not yet done
+    reduced: list = []               # (iteration, tensor), all chunks done, in that order
+    window = [credit]                # elements the dispatcher may still start
+    starts, events = [], []
+
+    def dispatch():
+        while window[0] > 0 and queue:
+            tensor, c, it, ready = heapq.heappop(queue)
+            _, begin, end = table[c]
+            size = end - begin
+            window[0] -= size
+            label = f"{names[tensor]}[{begin}:{end}]"
+            what = [(c, size * element_bytes)] if ps else [(size,)]
+            taken, done, _ = transport.send(sim.v, what, label)
+            sim.sent(done)
+            sim.at(taken, lambda size=size: credit_back(size))
+            sim.at(done, lambda it=it, tensor=tensor: chunk_done(it, tensor))
+            events.append((label, timeline.QUEUE, "scheduler queue", ready * us, sim.t * us,
+                           None))
+
+    def credit_back(size):
+        window[0] += size
+        dispatch()
+
+    def chunk_done(it, tensor):
+        left[(it, tensor)] -= 1
+        if left[(it, tensor)] == 0:
+            reduced.append((it, tensor))
+            sim.signal(("reduced", len(reduced) - 1))
+
+    def training():
+        for it in range(iterations):
+            starts.append(sim.t)
+            f0 = sim.t
+            for l in range(n):
+                if it > 0:
+                    w0 = sim.t
+                    yield WAIT, ("updated", it - 1, l)
+                    if sim.t > w0:
+                        events.append(("forward pre-hook", timeline.WAIT, main, w0 * us,
+                                       sim.t * us, None))
+                yield COMPUTE, fwd[l]
+            events.append(("forward", timeline.COMPUTE, main, f0 * us, sim.t * us, None))
+            b0 = sim.t
+            for l in range(n - 1, -1, -1):
+                yield COMPUTE, tb[l]
+                left[(it, l)] = len(chunks_of[l])
+                for c in chunks_of[l]:
+                    heapq.heappush(queue, (l, c, it, sim.t))
+                    dispatch()
+            events.append(("backward", timeline.COMPUTE, main, b0 * us, sim.t * us, None))
+
+    def completer():
+        for k in itertools.count():
+            yield WAIT, ("reduced", k)
+            it, tensor = reduced[k]
+            start = sim.t
+            yield COMPUTE, opt[tensor]
+            events.append(("optimizer", timeline.COMPUTE, "completer", start * us, sim.t * us,
+                           None))
+            sim.signal(("updated", it, tensor))
+
+    sim.spawn("completer", completer())
+    sim.spawn("training", training())
+    sim.run()      # to the end: every chunk reduced, every update applied
+    if "training" in sim.threads or left and any(left.values()):
+        raise RuntimeError("the co-simulation stopped early")  # pragma: no cover
+    return starts, events + sim.on_wall_clock(transport.events)
 
 
 def _bottleneck(work, link, servers, sizes, m) -> str:

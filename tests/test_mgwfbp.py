@@ -344,6 +344,23 @@ def test_profiler_measures_in_backward_order_and_leaves_no_trace():
     assert torch.equal(torch.get_rng_state(), rng)                         # dropout RNG too
     assert all(p.grad is None for p in net.parameters())
 
+    # CPU interference (the profiler's multi-worker step), here in a world of one: its phases,
+    # figures and bookkeeping; it too leaves no trace
+    _world_of_one()
+    calls.clear()
+    x = profiler.measure_interference(net, forward_backward, 4096, iters=2, comm_iters=3)
+    assert x["bytes"] == 4096 and x["iters"]["compute_alone"] == 2
+    assert x["iters"]["comm_alone"] == 3 and x["iters"]["comm_beside_compute"] >= 3
+    assert x["iters"]["compute_beside_comm"] <= len(calls) - 3
+    assert x["compute_s"] > 0 and x["comm_s"] > 0 and x["comm_beside_compute_s"] > 0
+    for key in ("compute_slowdown", "comm_slowdown"):
+        assert x[key] is None or -1 < x[key] < 100, (key, x)
+    assert len(x["per_rank"]) == 1 and 0 < x["seconds"] < 60
+    assert all(torch.equal(a, b) for a, b in zip(buffers, net.buffers()))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(p.grad is None for p in net.parameters())
+    assert profiler.interference_bytes([40, 4 << 30, 8]) == 25 * 1024 * 1024
+
 
 # --------------------------------------------------------------------------- end to end
 
@@ -482,6 +499,7 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     assert prof["alpha_s"] >= 0 and prof["beta_s_per_byte"] >= 0
     # the optimizer's step, timed last, for the performance model (BERT: AdamW)
     assert prof["optimizer"] == "AdamW" and prof["optimizer_s"] > 0
+    assert prof["interference"] is None     # nothing to interfere with on one worker
     # the performance model replays it as written
     work = predict.workload_of(prof, prof["optimizer_s"])
     assert work.compute_s == pytest.approx(prof["forward_s"] + sum(prof["backward_s"])

@@ -1,5 +1,6 @@
 """The performance model's replay (ddlbench/simulate.py) against docs/DESIGN.md section 3's
 closed forms, on hand-made inputs: exact up to float rounding."""
+import dataclasses
 import random
 
 import pytest
@@ -333,3 +334,207 @@ def test_ps_needs_its_servers():
         sim.predict("bspps", _work(0), LINKS[0])
     with pytest.raises(UsageError, match="at least one server"):
         sim.ServerLinks(0.0, 0.0, 0.0, nservers=0)
+
+
+# ---------------------------------------------------------------------------- CPU interference
+
+def _slowed(work, kappa, mu):
+    return dataclasses.replace(work, compute_slowdown=kappa, comm_slowdown=mu)
+
+
+def _spans(p, cat=timeline.COMM):
+    return [(e[3] / 1e6, e[4] / 1e6) for e in sorted(p.events, key=lambda e: e[3])
+            if e[1] == cat]
+
+
+def test_interference_by_hand():
+    """Gradient 0 ready at 0.5 s, its 1 s message beside the 1 s backward of tensor 1.
+    kappa = 1, mu = 0.5: from 0.5 s compute runs at 1/2, communication at 2/3; the message
+    ends at 0.5 + 1.5 = 2.0 s, when 0.75 s of the backward is done; its last 0.25 s runs
+    alone (2.25 s), then message 1 alone, 1 s: 3.25 s (2.5 s without interference)."""
+    work = sim.Workload(0.0, [0.5, 1.0], [1000, 1000], optimizer_s=0.25)
+    link = sim.Link(0.0, 0.001)
+    plain = sim.predict("wfbp", work, link)
+    assert plain.iteration_s == 2.75
+    p = sim.predict("wfbp", _slowed(work, 1.0, 0.5), link)
+    assert p.iteration_s == 3.25 + 0.25
+    assert _spans(p) == [(0.5, 2.0), (2.25, 3.25)]
+    assert _spans(p, timeline.COMPUTE) == [(0.0, 0.0), (0.0, 2.25), (3.25, 3.5)]
+    assert p.metrics["hidden_s"] == 1.5 and p.metrics["compute_s"] == 2.5
+    # kappa alone: the message ends at 1.5 s with half the backward done, the rest alone: 2 s
+    assert _spans(sim.predict("wfbp", _slowed(work, 1.0, 0.0), link)) == [(0.5, 1.5), (2, 3)]
+    # mu alone: the message takes 1.5 s wall beside the backward (ends 1.5 s), then idles
+    q = sim.predict("wfbp", _slowed(work, 0.0, 1.0), link)
+    assert _spans(q) == [(0.5, 2.0), (2.0, 3.0)] and q.iteration_s == 3.25
+
+
+def test_interference_bytescheduler_by_hand():
+    """Two tensors, B (back, ready first) and A (front); one chunk each, messages of 1 s (B)
+    and 2 s (A); forward 0.5 s (A) and 1 s (B), updates 0.5 s (B) and 1 s (A), kappa = mu = 1.
+    In steady state an iteration starts as A leaves (its backward done) and its forward waits
+    for A's update: B's message, half done, ends alone at 0.5 s; B's update on the completer
+    beside A's message, both at half speed, to 1.5 s; A's message's last 1.5 s alone, to 3 s;
+    A's update alone, to 4 s; the forward (1.5 s) and B's backward (1 s) alone, to 6.5 s; B's
+    message beside A's 0.5 s backward, both at half speed, to 7.5 s, when A leaves half of
+    B's message done. 7.5 s an iteration, 6.5 s without interference."""
+    work = sim.Workload(1.5, [1.0, 0.5], [1000, 2000], optimizer_s=1.5, names=["B", "A"])
+    link = sim.Link(0.0, 0.001)
+    assert sim.predict("bytescheduler", work, link).iteration_s == pytest.approx(6.5)
+    p = sim.predict("bytescheduler", _slowed(work, 1.0, 1.0), link)
+    assert p.iteration_s == pytest.approx(7.5)
+    lo = min(e[3] for e in p.events if e[1] == timeline.ITERATION) / 1e6
+    rel = lambda spans: [pytest.approx((a - lo, b - lo), abs=1e-9)  # noqa: E731
+                         for a, b in spans]
+    assert rel(_spans(p)) == [(-1.0, 0.5), (0.5, 3.0), (6.5, 8.0)]
+    # the forward (from its wait), the updates, the backward
+    assert rel(_spans(p, timeline.COMPUTE)) == [(0.0, 5.5), (0.5, 1.5), (3.0, 4.0),
+                                                 (5.5, 7.5)]
+    assert [(e[3] / 1e6 - lo, e[4] / 1e6 - lo) for e in p.events
+            if e[0] == "forward pre-hook"] == [pytest.approx((0.0, 4.0))]
+
+
+def test_bsp_is_not_slowed_by_interference():
+    """bspa2a and bspps communicate after the backward, with nothing to compute beside
+    them: the same iteration whatever kappa and mu."""
+    servers = sim.ServerLinks(1e-4, 1e-9, 5e-10, nservers=2, pushers=4)
+    for seed in range(3):
+        work = _work(seed)
+        for kappa, mu in ((1.0, 0.0), (0.0, 1.0), (0.5, 2.0)):
+            for method in ("bspa2a", "bspps"):
+                kw = {"servers": servers} if method == "bspps" else {}
+                link = None if method == "bspps" else LINKS[seed]
+                plain = sim.predict(method, work, link, **kw)
+                p = sim.predict(method, _slowed(work, kappa, mu), link, **kw)
+                assert p.iteration_s == pytest.approx(plain.iteration_s, rel=1e-12)
+                assert p.metrics["hidden_s"] == pytest.approx(0, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_stretch_is_the_overlap(seed):
+    """One channel: the training thread computes throughout the forward and backward, so the
+    compute's wall time is its work plus kappa/(1+kappa) of the time communication hid under
+    it, and communication's is its messages' time plus mu/(1+mu) of the same."""
+    work = _slowed(_work(seed), 0.7, 0.3)
+    link = LINKS[seed]
+    for method in METHODS:
+        p = sim.predict(method, work, link, threshold=1 << 21, bucket_cap_mb=1.5)
+        m = p.metrics
+        messages = sum(link.time(b) for b in p.message_bytes)
+        assert m["compute_s"] == pytest.approx(work.compute_s + m["hidden_s"] * 0.7 / 1.7,
+                                               rel=1e-9), method
+        assert m["comm_s"] == pytest.approx(messages + m["hidden_s"] * 0.3 / 1.3, rel=1e-9)
+
+
+PS_LINK = sim.ServerLinks(1e-4, 1e-9, 5e-10, nservers=2, pushers=4)
+
+
+def _every(method, work, link, **kw):
+    if method in PS_METHODS:
+        return sim.predict(method, work, None, servers=PS_LINK, **kw)
+    return sim.predict(method, work, link, **kw)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_more_interference_never_predicts_faster(seed):
+    """Monotone in kappa and in mu, for every method at its defaults. (ByteScheduler with
+    small chunks and little credit is not monotone, in the network's speed either: a
+    priority scheduler's anomalies.)"""
+    work, link = _work(seed, n=10), LINKS[seed]
+    for method in sim.METHODS:
+        overlaps = _every(method, work, link).metrics["hidden_s"] > 0
+        for axis in (0, 1):
+            times = []
+            for x in (0.0, 0.2, 1.0, 3.0):
+                kappa, mu = (x, 0.5) if axis == 0 else (0.5, x)
+                times.append(_every(method, _slowed(work, kappa, mu), link).iteration_s)
+            assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:])), \
+                (method, axis, times)
+            # more of it costs more where anything overlaps (not BSP, nor one bucket)
+            assert (times[-1] > times[0] * 1.01) == overlaps, (method, axis, times)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_without_interference_the_cosimulation_is_the_replay(seed):
+    """kappa = mu = 0: the co-simulation (forced) gives every method's plain replay, events
+    and all, on random workloads, channels and transports."""
+    work, link = _work(seed), LINKS[seed % 3]
+    for method in sim.GROUPINGS:
+        groups = sim.groups_of(method, work, link)
+        for channels in (1, 2):
+            a = sim.replay(work, link, groups, channels, method)
+            b = sim.replay(work, link, groups, channels, method, cosim=True)
+            _same(a, b)
+    for method in ("bspps", "wfbpps"):
+        groups = sim.groups_of(method, work, None)
+        a = sim.replay(work, None, groups, method=method, servers=PS_LINK)
+        b = sim.replay(work, None, groups, method=method, servers=PS_LINK, cosim=True)
+        _same(a, b)
+    for partition, credit in ((4_000_000, 16_000_000), (50_000, 100_000), (100_000, 1)):
+        _same(sim.bytescheduler(work, link, partition, credit, channels=1 + seed % 2),
+              sim.bytescheduler(work, link, partition, credit, channels=1 + seed % 2,
+                                cosim=True))
+    _same(sim.bytescheduler(work, None, servers=PS_LINK, credit=1 << 20),
+          sim.bytescheduler(work, None, servers=PS_LINK, credit=1 << 20, cosim=True))
+
+
+def _same(a, b):
+    assert b.iteration_s == pytest.approx(a.iteration_s, rel=1e-12, abs=1e-15)
+    assert a.message_bytes == b.message_bytes
+    key = lambda e: (e[2], e[3], e[0])  # noqa: E731
+    ea, eb = sorted(a.events, key=key), sorted(b.events, key=key)
+    assert [e[:3] for e in ea] == [e[:3] for e in eb]
+    assert [e[3:5] for e in eb] == [pytest.approx(e[3:5], abs=1e-6) for e in ea]
+    for k, v in a.metrics.items():
+        assert b.metrics[k] == pytest.approx(v, abs=1e-12), k
+
+
+def test_interfering_predictions_are_valid_timelines():
+    work = _slowed(_work(8), 0.4, 0.25)
+    for method in sim.METHODS:
+        p = _every(method, work, LINKS[1])
+        rows = check_trace(sim.trace(p))
+        assert rows and p.iteration_s > 0
+        back = timeline.overlap(timeline.read(sim.trace(p))[0]["events"])["mean"]
+        for key, value in p.metrics.items():
+            if value is not None:   # the trace rounds times to the nanosecond
+                assert back[key] == pytest.approx(value, rel=1e-6, abs=1e-8), (method, key)
+
+
+@pytest.mark.parametrize("kappa,mu", [(-0.1, 0.0), (0.0, float("nan")), (float("inf"), 0.0)])
+def test_interference_must_be_finite_and_not_negative(kappa, mu):
+    with pytest.raises(UsageError, match="interference slowdowns must be finite and >= 0"):
+        sim.Workload(0.1, [0.1], [10], compute_slowdown=kappa, comm_slowdown=mu)
+
+
+def test_predict_takes_the_profiles_interference(tmp_path, capsys):
+    """predict.workload_of reads the profiler's ``interference`` (a slowdown measured below 0
+    counts as 0; --no-interference ignores it); the predictions change only where something
+    overlaps."""
+    import json
+
+    from ddlbench import predict
+    from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
+    prof = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "model": "hand-made",
+            "workload": {"batch_size": 8},
+            "tensors": [{"name": f"t{i}", "shape": [n // 4], "bytes": n}
+                        for i, n in enumerate([4096, 1 << 20, 65536, 4 << 20])],
+            "backward_s": [0.002, 0.004, 0.001, 0.006], "forward_s": 0.01,
+            "alpha_s": 1e-3, "beta_s_per_byte": 1e-9, "nworkers": 2,
+            "interference": {"compute_slowdown": 0.5, "comm_slowdown": -0.01, "bytes": 4096}}
+    work = predict.workload_of(prof, 0.002)
+    assert (work.compute_slowdown, work.comm_slowdown) == (0.5, 0.0)
+    assert not predict.workload_of(prof, interference=False).interferes
+    assert not predict.workload_of({**prof, "interference": None}).interferes
+    with pytest.raises(UsageError, match="interference compute_slowdown must be a number"):
+        predict.workload_of({**prof, "interference": {"compute_slowdown": "x"}})
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps(prof))
+    out = {}
+    for flags in ([], ["--no-interference"]):
+        assert predict.main(["--profile", str(path), "--method", "bspa2a,wfbp",
+                             "--output", str(tmp_path / "p.json"), *flags]) == 0
+        capsys.readouterr()
+        got = json.loads((tmp_path / "p.json").read_text())["predictions"]
+        out[bool(flags)] = {p["method"]: p["iteration_s"] for p in got}
+    assert out[False]["bspa2a"] == pytest.approx(out[True]["bspa2a"], rel=1e-12)
+    assert out[False]["wfbp"] > out[True]["wfbp"]
