@@ -39,10 +39,19 @@ def _cell(model, rdma, method, p):
     return cell
 
 
+# BytePS on one worker machine runs as this all-reduce method (bytedance/byteps
+# docs/best-practice.md: non-distributed mode)
+LOCAL = {"bspps": "bspa2a", "wfbpps": "wfbp", "byteschedulerps": "bytescheduler"}
+A2A_SETTINGS = {"bytescheduler": {"partition": 4_000_000, "credit": 16_000_000},
+                "mgwfbp": {"min_group_bytes": 8192 * 4}}
+
+
 def test_cells_are_the_simulators_predictions():
     cases = [("resnet50", 0, "wfbp", 8), ("bert", 1, "mgwfbp", 16),
              ("bert_base", 2, "bytescheduler", 32), ("resnet50", 2, "bspps", 4),
-             ("bert_base", 0, "byteschedulerps", 16), ("bert", 0, "bspa2a", 32)]
+             ("bert", 1, "wfbpps", 4), ("bert_base", 0, "byteschedulerps", 4),
+             ("bert_base", 0, "byteschedulerps", 16), ("bert", 2, "wfbpps", 8),
+             ("bert", 0, "bspa2a", 32)]
     cells = [_cell(*c) for c in cases]
     rows = {(r["model"], r["rdma"], r["method"], r["nworkers"]): r
             for r in validation.validate("topology", cells)["rows"]}
@@ -54,16 +63,20 @@ def test_cells_are_the_simulators_predictions():
         net = topology.load(os.path.join(REPO, "configs", "topology", f"{names[rdma]}.yaml"))
         cell = _cell(model, rdma, method, p)
         assert batch == cell["batch_size"]
-        if method in ("bspps", "wfbpps", "byteschedulerps"):
+        if method in LOCAL and p <= 4:
+            # one machine: a local all-reduce on its ring, under both sources
+            local = LOCAL[method]
+            want = simulate.predict(local, work, net.link("allreduce", p),
+                                    **A2A_SETTINGS.get(local, {}))
+            want_original = want
+        elif method in LOCAL:
             extra = {"credit": 16_000_000} if method == "byteschedulerps" else {}
             want = simulate.predict(method, work, None, servers=net.ps(p),
                                     local=net.local_reduce(p), partition_bytes=4_096_000,
                                     **extra)
             want_original = want
         else:
-            extra = ({"partition": 4_000_000, "credit": 16_000_000}
-                     if method == "bytescheduler" else
-                     {"min_group_bytes": 8192 * 4} if method == "mgwfbp" else {})
+            extra = A2A_SETTINGS.get(method, {})
             want = simulate.predict(method, work, net.link("allreduce", p), **extra)
             table = ORIGINAL_AB_TABLES["10Gbps" if rdma == 0 else "56Gbps"]
             want_original = simulate.predict(method, work, simulate.Link(*table[p]), **extra)
@@ -72,6 +85,12 @@ def test_cells_are_the_simulators_predictions():
             assert row["predicted"] == batch * p / pred.iteration_s
             assert row["published"] == cell["throughput"]
             assert row["error"] == (row["predicted"] - row["published"]) / row["published"]
+            assert row.get("ps_local") == (LOCAL[method] if method in LOCAL and p <= 4
+                                           else None)
+            if "ps_local" in row:
+                assert "BytePS non-distributed" in row["network_model"]
+            # the YAML's odd cells: 100GbE BSP-PS/WFBP-PS of ResNet-50 and BERT-Large, 8-32
+            assert row.get("odd", False) == ((model, rdma, method, p) == ("bert", 2, "wfbpps", 8))
 
 
 def _median(xs):
@@ -101,8 +120,48 @@ def test_medians_are_those_of_the_listed_errors(full):
     assert s["overall"]["p90_abs_error"] == pytest.approx(
         errs[lo] + (errs[lo + 1] - errs[lo]) * (pos - lo), rel=1e-12)
     assert full["runtime_s"] > 0
+    # every median again without the odd cells
+    kept = [r for r in rows if not r.get("odd")]
+    w = full["summary_without_odd"]
+    assert w["cells"] == len(kept) == 240
+    assert w["overall"]["median_abs_error"] == _median([abs(r["error"]) for r in kept])
+    groups = {}
+    for r in kept:
+        groups.setdefault(r["method"], []).append(abs(r["error"]))
+    assert {k: v["median_abs_error"] for k, v in w["by_method"].items()} == \
+        {k: _median(v) for k, v in groups.items()}
+    assert w["by_network"]["100GbE"]["cells"] == 72 and w["by_network"]["10GbE"]["cells"] == 84
     # the published findings are the table's, whatever the model says
     assert [f["passed"] for f in full["findings"]["published"]] == [True] * 4
+
+
+def test_ps_cells_on_one_machine_and_odd_cells_are_flagged(full):
+    odd = {(r["model"], r["rdma"], r["method"], r["nworkers"]) for r in full["rows"]
+           if r.get("odd")}
+    assert odd == {(m, 2, meth, p) for m in ("resnet50", "bert") for meth in ("bspps", "wfbpps")
+                   for p in (8, 16, 32)}
+    assert full["odd_cells"]["cells"] == 12
+    local = {(r["model"], r["rdma"], r["method"], r["nworkers"]): r["ps_local"]
+             for r in full["rows"] if "ps_local" in r}
+    assert local == {(m, r, meth, 4): LOCAL[meth] for m in ("resnet50", "bert", "bert_base")
+                     for r in (0, 1, 2) for meth in LOCAL}
+    assert full["ps_single_machine"]["cells"] == 27
+    assert "DMLC_NUM_WORKER=1" in full["ps_single_machine"]["note"]
+
+
+def test_one_machine_is_the_topologys_devices_per_node(tmp_path, monkeypatch):
+    path = os.path.join(REPO, "configs", "topology", "survey-10gbe.yaml")
+    text = open(path).read().replace("devices_per_node: 4", "devices_per_node: 8")
+    wide = tmp_path / "wide.yaml"
+    wide.write_text(text.replace("nodes: 8", "nodes: 4"))
+    monkeypatch.setitem(validation.TOPOLOGIES, 0, str(wide))
+    cells = [_cell("resnet50", 0, "wfbpps", p) for p in (4, 8, 16)]
+    rows = {r["nworkers"]: r for r in validation.validate("topology", cells)["rows"]}
+    assert rows[4]["ps_local"] == rows[8]["ps_local"] == "wfbp" and "ps_local" not in rows[16]
+    work, _ = _work("resnet50")
+    net = topology.load(str(wide))
+    want = simulate.predict("wfbp", work, net.link("allreduce", 8))
+    assert rows[8]["predicted"] == 64 * 8 / want.iteration_s
 
 
 def test_original_source_leaves_out_worker_counts_missing_from_a_table():
@@ -149,10 +208,12 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
                             "--markdown", str(md)]) == 0
     text = capsys.readouterr().out
     assert "overall: median |error|" in text and "published: PASS" in text
+    assert "without the odd cells: median |error|" in text and "local:bspa2a" in text
     got = json.loads(out.read_text())
     assert got["network_source"] == "original" and len(got["rows"]) == 252
     table = md.read_text()
-    assert "| network | cells | median abs. error |" in table and "| (4) " in table
+    assert "| network | cells | median abs. error | cells w/o odd | median w/o odd |" in table
+    assert "| (4) " in table and "without the odd cells" in table
 
 
 @pytest.mark.parametrize("argv, words", [
