@@ -392,7 +392,9 @@ def test_the_survey_networks_order_as_their_hardware():
         if p <= 4:      # inside one machine the network is not used
             assert close(t10, tib) and close(tib, tip)
         else:
-            assert tib < tip < t10 and t10 > 5 * tib
+            # the ring steps at its slowest link: 10GbE's NIC (1.18 GB/s) against, for IB,
+            # the GPUs' path through host memory (3.9 GB/s; no P2P on these cards)
+            assert tib < tip < t10 and t10 > 3 * tib
         assert ib.ps(p).stage(big) < ten.ps(p).stage(big)
     # 8 machines x 4 GPUs, a flat ring; servers one per worker machine by default.
     assert (ten.nodes, ten.devices_per_node, ten.algorithm) == (8, 4, "ring")
