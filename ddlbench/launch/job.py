@@ -67,3 +67,27 @@ def run_job(argv, module: str, parse_args, check, worker,
         rank = launcher_rank()
         say(f"ddlbench: worker {rank}: error: {e}")
         os._exit(1)
+    except RuntimeError as e:
+        # A peer of the job died (killed, crashed): the collective that lost it fails here. Its
+        # death is the news, which the spawner or launcher reports; this worker says what it
+        # met in one line instead of a traceback, and leaves.
+        why = _lost_peer(e)
+        if why is None:
+            raise
+        say(f"ddlbench: worker {launcher_rank()}: error: a peer of the job is gone ({why}); "
+            f"leaving")
+        os._exit(1)
+
+
+# How a transport reports a peer that went away (Gloo's TCP pairs; sockets).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def _lost_peer(e: BaseException) -> str | None:
+    """The line saying that ``e`` is a lost peer, or None when it is something else."""
+    text = str(e)
+    for marker in _PEER_GONE:
+        if marker in text:
+            where = text[text.index(marker):].split(". ")[0].splitlines()[0]
+            return where.strip()
+    return None
