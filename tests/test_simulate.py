@@ -538,3 +538,22 @@ def test_predict_takes_the_profiles_interference(tmp_path, capsys):
         out[bool(flags)] = {p["method"]: p["iteration_s"] for p in got}
     assert out[False]["bspa2a"] == pytest.approx(out[True]["bspa2a"], rel=1e-12)
     assert out[False]["wfbp"] > out[True]["wfbp"]
+
+
+def test_ps_and_compressed_traces_read_back_with_the_same_metrics():
+    """The PS methods' pushes and pulls, and a compressor's codec spans, are a trace the
+    timeline tool reads back with the simulator's metrics."""
+    work = _work(8)
+    servers = sim.ServerLinks(1e-4, 1e-9, 2e-10, nservers=2, pushers=4)
+    cases = [sim.predict(m, work, None, servers=servers) for m in PS_METHODS]
+    cases.append(sim.predict("fusion", work, LINKS[1], threshold=1 << 21, codec=sim.Codec(
+        "topk", 4, 0.01, 4, 1e-9, 1e-9, sim.Link(1e-4, 1e-9))))
+    for p in cases:
+        obj = sim.trace(p)
+        rows = check_trace(obj)
+        names = {name.split(" ")[0] for (_, name) in rows}
+        assert ({"push", "pull"} <= names) if p.method in PS_METHODS else "allreduce" in names
+        back = timeline.overlap(timeline.read(obj)[0]["events"])["mean"]
+        for key, value in p.metrics.items():
+            if value is not None:
+                assert back[key] == pytest.approx(value, abs=1e-8), (p.method, key)
