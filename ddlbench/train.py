@@ -107,7 +107,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     r.add_argument("--timeout", type=float, default=300.0,
                    help="seconds a collective may wait for a peer before the run fails")
     r.add_argument("--threads", type=int, default=None,
-                   help="CPU threads per worker (default: cores / local workers)")
+                   help="CPU threads per worker (default: the cores it is pinned to, else "
+                        "cores / local workers)")
+    r.add_argument("--no-pin", action="store_true",
+                   help="the local spawner does not pin each process to cores of its own "
+                        "(env DDLBENCH_PIN=0; comm_bench and the profiler take it too)")
     r.add_argument("--timeline", default=None, metavar="PATH",
                    help="write the timed rounds' Chrome trace (trace-event JSON, all ranks "
                         "merged; Perfetto, chrome://tracing) here (rank 0); with --verify, "

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from .. import compat
 from ..errors import UsageError, first_line
+from ..hosts import pinning
 from ..hosts.placement import Placement
 from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
 from .ps import PSClient
@@ -85,9 +86,11 @@ def init(placement: Placement, use_cuda: bool, backend: str = "auto",
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
-        # Share the cores between the workers of this host; oversubscription ruins CPU timings.
+        # One thread per core this process was pinned to (ddlbench.hosts.pinning), else share
+        # the cores between the workers of this host; oversubscription ruins CPU timings.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        torch.set_num_threads(threads or max(1, (cores or 1) // max(1, placement.local_world_size)))
+        share = 1 if pinning.pinned(placement.rank) else max(1, placement.local_world_size)
+        torch.set_num_threads(threads or max(1, (cores or 1) // share))
     timeout = datetime.timedelta(seconds=timeout_s)
     client = None
     if horovod is not None:

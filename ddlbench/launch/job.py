@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..errors import EXIT_USAGE, PSError, UsageError, say
+from ..hosts.pinning import NO_PIN_FLAG
 from ..hosts.placement import detect, launcher_rank, single
 from ..hosts.procs import watch_parent
 from .local import check_capacity, spawn_local
@@ -23,9 +24,16 @@ def run_job(argv, module: str, parse_args, check, worker,
     copies of ``python -m MODULE`` (or runs in this process for one worker); under a launcher,
     checks that ``--nworkers`` agrees with it and runs ``worker(args, placement)``. Bad input is
     one line on stderr (from rank 0 only) and exit code 2.
+
+    ``--no-pin`` is every job command's (taken out of ``argv`` before ``parse_args``): the
+    local spawner then does not pin its processes to cores (``ddlbench.hosts.pinning``).
     """
+    given, pin = list(argv), NO_PIN_FLAG not in argv
+    argv = [a for a in argv if a != NO_PIN_FLAG]
     try:
         args = parse_args(argv)
+        if hasattr(args, "no_pin"):  # a parser that lists it (--help), for the record
+            args.no_pin = not pin
         placement = detect()
         nservers = getattr(args, "nservers", 0) or 0  # parameter servers: extra processes
         if placement is None:
@@ -34,10 +42,11 @@ def run_job(argv, module: str, parse_args, check, worker,
             if nworkers > 1 or nservers > 0:
                 check_capacity(nworkers + nservers)
                 # The children learn the server count resolved here (a default, perhaps).
-                child_argv = [*argv, "--nservers", str(nservers)] if nservers else argv
+                child_argv = [*given, "--nservers", str(nservers)] if nservers else given
                 return spawn_local(nworkers + nservers, child_argv, module=module,
                                    net=getattr(args, "net", None),
-                                   slots=getattr(args, "slots", None), nservers=nservers)
+                                   slots=getattr(args, "slots", None), nservers=nservers,
+                                   pin=pin)
             placement = single()
         else:
             watch_parent()  # a spawner or launcher killed outright takes this process along

@@ -6,8 +6,11 @@ import os
 import subprocess
 import sys
 
+import json
+
 from .. import netem
 from ..errors import UsageError
+from ..hosts import pinning
 from ..hosts.procs import PARENT_ENV, die_with_parent, stop_signals, supervise, terminate
 
 # What one local process needs at least (a small model's worker: interpreter, torch, buffers),
@@ -41,7 +44,8 @@ def hosts_of(nprocs: int, nservers: int = 0, slots: int | None = None) -> list[i
 
 def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 grace_s: float = 5.0, module: str = "ddlbench.train",
-                net: str | None = None, slots: int | None = None, nservers: int = 0) -> int:
+                net: str | None = None, slots: int | None = None, nservers: int = 0,
+                pin: bool = True) -> int:
     """Run ``python -m MODULE ARGV`` (the training script unless told otherwise; the
     communication micro-benchmark and the profiler use it too) as ``nworkers`` local processes
     and wait for them.
@@ -59,6 +63,11 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
     (what the per-machine parameter-server clients group by), under ``--net`` always and on the
     loopback when ``slots`` is given (logical machines: all processes share this machine's
     cores, so ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` stay this machine's).
+
+    ``pin`` (and ``DDLBENCH_PIN`` not 0): when the processes fit this process's cores, each is
+    pinned to cores of its own (``ddlbench.hosts.pinning``) between fork and exec, which
+    ``ip netns exec`` keeps under ``--net``; every process learns the plan in
+    ``DDLBENCH_PLACEMENT`` for the record.
     """
     import torch.distributed as dist  # the store lives in this process, on a kernel-chosen port
 
@@ -67,6 +76,9 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                     **{PARENT_ENV: str(os.getpid())},
                     LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr,
                     MASTER_PORT=str(store.port))
+    placement = pinning.plan(nworkers - nservers, nservers,
+                             pin=pin and pinning.enabled())
+    base_env[pinning.PLACEMENT_ENV] = json.dumps(placement, sort_keys=True)
     procs: list[subprocess.Popen] = []
     cluster = None  # the emulated network of --net: one host per process
     with stop_signals() as stopping:
@@ -83,7 +95,7 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 env.update(cluster.env(host[rank]) if cluster else {})
                 procs.append(subprocess.Popen([*(cluster.prefix(host[rank]) if cluster else []),
                                                sys.executable, "-m", module, *argv], env=env,
-                                              preexec_fn=die_with_parent()))
+                                              preexec_fn=_preexec(placement, rank)))
             # Workers that fail together (a failed verification) exit within moments of each
             # other: only the ones still running after grace_s are stopped, and named.
             return supervise(procs, [f"worker {r}" for r in range(nworkers)], stopping,
@@ -93,3 +105,18 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
             if cluster is not None:
                 cluster.down()
             del store
+
+
+def _preexec(placement: dict, rank: int):
+    """The child's set-up between fork and exec: it dies with this process, and, pinned, runs
+    on its own cores from its first instruction on (before Python starts, so before torch
+    sizes its thread pools)."""
+    die = die_with_parent()
+    if placement["pinning"] != pinning.PINNED:
+        return die
+    pin = pinning.pin_to(placement["ranks"][rank]["cores"])
+
+    def preexec() -> None:
+        die()
+        pin()
+    return preexec

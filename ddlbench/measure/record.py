@@ -39,7 +39,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def manifest(ctx, hosts: list[str]) -> dict:
+def manifest(ctx, hosts: list[str], placement: dict | None = None) -> dict:
     from .. import __version__
     device = (torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda"
               else platform.processor() or platform.machine())
@@ -60,15 +60,21 @@ def manifest(ctx, hosts: list[str]) -> dict:
         "hosts": hosts,
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
+        # each rank's cores, pinned or shared (ddlbench.hosts.pinning)
+        "placement": placement,
     }
 
 
 def environment(ctx) -> dict:
-    """The manifest with every worker's host name (collective: every worker calls it)."""
+    """The manifest with every worker's host name and cores (collective: every worker calls
+    it)."""
     import torch.distributed as dist
-    hosts = [None] * ctx.size
-    dist.all_gather_object(hosts, socket.gethostname())
-    return manifest(ctx, hosts)
+
+    from ..hosts import pinning
+    seen = [None] * ctx.size
+    dist.all_gather_object(seen, {"host": socket.gethostname(),
+                                  "cores": pinning.available_cores()})
+    return manifest(ctx, [s["host"] for s in seen], pinning.record(seen, ctx.launcher))
 
 
 def peak_rss() -> int:
