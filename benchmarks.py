@@ -13,8 +13,10 @@ Each try runs in its own process group with a timeout; a crash or a timeout is r
 its reason and the tail of its log, and the sweep goes on. Every finished try is one line of
 results/<date>-<name>/results.jsonl, written before the next starts; started again (also after
 kill -9) the sweep resumes the latest unfinished folder of that name and runs only the tries
-not yet recorded. Reports in the same folder: README.md (tables), results.csv, plots/,
-manifest.json. Sweep file format: ddlbench/sweep/__init__.py.
+not yet recorded. Tries run round-robin over the cells (try 0 of every cell, then try 1, ...),
+each round in an order shuffled by the sweep's seed (recorded in the store), so that drift
+and background load fall on every method alike. Reports in the same folder: README.md
+(tables), results.csv, plots/, manifest.json. Sweep file format: ddlbench/sweep/__init__.py.
 """
 from __future__ import annotations
 
@@ -121,6 +123,8 @@ def run_main(argv: list[str]) -> int:
               f"{len(p.todo)} to run, {p.skipped} already done; results -> {rel} ({state})",
               flush=True)
     if args.dry_run:
+        print(f"order: round-robin, try 0 of every cell, then try 1, ...; each round shuffled "
+              f"by seed {p.seed} ({p.seed_source})")
         for t in p.todo:
             cmd, env = runner.command(sweep, t.cell, "<record>.json")
             again = f" (attempt {t.attempt})" if t.attempt > 1 else ""

@@ -36,7 +36,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict", "calibrate"}
+        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -244,6 +244,9 @@ class Sweep:
     predict: dict = field(default_factory=dict)
     # Run the profiler and comm_bench first and predict every cell (ddlbench/sweep/calibrate.py)
     calibrate: bool = False
+    # The order of each round of tries (ddlbench/sweep/execute.py); None: the store's, or one
+    # chosen when the store starts
+    seed: int | None = None
 
     def cells(self) -> list[Cell]:
         return [Cell(net, task, method, engine, n, self) for net in self.networks
@@ -265,7 +268,7 @@ class Sweep:
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
                 "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
-                "calibrate": self.calibrate}
+                "calibrate": self.calibrate, "seed": self.seed}
 
 
 def resolve_config(name_or_path: str) -> str:
@@ -386,6 +389,10 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     if not isinstance(calibrate, bool):
         problems.append(f"calibrate must be true or false, got {calibrate!r}")
         calibrate = False
+    seed = raw.get("seed")
+    if seed is not None and not (_is_int(seed) and seed >= 0):
+        problems.append(f"seed must be an integer >= 0, got {seed!r}")
+        seed = None
 
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
@@ -395,7 +402,7 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate)
+                  calibrate=calibrate, seed=seed)
     problems += _check_names(tasks, methods)
     problems += _check_combinations(sweep, hosts=runs)
     if preflight and runs and not problems:

@@ -1,6 +1,17 @@
-"""Running a sweep: which folder, which tries are left, the progress display, the loop."""
+"""Running a sweep: which folder, which tries are left and in what order, the progress
+display, the loop.
+
+Tries run round-robin over the cells: try 0 of every cell, then try 1, ...; within a round the
+cells run in an order shuffled by the sweep's seed (each cell's place is the SHA-256 of seed,
+round and cell hash), so slow drift and background load fall on every method alike. The seed
+is the sweep file's ``seed``, else the one recorded in the store's header, else one chosen
+from the store folder's name when it starts (so ``--dry-run`` shows the very order), and each
+header records it. The store is the truth: a restarted sweep runs the tries it does not hold,
+in the same order.
+"""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -32,6 +43,8 @@ class Plan:
     skipped: int           # tries already finished in the store
     entries: list          # the store's lines as read
     rerun_failed: bool = False
+    seed: int = 0          # the order of each round (order_seed)
+    seed_source: str = ""  # where the seed came from, in words
 
 
 _DIR_RE = r"^(\d{4}-\d{2}-\d{2})(?:\.(\d+))?-%s$"
@@ -59,14 +72,39 @@ def _new_folder(root: str, name: str) -> str:
     return folder
 
 
+def order_seed(sweep: Sweep, entries: list[dict], folder: str) -> tuple[int, str]:
+    """The seed of the tries' order and where it came from: the sweep file's ``seed``, else
+    the latest one the store's headers recorded, else one from the folder's name (a new
+    store: chosen when it starts, the same for a dry run)."""
+    if sweep.seed is not None:
+        return sweep.seed, "the sweep file's seed"
+    for e in reversed(store.headers(entries)):
+        if isinstance(e.get("seed"), int) and not isinstance(e.get("seed"), bool):
+            return e["seed"], "recorded in the store"
+    name = os.path.basename(os.path.normpath(folder))
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16), \
+        "chosen for this store (from its folder's name)"
+
+
+def round_order(cells: list[Cell], seed: int, round_index: int) -> list[Cell]:
+    """The cells in the order round ``round_index`` runs them: sorted by the SHA-256 of seed,
+    round and cell hash (a permutation that does not depend on which other cells there are, so
+    --only and resumes keep it)."""
+    def place(c: Cell) -> str:
+        return hashlib.sha256(f"{seed}:{round_index}:{c.hash}".encode()).hexdigest()
+    return sorted(cells, key=place)
+
+
 def pending(cells: list[Cell], tries: int, entries: list[dict],
-            rerun_failed: bool) -> tuple[list[Planned], int]:
+            rerun_failed: bool, seed: int = 0) -> tuple[list[Planned], int]:
+    """The tries the store does not hold (or, with ``rerun_failed``, holds as failed), round
+    by round (try 0 of every cell, then try 1, ...), each round in ``round_order``; and how
+    many are done."""
     eff = store.latest(entries)
     todo, skipped = [], 0
-    for cell in cells:
-        h = cell.hash
-        for i in range(tries):
-            e = eff.get((h, i))
+    for i in range(tries):
+        for cell in round_order(cells, seed, i):
+            e = eff.get((cell.hash, i))
             if e is None:
                 todo.append(Planned(cell, i, 1))
             elif e.get("status") != "ok" and rerun_failed:
@@ -90,13 +128,16 @@ def plan(sweep: Sweep, only=None, results: str | None = None, fresh: bool = Fals
         candidates = [] if fresh else _dated_folders(sweep.results_root, sweep.name)[-1:]
     for folder in candidates:
         entries, _ = store.read(store.store_path(folder))
-        todo, skipped = pending(cells, sweep.tries, entries, rerun_failed)
+        seed, source = order_seed(sweep, entries, folder)
+        todo, skipped = pending(cells, sweep.tries, entries, rerun_failed, seed)
         if todo or results:
             return Plan(folder, _logs(sweep, folder), bool(entries), cells, todo, skipped,
-                        entries, rerun_failed)
+                        entries, rerun_failed, seed, source)
     folder = _new_folder(sweep.results_root, sweep.name)
-    todo, skipped = pending(cells, sweep.tries, [], rerun_failed)
-    return Plan(folder, _logs(sweep, folder), False, cells, todo, skipped, [], rerun_failed)
+    seed, source = order_seed(sweep, [], folder)
+    todo, skipped = pending(cells, sweep.tries, [], rerun_failed, seed)
+    return Plan(folder, _logs(sweep, folder), False, cells, todo, skipped, [], rerun_failed,
+                seed, source)
 
 
 def _logs(sweep: Sweep, folder: str) -> str:
@@ -213,8 +254,9 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                   f"({left['killed']} process(es))", file=sys.stderr, flush=True)
         # The plan was made before taking the lock: read the store again.
         entries, _ = store.read(path)
-        todo, skipped = pending(p.cells, sweep.tries, entries, p.rerun_failed)
-        header = {"kind": "sweep", **sweep.header(),
+        seed, source = order_seed(sweep, entries, p.folder)
+        todo, skipped = pending(p.cells, sweep.tries, entries, p.rerun_failed, seed)
+        header = {"kind": "sweep", **sweep.header(), "seed": seed, "seed_source": source,
                   "cells": [c.hash for c in sweep.cells()],
                   "suite_version": suite_version(), "started": runner._now(),
                   "host": socket.gethostname(), "pid": os.getpid(),
