@@ -17,10 +17,10 @@ import pytest
 
 import benchmarks
 from ddlbench.hosts import pinning
-from ddlbench.sweep import config, execute, store
+from ddlbench.sweep import aggregate, config, execute, plots, report, store
 
 from .conftest import REPO, describe, env, run
-from .test_sweep import FAKE, folders, try_lines, write_config
+from .test_sweep import FAKE, _line, folders, try_lines, write_config
 
 CORES = pinning.available_cores()
 
@@ -241,3 +241,171 @@ def test_a_sweep_killed_mid_try_resumes_without_repeating_or_skipping(tmp_path, 
     started = calls.read_text().splitlines()
     order = [_call(c) for c, _ in expected]
     assert started == order[:done + 1] + order[done:]
+
+
+# ------------------------------------------------------------- medians, intervals and ties
+
+R18 = {"model": "resnet18", "batch_size": 16}
+
+
+def _try(h, method, n, i, thr, rounds=None, placement=None, compressor=None, arch="a2a"):
+    e = _line(h, "1gbit", R18, method, arch, n, i, "ok", thr)
+    if compressor:
+        e["config"]["method"]["compressor"] = compressor
+        e["label"] = f"{method} compressor={compressor}"
+    if rounds is not None:
+        e["record"]["result"] = {"total_throughput": rounds}
+    if placement is not None:
+        e["record"]["environment"]["placement"] = placement
+    return e
+
+
+SHARED = {"pinning": "shared", "reason": "4 workers share 2 cores", "machine_cores": 2,
+          "workers": 4, "servers": 0, "ranks": []}
+PINNED = {"pinning": "pinned", "reason": "2 workers on 2 cores: 1 core each",
+          "machine_cores": 2, "workers": 2, "servers": 0, "ranks": []}
+
+
+def noisy_store(folder):
+    """ResNet-18 on 1gbit: wfbp, fusion and ddp at 1, 2 and 4 workers, fusion with fp16 and
+    bspps at 1 worker. 3 tries each at 1 and 2 workers (the interval over tries: [min, max]
+    with 3), 1 or 2 at 4 workers with per-round throughputs (the interval over rounds); the
+    4-worker runs shared 2 cores."""
+    os.makedirs(folder, exist_ok=True)
+    header = {"kind": "sweep", "name": "noise", "tries": 3, "min_ok": 1, "aggregate": "mean",
+              "seed": 3, "networks": [{"name": "1gbit", "kind": "net", "profile": "1gbit"}],
+              "tasks": [R18], "engines": ["torch"], "nworkers": [1, 2, 4],
+              "methods": [{"method": "wfbp"}, {"method": "fusion"}, {"method": "ddp"},
+                          {"method": "fusion", "compressor": "fp16"}, {"method": "bspps"}]}
+    T = _try
+    lines = [header]
+    for h, m, n, values in (("w1", "wfbp", 1, (124.8, 120.0, 130.0)),
+                            ("f1", "fusion", 1, (109.2, 105.0, 112.0)),
+                            ("d1", "ddp", 1, (98.9, 95.0, 101.0)),
+                            ("w2", "wfbp", 2, (200.0, 210.0, 220.0)),
+                            ("f2", "fusion", 2, (215.0, 205.0, 225.0)),
+                            ("d2", "ddp", 2, (150.0, 150.0, 150.0))):
+        lines += [T(h, m, n, i, v, placement=PINNED if n == 2 else None)
+                  for i, v in enumerate(values)]
+    lines += [T("c1", "fusion", 1, i, 150.0, compressor="fp16") for i in range(3)]
+    lines += [T("p1", "bspps", 1, i, 60.0, arch="ps") for i in range(3)]
+    lines += [T("w4", "wfbp", 4, 0, 320.0, rounds=[300.0, 340.0], placement=SHARED),
+              T("f4", "fusion", 4, 0, 255.0, rounds=[250.0, 260.0], placement=SHARED),
+              T("d4", "ddp", 4, 0, 210.0, rounds=[200.0, 220.0], placement=SHARED),
+              T("d4", "ddp", 4, 1, 210.0, rounds=[210.0, 210.0], placement=SHARED),
+              _line("d4", "1gbit", R18, "ddp", "a2a", 4, 2, "failed")]
+    header["cells"] = list(dict.fromkeys(e["hash"] for e in lines[1:]))
+    with open(os.path.join(folder, "results.jsonl"), "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in lines)
+    return folder
+
+
+# By hand: 3 tries give [min, max] (a resample's median is the smallest value with
+# probability 7/27, so at least 51 of 2000 are); one try with rounds [a, b] gives [a, b] (a
+# resample's mean is a with probability 1/4); ddp's two tries at 4 workers, rounds
+# [200, 220] and [210, 210]: the median of the two means is 205, 210 or 215 (1/4, 1/2, 1/4).
+# Ties: at 1 worker fusion+fp16's [150, 150] is apart from every other interval (best); at 2
+# fusion's [205, 225] overlaps wfbp's [200, 220] (tied), ddp's [150, 150] is apart; at 4
+# wfbp's [300, 340] is apart from [250, 260] and [205, 215] (best).
+_ROW = "| ResNet-18 | 16 | 1gbit (emulated) | "
+EXPECTED_INTERVALS = "".join([
+    "| DNN | BS | CONNECTION | METHOD | 1 GPU | 2 GPUs | 4 GPUs |\n",
+    "| --- | --- | --- | --- | --- | --- | --- |\n",
+    _ROW + "wfbp | 124.8 [120.0, 130.0] | 210.0 [200.0, 220.0] (tied) | "
+    "320.0 [300.0, 340.0] (rounds) (best) |\n",
+    _ROW + "fusion | 109.2 [105.0, 112.0] | 215.0 [205.0, 225.0] (tied) | "
+    "255.0 [250.0, 260.0] (rounds) |\n",
+    _ROW + "ddp | 98.9 [95.0, 101.0] | 150.0 [150.0, 150.0] | "
+    "210.0 [205.0, 215.0] (rounds) |\n",
+    _ROW + "fusion compressor=fp16 | 150.0 [150.0, 150.0] (best) | - | - |\n",
+    _ROW + "bspps | 60.0 [60.0, 60.0] | - | - |\n"])
+# The all-to-all methods without a compressor at 1 worker: 124.8 / 98.9 = 1.2619
+EXPECTED_FLOOR = ("Noise floor: at 1 worker the all-to-all methods without a compressor do "
+                  "the same work, so the max/min ratio of their medians is noise: ResNet-18, "
+                  "batch 16, 1gbit (emulated): 1.262 (wfbp 124.8 / ddp 98.9; of wfbp, fusion, "
+                  "ddp).")
+EXPECTED_SHARED = ("4 workers share 2 cores: compute contention is part of every figure (the "
+                   "4-worker cells).")
+
+
+def test_intervals_ties_and_the_noise_floor_from_a_hand_written_store(tmp_path, capsys):
+    folder = noisy_store(str(tmp_path / "noise"))
+    assert benchmarks.main(["report", folder, "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert EXPECTED_INTERVALS in out and EXPECTED_FLOOR in out
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "## Medians and 95% intervals" in readme
+    assert EXPECTED_INTERVALS in readme and EXPECTED_FLOOR in readme
+    head = readme.split("## Throughput")[0]
+    assert EXPECTED_SHARED in head
+    # the original's table is untouched: mean +- std
+    assert "| ResNet-18 | 16 | 1gbit (emulated) | wfbp | 124.9 +- 4.08 | 210.0 +- 8.16 | " \
+        "320.0 +- 0.00 |" in readme
+    t = aggregate.load(folder)
+    by = {(r.label, n): s for r in t.rows for n, s in r.cells.items()}
+    assert by[("wfbp", 1)].basis == "tries" and by[("wfbp", 4)].basis == "rounds"
+    rk = aggregate.ranking(t.rows, 2)
+    assert rk.best.label == "fusion" and [r.label for r in rk.tied] == ["wfbp"]
+    assert not rk.distinguishable
+    assert aggregate.ranking(t.rows, 4).best.label == "wfbp"
+    assert aggregate.ranking(t.rows, 4).distinguishable
+    [floor] = aggregate.noise_floor(t)
+    assert floor.ratio == pytest.approx(124.8 / 98.9)
+    # Without 1-worker cells there is no noise floor line.
+    entries, _ = store.read(os.path.join(folder, "results.jsonl"))
+    report.write_all(folder, plots=False, entries=[
+        e for e in entries if e.get("kind") != "try" or e["config"]["nworkers"] != 1])
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "Noise floor" not in readme and "## Medians and 95% intervals" in readme
+
+
+def test_median_interval_by_hand():
+    """7 tries: the 2.5th percentile of 2000 resampled medians is the second smallest value
+    (P(median = smallest) = P(4 or more of 7 draws are it) = 0.010, P(median <= second) =
+    0.108), the 97.5th the second largest; equal values, a point; one try with no per-round
+    figures, no interval; the same key, the same figures."""
+    values = [7.0, 1.0, 5.0, 3.0, 6.0, 2.0, 4.0]
+    assert aggregate.median_interval(values, None, "k") == (4.0, 2.0, 6.0, "tries")
+    assert aggregate.median_interval([5.0] * 3, None, "k") == (5.0, 5.0, 5.0, "tries")
+    assert aggregate.median_interval([5.0], None, "k") == (5.0, None, None, None)
+    assert aggregate.median_interval([5.0, 7.0], [[4.0, 6.0], [7.0, 7.0]], "k") == \
+        (6.0, 5.5, 6.5, "rounds")
+    a = aggregate.median_interval([1.0, 2.0, 3.0, 4.0], None, "x")
+    assert a == aggregate.median_interval([1.0, 2.0, 3.0, 4.0], None, "x")
+
+
+def _labels(monkeypatch, t, folder):
+    """The texts drawn on the throughput plots."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+    drawn = []
+    original = Axes.text
+
+    def text(self, x, y, s, *a, **k):
+        drawn.append(s)
+        return original(self, x, y, s, *a, **k)
+    monkeypatch.setattr(Axes, "text", text)
+    plots.draw(t, folder)
+    return drawn
+
+
+def test_the_plot_labels_a_best_only_when_it_is_told_apart(tmp_path, monkeypatch):
+    folder = noisy_store(str(tmp_path / "noise"))
+    t = aggregate.load(folder)
+    rows = t.rows
+    # at 2 workers fusion and wfbp tie: no label; at 4 wfbp is apart: its speedup
+    # (mean 320 over its 1-worker mean 124.93)
+    assert plots.best_label(rows, 2) is None
+    row, text = plots.best_label(rows, 4)
+    assert row.label == "wfbp" and text == "2.6x"
+    drawn = _labels(monkeypatch, t, str(tmp_path / "plots"))
+    assert "2.6x" in drawn
+    assert "2.0x" not in drawn  # fusion's 215 / 109.4 at 2 workers, tied with wfbp
+    assert any("no best at 2 GPU(s)" in s for s in drawn)
+    # Two methods tied at the only multi-worker count: no best label at all
+    entries, _ = store.read(os.path.join(folder, "results.jsonl"))
+    two = aggregate.build([e for e in entries if e.get("kind") != "try"
+                           or e["config"]["nworkers"] in (1, 2)])
+    drawn = _labels(monkeypatch, two, str(tmp_path / "plots2"))
+    assert not [s for s in drawn if s.endswith("x")]

@@ -8,10 +8,19 @@ needs 3 successful tries). A cell with fewer than ``min_ok`` successful tries (o
 under olympic) is marked ``(k/n ok)`` and left out of speedups, never silently averaged.
 Speedup S(P) = thr(P) / thr(1) and efficiency S(P) / P use the same row's 1-worker cell of the
 same sweep.
+
+Noise (docs/DESIGN.md section 15, "Medians and intervals"): every cell also gets the median of
+its successful tries and a 95% interval for it, a bootstrap over the tries (3 or more: 2000
+resamples seeded by the cell's hash) or, with 1 or 2 tries, over the timing rounds of their
+records; ``ranking`` tells, per group of cells (network, task, workers), the best median and
+the methods whose intervals overlap it (tied); ``noise_floor`` compares the methods at 1
+worker, where they all do the same work.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +37,12 @@ class Stat:
     center: float | None = None
     spread: float | None = None
     marked: bool = False    # too few successful tries to be trusted
+    # The median of the successful tries and its 95% interval (``median_interval``); basis
+    # "tries" (a bootstrap over them), "rounds" (over their timing rounds), None (none).
+    median: float | None = None
+    low: float | None = None
+    high: float | None = None
+    basis: str | None = None
 
     @property
     def ok(self) -> int:
@@ -56,6 +71,7 @@ class Row:
     unit: str = ""
     cells: dict = field(default_factory=dict)   # nworkers -> Stat
     hashes: dict = field(default_factory=dict)  # nworkers -> cell hash
+    compressor: str = "none"
 
     @property
     def dnn(self) -> str:
@@ -120,6 +136,132 @@ def _pstdev(values: list[float]) -> float:
     return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
+# ------------------------------------------------------------------ medians and intervals
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_MIN_TRIES = 3     # fewer successful tries: the interval is over timing rounds
+
+
+def _rounds(lines: list[dict]) -> list[list[float]] | None:
+    """Each successful try's per-round total throughputs (its record's
+    ``result.total_throughput``), in the order of ``build``'s successful values; None when a
+    try has fewer than two (no record, an older one, a throughput read from the log)."""
+    out = []
+    for e in lines:
+        if e.get("status") != "ok" or e.get("throughput") is None:
+            continue
+        rounds = ((e.get("record") or {}).get("result") or {}).get("total_throughput")
+        if not (isinstance(rounds, list) and len(rounds) >= 2 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in rounds)):
+            return None
+        out.append([float(v) for v in rounds])
+    return out
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    """The central CONFIDENCE range of the bootstrap's statistics: with 2000 of them the
+    51st smallest and the 51st largest (50 below, 50 above)."""
+    ranked = sorted(samples)
+    k = int(round((1.0 - CONFIDENCE) / 2.0 * len(ranked)))
+    return ranked[k], ranked[len(ranked) - 1 - k]
+
+
+def median_interval(values: list[float], rounds: list[list[float]] | None,
+                    key: str) -> tuple[float, float | None, float | None, str | None]:
+    """(median, low, high, basis) of a cell's successful tries' throughputs ``values``.
+
+    3 or more tries: a bootstrap over the tries, 2000 resamples (with replacement, as many as
+    there are tries), the median of each, and their 2.5th and 97.5th percentiles (basis
+    "tries"). 1 or 2 tries whose records hold per-round throughputs (``rounds``, two or more
+    each): each resample draws every try's rounds again and takes their mean (a try's
+    throughput is the mean of its rounds), then the median over the tries (basis "rounds":
+    the variation within a run, not between runs). Otherwise no interval (None, basis None).
+    The generator is seeded by ``key`` (the cell's hash): the same store, the same figures."""
+    center = statistics.median(values)
+    rng = random.Random(int(hashlib.sha256(f"bootstrap:{key}".encode()).hexdigest()[:16], 16))
+    n = len(values)
+    if n >= BOOTSTRAP_MIN_TRIES:
+        stats = [statistics.median(rng.choices(values, k=n))
+                 for _ in range(BOOTSTRAP_RESAMPLES)]
+        return (center, *_percentiles(stats), "tries")
+    if rounds is not None and len(rounds) == n:
+        stats = [statistics.median([statistics.fmean(rng.choices(r, k=len(r))) for r in rounds])
+                 for _ in range(BOOTSTRAP_RESAMPLES)]
+        return (center, *_percentiles(stats), "rounds")
+    return center, None, None, None
+
+
+@dataclass
+class Ranking:
+    """Of a group of cells (same network, task and workers; one per row): the row with the
+    best median among the trusted cells, and the other rows whose cells cannot be told from
+    it (their intervals overlap the best one's, or one of the two has none)."""
+    best: Row | None
+    tied: list
+    contenders: int
+
+    @property
+    def distinguishable(self) -> bool:
+        """A best that the data tell apart from every other method (or that has no rival)."""
+        return self.best is not None and not self.tied
+
+
+def ranking(rows: list[Row], n: int) -> Ranking:
+    cells = [(r, r.cells[n]) for r in rows
+             if n in r.cells and r.cells[n].values and not r.cells[n].marked]
+    if not cells:
+        return Ranking(None, [], 0)
+    best, top = max(cells, key=lambda rs: rs[1].median)  # the first in table order on a tie
+    tied = [r for r, s in cells if r is not best and not _apart(top, s)]
+    return Ranking(best, tied, len(cells))
+
+
+def _apart(a: Stat, b: Stat) -> bool:
+    """Whether two cells' intervals do not overlap (False when either has none)."""
+    if a.basis is None or b.basis is None:
+        return False
+    return a.low > b.high or b.low > a.high
+
+
+def groups(t: "Table") -> dict[tuple, list[Row]]:
+    """(network, task) -> its rows, in table order."""
+    out: dict[tuple, list[Row]] = {}
+    for r in t.rows:
+        out.setdefault((r.network, r.task), []).append(r)
+    return out
+
+
+@dataclass
+class NoiseFloor:
+    """At 1 worker, on one network and task (and engine), the all-to-all methods without a
+    compressor do the same work: the spread of their medians is noise."""
+    rows: list              # the rows compared, table order
+    high: Row               # the largest median's
+    low: Row                # the smallest median's
+
+    @property
+    def ratio(self) -> float:
+        return self.high.cells[1].median / self.low.cells[1].median
+
+
+def noise_floor(t: "Table") -> list[NoiseFloor]:
+    """Per network, task and engine with two or more such methods' trusted 1-worker cells."""
+    found: dict[tuple, list[Row]] = {}
+    for r in t.rows:
+        s = r.cells.get(1)
+        if r.architecture == "ps" or r.compressor != "none" or s is None or not s.values \
+                or s.marked or not s.median:
+            continue
+        found.setdefault((r.network, r.task, r.engine), []).append(r)
+    out = []
+    for rows in found.values():
+        if len(rows) >= 2:
+            out.append(NoiseFloor(rows, max(rows, key=lambda r: r.cells[1].median),
+                                  min(rows, key=lambda r: r.cells[1].median)))
+    return out
+
+
 def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | None = None,
           unreadable: int = 0) -> Table:
     usable = [e for e in entries if e.get("kind") != "try" or store.has_cell(e)]
@@ -170,6 +312,8 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
         if ok:
             stat.center, stat.spread, enough = aggregate(ok, how)
             stat.marked = len(ok) < min_ok or not enough
+            stat.median, stat.low, stat.high, stat.basis = median_interval(
+                ok, _rounds(lines), h)
         else:
             stat.marked = True
         row.cells[int(cfg["nworkers"])] = stat
@@ -227,7 +371,8 @@ def _row(e: dict) -> Row:
                batch_size=int(task["batch_size"]), task=task_key(task),
                label=e.get("label") or method_label(cfg["method"]),
                engine=cfg.get("engine", "torch"),
-               architecture=e.get("architecture") or "a2a", unit=e.get("unit") or "")
+               architecture=e.get("architecture") or "a2a", unit=e.get("unit") or "",
+               compressor=str(cfg["method"].get("compressor", "none")))
 
 
 def _connection(net: dict) -> str:

@@ -3,7 +3,9 @@
 Per network and task: a grouped bar chart, x = worker counts, one bar per method (error bars:
 the std across tries; all-to-all methods in shades of blue, parameter-server methods in shades
 of orange; a cell marked for too few successful tries is hatched), and above each group the
-best bar's speedup over its own 1-worker throughput; a line plot of scaling efficiency; and,
+best bar's speedup over its own 1-worker throughput, only where the best is told apart from
+the others (its median's 95% interval apart from theirs: ``aggregate.ranking``; tied groups
+say "tied" under the axis); a line plot of scaling efficiency; and,
 where the runs recorded timelines, a stacked bar per method and worker count of where the
 iteration goes (compute, exposed communication and waits, the rest).
 The original's own figures, in its style and file names, for ``original.md``: ``draw_original``.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from .aggregate import Table, breakdown, predicted_vs_measured
+from .aggregate import Table, breakdown, predicted_vs_measured, ranking
 
 
 def _slug(text: str) -> str:
@@ -63,23 +65,16 @@ def draw(t: Table, folder: str) -> list[str]:
             for bar, hatch in zip(bars, hatches):
                 bar.set_hatch(hatch)
         top = ax.get_ylim()[1]
+        tied = []
         for j, n in enumerate(counts):
-            if n == 1:
+            label = best_label(rows, n)
+            if label is None:
+                if ranking(rows, n).tied:
+                    tied.append(str(n))
                 continue
-            best = None
-            for r in rows:
-                s = r.cells.get(n)
-                if s is None or not s.values or s.marked:
-                    continue
-                if best is None or s.center > best[1].center:
-                    best = (r, s)
-            if best is None:
-                continue
-            sp = best[0].speedup(n)
-            if sp is None:
-                continue
-            ax.text(j, best[1].center + best[1].spread + 0.02 * top, f"{sp[0]:.1f}x",
-                    ha="center", va="bottom", fontsize=8)
+            s = label[0].cells[n]
+            ax.text(j, s.center + s.spread + 0.02 * top, label[1], ha="center", va="bottom",
+                    fontsize=8)
         ax.set_ylim(0, top * 1.1)
         ax.set_xticks(range(len(counts)))
         ax.set_xticklabels([str(n) for n in counts])
@@ -89,9 +84,15 @@ def draw(t: Table, folder: str) -> list[str]:
         # Outside the axes, right of the plot: a legend inside covers the tallest bars.
         ax.legend(fontsize=7, ncol=2 if len(rows) > 8 else 1, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        notes = []
         if any(s.marked and s.values for r in rows for s in r.cells.values()):
-            ax.text(1.0, -0.14, "hatched: too few successful tries", transform=ax.transAxes,
-                    ha="right", va="top", fontsize=7)
+            notes.append("hatched: too few successful tries")
+        if tied:
+            notes.append(f"no best at {', '.join(tied)} {t.noun}(s): the leaders' 95% "
+                         f"intervals overlap")
+        if notes:
+            ax.text(1.0, -0.14, "; ".join(notes), transform=ax.transAxes, ha="right",
+                    va="top", fontsize=7)
         ax.grid(axis="y", linestyle=":", linewidth=0.5)
         fig.tight_layout()
         path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_throughput.png")
@@ -134,6 +135,19 @@ def draw(t: Table, folder: str) -> list[str]:
         files.append(path)
     files += _scatter(t, folder, plt)
     return files
+
+
+def best_label(rows: list, n: int) -> tuple | None:
+    """(row, text) of the label over the best bar of the group at ``n`` workers: its speedup
+    over its own 1-worker throughput; None at 1 worker, without a speedup, or when the best is
+    not told apart from another method (``aggregate.ranking``)."""
+    if n == 1:
+        return None
+    rk = ranking(rows, n)
+    if rk.best is None or not rk.distinguishable:
+        return None
+    sp = rk.best.speedup(n)
+    return None if sp is None else (rk.best, f"{sp[0]:.1f}x")
 
 
 TIME_PARTS = (("compute", "compute_ms", "#4C72B0"),

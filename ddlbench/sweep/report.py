@@ -18,7 +18,8 @@ import os
 import statistics
 
 from . import store
-from .aggregate import Table, breakdown, build, predicted_vs_measured, timeline_of
+from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, breakdown, build,
+                        groups, noise_floor, predicted_vs_measured, ranking, timeline_of)
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
                "engine", "nworkers", "try", "attempt", "status", "throughput",
@@ -45,6 +46,120 @@ def throughput_table(t: Table) -> str:
         cells += [r.cells[n].text() if n in r.cells else "-" for n in t.counts]
         lines.append(_md(cells))
     return "\n".join(lines) + "\n"
+
+
+BEST, TIED = "(best)", "(tied)"
+
+
+def interval_text(s: Stat, mark: str = "") -> str:
+    """A cell's ``median [low, high]``: ``(rounds)`` when the interval is over timing rounds,
+    ``[-]`` without one, the (k/n ok) mark, then ``mark`` (best or tied)."""
+    if not s.values:
+        return s.text()
+    text = f"{s.median:.1f} " + (f"[{s.low:.1f}, {s.high:.1f}]" if s.basis else "[-]")
+    if s.basis == "rounds":
+        text += " (rounds)"
+    if s.marked:
+        text += f" ({s.ok}/{s.expected} ok)"
+    return text + (f" {mark}" if mark else "")
+
+
+def marks(t: Table) -> dict[tuple[int, int], str]:
+    """(row index, workers) -> BEST or TIED: per group of cells (network, task, workers) with
+    two or more trusted cells, the best median is BEST when its interval is apart from every
+    other one's; else it and the cells whose intervals overlap it are TIED."""
+    index = {id(r): i for i, r in enumerate(t.rows)}
+    out = {}
+    for rows in groups(t).values():
+        for n in t.counts:
+            rk = ranking(rows, n)
+            if rk.contenders < 2:
+                continue
+            if rk.distinguishable:
+                out[(index[id(rk.best)], n)] = BEST
+            else:
+                for r in [rk.best, *rk.tied]:
+                    out[(index[id(r)], n)] = TIED
+    return out
+
+
+def interval_table(t: Table) -> str:
+    """The median of each cell's successful tries and its 95% interval, ties marked."""
+    head = ["DNN", "BS", "CONNECTION", "METHOD"] + [_plural(t.noun, n) for n in t.counts]
+    lines = [_md(head), "|" + "|".join(" --- " for _ in head) + "|"]
+    mark = marks(t)
+    for i, r in enumerate(t.rows):
+        cells = [r.dnn, str(r.batch_size), r.connection, r.method]
+        cells += [interval_text(r.cells[n], mark.get((i, n), "")) if n in r.cells else "-"
+                  for n in t.counts]
+        lines.append(_md(cells))
+    return "\n".join(lines) + "\n"
+
+
+def noise_floor_line(t: Table) -> str:
+    """One line: per network, task (and engine) with two or more all-to-all methods without a
+    compressor at 1 worker, the max/min ratio of their medians and which cells; '' when there
+    is none."""
+    parts = []
+    for f in noise_floor(t):
+        r = f.high
+        where = f"{r.dnn}, batch {r.batch_size}, {r.connection}"
+        if r.engine != "torch":
+            where += f", engine {r.engine}"
+        parts.append(f"{where}: {f.ratio:.3f} ({f.high.method} {f.high.cells[1].median:.1f} / "
+                     f"{f.low.method} {f.low.cells[1].median:.1f}; of "
+                     f"{', '.join(x.method for x in f.rows)})")
+    if not parts:
+        return ""
+    return ("Noise floor: at 1 worker the all-to-all methods without a compressor do the same "
+            "work, so the max/min ratio of their medians is noise: " + "; ".join(parts) + ".")
+
+
+def contention_lines(t: Table) -> list[str]:
+    """What the records say of cores: processes that shared them (not pinned: more than the
+    machine's cores), and tries run with pinning off."""
+    shared: dict[tuple, set] = {}
+    off = 0
+    for e in t.tries_used:
+        pl = ((e.get("record") or {}).get("environment") or {}).get("placement")
+        if not isinstance(pl, dict):
+            continue
+        if pl.get("pinning") == "shared":
+            key = (pl.get("workers"), pl.get("servers") or 0, pl.get("machine_cores"))
+            shared.setdefault(key, set()).add(int(e["config"]["nworkers"]))
+        elif pl.get("pinning") == "off":
+            off += 1
+    out = []
+    for (workers, servers, cores), counts in sorted(shared.items(), key=str):
+        who = f"{workers} workers" + (f" and {servers} servers" if servers else "")
+        cells = " and ".join(f"{n}-worker" for n in sorted(counts))
+        out.append(f"{who} share {cores} cores: compute contention is part of every figure "
+                   f"(the {cells} cells).")
+    if off:
+        out.append(f"Pinning was off in {off} {'try' if off == 1 else 'tries'} (--no-pin or "
+                   f"DDLBENCH_PIN=0): their processes shared the machine's cores.")
+    return out
+
+
+def intervals_section(t: Table) -> list[str]:
+    """README lines: the medians and intervals, how they are made, the noise floor."""
+    out = ["## Medians and 95% intervals", "",
+           f"The median of each cell's successful tries and a 95% interval for it: with "
+           f"{BOOTSTRAP_MIN_TRIES} or more successful tries a bootstrap over the tries "
+           f"({BOOTSTRAP_RESAMPLES} resamples, the median of each, their 2.5th and 97.5th "
+           f"percentiles; seeded by the cell's hash, so the same store gives the same "
+           f"figures); with fewer, marked (rounds), the same over the timing rounds of its "
+           f"tries (each try's rounds drawn again, their mean the try's throughput), which "
+           f"holds the variation within a run only, not between runs; [-]: no interval (no "
+           f"per-round figures). In each group of cells (same network, task and workers) the "
+           f"best median is marked (best) when its interval is apart from every other "
+           f"method's; otherwise it and the methods whose intervals overlap it are marked "
+           f"(tied): these tries cannot tell them apart.", "",
+           interval_table(t).rstrip("\n"), ""]
+    floor = noise_floor_line(t)
+    if floor:
+        out += [floor, ""]
+    return out
 
 
 def original_table(t: Table, date: str, images: list[str] | tuple = (),
@@ -162,7 +277,12 @@ def engine_table(t: Table) -> str:
 def console(t: Table) -> str:
     """What benchmarks.py prints: the throughput table, then the engine ratios (several
     engines) and the speedups (when there are 1-worker cells)."""
-    parts = [throughput_table(t)]
+    parts = [throughput_table(t),
+             "Median [95% interval]; (tied): not told apart from the best (README.md: how)\n"
+             + interval_table(t)]
+    floor = noise_floor_line(t)
+    if floor:
+        parts.append(floor + "\n")
     engines = engine_table(t)
     if engines:
         parts.append(engines)
@@ -209,7 +329,9 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
                    f"suite version or sweep file) are in the store but not in these tables.")
     if t.unreadable:
         out.append(f"{t.unreadable} unreadable line(s) in the store were skipped.")
+    out += contention_lines(t)
     out += ["", "## Throughput", "", throughput_table(t).rstrip("\n"), ""]
+    out += intervals_section(t)
     out += prediction_section(t, next((p for p in plots or [] if p.endswith(
         "predicted_vs_measured.png")), None))
     engines = engine_table(t)
