@@ -39,6 +39,13 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
       device_throughput: survey          # or {model: samples/s}: rescale one worker's compute
     calibrate: false           # true: profiler and comm_bench first (local networks), then
                                #   every cell predicted beside its measurement
+    seed: 12345                # the tries run round-robin (try 0 of every cell, then try 1,
+                               #   ...), each round shuffled by this seed; default: the one
+                               #   the store recorded, else chosen when the store starts
+
+Reports give, beside the original's mean +- std table, each cell's median and 95% interval
+(a bootstrap over 3 or more tries, else over the timing rounds), ties between methods and the
+noise floor at 1 worker (docs/DESIGN.md section 15).
 """
 from .config import (MODEL_NAMES, RDMA_LABELS, Cell, Network, Sweep, cell_hash, load,
                      method_label, presets, resolve_config, train_args)
