@@ -72,6 +72,19 @@ def check_writable(path: str, what: str = "--output", folder: bool = False) -> N
     os.unlink(tmp)
 
 
+def read_json(path: str, what: str):
+    """The JSON document in file ``path``; a file that cannot be read or parsed is one
+    UsageError naming ``what`` (e.g. "comm_bench file x.json")."""
+    import json
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read {what}: {e.strerror or e}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"{what} is not valid JSON: {first_line(e)}") from None
+
+
 def first_line(e: BaseException) -> str:
     """An exception in one line: the first line of its message (else its type). Gloo appends
     generic advice to its transport errors; the cause comes before it."""

@@ -34,7 +34,7 @@ import sys
 import time
 
 from . import simulate, timeline, topology
-from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
+from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable, read_json
 from .measure.profile_file import read_profile
 from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
                        DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
@@ -203,13 +203,7 @@ def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate
 def _codec_times(path: str | None, model: str, compressor: str) -> tuple[float, float]:
     if path is None or compressor == "none":
         return 0.0, 0.0
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read --codec {path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UsageError(f"--codec {path} is not JSON: {e}") from None
+    data = read_json(path, f"--codec {path}")
     models = data.get("models") if isinstance(data, dict) else None
     entry = None
     if isinstance(models, dict):

@@ -76,13 +76,12 @@ except P = 1, which costs 0.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 
 from . import simulate, yamlfile
-from .errors import UsageError
+from .errors import UsageError, read_json
 from .planning import PS_CLIENTS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -370,13 +369,7 @@ class Measured(Network):
         return ", ".join(self.paths)
 
     def _read(self, path: str) -> None:
-        try:
-            with open(path) as f:
-                rec = json.load(f)
-        except OSError as e:
-            raise UsageError(f"cannot read comm_bench file {path}: {e.strerror}") from None
-        except (ValueError, UnicodeDecodeError) as e:
-            raise UsageError(f"comm_bench file {path} is not JSON: {e}") from None
+        rec = read_json(path, f"comm_bench file {path}")
         if not isinstance(rec, dict) or rec.get("kind") != "comm_bench":
             kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
             raise UsageError(f"{path} is not a comm_bench record (kind {kind!r}, expected "

@@ -199,7 +199,7 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
     (["--network", "NET", "--nworkers", "9"], "has room for 1 to 8 workers (4 nodes x 2 devices), not 9"),
     (["--network", "AB", "--nworkers", "4"], "have no allreduce at 4 workers"),
     (["--compressor", "zip"], "unknown compressor 'zip'"),
-    (["--compressor", "topk", "--codec", "NET"], "is not JSON"),
+    (["--compressor", "topk", "--codec", "NET"], "is not valid JSON"),
     (["--method", "bytescheduler", "--compressor", "powersgd"],
      "bytescheduler does not take compressor powersgd"),
 ])

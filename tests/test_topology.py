@@ -294,7 +294,7 @@ def test_measured_refuses_what_is_not_a_comm_bench_record(tmp_path, bench_files)
         topology.load(str(other))
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(UsageError, match="not JSON"):
+    with pytest.raises(UsageError, match="is not valid JSON"):
         topology.load(str(broken))
     with pytest.raises(UsageError, match="cannot read"):
         topology.load(str(tmp_path / "absent.json"))

@@ -7,9 +7,8 @@ the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, 
 """
 from __future__ import annotations
 
-import json
 
-from ..errors import UsageError
+from ..errors import UsageError, read_json
 
 PROFILE_FORMAT = "ddlbench-mgwfbp-profile"
 PROFILE_VERSION = 1
@@ -22,13 +21,7 @@ def trainable(model) -> list[tuple[str, object]]:
 def read_profile(path: str) -> dict:
     """Load a profile file and check its form (not yet that it fits a model)."""
     where = f"MG-WFBP profile {path}"
-    try:
-        with open(path) as f:
-            prof = json.load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UsageError(f"{where} is not valid JSON: {e}") from None
+    prof = read_json(path, where)
     if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
         raise UsageError(f"{where} is not an MG-WFBP profile (no \"format\": "
                          f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.profiler")
