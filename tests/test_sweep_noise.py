@@ -184,7 +184,7 @@ def test_the_seed_is_chosen_once_recorded_and_kept(tmp_path, calls, capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("order: "))
     seed = int(line.split("seed ")[1].split()[0])
-    assert "(chosen for this store (from its folder's name))" in line
+    assert "(chosen for this store from its folder's name)" in line
     shown = [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("local_")]
     expected = _expected(sweep, seed, 2)
     assert shown == [f"{c.name} try {i}" for c, i in expected]
@@ -195,7 +195,7 @@ def test_the_seed_is_chosen_once_recorded_and_kept(tmp_path, calls, capsys):
     heads = store.headers(store.read(os.path.join(folder, "results.jsonl"))[0])
     assert [h["seed"] for h in heads] == [seed, seed]
     assert [h["seed_source"] for h in heads] == [
-        "chosen for this store (from its folder's name)", "recorded in the store"]
+        "chosen for this store from its folder's name", "recorded in the store"]
     first = [x for x in expected if x[0].nworkers == 1]
     rest = [x for x in expected if x[0].nworkers != 1]
     assert calls() == [_call(c) for c, _ in first + rest]

@@ -83,7 +83,7 @@ def order_seed(sweep: Sweep, entries: list[dict], folder: str) -> tuple[int, str
             return e["seed"], "recorded in the store"
     name = os.path.basename(os.path.normpath(folder))
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16), \
-        "chosen for this store (from its folder's name)"
+        "chosen for this store from its folder's name"
 
 
 def round_order(cells: list[Cell], seed: int, round_index: int) -> list[Cell]:
