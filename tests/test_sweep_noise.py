@@ -409,3 +409,31 @@ def test_the_plot_labels_a_best_only_when_it_is_told_apart(tmp_path, monkeypatch
                            or e["config"]["nworkers"] in (1, 2)])
     drawn = _labels(monkeypatch, two, str(tmp_path / "plots2"))
     assert not [s for s in drawn if s.endswith("x")]
+
+
+# What the sweep says, from the same store by hand: at 1 worker fusion+fp16's 150 is apart
+# from every other interval, 150 / 124.8 = 1.202 ahead of wfbp, bspps 60 is 60% below; at 2
+# fusion (215) and wfbp (210) overlap, ddp 150 is 1 - 150/215 = 30% below; at 4 wfbp's 320 is
+# apart, 320/255 = 1.255 ahead of fusion, ddp 210 is 34% below. No timelines, no predictions.
+EXPECTED_CONCLUSION = [
+    "**ResNet-18, batch 16, 1gbit (emulated), 1 worker**: fusion compressor=fp16 is fastest "
+    "(150.0 img/s), 20% ahead of wfbp, its interval apart from every other method's; bspps is "
+    "slowest (60.0, 60% below).",
+    "**ResNet-18, batch 16, 1gbit (emulated), 2 workers**: fusion and wfbp are tied best "
+    "(215.0 img/s the highest median; their intervals overlap); ddp is slowest (150.0, 30% "
+    "below).",
+    "**ResNet-18, batch 16, 1gbit (emulated), 4 workers**: wfbp is fastest (320.0 img/s), 25% "
+    "ahead of fusion, its interval apart from every other method's; ddp is slowest (210.0, 34% "
+    "below)."]
+
+
+def test_what_the_sweep_says_is_made_from_its_data(tmp_path):
+    folder = noisy_store(str(tmp_path / "noise"))
+    t = aggregate.load(folder)
+    lines = report.conclusion(t)
+    assert lines[0] == "## What this sweep says"
+    assert [ln for ln in lines if ln.startswith("**")] == EXPECTED_CONCLUSION
+    report.write_all(folder, plots=False)
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert readme.index("## What this sweep says") < readme.index("## Throughput")
+    assert all(p in readme for p in EXPECTED_CONCLUSION)

@@ -180,6 +180,8 @@ logs: {tmp_path / 'logs'}
     folder_s = str(folder)
     readme = open(os.path.join(folder_s, "README.md")).read()
     assert "## Predicted vs measured" in readme and "Median |error|" in readme
+    # what the sweep says names the model's error per group (its figures: the report's own)
+    assert readme.count("the model, calibrated before the runs, came within") == 2
     assert "plots/predicted_vs_measured.png" in readme
     assert os.path.exists(os.path.join(folder_s, "plots", "predicted_vs_measured.png"))
     header = open(os.path.join(folder_s, "results.csv")).readline().strip()

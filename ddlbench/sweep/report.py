@@ -162,6 +162,77 @@ def intervals_section(t: Table) -> list[str]:
     return out
 
 
+def conclusion(t: Table) -> list[str]:
+    """README lines: what the sweep says, one paragraph per network, task and worker count
+    with two or more methods to compare, made from the data alone: the best method (or the
+    methods tied best: their intervals overlap), the slowest and by how much, where the
+    communication went (exposed and hidden, from the runs' timelines) and, for a calibrated
+    sweep, how close the model came and whether it picked the same best."""
+    out = []
+    for rows in groups(t).values():
+        for n in t.counts:
+            rk = ranking(rows, n)
+            if rk.contenders < 2:
+                continue
+            first = rows[0]
+            unit = (first.unit or "samples/sec").replace("/sec", "/s")
+            where = (f"**{first.dnn}, batch {first.batch_size}, {first.connection}, "
+                     f"{_plural('worker', n)}**")
+            best = rk.best
+            top = best.cells[n].median
+            if rk.distinguishable:
+                runner_up = max((r for r in rows if r is not best and n in r.cells
+                                 and r.cells[n].values and not r.cells[n].marked),
+                                key=lambda r: r.cells[n].median)
+                lead = 100 * (top / runner_up.cells[n].median - 1)
+                head = (f"{best.method} is fastest ({top:.1f} {unit}), {lead:.0f}% ahead of "
+                        f"{runner_up.method}, its interval apart from every other method's")
+            else:
+                names = [best.method, *(r.method for r in rk.tied)]
+                head = (f"{_join(names)} are tied best ({top:.1f} {unit} the highest median; "
+                        f"their intervals overlap)")
+            trusted = [r for r in rows if n in r.cells and r.cells[n].values
+                       and not r.cells[n].marked]
+            slow = min(trusted, key=lambda r: r.cells[n].median)
+            parts = [head]
+            if slow is not best and slow not in rk.tied:
+                parts.append(f"{slow.method} is slowest ({slow.cells[n].median:.1f}, "
+                             f"{100 * (1 - slow.cells[n].median / top):.0f}% below)")
+            seen = [(r, breakdown(t, r, n)) for r in trusted]
+            seen = [(r, b) for r, b in seen if b is not None and b.observed and b.comm_ms > 0]
+            if seen:
+                worst = max(seen, key=lambda rb: rb[1].exposed_ms)
+                most = max(seen, key=lambda rb: rb[1].overlap or 0.0)
+                w, b = worst
+                parts.append(f"{w.method} exposes {b.exposed_ms:.0f} ms of its "
+                             f"{b.iteration_ms:.0f} ms iteration to communication "
+                             f"({100 * (b.overlap or 0):.0f}% of {b.comm_ms:.0f} ms hidden)")
+                if most[0] is not w and most[1].overlap:
+                    parts.append(f"{most[0].method} hides the most "
+                                 f"({100 * most[1].overlap:.0f}% of {most[1].comm_ms:.0f} ms)")
+            preds = {id(r): (t.predictions.get(r.hashes.get(n)) or {}).get("throughput")
+                     for r in trusted}
+            errors = [abs(preds[id(r)] / r.cells[n].median - 1) for r in trusted
+                      if preds[id(r)]]
+            if errors:
+                picked = max((r for r in trusted if preds[id(r)]), key=lambda r: preds[id(r)])
+                agree = ("the same best" if picked is best or picked in rk.tied
+                         else f"{picked.method} as best")
+                parts.append(f"the model, calibrated before the runs, came within "
+                             f"{100 * statistics.median(errors):.0f}% (median over "
+                             f"{_plural('method', len(errors))}) and picked {agree}")
+            out.append(f"{where}: " + "; ".join(parts) + ".")
+    if not out:
+        return []
+    return ["## What this sweep says", "",
+            "Made from the data below (medians, 95% intervals, the runs' timelines and, where "
+            "calibrated, the model's predictions):", "", *(x for p in out for x in (p, ""))]
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def original_table(t: Table, date: str, images: list[str] | tuple = (),
                    compare: str = "") -> str:
     """The original suite's results README in its exact layout (its plots.py): the date line,
@@ -330,7 +401,8 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
     if t.unreadable:
         out.append(f"{t.unreadable} unreadable line(s) in the store were skipped.")
     out += contention_lines(t)
-    out += ["", "## Throughput", "", throughput_table(t).rstrip("\n"), ""]
+    out += [""] + conclusion(t)
+    out += ["## Throughput", "", throughput_table(t).rstrip("\n"), ""]
     out += intervals_section(t)
     out += prediction_section(t, next((p for p in plots or [] if p.endswith(
         "predicted_vs_measured.png")), None))
