@@ -1,5 +1,5 @@
 # The two commands of the README, each doing all its own set-up on a fresh machine:
-#   make bench   - the quick local sweep; prints its table
+#   make bench   - the quick local sweep (configs/quick.yaml); prints its report
 #   make test    - the test suite (what CI runs)
 # The environment is a venv in .venv, (re)built whenever requirements.txt changes.
 # The real-Horovod lane has its own environment outside the clone (horovod/legacy_env.sh):

@@ -125,6 +125,13 @@ def run_main(argv: list[str]) -> int:
     if args.dry_run:
         print(f"order: round-robin, try 0 of every cell, then try 1, ...; each round shuffled "
               f"by seed {p.seed} ({p.seed_source})")
+        if sweep.calibrate:
+            from ddlbench.sweep import calibrate
+            jobs, _ = calibrate.jobs(p.cells)
+            done = calibrate.done(p.entries, p.folder)
+            left = [j.name for j in jobs if j.name not in done]
+            print(f"calibrate: {_n(len(left), 'job')} to run before the tries"
+                  + (f" ({', '.join(left)})" if left else ""))
         for t in p.todo:
             cmd, env = runner.command(sweep, t.cell, "<record>.json")
             again = f" (attempt {t.attempt})" if t.attempt > 1 else ""

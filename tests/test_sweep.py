@@ -696,7 +696,10 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
 
 def test_presets():
     quick = config.load(config.resolve_config("quick"), preflight=False)
-    assert [n.name for n in quick.networks] == ["local"] and quick.nworkers == [1, 2, 4]
+    assert [n.name for n in quick.networks][0] == "loopback" and quick.nworkers == [2]
+    assert quick.calibrate and quick.tries == 3
+    old = config.load(config.resolve_config("quick-loopback"), preflight=False)
+    assert [n.name for n in old.networks] == ["local"] and old.nworkers == [1, 2, 4]
     emulated = config.load(config.resolve_config("emulated"), preflight=False)
     assert [(n.kind, n.profile) for n in emulated.networks] == [
         ("net", "loopback"), ("net", "5gbit"), ("net", "1gbit")]

@@ -131,11 +131,10 @@ logs: {tmp_path / 'logs'}
     cells = sweep.cells()
     jobs, notes = calibrate.jobs(cells)
     assert [j.name for j in jobs] == [
-        "loopback_resnet18-bs8-px32_n2.profile", "1gbit_resnet18-bs8-px32_n2.profile",
-        "loopback_n2.comm", "1gbit_n2.comm", "loopback_n2_kdefault-machine.pushpull",
-        "1gbit_n2_kdefault-machine.pushpull"]
+        "resnet18-bs8-px32_n2.profile", "loopback_n2.comm", "1gbit_n2.comm",
+        "loopback_n2_kdefault-machine.pushpull", "1gbit_n2_kdefault-machine.pushpull"]
     assert "rdma0 are a real cluster's" in notes[0]
-    cmd = jobs[3].command("OUT")
+    cmd = jobs[2].command("OUT")
     assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
     # the calibration files, as the profiler and comm_bench write them, already there

@@ -7,7 +7,8 @@ cluster's ``rdma`` networks are calibrated by hand, with the same two commands u
 launcher):
 
 - ``profile``: ``python -m ddlbench.profiler`` with the task's model and batch on the cell's
-  worker count (every rank profiling at once, the placement of the run to predict);
+  worker count (every rank profiling at once, the placement of the run to predict; the same
+  for every network: one per task and worker count);
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses.
@@ -46,7 +47,9 @@ class Job:
 
     @property
     def name(self) -> str:
-        parts = [self.network.name]
+        # A profile is of the compute under the run's placement, the same on every network
+        # (the profiler runs its workers on this machine either way): one per task and workers.
+        parts = [] if self.kind == "profile" else [self.network.name]
         if self.task is not None:
             parts.append(task_key(self.task))
         parts.append(f"n{self.nworkers}")

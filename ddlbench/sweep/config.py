@@ -315,7 +315,8 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         problems.append(f"name {name!r}: use letters, digits, '_', '.', '-'")
 
-    networks = [n for n in (_network(x, problems) for x in _list(raw, "networks", ["local"],
+    networks = [n for n in (_network(x, problems, notes) for x in _list(raw, "networks",
+                                                                          ["local"],
                                                                    problems)) if n]
     tasks = [t for t in (_task(x, problems) for x in _list(raw, "tasks", None, problems)) if t]
     methods = [m for m in (_method(x, problems, notes)
@@ -474,10 +475,12 @@ def _list(raw, key, default, problems) -> list:
     return value
 
 
-def _network(x, problems) -> Network | None:
+def _network(x, problems, notes=None) -> Network | None:
     """A network entry: `rdma0|rdma1|rdma2` or {rdma: 0|1|2} (a real cluster, through the
     shell launchers), `local`, a profile name, or {net: PROFILE} (the local launcher, emulated
-    with --net unless the profile is loopback); an optional `label` names it in tables."""
+    with --net unless the profile is loopback); an optional `label` names it in tables;
+    `optional: true` on an emulated one leaves it out, with a note, where this machine cannot
+    emulate (not root, no iproute2)."""
     label = None
     if isinstance(x, str):
         m = re.fullmatch(r"rdma(\d+)", x)
@@ -485,7 +488,7 @@ def _network(x, problems) -> Network | None:
     if not isinstance(x, dict):
         problems.append(f"network {x!r}: a name, {{rdma: 0|1|2}} or {{net: PROFILE}}")
         return None
-    for k in sorted(set(x) - {"rdma", "net", "label"}, key=str):
+    for k in sorted(set(x) - {"rdma", "net", "label", "optional"}, key=str):
         problems.append(f"network {x!r}: unknown key {k!r}")
     label = x.get("label")
     if label is not None and not (isinstance(label, str) and label.strip()):
@@ -508,6 +511,13 @@ def _network(x, problems) -> Network | None:
         return None
     if profile in ("local", "loopback"):
         return Network(profile, "net", "loopback", str(label or profile))
+    if x.get("optional"):
+        from ..netem.links import unavailable_reason
+        why = unavailable_reason()
+        if why:
+            if notes is not None:
+                notes.append(f"optional network {profile} left out: {why}")
+            return None
     return Network(_safe(profile), "net", profile, str(label or f"{profile} (emulated)"))
 
 
