@@ -55,6 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--network", default=None,
                    help="topology YAML (or the name of one in configs/topology: "
                         f"{', '.join(topology.names())}) or comm_bench JSON files")
+    p.add_argument("--extrapolate", action="store_true",
+                   help="comm_bench files: cost worker counts they lack with the ring's "
+                        "per-step alpha and beta of the nearest measured count")
     p.add_argument("--alpha", type=float, default=None, help="seconds per message")
     p.add_argument("--beta", type=float, default=None, help="seconds per byte")
     p.add_argument("--nworkers", default=None,
@@ -379,7 +382,7 @@ def run(args) -> int:
     batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
     if args.device_throughput:
         work = rescaled(work, batch, args.device_throughput)
-    network = topology.load(args.network) if args.network else None
+    network = topology.load(args.network, args.extrapolate) if args.network else None
     counts = args.counts or [int(prof.get("nworkers") or 1)]
     enc, dec = _codec_times(args.codec, prof["model"], args.compressor)
     codec = simulate.Codec(args.compressor, 1, args.density, args.powersgd_rank, enc, dec)

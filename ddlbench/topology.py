@@ -81,6 +81,7 @@ import os
 import re
 
 from . import simulate, yamlfile
+from .costs import ring_link
 from .errors import UsageError, read_json
 from .planning import PS_CLIENTS
 
@@ -352,9 +353,13 @@ class Measured(Network):
     """A network measured by ``python -m ddlbench.comm_bench --output FILE`` at one or more
     worker counts (the module's docstring says what is taken from where)."""
 
-    def __init__(self, paths: list[str]):
+    def __init__(self, paths: list[str], extrapolate: bool = False):
+        """``extrapolate``: a worker count the files lack costs the ring (section 3) with the
+        per-step alpha and beta (``costs.ring_link``) of the nearest measured count below it
+        (else the smallest measured), instead of being refused."""
         if isinstance(paths, str):
             paths = [paths]
+        self.extrapolate = extrapolate
         self.paths = list(paths)
         if not self.paths:
             raise UsageError("no comm_bench files given")
@@ -424,6 +429,14 @@ class Measured(Network):
             if nworkers == 1:
                 return _zero()   # one worker: the collective moves nothing
             have = sorted(p for o, p in self.fits if o == op)
+            measured = [p for p in have if p >= 2]
+            if self.extrapolate and measured:
+                base = max((p for p in measured if p < nworkers), default=measured[0])
+                a, b, _ = self.fits[(op, base)]
+                step = ring_link(op, a, b, base)
+                steps = 2 * (nworkers - 1) if op == "allreduce" else nworkers - 1
+                return simulate.Link(steps * step["alpha_s"],
+                                     steps * step["beta_s_per_byte"] / nworkers)
             counts = ", ".join(map(str, have)) if have else "none"
             raise UsageError(f"comm_bench files {self._files()} have no {op} at {nworkers} "
                              f"workers; measured worker counts: {counts}")
@@ -460,7 +473,9 @@ class Measured(Network):
         if self.pushpull:
             parts.append("pushpull " + ", ".join(f"P = {p} k = {k} {c}"
                                                  for p, k, c in sorted(self.pushpull)))
-        return f"{self.name}: comm_bench fits, {'; '.join(parts) or 'no results'}"
+        ext = ("; other worker counts extrapolated from the nearest measured ring's steps"
+               if self.extrapolate else "")
+        return f"{self.name}: comm_bench fits, {'; '.join(parts) or 'no results'}{ext}"
 
 
 def names() -> list[str]:
@@ -472,15 +487,15 @@ def names() -> list[str]:
     return sorted(f[:-len(".yaml")] for f in files if f.endswith(".yaml"))
 
 
-def load(spec: str) -> Network:
-    """A topology file (``.yaml``/``.yml``), comm_bench files (``.json``, comma-separated) or
-    the name of a shipped topology."""
+def load(spec: str, extrapolate: bool = False) -> Network:
+    """A topology file (``.yaml``/``.yml``), comm_bench files (``.json``, comma-separated;
+    ``extrapolate``: see ``Measured``) or the name of a shipped topology."""
     text = str(spec).strip()
     if text.endswith((".yaml", ".yml")) and "," not in text:
         return Topology(text)
     parts = [p.strip() for p in text.split(",")]
     if parts and all(p.endswith(".json") for p in parts):
-        return Measured(parts)
+        return Measured(parts, extrapolate)
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) and text in names():
         return Topology(os.path.join(FOLDER, f"{text}.yaml"))
     raise UsageError(f"unknown network description {text!r}: give a topology file (.yaml), "

@@ -189,6 +189,27 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
     assert "vs DDP default" in text and "at the best settings" in text
 
 
+def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_path):
+    """A comm_bench at 2 workers: its fit is 2 ring steps of alpha/2 and beta per byte of M/2;
+    --extrapolate costs 1024 workers' all-reduce as 2 x 1023 such steps of M/1024."""
+    path, prof = _profile(tmp_path)
+    ab = tmp_path / "ab2.json"
+    ab.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
+        {"op": "allreduce", "nworkers": 2, "fit": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}]}))
+    out = tmp_path / "p.json"
+    assert predict.main(["--profile", str(path), "--network", str(ab), "--extrapolate",
+                         "--nworkers", "2,1024", "--method", "bspa2a", "--output",
+                         str(out)]) == 0
+    got = {p["nworkers"]: p for p in json.loads(out.read_text())["predictions"]}
+    work = predict.workload_of(prof)
+    for n in (2, 1024):
+        link = simulate.Link(2 * (n - 1) * 0.5e-4, 2 * (n - 1) * 1e-9 / n)
+        assert got[n]["iteration_s"] == pytest.approx(
+            simulate.predict("bspa2a", work, link).iteration_s, rel=1e-12)
+    assert predict.main(["--profile", str(path), "--network", str(ab), "--nworkers",
+                         "1024"]) == 2      # not asked to: refused
+
+
 @pytest.mark.parametrize("args,message", [
     (["--method", "magic"], "cannot predict method 'magic'"),
     (["--alpha", "1e-3"], "--alpha and --beta go together"),
