@@ -187,20 +187,28 @@ def workload_of(prof: dict, optimizer_s: float = 0.0,
             raise UsageError(f"the profile's interference {key} must be a number above -1, "
                              f"got {x!r}")
         slowdowns[key] = max(0.0, float(x))
+    # each tensor's share of the forward (ByteScheduler's replay), where the profiler timed it
+    shares = prof.get("forward_tensor_s")
     return simulate.Workload(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],
                              optimizer_s=optimizer_s,
                              names=[t["name"] for t in prof["tensors"]], shapes=shapes,
+                             forward_tensor_s=(None if shares is None
+                                               else [float(x) for x in shares]),
                              **slowdowns)
 
 
 def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate.Workload:
     """``work`` with every compute time scaled so one worker trains ``throughput`` samples/s
-    (its iteration ``batch / throughput``); the shape of the profile is kept."""
+    (its iteration ``batch / throughput``); the shape of the profile, the per-tensor forward
+    and the interference slowdowns are kept."""
+    from dataclasses import replace
     f = batch / throughput / work.compute_s
-    return simulate.Workload(work.forward_s * f, [x * f for x in work.backward_s],
-                             work.nbytes, work.optimizer_s * f, work.names, work.shapes)
+    shares = work.forward_tensor_s
+    return replace(work, forward_s=work.forward_s * f, backward_s=[x * f for x in work.backward_s],
+                   optimizer_s=work.optimizer_s * f,
+                   forward_tensor_s=None if shares is None else [x * f for x in shares])
 
 
 def _codec_times(path: str | None, model: str, compressor: str) -> tuple[float, float]:

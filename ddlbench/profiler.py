@@ -11,7 +11,13 @@ What it measures, on the rank's own batch:
   stamped by a gradient hook on the model's outputs), so ``sum(backward)`` is the backward pass
   through the model. Tensors are listed in the order their gradients became ready (backward
   order), gaps averaged over ``--iters`` iterations (default 50) after ``--warmup`` (default 5);
-- the forward time: model forward pre-hook to forward hook, device synchronised at both;
+- the forward time: model forward pre-hook to forward hook, device synchronised at both
+  (averaged over the iterations without the module hooks below);
+- each tensor's share of it (``forward_tensor_s``, for ByteScheduler's replay): in every other
+  measured iteration forward hooks on every module owning parameters stamp the time (device
+  synchronised); a module's own time (less its timed descendants') and the time since the
+  previous timed module go to the parameters it is the first to own, by bytes; median
+  fractions of the pass, times the forward time of the iterations without these hooks;
 - alpha and beta of this cluster: an all-reduce micro-benchmark (``ddlbench.comm_bench``) over
   the sizes of the model's gradient tensors and the whole gradient, fitted as
   ``t = alpha + beta * bytes`` (relative least squares);
@@ -29,10 +35,11 @@ generators are restored afterwards, so profiling leaves no trace on the run.
 
 The profile file (JSON, ``"format": "ddlbench-mgwfbp-profile"``): the model name and workload,
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
-``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
-``backend``, ``device``, ``network``), the optimizer's step (``optimizer_s``) and
-``interference`` (``compute_slowdown``, ``comm_slowdown``, the all-reduce's ``bytes``, the
-``iters`` of each phase, the mean times behind them, ``per_rank``; or null).
+``forward_s``, ``forward_tensor_s`` (per tensor, same order; sum <= ``forward_s``), ``alpha_s``,
+``beta_s_per_byte``, and where they were measured (``nworkers``, ``backend``, ``device``,
+``network``), the optimizer's step (``optimizer_s``) and ``interference``
+(``compute_slowdown``, ``comm_slowdown``, the all-reduce's ``bytes``, the ``iters`` of each
+phase, the mean times behind them, ``per_rank``; or null).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
 this one.
 """
@@ -106,18 +113,93 @@ def _removed_after(handles):
             h.remove()
 
 
+def _param_owners(model, params) -> list[tuple[object, list[int]]]:
+    """Every module owning trainable parameters directly, with their indices in ``params``."""
+    index = {id(p): i for i, p in enumerate(params)}
+    owners = []
+    for m in model.modules():
+        own = [index[id(p)] for p in m.parameters(recurse=False) if id(p) in index]
+        if own:
+            owners.append((m, own))
+    return owners
+
+
+class _ForwardSplit:
+    """One forward pass cut among the parameter-owning modules (``measure_layers``).
+
+    Hook stamps cut the pass into intervals. An interval inside a timed module belongs to the
+    innermost one (its span less its timed descendants'); one outside every timed module
+    (activations, pooling between them) to the next timed module to start; what follows the
+    last one is left over. A module is timed when it is the first in the pass to own some of
+    its parameters, its time split among those by bytes; one whose parameters all ran before
+    (a tied decoder) counts as compute of its parent or of the next module (their first user
+    is what waits for their update). Parameters no called module owns (used functionally)
+    get 0."""
+
+    def __init__(self, nbytes: list[int], start: float):
+        self.nbytes = nbytes
+        self.spent = [0.0] * len(nbytes)
+        self.claimed: set[int] = set()
+        self.stack: list = []          # per open module: the parameters it times, or None
+        self.last, self.pending, self.closed = start, 0.0, False
+
+    def _give(self, seconds: float, to: list[int]) -> None:
+        total = sum(self.nbytes[i] for i in to)
+        for i in to:
+            self.spent[i] += seconds * (self.nbytes[i] / total if total else 1 / len(to))
+
+    def _charge(self, now: float) -> None:
+        seconds, self.last = now - self.last, now
+        for own in reversed(self.stack):
+            if own:
+                self._give(seconds, own)
+                return
+        self.pending += seconds
+
+    def enter(self, own: list[int], now: float) -> None:
+        if self.closed:
+            return
+        self._charge(now)
+        new = [i for i in own if i not in self.claimed]
+        if new:
+            self.claimed.update(new)
+            self._give(self.pending, new)
+            self.pending = 0.0
+        self.stack.append(new or None)
+
+    def leave(self, now: float) -> None:
+        if self.closed or not self.stack:
+            return
+        self._charge(now)
+        self.stack.pop()
+
+    def close(self, now: float) -> None:
+        if not self.closed:
+            self._charge(now)
+            self.closed = True
+
+
 def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
                    iters: int = DEFAULT_ITERS) -> dict:
     """This rank's per-tensor backward times and forward time (module docstring).
 
     Returns ``{"order": parameter indices (of the trainable parameters, in
     ``model.parameters()`` order) in backward order, "backward_s": seconds per tensor in that
-    order, "forward_s": seconds}``. Parameters that never got a gradient come last, at 0 s."""
+    order, "forward_s": seconds, "forward_tensor_s": each tensor's share of the forward, same
+    order}``. Parameters that never got a gradient come last, at 0 s.
+
+    The shares (``_ForwardSplit``) come from every other measured iteration (the only one if
+    there is one), with forward hooks on every module owning parameters: each tensor's median
+    fraction of those passes, scaled to sum to the median fraction attributed (at most 1),
+    times ``forward_s``, which the other iterations time without them (on a GPU the hooks
+    synchronise the device at every module). The backward is timed in every iteration (the
+    forward hooks do not run in it)."""
     from . import engine
     if iters <= 0 or warmup < 0:
         raise UsageError("profiling needs iterations > 0 and warm-up >= 0")
     params = [p for p in model.parameters() if p.requires_grad]
     n = len(params)
+    nbytes = [p.numel() * p.element_size() for p in params]
 
     def sync():
         if device is not None:
@@ -133,12 +215,30 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     def pre_forward(_module, _args):
         sync()
         cur["f0"] = time.perf_counter()
+        if cur.get("timing"):
+            cur["split"] = _ForwardSplit(nbytes, cur["f0"])
 
     def post_forward(_module, _args, output):
         sync()
         cur["f1"] = time.perf_counter()
+        if cur.get("split") is not None:
+            cur["split"].close(cur["f1"])
         for t in _tensors_in(output):
             t.register_hook(on_backward_start)
+
+    def module_pre(own):
+        def hook(_module, _args):
+            split = cur.get("split")
+            if split is not None and not split.closed:
+                sync()
+                split.enter(own, time.perf_counter())
+        return hook
+
+    def module_post(_module, _args, _output):
+        split = cur.get("split")
+        if split is not None and not split.closed:
+            sync()
+            split.leave(time.perf_counter())
 
     def ready_hook(i):
         def hook(_p):
@@ -146,24 +246,34 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             cur["ready"].append((i, time.perf_counter()))
         return hook
 
+    # the model's own hooks first: they open and close the pass around its modules'
     handles = [model.register_forward_pre_hook(pre_forward),
                model.register_forward_hook(post_forward)]
+    for m, own in _param_owners(model, params):
+        handles += [m.register_forward_pre_hook(module_pre(own)),
+                    m.register_forward_hook(module_post)]
     from . import compat
     handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
-    forward, ready_at, orders = [], [[] for _ in range(n)], []
+    forward, ready_at, orders, fractions = [], [[] for _ in range(n)], [], []
     with _leaving_no_trace(model, device), _removed_after(handles):
         for it in range(warmup + iters):
             for p in params:
                 p.grad = None
+            split_here = it >= warmup and ((it - warmup) % 2 == 1 or iters == 1)
             cur.clear()
             cur["ready"] = []
+            cur["timing"] = split_here
             forward_backward()
             sync()
             if it < warmup:
                 continue
             if "f0" not in cur or "f1" not in cur:
                 raise RuntimeError("the profiler saw no forward pass through the model")
-            forward.append(cur["f1"] - cur["f0"])
+            span = cur["f1"] - cur["f0"]
+            if split_here:
+                fractions.append([x / span if span > 0 else 0.0 for x in cur["split"].spent])
+            if not split_here or iters == 1:
+                forward.append(span)
             start = cur.get("b0", cur["f1"])
             orders.append([i for i, _ in cur["ready"]])
             for i, t in cur["ready"]:
@@ -183,7 +293,14 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             continue
         backward.append(max(0.0, mean_ready[i] - prev))
         prev = max(prev, mean_ready[i])
-    return {"order": order, "backward_s": backward, "forward_s": statistics.fmean(forward)}
+    # each tensor's median fraction of a pass, together the median fraction attributed (a sum
+    # of medians of skewed samples falls short of it); forward_s times them
+    forward_s = statistics.fmean(forward)
+    share = [statistics.median(f[i] for f in fractions) for i in range(n)]
+    attributed = min(1.0, statistics.median(sum(f) for f in fractions))
+    scale = forward_s * (attributed / sum(share) if sum(share) > 0 else 0.0)
+    return {"order": order, "backward_s": backward, "forward_s": forward_s,
+            "forward_tensor_s": [share[i] * scale for i in order]}
 
 
 def interference_bytes(nbytes: list[int]) -> int:
@@ -353,6 +470,7 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
                          "bytes": named[i][1].numel() * named[i][1].element_size()}
                         for i in order],
             "backward_s": measured["backward_s"], "forward_s": measured["forward_s"],
+            "forward_tensor_s": measured["forward_tensor_s"],
             "alpha_s": fit["alpha_s"], "beta_s_per_byte": fit["beta_s_per_byte"],
             "nworkers": dist.get_world_size(group), "backend": dist.get_backend(group),
             "device": device.type if device is not None else "cpu",
@@ -510,6 +628,16 @@ def _interference_lines(x: dict | None) -> list[str]:
             f"measured in {x['seconds']:.1f} s)"]
 
 
+def _forward_lines(prof: dict) -> list[str]:
+    shares = prof.get("forward_tensor_s")
+    if shares is None:
+        return []
+    f = prof["forward_s"]
+    return [f"# forward by tensor: {sum(shares) * 1e3:.3f} ms of {f * 1e3:.3f} ms "
+            f"({100 * sum(shares) / f if f else 0:.0f}%) to the tensors' modules, "
+            f"{sum(1 for x in shares if x == 0)} tensor(s) at 0"]
+
+
 def format_profile(prof: dict, min_group: int) -> str:
     from .planning import merge_groups, schedule_time
     nbytes = [t["bytes"] for t in prof["tensors"]]
@@ -521,6 +649,7 @@ def format_profile(prof: dict, min_group: int) -> str:
              f"# alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B"
              + (f"; optimizer {prof['optimizer']} step {prof['optimizer_s'] * 1e3:.3f} ms"
                 if prof.get("optimizer_s") is not None else ""),
+             *_forward_lines(prof),
              *_interference_lines(prof.get("interference")),
              f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
     for k, (t, x) in enumerate(zip(prof["tensors"], tb)):

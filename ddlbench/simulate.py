@@ -4,8 +4,9 @@ an all-reduce method, event by event, from a compute profile and a per-message n
 
 **Inputs.** ``Workload``: the forward time, each gradient tensor's backward time (the gap since
 the previous gradient was ready) and bytes, in backward order (as the profiler's JSON holds
-them), and the optimizer's step. ``Link``: one all-reduce message of M bytes among the run's P
-workers costs ``alpha + beta * M`` (``comm_bench``'s per-P fit, the form MG-WFBP plans with).
+them), the optimizer's step and optionally each tensor's share of the forward (ByteScheduler's
+replay). ``Link``: one all-reduce message of M bytes among the run's P workers costs ``alpha +
+beta * M`` (``comm_bench``'s per-P fit, the form MG-WFBP plans with).
 
 **Replay.** One compute stream runs forward, then backward, producing gradient b at
 ``forward_s + sum(backward_s[:b+1])``; the method's messages (``groups``: consecutive backward
@@ -79,6 +80,10 @@ class Workload:
     # long while compute runs (the profiler's ``interference``)
     compute_slowdown: float = 0.0
     comm_slowdown: float = 0.0
+    # each tensor's share of forward_s (the profiler's forward_tensor_s: its modules' own time
+    # and what ran since the previous one), same order; ByteScheduler's replay shares the
+    # forward with it. None: the profile timed the forward only as a whole
+    forward_tensor_s: list[float] | None = None
 
     def __post_init__(self):
         if len(self.backward_s) != len(self.nbytes) or not self.nbytes:
@@ -95,6 +100,13 @@ class Workload:
         if not all(0 <= x < float("inf") for x in (self.compute_slowdown, self.comm_slowdown)):
             raise UsageError(f"the interference slowdowns must be finite and >= 0, got "
                              f"{self.compute_slowdown!r} and {self.comm_slowdown!r}")
+        f = self.forward_tensor_s
+        if f is not None and (len(f) != len(self.nbytes)
+                              or not all(0 <= x < float("inf") for x in f)
+                              or not sum(f) <= self.forward_s + 1e-9):
+            raise UsageError(f"forward_tensor_s needs one finite time >= 0 per tensor "
+                             f"({len(self.nbytes)}), summing to at most forward_s "
+                             f"({self.forward_s!r})")
 
     @property
     def compute_s(self) -> float:
@@ -711,10 +723,12 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
                   local: Link | None = None, cosim: bool | None = None) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
     replayed, the last full one reported (from one forward's start to the next's). Each
-    tensor's forward takes a share of ``forward_s`` in proportion to its backward time (the
-    profile times the forward as a whole); a module's forward first waits for its tensor's
-    update of the previous iteration, which the completer thread applies (a share of
-    ``optimizer_s`` in proportion to bytes) once the tensor's chunks are all reduced.
+    tensor's forward takes its ``forward_tensor_s`` plus a share of the rest of ``forward_s``
+    in proportion to it (evenly where all are 0); without them (a profile that timed the
+    forward as a whole) a share of ``forward_s`` in proportion to its backward time. A
+    module's forward first waits for its tensor's update of the previous iteration, which the
+    completer thread applies (a share of ``optimizer_s`` in proportion to bytes) once the
+    tensor's chunks are all reduced.
     Rank 0's negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are
     the PS partitions (``partition_bytes``), pushed and pulled, the credit returned once a
     chunk is pushed; a codec then does not apply. ``cosim`` as ``replay``'s: the forward
@@ -735,7 +749,12 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     names = ([work.names[n - 1 - l] for l in range(n)] if work.names is not None
              else [f"tensor {l}" for l in range(n)])
     total_tb, total_bytes = sum(tb), sum(nbytes)
-    fwd = [work.forward_s * (x / total_tb if total_tb else 1 / n) for x in tb]
+    if work.forward_tensor_s is None:
+        fwd = [work.forward_s * (x / total_tb if total_tb else 1 / n) for x in tb]
+    else:
+        own = [work.forward_tensor_s[n - 1 - l] for l in range(n)]
+        rest, total_own = max(0.0, work.forward_s - sum(own)), sum(own)
+        fwd = [x + rest * (x / total_own if total_own else 1 / n) for x in own]
     opt = [work.optimizer_s * (x / total_bytes if total_bytes else 1 / n) for x in nbytes]
     table = chunk_table([max(1, -(-x // element_bytes)) for x in nbytes], partition)
     chunks_of: dict = {}

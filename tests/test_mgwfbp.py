@@ -504,6 +504,26 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     work = predict.workload_of(prof, prof["optimizer_s"])
     assert work.compute_s == pytest.approx(prof["forward_s"] + sum(prof["backward_s"])
                                            + prof["optimizer_s"])
+    # each tensor's share of the forward (ByteScheduler's replay), in the same order: every
+    # tensor here is owned by a module that runs (the tied decoder's weight counts for the
+    # word embeddings, which run first), so none is 0; what follows the last module (the
+    # loss) is left over
+    shares = prof["forward_tensor_s"]
+    assert len(shares) == n and all(x > 0 for x in shares)
+    assert 0 < sum(shares) <= prof["forward_s"] + 1e-9
+    names = [t["name"] for t in prof["tensors"]]
+    assert all(shares[names.index(f"bert.embeddings.{e}_embeddings.weight")] > 0
+               for e in ("word", "position", "token_type"))
+    assert "# forward by tensor: " in proc.stdout
+    assert work.forward_tensor_s == shares
+    assert predict.rescaled(work, 4, 4 / work.compute_s / 2).forward_tensor_s == \
+        pytest.approx([2 * x for x in shares])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**prof, "forward_tensor_s": [prof["forward_s"]] * n}))
+    with pytest.raises(UsageError, match=r"^MG-WFBP profile .*: malformed 'forward_tensor_s' "
+                                         r"\(one time >= 0 per tensor, summing to at most "
+                                         r"forward_s\)$"):
+        profile_file.read_profile(str(bad))
     assert simulate.predict("wfbp", work, simulate.Link(0.0, 0.0)).iteration_s == \
         pytest.approx(work.compute_s)
     # The printed groups are the rule's on the written profile.

@@ -557,3 +557,56 @@ def test_ps_and_compressed_traces_read_back_with_the_same_metrics():
         for key, value in p.metrics.items():
             if value is not None:
                 assert back[key] == pytest.approx(value, abs=1e-8), (p.method, key)
+
+
+def test_bytescheduler_forward_by_tensor_by_hand():
+    """Two tensors, B (back, ready first, 2 chunks) and A (front, 1 chunk); 1 s a chunk on
+    one channel, credit for one chunk; tb 1.5 s (B) and 0.5 s (A); updates 1 s (B) and 0.5 s
+    (A). In steady state A is ready at 0: B's first chunk runs from -0.5 to 0.5, then A's (to
+    1.5, updated to 2), then B's second (to 2.5, updated to 3.5). The forward waits for A to
+    2 s. Shared by backward time (B 1.5 s, A 0.5 s) A's forward ends at 2.5 s and B's waits
+    to 3.5 s: 3.5 + 1.5 + 2 = 7 s an iteration. The profile's per-tensor forward (B 0.4 s, A
+    1.2 s, the other 0.4 s shared 1:3: B 0.5 s, A 1.5 s) ends A's at 3.5 s, when B's update
+    is done: no second wait, 3.5 + 0.5 + 2 = 6 s."""
+    old = sim.Workload(2.0, [1.5, 0.5], [2000, 1000], optimizer_s=1.5, names=["B", "A"])
+    new = dataclasses.replace(old, forward_tensor_s=[0.4, 1.2])
+    link = sim.Link(0.0, 0.001)
+    waits = {}
+    for work, want in ((old, 7.0), (new, 6.0)):
+        p = sim.predict("bytescheduler", work, link, partition=250, credit=250)
+        assert p.iteration_s == pytest.approx(want)
+        lo = min(e[3] for e in p.events if e[1] == timeline.ITERATION) / 1e6
+        waits[want] = [pytest.approx((e[3] / 1e6 - lo, e[4] / 1e6 - lo), abs=1e-9)
+                       for e in p.events if e[0] == "forward pre-hook"]
+        # the optimizer's updates: A's, then B's, whatever the forward
+        assert [(e[3] / 1e6 - lo, e[4] / 1e6 - lo) for e in p.events
+                if e[0] == "optimizer"] == [pytest.approx((1.5, 2.0)), pytest.approx((2.5, 3.5))]
+    assert waits == {7.0: [(0.0, 2.0), (2.5, 3.5)], 6.0: [(0.0, 2.0)]}
+    # the co-simulation (here without interference) takes the same pieces
+    assert sim.predict("bytescheduler", new, link, partition=250, credit=250,
+                       cosim=True).iteration_s == pytest.approx(6.0)
+    with pytest.raises(UsageError, match="forward_tensor_s"):
+        dataclasses.replace(old, forward_tensor_s=[1.5, 1.0])     # more than forward_s
+    with pytest.raises(UsageError, match="forward_tensor_s"):
+        dataclasses.replace(old, forward_tensor_s=[0.5])
+    with pytest.raises(UsageError, match="forward_tensor_s"):
+        dataclasses.replace(old, forward_tensor_s=[0.5, float("nan")])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bytescheduler_forward_by_tensor_in_proportion_to_backward_is_the_old_share(seed):
+    """Per-tensor forward times in proportion to the backward times, whatever their sum, give
+    the replay that shared the whole forward by backward time; all 0, an even share."""
+    work = _work(seed)
+    link = LINKS[seed]
+    base = sim.bytescheduler(work, link, partition=1 << 18, credit=1 << 19)
+    for c in (0.3, 1.0):
+        part = [x * c * work.forward_s / sum(work.backward_s) for x in work.backward_s]
+        p = sim.bytescheduler(dataclasses.replace(work, forward_tensor_s=part), link,
+                              partition=1 << 18, credit=1 << 19)
+        assert p.iteration_s == pytest.approx(base.iteration_s, rel=1e-12)
+        assert p.metrics == pytest.approx(base.metrics, rel=1e-9, abs=1e-12)
+    even = dataclasses.replace(work, backward_s=[1e-3] * len(work.nbytes))
+    assert sim.bytescheduler(dataclasses.replace(even, forward_tensor_s=[0.0] * 12), link
+                             ).iteration_s == pytest.approx(
+        sim.bytescheduler(even, link).iteration_s, rel=1e-12)

@@ -3,10 +3,12 @@
 A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name and workload,
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
-``backend``, ``device``, ``network``).
+``backend``, ``device``, ``network``); optionally ``forward_tensor_s``, each tensor's share of
+the forward (same order, summing to at most ``forward_s``).
 """
 from __future__ import annotations
 
+import math
 
 from ..errors import UsageError, read_json
 
@@ -40,6 +42,14 @@ def read_profile(path: str) -> dict:
     if any(not isinstance(x, (int, float)) or x < 0 for x in times) or prof["forward_s"] < 0 \
             or prof["alpha_s"] < 0 or prof["beta_s_per_byte"] < 0:
         raise UsageError(f"{where}: times, alpha and beta must be numbers >= 0")
+    shares = prof.get("forward_tensor_s")
+    if shares is not None and not (
+            isinstance(shares, list) and len(shares) == len(tensors)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                    and math.isfinite(x) and x >= 0 for x in shares)
+            and sum(shares) <= prof["forward_s"] + 1e-9):
+        raise UsageError(f"{where}: malformed 'forward_tensor_s' (one time >= 0 per tensor, "
+                         f"summing to at most forward_s)")
     return prof
 
 
