@@ -408,6 +408,10 @@ def run(args) -> int:
           f"{work.compute_s * 1e3:.1f} ms an iteration ({batch / work.compute_s:.1f} {unit}/s "
           f"on one worker), {len(work.nbytes)} tensors, {sum(work.nbytes) / 1e6:.3f} MB; "
           f"compressor {args.compressor}; network: {where}")
+    if work.compute_slowdown or work.comm_slowdown:
+        print(f"CPU interference (the profile's): compute x{1 + work.compute_slowdown:.2f} "
+              f"beside communication, communication x{1 + work.comm_slowdown:.2f} beside "
+              f"compute (--no-interference: without)")
     out, matrix = [], {}
     began = time.perf_counter()
     for setting in settings:
@@ -460,6 +464,8 @@ def run(args) -> int:
             json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,
                        "batch_size": batch, "network": args.network,
                        "compressor": args.compressor, "optimizer_s": work.optimizer_s,
+                       "compute_slowdown": work.compute_slowdown,
+                       "comm_slowdown": work.comm_slowdown,
                        "compute_s": work.compute_s,
                        "alpha_s": None if network else Setting(args, prof, None, 1).link.alpha,
                        "beta_s_per_byte": (None if network else
