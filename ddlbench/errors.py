@@ -93,6 +93,16 @@ def first_line(e: BaseException) -> str:
     return line.split(" This is typically caused by")[0]
 
 
+def run_cli(run, parse_args, argv=None) -> int:
+    """A command's ``main``: ``run(parse_args(argv))``; bad input (a UsageError, from parsing
+    or from the run) is one line on stderr and exit 2."""
+    try:
+        return run(parse_args(argv))
+    except UsageError as e:
+        print(f"ddlbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def say(line: str) -> None:
     """One line on stderr in one write, so that lines of processes sharing the stream (a
     job's workers and servers) never interleave."""

@@ -34,7 +34,7 @@ import sys
 import time
 
 from . import simulate, timeline, topology
-from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable, read_json
+from .errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
 from .measure.profile_file import read_profile
 from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
                        DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
@@ -475,11 +475,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    try:
-        return run(parse_args(argv))
-    except UsageError as e:
-        print(f"ddlbench: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_cli(run, parse_args, argv)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ import sys
 import time
 
 from . import predict, simulate, survey, topology
-from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
+from .errors import ArgumentParser, UsageError, check_writable, run_cli
 from .measure.profile_file import read_profile
 from .planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DEFAULT_MIN_GROUP_ELEMENTS,
                        DEFAULT_PARTITION_BYTES, ORIGINAL_AB_TABLES, original_ab_table)
@@ -527,11 +527,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    try:
-        return run(parse_args(argv))
-    except UsageError as e:
-        print(f"ddlbench: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_cli(run, parse_args, argv)
 
 
 if __name__ == "__main__":
