@@ -180,7 +180,7 @@ def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none"
 def predictions(sweep, cells: list, folder: str) -> list[dict]:
     """Each local cell's prediction from the calibration files alone (one store line each;
     a cell whose files are missing gets a line saying which)."""
-    from ..errors import UsageError
+    from ..errors import UsageError, first_line
     from .predicted import Predictor
     path = store.store_path(folder)
     finished = done(store.read(path)[0], folder)
@@ -203,6 +203,8 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
                 e = p.predict(c)
             except UsageError as err:
                 line["reason"] = str(err)
+            except Exception as err:  # noqa: BLE001 - a prediction never takes the sweep down
+                line["reason"] = f"the model failed: {type(err).__name__}: {first_line(err)}"
             else:
                 line.update(throughput=e["throughput"], predicted=e["predicted"],
                             metrics=e["record"]["timeline"]["mean"])
