@@ -439,11 +439,13 @@ class _Summer:
             self._die(f"{what} from worker {peer} failed: {first_line(e)}")
         self._wait(work, peer, what, timeout)
 
-    def _add(self, key: int, k: _Key, data: torch.Tensor, expected: int, own=None):
+    def _add(self, key: int, k: _Key, data: torch.Tensor, expected: int, own=None,
+             stamp: list | None = None):
         """Add one push into the key's accumulator: (whether it completed the round, the
         round). The first push of a round copies, once the previous round's sums have left
         (a peer pushes again only after pulling, so they are on their way). ``own``: a
-        leader's own tensor, where the round's total goes."""
+        leader's own tensor, where the round's total goes. ``stamp``: gets the moment the
+        addition ended, taken under the key's lock (so before the round's sum can be sent)."""
         with k.lock:
             if k.count == 0:
                 for peer, work in k.sends:
@@ -460,6 +462,8 @@ class _Summer:
             complete = k.count == expected
             if complete:
                 k.count = 0
+            if stamp is not None:
+                stamp.append(now_us())
         with self._count_lock:
             self.pushes += 1
             self.bytes_received += data.numel() * data.element_size()
@@ -480,9 +484,11 @@ class _Summer:
     def _summed(self, tl: Timeline, row: str, key: int, k: _Key, data: torch.Tensor,
                 expected: int, peer: int):
         """``_add`` as a ``sum`` span on ``row`` (the thread that sums)."""
-        t0 = now_us()
-        out = self._add(key, k, data, expected)
-        tl.events.append(("sum", COMPUTE, row, t0, now_us(), {"key": key, "peer": peer}))
+        t0, end = now_us(), []
+        out = self._add(key, k, data, expected, stamp=end)
+        # the end as the lock saw it: a thread descheduled after releasing the lock must not
+        # make its sum look later than the send the round's last sum started
+        tl.events.append(("sum", COMPUTE, row, t0, end[0], {"key": key, "peer": peer}))
         return out
 
     def _send_recorded(self, tl: Timeline, key: int, k: _Key, peers: list[int]) -> None:
