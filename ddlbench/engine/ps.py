@@ -501,8 +501,11 @@ class _Summer:
             if self._watched is None:
                 self._watch()
             with k.lock:
+                # stamped before the sends go: a peer may have its sum (and a worker its
+                # iteration over) before this thread gets to the next line
+                t0 = now_us()
                 works = [(peer, self._send(k.acc, peer, TAG_DATA + key)) for peer in peers]
-                span = tl.comm("send", _Sends(self, key, works), "send", key=key,
+                span = tl.comm("send", _Sends(self, key, works), "send", start_us=t0, key=key,
                                bytes=nbytes, peers=list(peers))
                 sent = _Sent(span)
                 k.sends = [(peer, sent) for peer in peers[:1]]

@@ -123,13 +123,14 @@ class Timeline:
         if self.enabled:
             self.events.append((name, cat, thread, now_us(), None, args or None))
 
-    def comm(self, name: str, work, thread: str, **args):
-        """A collective handed to the transport now: its span ends when ``work`` completes
-        (its future's callback), or, without a future, when it is waited for. Returns
-        ``work``, or a wrapper whose ``wait()`` closes the span."""
+    def comm(self, name: str, work, thread: str, start_us: float | None = None, **args):
+        """A collective handed to the transport now (or at ``start_us``, stamped before it was
+        issued: a transport may complete it before this call): its span ends when ``work``
+        completes (its future's callback), or, without a future, when it is waited for.
+        Returns ``work``, or a wrapper whose ``wait()`` closes the span."""
         if not self.enabled or work is None:
             return work
-        t0 = now_us()
+        t0 = now_us() if start_us is None else start_us
         events = self.events
         try:
             future = work.get_future()
