@@ -160,3 +160,14 @@ def compressed_messages(compressor: str, shapes: list[tuple[int, ...]], nworkers
     if low:
         out.append(("allreduce", sum(cols * r for _, cols, r in low) * element_bytes))
     return out
+
+
+def ring_collective(op: str, alpha_step: float, beta_step: float, world: int) -> tuple[float,
+                                                                                     float]:
+    """The per-message (alpha, beta) of a ring collective among ``world`` workers whose steps
+    each cost ``alpha_step + beta_step * (size / world)``: the inverse of ``ring_link``
+    (all-reduce 2(P-1) steps, all-gather P-1, per byte of the message as counted above)."""
+    if world <= 1:
+        return 0.0, 0.0
+    steps = 2 * (world - 1) if op == "allreduce" else world - 1
+    return steps * alpha_step, steps * beta_step / world

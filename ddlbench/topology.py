@@ -81,7 +81,7 @@ import os
 import re
 
 from . import simulate, yamlfile
-from .costs import ring_link
+from .costs import ring_collective, ring_link
 from .errors import UsageError, read_json
 from .planning import PS_CLIENTS
 
@@ -303,20 +303,14 @@ class Topology(Network):
         p = nworkers
         if p == 1:
             return _zero()
-        if op == "allgather":
-            a, b = self._ring(n, l)
-            return simulate.Link((p - 1) * a, (p - 1) / p * b)
-        if self.algorithm == "hierarchical":
+        if op == "allreduce" and self.algorithm == "hierarchical":
             alpha = beta = 0.0
-            if l > 1:
-                alpha += 2 * (l - 1) * self.intra.a
-                beta += 2 * (l - 1) / l * self.intra.b
-            if n > 1:
-                alpha += 2 * (n - 1) * self.inter.a
-                beta += 2 * (n - 1) / n * self.inter.b
+            for count, tier in ((l, self.intra), (n, self.inter)):
+                if count > 1:
+                    a, b = ring_collective("allreduce", tier.a, tier.b, count)
+                    alpha, beta = alpha + a, beta + b
             return simulate.Link(alpha, beta)
-        a, b = self._ring(n, l)
-        return simulate.Link(2 * (p - 1) * a, 2 * (p - 1) / p * b)
+        return simulate.Link(*ring_collective(op, *self._ring(n, l), p))
 
     def default_nservers(self, nworkers: int) -> int:
         """``servers: count``, else one per worker machine."""
@@ -434,9 +428,8 @@ class Measured(Network):
                 base = max((p for p in measured if p < nworkers), default=measured[0])
                 a, b, _ = self.fits[(op, base)]
                 step = ring_link(op, a, b, base)
-                steps = 2 * (nworkers - 1) if op == "allreduce" else nworkers - 1
-                return simulate.Link(steps * step["alpha_s"],
-                                     steps * step["beta_s_per_byte"] / nworkers)
+                return simulate.Link(*ring_collective(op, step["alpha_s"],
+                                                      step["beta_s_per_byte"], nworkers))
             counts = ", ".join(map(str, have)) if have else "none"
             raise UsageError(f"comm_bench files {self._files()} have no {op} at {nworkers} "
                              f"workers; measured worker counts: {counts}")
