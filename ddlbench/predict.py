@@ -34,6 +34,7 @@ import sys
 import time
 
 from . import simulate, timeline, topology
+from .costs import COMPRESSOR_IDS as COMPRESSORS
 from .errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
 from .measure.profile_file import read_profile
 from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
@@ -41,7 +42,6 @@ from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PAR
                        DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS)
 
 MIB = 1024 * 1024
-COMPRESSORS = ("none", "fp16", "topk", "eftopk", "signum", "efsignum", "powersgd")
 
 
 def parse_args(argv=None):
