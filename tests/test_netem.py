@@ -170,12 +170,13 @@ def test_probe_warns_when_more_than_10_percent_off(monkeypatch):
         lines.clear()
         monkeypatch.setattr(netem.spawner, "probe_stream", lambda c, s, m=measured: {
             "kind": "tcp stream host 1 -> host 0", "seconds": 1.0, "bytes": 0,
-            "rate_bps": m, "configured_bps": 1e9, "deviation": m / 1e9 - 1,
+            "rate_bps": m * 1448 / 1514, "wire_rate_bps": m, "configured_bps": 1e9,
+            "deviation": m / 1e9 - 1,
             "within_tolerance": abs(m / 1e9 - 1) <= 0.1})
         cluster = netem.start(2, "1gbit", log=lines.append)
         assert any("warning" in ln for ln in lines) == warned, lines
         info = json.loads(cluster.env(1)["DDLBENCH_NET_INFO"])
-        assert info["probe"]["rate_bps"] == measured and info["rate_bps"] == 1e9
+        assert info["probe"]["wire_rate_bps"] == measured and info["rate_bps"] == 1e9
 
 
 def test_unavailable_reasons(monkeypatch):
@@ -214,14 +215,18 @@ def test_not_root_is_one_line():
 def test_allreduce_bus_bandwidth_at_1gbit(hosts, tmp_path, netem_runs):
     out = tmp_path / "probe.json"
     proc = netem_cli("probe", "--net", "1gbit", "--hosts", str(hosts), "--allreduce",
-                     "--bytes", "16M", "--iters", "4", "--seconds", "0.5", "--json", str(out))
+                     "--bytes", "16M", "--iters", "4", "--seconds", "1", "--json", str(out))
     netem_runs += run_ids(proc.stdout + proc.stderr)
     assert proc.returncode == 0, describe(proc)
     res = json.loads(out.read_text())
     ar, stream = res["allreduce"], res["stream"]
     assert ar["bytes"] == 16 << 20 and len(ar["times_s"]) == 4
     assert abs(ar["busbw_bps"] / GBIT - 1) <= 0.15, ar
-    assert abs(stream["rate_bps"] / GBIT - 1) <= 0.15, stream
+    # The tbf limits frames (IP packet and Ethernet header): payload is at most MSS/(MTU+14).
+    assert stream["mss"] + 52 == stream["mtu"] == 1500, stream     # TCP timestamps on
+    assert stream["wire_rate_bps"] == stream["rate_bps"] * 1514 / 1448
+    assert stream["deviation"] == round(stream["wire_rate_bps"] / GBIT - 1, 4)
+    assert abs(stream["deviation"]) <= 0.15, stream
     assert res["net"]["hosts"] == hosts and res["net"]["rate_bps"] == GBIT
     assert not leftovers(res["net"]["run_id"])
 
@@ -397,7 +402,7 @@ def test_stale_set_of_a_killed_launcher_is_removed_at_next_start(tmp_path, netem
     net = load_json(out)["net"]
     assert net["profile"] == "1gbit" and net["emulated"] and net["rate_bps"] == GBIT
     assert net["hosts"] == 2 and net["run_id"] != run_id and net["run_id"] in netem_runs
-    assert abs(net["probe"]["rate_bps"] / GBIT - 1) <= 0.10, net["probe"]
+    assert abs(net["probe"]["wire_rate_bps"] / GBIT - 1) <= 0.10, net["probe"]
     assert net["probe"]["within_tolerance"]
     assert all(not leftovers(r) for r in netem_runs)
 

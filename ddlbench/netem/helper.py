@@ -25,6 +25,9 @@ def add_parsers(sub) -> None:
     ar.add_argument("--address", required=True)
 
 
+WARMUP_FRACTION = 0.2      # the first part of a stream (TCP slow start) is not timed
+
+
 def _cmd_recv(a) -> int:
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind((a.address, 0))
@@ -34,16 +37,26 @@ def _cmd_recv(a) -> int:
     conn, _ = srv.accept()
     conn.settimeout(60)
     buf = bytearray(4 << 20)
-    total = 0
-    conn.recv_into(buf)           # the clock starts at the first byte
-    t0 = t1 = time.perf_counter()
+    total = conn.recv_into(buf)    # the clock starts at the first byte
+    t0 = time.perf_counter()
+    samples = [(t0, total)]        # (time, bytes received so far) after each read
     while True:
         n = conn.recv_into(buf)
         if not n:
             break
         total += n
-        t1 = time.perf_counter()
-    print(json.dumps({"bytes": total, "seconds": t1 - t0}), flush=True)
+        samples.append((time.perf_counter(), total))
+    # Payload bytes per segment and the IP packet size, to count what the link carries
+    # (a veth's tbf also counts the 14-byte Ethernet header).
+    mss = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+    mtu = conn.getsockopt(socket.IPPROTO_IP, getattr(socket, "IP_MTU", 14))
+    t_end, b_end = samples[-1]
+    start = t0 + WARMUP_FRACTION * (t_end - t0)
+    t_w, b_w = next((t, b) for t, b in samples if t >= start)
+    if t_end - t_w <= 0:          # too few reads to leave out the start
+        t_w, b_w = samples[0]
+    print(json.dumps({"bytes": b_end - b_w, "seconds": t_end - t_w, "total_bytes": total,
+                      "total_seconds": t_end - t0, "mss": mss, "mtu": mtu}), flush=True)
     return 0
 
 
