@@ -3,6 +3,7 @@ parameter servers' side of a job, and the Horovod lane's start."""
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import socket
 from dataclasses import dataclass
@@ -200,6 +201,9 @@ def shutdown(ctx: Context | None = None, clean: bool = True) -> None:
     nobody waits for them (they notice the closed connections and exit)."""
     if ctx is not None and ctx.ps is not None and clean:
         ctx.ps.shutdown()
+    # What the run left in reference cycles (wrappers, their reducers, pending work and the
+    # tensors it holds) is freed now, while the interpreter is whole, not in its teardown.
+    gc.collect()
     if dist.is_initialized():
         compat.destroy_process_group()  # (on torch 2.0 the process exits hard instead)
     if ctx is not None and ctx.horovod is not None:

@@ -30,6 +30,7 @@ rebuild run in forward, after the queue has drained), so sharing the group is sa
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from .. import timeline
@@ -38,6 +39,21 @@ from ..planning import DDP_DEFAULT_BUCKET_MB
 from ..timeline import tensors_label
 from .base import AFTER_STEP, BucketPlan, Method
 from .threads import QueueWorker
+
+
+def _weak_hook(bound):
+    """A comm hook that calls ``bound`` (a method of the DDP strategy) through a weak reference.
+
+    DDP's reducer holds its hook in C++, where Python's garbage collector cannot see it: a hook
+    holding the strategy, which holds the DDP wrapper, which holds the reducer, is a cycle never
+    collected. The wrapper, its reducer and the process group the reducer holds would then live
+    until the interpreter's own teardown, where a Gloo group's destructor can end the process
+    with SIGABRT ("terminate called without an active exception") after a run that succeeded."""
+    ref = weakref.WeakMethod(bound)
+
+    def hook(state, bucket):
+        return ref()(state, bucket)
+    return hook
 
 
 
@@ -77,10 +93,10 @@ class DDP(Method):
             self._index = {id(p): i for i, p in enumerate(self.params)}
             self._exchange = QueueWorker("ddlbench-ddp-compressor", self._exchange_one,
                                          device=self.params[0].device if self.params else None)
-            self.ddp.register_comm_hook(None, self._hook)
+            self.ddp.register_comm_hook(None, _weak_hook(self._hook))
         elif comm.timeline.trace_file:
             self._index = {id(p): i for i, p in enumerate(self.params)}
-            self.ddp.register_comm_hook(None, self._observed_hook)
+            self.ddp.register_comm_hook(None, _weak_hook(self._observed_hook))
         self._observed = comm.timeline.trace_file and self._exchange is None
         # Without a compressor DDP all-reduces every gradient once per step: counted from the
         # model, since its buckets are internal.
