@@ -610,3 +610,16 @@ def test_bytescheduler_forward_by_tensor_in_proportion_to_backward_is_the_old_sh
     assert sim.bytescheduler(dataclasses.replace(even, forward_tensor_s=[0.0] * 12), link
                              ).iteration_s == pytest.approx(
         sim.bytescheduler(even, link).iteration_s, rel=1e-12)
+
+
+def test_the_model_replays_every_registered_method_with_the_compressors_it_takes():
+    """simulate (layer 0) cannot import the method registry, so it names the methods and the
+    compressors each takes itself: held here to the registry, pair by pair."""
+    from ddlbench import methods
+    from ddlbench.costs import COMPRESSOR_IDS
+    assert sorted(sim.METHODS) == sorted(methods.names())
+    assert {m for m in sim.METHODS if methods.lookup(m).architecture == "ps"} \
+        == set(sim.PS_METHODS)
+    for m in sim.METHODS:
+        taken = sim.COMPRESSORS_OF.get(m, COMPRESSOR_IDS)
+        assert sorted(c for c in COMPRESSOR_IDS if methods.takes(m, c)) == sorted(taken), m
