@@ -8,6 +8,7 @@ import collections
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -518,6 +519,27 @@ def test_only_and_dry_run(tmp_path, fake, capsys):
         assert benchmarks.main(["--config", str(cfg), "--only", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and msg in err, err
+
+
+def test_skip_leaves_out_the_cells_its_expressions_match(tmp_path, fake, capsys):
+    """A sweep file's skip: (--only expressions, any of which drops a cell): here 1 worker only
+    for the methods of the noise floor, on the loopback only."""
+    cfg = write_config(tmp_path, networks=["local", "loopback"], nworkers=[1, 2], tries=1,
+                       methods=["wfbp", "fusion", "bspa2a"],
+                       skip=["nworkers=1,network!=local", "nworkers=1,method=bspa2a"])
+    assert sorted(c.name for c in config.load(str(cfg)).cells()) == sorted(
+        [f"local_resnet18-bs4-px32_{m}_n1" for m in ("wfbp", "fusion")]
+        + [f"{net}_resnet18-bs4-px32_{m}_n2" for net in ("local", "loopback")
+           for m in ("wfbp", "fusion", "bspa2a")])
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 0
+    twice = ["wfbp 2", "fusion 2", "bspa2a 2"] * 2
+    assert sorted(fake()) == sorted(["wfbp 1", "fusion 1", *twice])
+    for skip, msg in [(["nworkers>x"], "skip entry 'nworkers>x': nworkers takes integers"),
+                      ("colour=red", "skip entry 'colour=red': unknown axis 'colour'"),
+                      ([3], "skip must be a list of --only expressions"),
+                      (["nworkers>=1"], "skip leaves no cell to run")]:
+        with pytest.raises(UsageError, match=re.escape(msg)):
+            config.load(str(write_config(tmp_path, skip=skip)))
 
 
 def test_crash_is_recorded_and_rerun_failed_runs_only_it(tmp_path, fake, monkeypatch, capsys):

@@ -18,6 +18,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
                                #   powersgd_rank, powersgd_dense_steps, mgwfbp_min_group,
                                #   mgwfbp_profile; label, args, optional (skip if unavailable)
     nworkers: [1, 2, 4]
+    skip: ["nworkers=1,network!=local"]  # --only expressions: the cells they match are left
+                               #   out (here: 1 worker on the local network only)
     engines: [torch]           # torch, horovod
     tries: 5                   # runs of each cell
     min_ok: 3                  # fewer successful tries: the cell is marked (default tries/2)

@@ -23,6 +23,7 @@ import compression
 from .. import methods
 from ..errors import UsageError
 from ..hosts.procs import ENV_NAME
+from . import select
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,7 +37,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed"}
+        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed", "skip"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -247,11 +248,15 @@ class Sweep:
     # The order of each round of tries (ddlbench/sweep/execute.py); None: the store's, or one
     # chosen when the store starts
     seed: int | None = None
+    # --only expressions (ddlbench/sweep/select.py): a cell any of them matches is left out
+    skip: list = field(default_factory=list)
 
     def cells(self) -> list[Cell]:
-        return [Cell(net, task, method, engine, n, self) for net in self.networks
-                for task in self.tasks for method in self.methods for engine in self.engines
-                for n in self.nworkers]
+        drop = [select.parse(e, "skip") for e in self.skip]
+        every = [Cell(net, task, method, engine, n, self) for net in self.networks
+                 for task in self.tasks for method in self.methods for engine in self.engines
+                 for n in self.nworkers]
+        return [c for c in every if not any(d(c.axes()) for d in drop)]
 
     def hostfile_for(self, nworkers: int) -> str:
         return self.hostfile.replace("{nworkers}", str(nworkers))
@@ -395,6 +400,8 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
         problems.append(f"seed must be an integer >= 0, got {seed!r}")
         seed = None
 
+    skip = _skip(raw.get("skip"), problems)
+
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
                   min_ok=min_ok, aggregate=aggregate if aggregate in AGGREGATES else "mean",
@@ -403,7 +410,9 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate, seed=seed)
+                  calibrate=calibrate, seed=seed, skip=skip)
+    if networks and tasks and methods and nworkers and not sweep.cells():
+        problems.append("skip leaves no cell to run")
     problems += _check_names(tasks, methods)
     problems += _check_combinations(sweep, hosts=runs)
     if preflight and runs and not problems:
@@ -411,6 +420,24 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     if problems:
         raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
     return sweep
+
+
+def _skip(raw, problems: list[str]) -> list[str]:
+    """The sweep file's ``skip:`` list of --only expressions, each checked."""
+    if raw is None:
+        return []
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(e, str) for e in items):
+        problems.append("skip must be a list of --only expressions (AXIS=VALUE,...)")
+        return []
+    out = []
+    for e in items:
+        try:
+            select.parse(e, f"skip entry {e!r}")
+            out.append(e)
+        except UsageError as err:
+            problems.append(str(err))
+    return out
 
 
 def _predict(raw, problems: list[str]) -> dict:

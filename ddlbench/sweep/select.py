@@ -8,6 +8,9 @@ arch (a2a or ps). Numbers compare as numbers (bs, nworkers). Examples::
     --only method=wfbp|fusion
     --only "nworkers>=4,network!=rdma0"
     --only arch=ps,model=bert
+
+A sweep file's ``skip:`` list takes the same expressions: a cell any of them matches is not
+part of the sweep (``skip: ["nworkers=1,network!=loopback"]``).
 """
 from __future__ import annotations
 
@@ -20,30 +23,32 @@ NUMERIC = {"bs", "nworkers"}
 _TERM = re.compile(r"^\s*([A-Za-z_]+)\s*(!=|<=|>=|=|<|>)\s*(.+?)\s*$")
 
 
-def parse(expr: str):
-    """A predicate over a cell's axes; bad expressions raise one UsageError line."""
+def parse(expr: str, what: str = "--only"):
+    """A predicate over a cell's axes; bad expressions raise one UsageError line (naming
+    ``what``: the flag, or the sweep file's ``skip`` entry)."""
     conditions = []
     for part in [p for p in expr.split(",") if p.strip()]:
         m = _TERM.match(part)
         if not m:
-            raise UsageError(f"--only: cannot read {part.strip()!r}; write AXIS=VALUE, "
+            raise UsageError(f"{what}: cannot read {part.strip()!r}; write AXIS=VALUE, "
                              f"AXIS!=A|B or AXIS>=N (axes: {', '.join(AXES)})")
         axis, op, value = m.groups()
         if axis not in AXES:
-            raise UsageError(f"--only: unknown axis {axis!r} (axes: {', '.join(AXES)})")
+            raise UsageError(f"{what}: unknown axis {axis!r} (axes: {', '.join(AXES)})")
         values = [v.strip() for v in value.split("|")]
         if op in ("<", "<=", ">", ">="):
             if axis not in NUMERIC or len(values) != 1:
-                raise UsageError(f"--only: {op} needs a numeric axis ({', '.join(sorted(NUMERIC))}) "
-                                 f"and one value, got {part.strip()!r}")
+                raise UsageError(f"{what}: {op} needs a numeric axis "
+                                 f"({', '.join(sorted(NUMERIC))}) and one value, got "
+                                 f"{part.strip()!r}")
         if axis in NUMERIC:
             try:
                 values = [int(v) for v in values]
             except ValueError:
-                raise UsageError(f"--only: {axis} takes integers, got {value!r}") from None
+                raise UsageError(f"{what}: {axis} takes integers, got {value!r}") from None
         conditions.append((axis, op, values))
     if not conditions:
-        raise UsageError("--only: empty expression")
+        raise UsageError(f"{what}: empty expression")
 
     def keep(axes: dict) -> bool:
         for axis, op, values in conditions:
