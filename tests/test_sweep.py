@@ -205,34 +205,39 @@ EXPECTED_TIMES = """\
 """
 _H = ("network,connection,model,batch_size,method,architecture,engine,nworkers,try,attempt,"
       "status,throughput,throughput_std,unit,seconds,reason,hash,log,iteration_ms,compute_ms,"
-      "comm_ms,exposed_ms,overlap,comm_observed,trace")
+      "comm_ms,exposed_ms,overlap,comm_observed,trace,cell_median,cell_low,cell_high,"
+      "cell_interval,cell_standing")
 _NT = ",,,,,,,"  # no timeline
+# each cell's median, 95% interval, its basis and standing, as EXPECTED_INTERVALS has them
+_C = {"c1": ",250.0,250.0,250.0,tries,tied", "c2": ",1000.0,900.0,1100.0,tries,",
+      "c3": ",245.0,240.0,265.0,tries,tied", "c4": ",800.0,,,,", "c5": ",52.0,50.0,54.0,tries,",
+      "c6": ",180.0,,,,", "c8": ",,,,,"}
 _R = "rdma0,10GbE with TCP/IP,resnet50,64"
 _B = "1gbit,1gbit (emulated),bert,8"
 EXPECTED_CSV = "\n".join([
     _H,
-    f"{_R},wfbp,a2a,torch,1,0,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try0.log{_NT}",
-    f"{_R},wfbp,a2a,torch,1,1,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try1.log{_NT}",
-    f"{_R},wfbp,a2a,torch,1,2,2,ok,250.0,1.5,img/sec,11.0,,c1,logs/hand/c1_try2.log{_NT}",
+    f"{_R},wfbp,a2a,torch,1,0,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try0.log{_NT}{_C['c1']}",
+    f"{_R},wfbp,a2a,torch,1,1,1,ok,250.0,1.5,img/sec,10.0,,c1,logs/hand/c1_try1.log{_NT}{_C['c1']}",
+    f"{_R},wfbp,a2a,torch,1,2,2,ok,250.0,1.5,img/sec,11.0,,c1,logs/hand/c1_try2.log{_NT}{_C['c1']}",
     f"{_R},wfbp,a2a,torch,4,0,1,ok,900.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try0.log,500.0,250.0,250.0,187.5,0.5,true,"
-    "records/c2_try0.trace.json",
-    f"{_R},wfbp,a2a,torch,4,1,1,ok,1000.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try1.log,750.0,250.0,500.0,437.5,0.25,true,",
-    f"{_R},wfbp,a2a,torch,4,2,1,ok,1100.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try2.log{_NT}",
-    f"{_R},bspps,ps,torch,1,0,1,ok,240.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try0.log{_NT}",
-    f"{_R},bspps,ps,torch,1,1,1,ok,245.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try1.log{_NT}",
-    f"{_R},bspps,ps,torch,1,2,1,ok,265.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try2.log{_NT}",
-    f"{_R},bspps,ps,torch,4,0,1,ok,800.0,1.5,img/sec,10.0,,c4,logs/hand/c4_try0.log{_NT}",
-    f"{_R},bspps,ps,torch,4,1,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try1.log{_NT}",
-    f"{_R},bspps,ps,torch,4,2,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try2.log{_NT}",
-    f"{_B},wfbp,a2a,torch,1,0,1,ok,50.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try0.log{_NT}",
-    f"{_B},wfbp,a2a,torch,1,1,1,ok,52.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try1.log{_NT}",
-    f"{_B},wfbp,a2a,torch,1,2,1,ok,54.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try2.log{_NT}",
-    f"{_B},wfbp,a2a,torch,4,0,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try0.log,500.0,375.0,0.0,62.5,,false,",
-    f"{_B},wfbp,a2a,torch,4,1,1,timeout,,,sen/sec,10.0,killed after 600 s,c6,logs/hand/c6_try1.log{_NT}",
-    f"{_B},wfbp,a2a,torch,4,2,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try2.log{_NT}",
-    f"{_B},bspps,ps,torch,4,0,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try0.log{_NT}",
-    f"{_B},bspps,ps,torch,4,1,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try1.log{_NT}",
-    f"{_B},bspps,ps,torch,4,2,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try2.log{_NT}",
+    f"records/c2_try0.trace.json{_C['c2']}",
+    f"{_R},wfbp,a2a,torch,4,1,1,ok,1000.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try1.log,750.0,250.0,500.0,437.5,0.25,true,{_C['c2']}",
+    f"{_R},wfbp,a2a,torch,4,2,1,ok,1100.0,1.5,img/sec,10.0,,c2,logs/hand/c2_try2.log{_NT}{_C['c2']}",
+    f"{_R},bspps,ps,torch,1,0,1,ok,240.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try0.log{_NT}{_C['c3']}",
+    f"{_R},bspps,ps,torch,1,1,1,ok,245.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try1.log{_NT}{_C['c3']}",
+    f"{_R},bspps,ps,torch,1,2,1,ok,265.0,1.5,img/sec,10.0,,c3,logs/hand/c3_try2.log{_NT}{_C['c3']}",
+    f"{_R},bspps,ps,torch,4,0,1,ok,800.0,1.5,img/sec,10.0,,c4,logs/hand/c4_try0.log{_NT}{_C['c4']}",
+    f"{_R},bspps,ps,torch,4,1,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try1.log{_NT}{_C['c4']}",
+    f"{_R},bspps,ps,torch,4,2,1,failed,,,img/sec,10.0,exit code 1,c4,logs/hand/c4_try2.log{_NT}{_C['c4']}",
+    f"{_B},wfbp,a2a,torch,1,0,1,ok,50.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try0.log{_NT}{_C['c5']}",
+    f"{_B},wfbp,a2a,torch,1,1,1,ok,52.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try1.log{_NT}{_C['c5']}",
+    f"{_B},wfbp,a2a,torch,1,2,1,ok,54.0,1.5,sen/sec,10.0,,c5,logs/hand/c5_try2.log{_NT}{_C['c5']}",
+    f"{_B},wfbp,a2a,torch,4,0,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try0.log,500.0,375.0,0.0,62.5,,false,{_C['c6']}",
+    f"{_B},wfbp,a2a,torch,4,1,1,timeout,,,sen/sec,10.0,killed after 600 s,c6,logs/hand/c6_try1.log{_NT}{_C['c6']}",
+    f"{_B},wfbp,a2a,torch,4,2,1,ok,180.0,1.5,sen/sec,10.0,,c6,logs/hand/c6_try2.log{_NT}{_C['c6']}",
+    f"{_B},bspps,ps,torch,4,0,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try0.log{_NT}{_C['c8']}",
+    f"{_B},bspps,ps,torch,4,1,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try1.log{_NT}{_C['c8']}",
+    f"{_B},bspps,ps,torch,4,2,1,timeout,,,,10.0,killed after 600 s,c8,logs/hand/c8_try2.log{_NT}{_C['c8']}",
 ]) + "\n"
 
 

@@ -26,7 +26,10 @@ CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "archit
                "throughput_std", "unit", "seconds", "reason", "hash", "log",
                # the timeline's means on the slowest rank (the record's `timeline`)
                "iteration_ms", "compute_ms", "comm_ms", "exposed_ms", "overlap",
-               "comm_observed", "trace"]
+               "comm_observed", "trace",
+               # the try's cell: its median, 95% interval, what the interval is over
+               # (tries or rounds) and its standing in its group (best, tied or empty)
+               "cell_median", "cell_low", "cell_high", "cell_interval", "cell_standing"]
 
 
 def _plural(noun: str, n: int) -> str:
@@ -447,7 +450,8 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
     out += ["## Files", "",
             "- `results.jsonl`: the store, one JSON line per finished try (the source of all "
             "of this; `benchmarks.py report` remakes it)",
-            "- `results.csv`: every try", "- `manifest.json`: the sweep and its environments",
+            "- `results.csv`: every try, with its cell's median, interval and standing",
+            "- `manifest.json`: the sweep and its environments",
             "- `records/`: each run's own JSON record (and, with `timeline:` on, its Chrome "
             "trace: `python -m ddlbench.timeline FILE` summarises it)", ""]
     return "\n".join(out)
@@ -460,8 +464,12 @@ def csv_text(t: Table) -> str:
     extra = ["predicted", "predicted_error"] if t.predictions else []
     w.writerow(CSV_COLUMNS + extra)
     rows_by_hash = {h: r for r in t.rows for h in r.hashes.values()}
+    mark = marks(t)
+    standing = {r.hashes[n]: mark.get((i, n), "").strip("()") for i, r in enumerate(t.rows)
+                for n in r.hashes}
     for e in t.tries_used:
         r = rows_by_hash[e["hash"]]
+        st = r.cells[int(e["config"]["nworkers"])]
         cells = []
         if extra:
             pred = (t.predictions.get(e["hash"]) or {}).get("throughput")
@@ -471,7 +479,8 @@ def csv_text(t: Table) -> str:
                     r.engine, e["config"]["nworkers"], e["try"], e.get("attempt", 1),
                     e.get("status"), _num(e.get("throughput")), _num(e.get("throughput_std")),
                     e.get("unit") or r.unit, _num(e.get("seconds")), e.get("reason") or "",
-                    e["hash"], e.get("log") or "", *_timeline_cells(e), *cells])
+                    e["hash"], e.get("log") or "", *_timeline_cells(e), _num(st.median),
+                    _num(st.low), _num(st.high), st.basis or "", standing[e["hash"]], *cells])
     return buf.getvalue()
 
 
