@@ -723,8 +723,13 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
 
 def test_presets():
     quick = config.load(config.resolve_config("quick"), preflight=False)
-    assert [n.name for n in quick.networks][0] == "loopback" and quick.nworkers == [2]
+    assert [n.name for n in quick.networks][0] == "loopback" and quick.nworkers == [1, 2]
     assert quick.calibrate and quick.tries == 3
+    # 1 worker only where the methods do identical work (the noise floor), on the loopback
+    assert sorted((c.network.name, c.task["model"], c.label) for c in quick.cells()
+                  if c.nworkers == 1) == sorted(
+        ("loopback", m, x) for m in ("resnet18", "bert_tiny") for x in ("wfbp", "fusion", "ddp"))
+    assert len(quick.cells()) == 6 + 2 * 2 * 7
     old = config.load(config.resolve_config("quick-loopback"), preflight=False)
     assert [n.name for n in old.networks] == ["local"] and old.nworkers == [1, 2, 4]
     emulated = config.load(config.resolve_config("emulated"), preflight=False)
