@@ -547,6 +547,26 @@ def test_skip_leaves_out_the_cells_its_expressions_match(tmp_path, fake, capsys)
             config.load(str(write_config(tmp_path, skip=skip)))
 
 
+def test_threads_reach_every_run_and_profile_and_the_cell_hash(tmp_path):
+    from ddlbench.sweep import calibrate
+    plain = config.load(str(write_config(tmp_path, name="p", networks=["loopback"])))
+    one = config.load(str(write_config(tmp_path, name="o", networks=["loopback"], threads=1)))
+    for c_plain, c_one in zip(plain.cells(), one.cells()):
+        cmd = runner.command(one, c_one, "r.json")[0]
+        assert cmd[cmd.index("--threads") + 1] == "1", cmd
+        assert "--threads" not in runner.command(plain, c_plain, "r.json")[0]
+        assert c_one.config()["threads"] == 1 and "threads" not in c_plain.config()
+        assert c_one.hash != c_plain.hash
+    profiles = [j for j in calibrate.jobs(one.cells(), one.threads)[0] if j.kind == "profile"]
+    assert [j.name for j in profiles] == ["resnet18-bs4-px32_n1_t1.profile",
+                                          "resnet18-bs4-px32_n2_t1.profile"]
+    for cmd in (j.command("p.json") for j in profiles):
+        assert cmd[cmd.index("--threads") + 1] == "1", cmd
+    for bad in (0, "two", True):
+        with pytest.raises(UsageError, match=f"threads must be a positive integer, got {bad!r}"):
+            config.load(str(write_config(tmp_path, threads=bad)))
+
+
 def test_crash_is_recorded_and_rerun_failed_runs_only_it(tmp_path, fake, monkeypatch, capsys):
     cfg = write_config(tmp_path, methods=["wfbp", "tests.broken_methods:Crash"], nworkers=[1],
                        tries=2)

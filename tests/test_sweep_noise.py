@@ -324,8 +324,8 @@ EXPECTED_FLOOR = ("Noise floor: at 1 worker the all-to-all methods without a com
                   "the same work, so the max/min ratio of their medians is noise: ResNet-18, "
                   "batch 16, 1gbit (emulated): 1.262 (wfbp 124.8 / ddp 98.9; of wfbp, fusion, "
                   "ddp).")
-EXPECTED_SHARED = ("4 workers share 2 cores: compute contention is part of every figure (the "
-                   "4-worker cells).")
+EXPECTED_SHARED = ("4 workers share 2 cores: compute contention is part of every figure of "
+                   "theirs (the 4-worker cells).")
 
 
 def test_intervals_ties_and_the_noise_floor_from_a_hand_written_store(tmp_path, capsys):
@@ -425,6 +425,23 @@ EXPECTED_CONCLUSION = [
     "**ResNet-18, batch 16, 1gbit (emulated), 4 workers**: wfbp is fastest (320.0 img/s), 25% "
     "ahead of fusion, its interval apart from every other method's; ddp is slowest (210.0, 34% "
     "below)."]
+
+
+def test_at_1_worker_without_peers_the_conclusion_calls_the_spread_noise(tmp_path):
+    """The same store without the 1-worker cells that still do other work (a compressor, a
+    parameter server): the rest do identical work, and the paragraph says their spread is
+    noise (the noise floor's ratio, 124.8 / 98.9) instead of what communication exposes."""
+    folder = noisy_store(str(tmp_path / "noise"))
+    entries, _ = store.read(os.path.join(folder, "results.jsonl"))
+    kept = [e for e in entries if e["kind"] != "try" or e["config"]["nworkers"] != 1
+            or e["label"] in ("wfbp", "fusion", "ddp")]
+    line = [ln for ln in report.conclusion(aggregate.build(kept)) if "1 worker**" in ln]
+    # wfbp [120, 130] apart from fusion [105, 112]: 124.8 / 109.2 = +14%; ddp 98.9: -21%
+    assert line == ["**ResNet-18, batch 16, 1gbit (emulated), 1 worker**: wfbp is fastest "
+                    "(124.8 img/s), 14% ahead of fusion, its interval apart from every other "
+                    "method's; ddp is slowest (98.9, 21% below); with 1 worker there is no "
+                    "communication: the 1.262 max/min ratio of their medians is noise and each "
+                    "method's own bookkeeping."], line
 
 
 def test_what_the_sweep_says_is_made_from_its_data(tmp_path):

@@ -25,6 +25,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
     min_ok: 3                  # fewer successful tries: the cell is marked (default tries/2)
     aggregate: mean            # mean, median or olympic
     timing: {warmup: 2, batches_per_iter: 5, iters: 3}
+    threads: 1                 # CPU threads per worker in every run and profile (default: the
+                               #   cores it is pinned to, so 1 worker on 2 cores gets 2)
     timeout: 600               # seconds per run; then the whole process group is killed
     kill_grace: 15             # seconds between SIGTERM and SIGKILL of a timed-out run
     hostfile: configs/cluster{nworkers}   # rdma networks: host file of each worker count

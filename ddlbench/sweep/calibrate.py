@@ -44,6 +44,7 @@ class Job:
     nservers: int | None = None
     ps_clients: str | None = None
     max_bytes: int | None = None
+    threads: int | None = None   # the sweep's threads: (profiles: compute as the runs do)
 
     @property
     def name(self) -> str:
@@ -53,6 +54,8 @@ class Job:
         if self.task is not None:
             parts.append(task_key(self.task))
         parts.append(f"n{self.nworkers}")
+        if self.kind == "profile" and self.threads is not None:
+            parts.append(f"t{self.threads}")
         if self.kind == "pushpull":
             parts.append(f"k{self.nservers or 'default'}-{self.ps_clients}")
         return "_".join(parts) + f".{self.kind}"
@@ -67,6 +70,8 @@ class Job:
             t = self.task
             cmd = [sys.executable, "-m", "ddlbench.profiler", "--model", t["model"],
                    "--batch-size", str(t["batch_size"]), *PROFILE_ITERS, *place]
+            if self.threads is not None:
+                cmd += ["--threads", str(self.threads)]
             for key, flag in (("image_size", "--image-size"), ("sentence_len", "--sentence-len"),
                               ("num_classes", "--num-classes")):
                 if key in t:
@@ -101,7 +106,7 @@ def _gradient_bytes(model: str) -> int:
     return known.get(model, 256 << 20)
 
 
-def jobs(cells: list) -> tuple[list[Job], list[str]]:
+def jobs(cells: list, threads: int | None = None) -> tuple[list[Job], list[str]]:
     """The calibration jobs ``cells`` need, in order (profiles first), and notes."""
     out, notes, seen = [], [], set()
     rdma = sorted({c.network.name for c in cells if c.network.kind != "net"})
@@ -116,7 +121,7 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             seen.add(job.name)
             out.append(job)
     for c in local:
-        add(Job("profile", c.network, c.nworkers, task=c.task))
+        add(Job("profile", c.network, c.nworkers, task=c.task, threads=threads))
     largest: dict = {}
     for c in local:
         largest[c.network.name] = max(largest.get(c.network.name, 0),
@@ -144,7 +149,7 @@ def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none"
     """Run the jobs not done yet; each one store line. Returns {status: count}."""
     from .runner import run_command
     path = store.store_path(folder)
-    todo, notes = jobs(cells)
+    todo, notes = jobs(cells, sweep.threads)
     for note in notes:
         if mode != "none":
             print(f"benchmarks.py: {note}", file=sys.stderr)
@@ -185,14 +190,14 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
     path = store.store_path(folder)
     finished = done(store.read(path)[0], folder)
     by_net: dict = {}
-    for job in jobs(cells)[0]:
+    for job in jobs(cells, sweep.threads)[0]:
         if job.kind != "profile" and job.name in finished:
             by_net.setdefault(job.network.name, []).append(job.path(folder))
     lines = []
     for c in cells:
         if c.network.kind != "net" or c.engine != "torch":
             continue
-        prof = Job("profile", c.network, c.nworkers, task=c.task)
+        prof = Job("profile", c.network, c.nworkers, task=c.task, threads=sweep.threads)
         line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
         if prof.name not in finished:
             line["reason"] = f"calibration job {prof.name} did not finish"

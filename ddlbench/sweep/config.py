@@ -37,7 +37,8 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed", "skip"}
+        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed", "skip",
+        "threads"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -143,6 +144,8 @@ class Cell:
             cfg["program"] = program
         if self.sweep.env:
             cfg["env"] = dict(self.sweep.env)
+        if self.sweep.threads is not None:
+            cfg["threads"] = self.sweep.threads
         inherited = {k: v for k, v in inherited_settings().items() if k not in self.sweep.env}
         if inherited:
             cfg["environment"] = inherited
@@ -250,6 +253,9 @@ class Sweep:
     seed: int | None = None
     # --only expressions (ddlbench/sweep/select.py): a cell any of them matches is left out
     skip: list = field(default_factory=list)
+    # CPU threads of every worker (--threads) in every run and profile; None: the cores each
+    # is pinned to (so a 1-worker run on 2 cores computes with 2 threads)
+    threads: int | None = None
 
     def cells(self) -> list[Cell]:
         drop = [select.parse(e, "skip") for e in self.skip]
@@ -401,6 +407,10 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
         seed = None
 
     skip = _skip(raw.get("skip"), problems)
+    threads = raw.get("threads")
+    if threads is not None and not (_is_int(threads) and threads > 0):
+        problems.append(f"threads must be a positive integer, got {threads!r}")
+        threads = None
 
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
@@ -410,7 +420,7 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate, seed=seed, skip=skip)
+                  calibrate=calibrate, seed=seed, skip=skip, threads=threads)
     if networks and tasks and methods and nworkers and not sweep.cells():
         problems.append("skip leaves no cell to run")
     problems += _check_names(tasks, methods)
@@ -698,6 +708,8 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
     for k, flag in TIMING_FLAGS.items():
         if k in sweep.timing:
             args += [flag, str(sweep.timing[k])]
+    if sweep.threads is not None:
+        args += ["--threads", str(sweep.threads)]
     args += ["--output", record_path]
     if sweep.timeline:
         # An observation, like the record: not part of the cell's configuration (its hash).

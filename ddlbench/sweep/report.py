@@ -121,7 +121,8 @@ def noise_floor_line(t: Table) -> str:
 def contention_lines(t: Table) -> list[str]:
     """What the records say of cores: processes that shared them (not pinned: more than the
     machine's cores), and tries run with pinning off."""
-    shared: dict[tuple, set] = {}
+    shared: dict[tuple, dict] = {}
+    labels = {h: r.label for r in t.rows for h in r.hashes.values()}
     off = 0
     for e in t.tries_used:
         pl = ((e.get("record") or {}).get("environment") or {}).get("placement")
@@ -129,15 +130,20 @@ def contention_lines(t: Table) -> list[str]:
             continue
         if pl.get("pinning") == "shared":
             key = (pl.get("workers"), pl.get("servers") or 0, pl.get("machine_cores"))
-            shared.setdefault(key, set()).add(int(e["config"]["nworkers"]))
+            where = shared.setdefault(key, {})
+            where.setdefault(int(e["config"]["nworkers"]), set()).add(labels[e["hash"]])
         elif pl.get("pinning") == "off":
             off += 1
     out = []
-    for (workers, servers, cores), counts in sorted(shared.items(), key=str):
-        who = f"{workers} workers" + (f" and {servers} servers" if servers else "")
-        cells = " and ".join(f"{n}-worker" for n in sorted(counts))
+    for (workers, servers, cores), where in sorted(shared.items(), key=str):
+        who = _plural("worker", workers) + (f" and {_plural('server', servers)}" if servers
+                                            else "")
+        every = {n: {r.label for r in t.rows if n in r.cells} for n in where}
+        cells = " and ".join(
+            f"{n}-worker cells" + ("" if where[n] == every[n] else
+                                   f" of {_join(sorted(where[n]))}") for n in sorted(where))
         out.append(f"{who} share {cores} cores: compute contention is part of every figure "
-                   f"(the {cells} cells).")
+                   f"of theirs (the {cells}).")
     if off:
         out.append(f"Pinning was off in {off} {'try' if off == 1 else 'tries'} (--no-pin or "
                    f"DDLBENCH_PIN=0): their processes shared the machine's cores.")
@@ -203,6 +209,14 @@ def conclusion(t: Table) -> list[str]:
                              f"{100 * (1 - slow.cells[n].median / top):.0f}% below)")
             seen = [(r, breakdown(t, r, n)) for r in trusted]
             seen = [(r, b) for r, b in seen if b is not None and b.observed and b.comm_ms > 0]
+            if n == 1 and all(r.architecture != "ps" and r.compressor == "none"
+                              for r in trusted):
+                # nobody to talk to: nothing is exposed or hidden, whatever the trace says
+                low = min(r.cells[n].median for r in trusted)
+                parts.append(f"with 1 worker there is no communication: the {top / low:.3f} "
+                             f"max/min ratio of their medians is noise and each method's own "
+                             f"bookkeeping")
+                seen = []
             if seen:
                 worst = max(seen, key=lambda rb: rb[1].exposed_ms)
                 most = max(seen, key=lambda rb: rb[1].overlap or 0.0)
