@@ -29,7 +29,8 @@ def start(nhosts: int, spec: str, log=None) -> Cluster | None:
                 cluster.probe = probe_stream(cluster, seconds)
                 log(probe_line(cluster))
                 if not cluster.probe["within_tolerance"]:
-                    log(f"warning: the probe's {format_rate(cluster.probe['wire_rate_bps'])} on the wire is "
+                    wire = format_rate(cluster.probe["wire_rate_bps"])
+                    log(f"warning: the probe's {wire} on the wire is "
                         f"{abs(cluster.probe['deviation']) * 100:.0f}% off the profile's "
                         f"{format_rate(profile.rate_bps)} (a busy or slow machine?); the run "
                         f"goes on, and its record says so")
