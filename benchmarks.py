@@ -127,7 +127,7 @@ def run_main(argv: list[str]) -> int:
               f"by seed {p.seed} ({p.seed_source})")
         if sweep.calibrate:
             from ddlbench.sweep import calibrate
-            jobs, _ = calibrate.jobs(p.cells, sweep.threads)
+            jobs, _ = calibrate.jobs(p.cells)
             done = calibrate.done(p.entries, p.folder)
             left = [j.name for j in jobs if j.name not in done]
             print(f"calibrate: {_n(len(left), 'job')} to run before the tries"

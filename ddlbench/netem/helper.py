@@ -49,7 +49,7 @@ def _cmd_recv(a) -> int:
     # Payload bytes per segment and the IP packet size, to count what the link carries
     # (a veth's tbf also counts the 14-byte Ethernet header).
     mss = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
-    mtu = conn.getsockopt(socket.IPPROTO_IP, getattr(socket, "IP_MTU", 14))
+    mtu = conn.getsockopt(socket.IPPROTO_IP, getattr(socket, "IP_MTU", 14))  # (Linux: 14)
     t_end, b_end = samples[-1]
     start = t0 + WARMUP_FRACTION * (t_end - t0)
     t_w, b_w = next((t, b) for t, b in samples if t >= start)

@@ -245,13 +245,19 @@ class NoiseFloor:
         return self.high.cells[1].median / self.low.cells[1].median
 
 
+def alone_the_same(r: Row) -> bool:
+    """Whether ``r``'s method, with 1 worker, does what every other such method does: an
+    all-to-all method without a compressor (a PS method still talks to its server, a
+    compressor still compresses)."""
+    return r.architecture != "ps" and r.compressor == "none"
+
+
 def noise_floor(t: "Table") -> list[NoiseFloor]:
     """Per network, task and engine with two or more such methods' trusted 1-worker cells."""
     found: dict[tuple, list[Row]] = {}
     for r in t.rows:
         s = r.cells.get(1)
-        if r.architecture == "ps" or r.compressor != "none" or s is None or not s.values \
-                or s.marked or not s.median:
+        if not alone_the_same(r) or s is None or not s.values or s.marked or not s.median:
             continue
         found.setdefault((r.network, r.task, r.engine), []).append(r)
     out = []

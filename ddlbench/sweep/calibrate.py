@@ -106,7 +106,7 @@ def _gradient_bytes(model: str) -> int:
     return known.get(model, 256 << 20)
 
 
-def jobs(cells: list, threads: int | None = None) -> tuple[list[Job], list[str]]:
+def jobs(cells: list) -> tuple[list[Job], list[str]]:
     """The calibration jobs ``cells`` need, in order (profiles first), and notes."""
     out, notes, seen = [], [], set()
     rdma = sorted({c.network.name for c in cells if c.network.kind != "net"})
@@ -121,7 +121,7 @@ def jobs(cells: list, threads: int | None = None) -> tuple[list[Job], list[str]]
             seen.add(job.name)
             out.append(job)
     for c in local:
-        add(Job("profile", c.network, c.nworkers, task=c.task, threads=threads))
+        add(Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads))
     largest: dict = {}
     for c in local:
         largest[c.network.name] = max(largest.get(c.network.name, 0),
@@ -149,7 +149,7 @@ def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none"
     """Run the jobs not done yet; each one store line. Returns {status: count}."""
     from .runner import run_command
     path = store.store_path(folder)
-    todo, notes = jobs(cells, sweep.threads)
+    todo, notes = jobs(cells)
     for note in notes:
         if mode != "none":
             print(f"benchmarks.py: {note}", file=sys.stderr)
@@ -190,14 +190,14 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
     path = store.store_path(folder)
     finished = done(store.read(path)[0], folder)
     by_net: dict = {}
-    for job in jobs(cells, sweep.threads)[0]:
+    for job in jobs(cells)[0]:
         if job.kind != "profile" and job.name in finished:
             by_net.setdefault(job.network.name, []).append(job.path(folder))
     lines = []
     for c in cells:
         if c.network.kind != "net" or c.engine != "torch":
             continue
-        prof = Job("profile", c.network, c.nworkers, task=c.task, threads=sweep.threads)
+        prof = Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads)
         line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
         if prof.name not in finished:
             line["reason"] = f"calibration job {prof.name} did not finish"

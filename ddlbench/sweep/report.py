@@ -18,8 +18,9 @@ import os
 import statistics
 
 from . import store
-from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, breakdown, build,
-                        groups, noise_floor, predicted_vs_measured, ranking, timeline_of)
+from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, alone_the_same,
+                        breakdown, build, groups, noise_floor, predicted_vs_measured, ranking,
+                        timeline_of)
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
                "engine", "nworkers", "try", "attempt", "status", "throughput",
@@ -207,16 +208,17 @@ def conclusion(t: Table) -> list[str]:
             if slow is not best and slow not in rk.tied:
                 parts.append(f"{slow.method} is slowest ({slow.cells[n].median:.1f}, "
                              f"{100 * (1 - slow.cells[n].median / top):.0f}% below)")
-            seen = [(r, breakdown(t, r, n)) for r in trusted]
-            seen = [(r, b) for r, b in seen if b is not None and b.observed and b.comm_ms > 0]
-            if n == 1 and all(r.architecture != "ps" and r.compressor == "none"
-                              for r in trusted):
+            seen = []
+            if n == 1 and all(alone_the_same(r) for r in trusted):
                 # nobody to talk to: nothing is exposed or hidden, whatever the trace says
                 low = min(r.cells[n].median for r in trusted)
                 parts.append(f"with 1 worker there is no communication: the {top / low:.3f} "
                              f"max/min ratio of their medians is noise and each method's own "
                              f"bookkeeping")
-                seen = []
+            else:
+                seen = [(r, breakdown(t, r, n)) for r in trusted]
+                seen = [(r, b) for r, b in seen
+                        if b is not None and b.observed and b.comm_ms > 0]
             if seen:
                 worst = max(seen, key=lambda rb: rb[1].exposed_ms)
                 most = max(seen, key=lambda rb: rb[1].overlap or 0.0)
