@@ -4,6 +4,7 @@ import json
 import queue
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -141,10 +142,12 @@ class _Done:
 
 class _Peers:
     """A server's push/pull group, scripted: what a peer sends comes from a queue per (peer,
-    tag) the test fills; what the server sends lands in one per (peer, tag)."""
+    tag) the test fills; what the server sends lands in one per (peer, tag) at once, its
+    completion seen ``late_s`` later (as a real send's can be: the peer has the data before
+    the sender's wait returns)."""
 
-    def __init__(self):
-        self.inbox, self.outbox = {}, {}
+    def __init__(self, late_s=0.0):
+        self.inbox, self.outbox, self.late_s = {}, {}, late_s
 
     @staticmethod
     def _queue(box, peer, tag):
@@ -159,7 +162,7 @@ class _Peers:
 
     def send(self, tensors, peer, tag):
         self._queue(self.outbox, peer, tag).put(tensors[0].clone())
-        return _Done()
+        return _Done(lambda: time.sleep(self.late_s))
 
     def reply(self, peer, tag):
         return self._queue(self.outbox, peer, tag).get(timeout=30)
@@ -170,8 +173,9 @@ def test_a_server_records_receives_sums_and_sends_only_while_told(schedule):
     """Two pushers, three keys, four rounds: worker 0 turns the server's timeline on for rounds
     1 and 2 only, asks its clock and its events. Each recorded push is a receive and a sum
     (on the peer's thread, or the engine's with server-side scheduling), each round of a key
-    one send to both pushers, after its sums."""
-    group = _Peers()
+    one send to both pushers, after its sums. Sends complete late: stopping the timeline
+    waits for the recorded ones, so the events asked next are whole."""
+    group = _Peers(late_s=0.02)
     server = ps.Server(group, rank=2, nworkers=2, nservers=1, timeout_s=30)
     keys = {k: ps._Key(4, torch.float32) for k in range(3)}
     session = threading.Thread(target=server._session, args=(keys, [0, 1], schedule))

@@ -440,12 +440,12 @@ class _Summer:
         self._wait(work, peer, what, timeout)
 
     def _add(self, key: int, k: _Key, data: torch.Tensor, expected: int, own=None,
-             stamp: list | None = None):
+             added=None):
         """Add one push into the key's accumulator: (whether it completed the round, the
         round). The first push of a round copies, once the previous round's sums have left
         (a peer pushes again only after pulling, so they are on their way). ``own``: a
-        leader's own tensor, where the round's total goes. ``stamp``: gets the moment the
-        addition ended, taken under the key's lock (so before the round's sum can be sent)."""
+        leader's own tensor, where the round's total goes. ``added()``: called under the key's
+        lock once the addition ended (so before the round's sum can be sent)."""
         with k.lock:
             if k.count == 0:
                 for peer, work in k.sends:
@@ -462,8 +462,8 @@ class _Summer:
             complete = k.count == expected
             if complete:
                 k.count = 0
-            if stamp is not None:
-                stamp.append(now_us())
+            if added is not None:
+                added()
         with self._count_lock:
             self.pushes += 1
             self.bytes_received += data.numel() * data.element_size()
@@ -483,13 +483,13 @@ class _Summer:
     # -- recording (a server's timeline, while on) ----------------------------------------------
     def _summed(self, tl: Timeline, row: str, key: int, k: _Key, data: torch.Tensor,
                 expected: int, peer: int):
-        """``_add`` as a ``sum`` span on ``row`` (the thread that sums)."""
-        t0, end = now_us(), []
-        out = self._add(key, k, data, expected, stamp=end)
-        # the end as the lock saw it: a thread descheduled after releasing the lock must not
-        # make its sum look later than the send the round's last sum started
-        tl.events.append(("sum", COMPUTE, row, t0, end[0], {"key": key, "peer": peer}))
-        return out
+        """``_add`` as a ``sum`` span on ``row`` (the thread that sums), recorded under the
+        key's lock: before the round's sum can be sent, so before a pusher can have it (and
+        worker 0 stop the timeline), and with the end the lock saw (a thread descheduled after
+        releasing the lock must not make its sum look later than the send it allowed)."""
+        t0 = now_us()
+        return self._add(key, k, data, expected, added=lambda: tl.events.append(
+            ("sum", COMPUTE, row, t0, now_us(), {"key": key, "peer": peer})))
 
     def _send_recorded(self, tl: Timeline, key: int, k: _Key, peers: list[int]) -> None:
         """``_send_sum`` as one ``send`` span from the sends' issue until all completed. Gloo's
@@ -523,6 +523,7 @@ class _Summer:
                 sent = self._watched.get()
                 sent.span.wait(self.timeout)     # (a failed send ends the process)
                 sent.done.set()
+                self._watched.task_done()
         except SystemExit:
             raise
         except BaseException as e:
@@ -765,6 +766,10 @@ class Server(_Summer):
             reply = torch.zeros(1, dtype=torch.int64)
         elif op == OP_TIMELINE_OFF:
             tl.stop()
+            # every send recorded so far closes its span (the pushers pull what they pushed,
+            # so they complete), so that the events asked next are whole
+            if self._watched is not None:
+                self._watched.join()
             reply = torch.tensor([len(tl.events)], dtype=torch.int64)
         else:   # OP_EVENTS: the length, then the JSON list as bytes (none when empty)
             text = json.dumps(list(tl.events)).encode() if tl.events else b""
