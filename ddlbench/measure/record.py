@@ -39,7 +39,8 @@ def _version(package: str) -> str | None:
         return None
 
 
-def manifest(ctx, hosts: list[str], placement: dict | None = None) -> dict:
+def manifest(ctx, hosts: list[str], placement: dict | None = None,
+             addresses: list | None = None) -> dict:
     from .. import __version__
     device = (torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda"
               else platform.processor() or platform.machine())
@@ -58,6 +59,9 @@ def manifest(ctx, hosts: list[str], placement: dict | None = None) -> dict:
         "device_name": device,
         "threads_per_worker": torch.get_num_threads(),
         "hosts": hosts,
+        # each rank's address: its socket interface's (GLOO_/NCCL_SOCKET_IFNAME), else its
+        # host name's
+        "addresses": addresses,
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         # each rank's cores, pinned or shared (ddlbench.hosts.pinning)
@@ -72,9 +76,27 @@ def environment(ctx) -> dict:
 
     from ..hosts import pinning
     seen = [None] * ctx.size
-    dist.all_gather_object(seen, {"host": socket.gethostname(),
+    dist.all_gather_object(seen, {"host": socket.gethostname(), "address": address(),
                                   "cores": pinning.available_cores()})
-    return manifest(ctx, [s["host"] for s in seen], pinning.record(seen, ctx.launcher))
+    return manifest(ctx, [s["host"] for s in seen], pinning.record(seen, ctx.launcher),
+                    [s["address"] for s in seen])
+
+
+def address() -> str | None:
+    """This process's IPv4 address: its socket interface's (the first of
+    ``GLOO_SOCKET_IFNAME`` or ``NCCL_SOCKET_IFNAME``), else its host name's; None when
+    neither has one."""
+    iface = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")
+             or "").split(",")[0].lstrip("=^")
+    if iface:
+        import psutil
+        for a in psutil.net_if_addrs().get(iface, []):
+            if a.family == socket.AF_INET:
+                return a.address
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None
 
 
 def peak_rss() -> int:
