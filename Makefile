@@ -6,6 +6,9 @@
 #   make horovod-env        build it (torch 2.0.1 + Horovod 0.28.1; reused while unchanged)
 #   make clean-horovod-env  remove it
 # `make test` builds it first; its tests skip only when the registry cannot be reached.
+# The standing emulated cluster (hosts with sshd, and Slurm: python -m ddlbench.netem cluster
+# up) needs Debian's openssh-server, slurmd, slurmctld, munge: `make cluster-deps` installs them
+# (as root); `make test` tries to, and the cluster's tests skip with the reason where it cannot.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -17,7 +20,7 @@ RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 CONFIG ?= quick
 PYTEST_ARGS ?=
 
-.PHONY: setup bench test clean-venv help horovod-env clean-horovod-env
+.PHONY: setup bench test clean-venv help horovod-env clean-horovod-env cluster-deps
 
 help:
 	@echo "make bench   run the '$(CONFIG)' sweep on this machine and print its table"
@@ -25,6 +28,7 @@ help:
 	@echo "make setup   only build the environment ($(VENV))"
 	@echo "make horovod-env        build the real-Horovod environment (outside the clone)"
 	@echo "make clean-horovod-env  remove it"
+	@echo "make cluster-deps       install sshd and Slurm for the emulated cluster (root, Debian)"
 
 setup: $(STAMP)
 
@@ -42,6 +46,7 @@ bench: setup
 
 test: setup
 	horovod/legacy_env.sh build --optional
+	scripts/system-deps.sh --optional
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 horovod-env:
@@ -49,6 +54,9 @@ horovod-env:
 
 clean-horovod-env:
 	horovod/legacy_env.sh remove
+
+cluster-deps:
+	scripts/system-deps.sh
 
 clean-venv:
 	rm -rf $(VENV)

@@ -16,6 +16,12 @@ if [ -f "$envs_conf" ]; then
     fi
     ETH_SUBNET="${ETH_SUBNET:-${ETH_MPI_BTC_TCP_IF_INCLUDE:-}}"
 fi
+# A standing emulated cluster's entries (python -m ddlbench.netem cluster up; `cluster exec`
+# names them), before configs/cluster.conf: what they set, that file keeps.
+if [ -n "${DDLBENCH_CLUSTER_CONF:-}" ]; then
+    # shellcheck disable=SC1090
+    source "$DDLBENCH_CLUSTER_CONF" || { echo "error: cannot read DDLBENCH_CLUSTER_CONF=$DDLBENCH_CLUSTER_CONF" >&2; exit 2; }
+fi
 # shellcheck source=../../configs/cluster.conf
 source "$root/configs/cluster.conf"
 if [ -n "${SSH:-}" ]; then export SSH; fi  # the remote shell, for the PS launcher's ssh
@@ -31,9 +37,10 @@ fi
 LAUNCHER_NAME="$(basename "$(cd "$(dirname "$0")" && pwd)")/$(basename "$0")"
 die() { echo "$LAUNCHER_NAME: error: $*" >&2; exit 2; }
 
-# check_hostfile FILE N: prints the rendezvous address or exits with one line.
+# check_hostfile FILE N: prints the rendezvous address or exits with one line; the hosts the N
+# workers use must answer over ssh (a host that is down or refuses the key: one line).
 check_hostfile() {
-    (cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$1" --need "$2") || exit 2
+    (cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$1" --need "$2" --reach) || exit 2
 }
 
 # mpi_options RDMA: fills the array MPI_OPTS for mpirun.

@@ -38,6 +38,7 @@ def parse_args(argv):
     rp = sub.add_parser("reap", help=argparse.SUPPRESS)  # started by a cluster (state.py)
     rp.add_argument("run_id")
     rp.add_argument("--owner", type=int, required=True)
+    _cluster_parsers(sub)
     sub.add_parser("profiles", help="list the network profiles")
     sub.add_parser("status", help="list the emulated networks that exist now")
     helper.add_parsers(sub)
@@ -52,6 +53,8 @@ def main(argv=None) -> int:
         reap(args.run_id, args.owner)
         return 0
     try:
+        if args.command == "cluster":
+            return _cmd_cluster(args)
         if args.command == "probe":
             return _cmd_probe(args)
         if args.command == "cleanup":
@@ -80,6 +83,72 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+
+
+def _cluster_parsers(sub) -> None:
+    cl = sub.add_parser("cluster", help="a standing cluster: hosts with sshd that stay up "
+                                        "(up, status, exec, down)")
+    verbs = cl.add_subparsers(dest="verb", required=True, metavar="VERB")
+    name = dict(default=os.environ.get("DDLBENCH_CLUSTER") or "node",
+                help="the cluster's name, also its hosts' (NAME0, NAME1, ...; default node)")
+    up = verbs.add_parser("up", help="build N hosts, each with its own sshd; print where the "
+                                     "host file is")
+    up.add_argument("--hosts", type=int, required=True, help="emulated hosts")
+    up.add_argument("--net", default="1gbit", help="network profile (default 1gbit)")
+    up.add_argument("--slots", type=int, default=1, help="slots per host in the host file")
+    up.add_argument("--slurm", action="store_true",
+                    help="also Slurm: slurmctld on host 0, slurmd on every host (MUNGE)")
+    up.add_argument("--name", **name)
+    st = verbs.add_parser("status", help="the standing clusters, or one, host by host")
+    st.add_argument("--name", default=None)
+    ex = verbs.add_parser("exec", help="run a command on a host (default host 0, the launch "
+                                       "node): exec -- [VAR=VALUE ...] CMD ...")
+    ex.add_argument("--name", **name)
+    ex.add_argument("--host", type=int, default=0)
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND")
+    dn = verbs.add_parser("down", help="remove the cluster and what runs on it")
+    dn.add_argument("--name", **name)
+
+
+def _cmd_cluster(args) -> int:
+    from . import standing
+    if args.verb == "up":
+        d = standing.up(args.name, args.hosts, args.net, args.slots, args.slurm,
+                        log=lambda line: print(f"netem: {line}", file=sys.stderr))
+        print(f"cluster {d['name']}: {len(d['hosts'])} hosts ({d['hosts'][0]['name']} ... "
+              f"{d['hosts'][-1]['name']}, {d['subnet']}, {d['net']}), sshd on each\n"
+              f"  host file:    {d['hostfile']}\n"
+              f"  cluster.conf: {d['environment']['DDLBENCH_CLUSTER_CONF']}\n"
+              f"  run on it:    python -m ddlbench.netem cluster exec --name {d['name']} -- "
+              f"hostfile={d['hostfile']} nworkers={len(d['hosts'])} "
+              f"./horovod/horovod_mpi_cj.sh\n"
+              + (f"  Slurm:        SLURM_CONF={d['environment']['SLURM_CONF']} (exec sets "
+                 f"it): srun -N {len(d['hosts'])} ...\n" if d["slurm"] else "")
+              + f"  remove it:    python -m ddlbench.netem cluster down --name {d['name']}",
+              flush=True)
+        return 0
+    if args.verb == "down":
+        d = standing.down(args.name)
+        print(f"cluster {d['name']}: removed ({len(d['hosts'])} hosts)", flush=True)
+        return 0
+    if args.verb == "status":
+        names = [args.name] if args.name else standing.standing_clusters()
+        if not names:
+            print("no standing clusters")
+        for n in names:
+            d = standing.load(n)
+            print(f"cluster {n}: {len(d['hosts'])} hosts, {d['net']}, run {d['run_id']}, "
+                  f"host file {d['hostfile']}")
+            for h in standing.status(n):
+                state = "sshd up" if h["sshd"] else ("no sshd" if h["up"] else "gone")
+                print(f"  {h['name']:12s} {h['address']:16s} {h['namespace']}  {state}"
+                      + "".join(f", {d} up" for d in h["daemons"]))
+        return 0
+    command = list(args.argv)
+    if command and command[0] == "--":
+        command = command[1:]
+    argv, env = standing.exec_argv(args.name, args.host, command)
+    os.execvpe(argv[0], argv, env)
 
 
 def _cmd_probe(args) -> int:

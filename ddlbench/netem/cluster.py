@@ -47,6 +47,10 @@ class Host:
     namespace: str | None     # None: this machine's own namespace (loopback)
     ifname: str
     address: str
+    name: str = ""            # its host name (h0, h1, ... unless the cluster names them)
+
+    def __post_init__(self):
+        self.name = self.name or f"h{self.index}"
 
     def prefix(self) -> list[str]:
         """The command prefix that runs a program on this host."""
@@ -64,6 +68,10 @@ class Cluster:
     run_id: str = ""
     hosts: list[Host] = field(default_factory=list)
     probe: dict | None = None
+    # a standing cluster's (standing.py): host names NAME0, NAME1, ... and one interface name
+    # in every host (as on a real cluster, where GLOO_SOCKET_IFNAME names it for all ranks)
+    host_prefix: str = "h"
+    ifname: str = ""
     _state_path: str | None = None
     _old_handlers: dict = field(default_factory=dict)
 
@@ -77,7 +85,8 @@ class Cluster:
             self.run_id = _new_run_id()
         rid = self.run_id
         subnet = int(rid[:2], 16)  # cosmetic: runs are isolated whatever their addresses
-        self.hosts = [Host(i, f"{NS_PREFIX}{rid}-h{i}", f"d{rid}h{i}", f"198.18.{subnet}.{i + 1}")
+        self.hosts = [Host(i, f"{NS_PREFIX}{rid}-h{i}", self.ifname or f"d{rid}h{i}",
+                           f"198.18.{subnet}.{i + 1}", f"{self.host_prefix}{i}")
                       for i in range(self.nhosts)]
 
     # names
@@ -119,22 +128,27 @@ class Cluster:
                 signal.signal(s, handler)
             self._old_handlers.clear()
 
-    def up(self, log=None) -> "Cluster":
+    def up(self, log=None, state: dict | None = None, then=None) -> "Cluster":
+        """Build the hosts. ``state``: more keys for the state file; ``then(cluster)``: more
+        set-up once the network is there (a standing cluster's servers), torn down with it
+        when it fails."""
         if self.profile.loopback:
             return self
         require()
         cleanup_stale(log=log)
-        self._write_state()
+        self._write_state(**(state or {}))
         start_reaper(self.run_id)  # tears the set down if this process is killed outright
         try:
             self._build()
+            if then is not None:
+                then(self)
         except BaseException:
             self.down()
             raise
         return self
 
-    def _write_state(self) -> None:
-        self._state_path = write_state(self.run_id, self.profile.name, self.namespaces)
+    def _write_state(self, **extra) -> None:
+        self._state_path = write_state(self.run_id, self.profile.name, self.namespaces, **extra)
 
     def _build(self) -> None:
         build(self.switch, self.bridge, self.hosts, [self.port(h.index) for h in self.hosts],

@@ -129,16 +129,16 @@ def build(switch: str, bridge: str, hosts: list, ports: list[str], rate_bps: flo
 
 
 def write_hosts_files(run_id: str, hosts: list) -> None:
-    """Each host's /etc/hosts names every host (h0, h1, ...), so that reverse look-ups of
-    peer addresses (torch's store logs them) answer from the file instead of a DNS server
-    that a namespace cannot reach."""
+    """Each host's /etc/hosts names every host (``.name``: h0, h1, ...), so that reverse
+    look-ups of peer addresses (torch's store logs them) answer from the file instead of a DNS
+    server that a namespace cannot reach."""
     try:
         with open("/etc/hosts") as f:
             base = f.read()
     except OSError:
         base = "127.0.0.1 localhost\n"
     # Also as IPv4-mapped IPv6: the store's dual-stack socket sees its peers that way.
-    ours = "".join(f"{a}{h.address} h{h.index} {h.namespace}\n"
+    ours = "".join(f"{a}{h.address} {h.name} {h.namespace}\n"
                    for h in hosts for a in ("", "::ffff:"))
     for h in hosts:
         directory = os.path.join(ETC_NETNS, h.namespace)

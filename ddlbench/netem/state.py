@@ -4,6 +4,8 @@ Before a run creates anything it writes a state file: the names it will create, 
 PID and the owner's start time. Tear-down deletes the file last. A run killed outright
 (SIGKILL) leaves its file behind, and the next start (or ``python -m ddlbench.netem cleanup``)
 removes every set whose owner is gone, and any namespace of the pattern no file accounts for.
+A standing cluster (``cluster up``, standing.py) has no owner once it is up: its file says
+``standing`` and only ``cluster down`` or ``cleanup --all`` remove it.
 """
 from __future__ import annotations
 
@@ -67,16 +69,31 @@ def _read_states() -> list[tuple[str, dict]]:
     return out
 
 
-def write_state(run_id: str, profile: str, namespaces: list[str]) -> str:
+def write_state(run_id: str, profile: str, namespaces: list[str], **extra) -> str:
     """Write run ``run_id``'s state file (atomically, owned by this process) before anything of
-    the run exists; returns its path."""
-    directory = state_dir()
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"{run_id}.json")
+    the run exists; returns its path. ``extra``: more keys (a standing cluster's)."""
     state = {"run_id": run_id, "owner_pid": os.getpid(),
              "owner_start": _start_time(os.getpid()), "created": time.time(),
              "profile": profile, "namespaces": namespaces,
-             "command": " ".join(sys.argv)}
+             "command": " ".join(sys.argv), **extra}
+    return _write(run_id, state)
+
+
+def make_standing(run_id: str) -> None:
+    """Run ``run_id``'s set outlives its owner (``cluster up``): no owner, ``standing``; only
+    ``cluster down`` or ``cleanup --all`` remove it."""
+    for path, state in _read_states():
+        if path == os.path.join(state_dir(), f"{run_id}.json"):
+            state.update(owner_pid=None, owner_start=None, standing=True)
+            _write(run_id, state)
+            return
+    raise FileNotFoundError(f"no state file for run {run_id}")
+
+
+def _write(run_id: str, state: dict) -> str:
+    directory = state_dir()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{run_id}.json")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(state, f)
@@ -107,7 +124,8 @@ def cleanup_stale(include_live: bool = False, log=None) -> list[str]:
     known = set()
     for path, state in _read_states():
         run_id = state.get("run_id", os.path.basename(path)[:-5])
-        if state.get("owner_pid") is not None and not include_live and _owner_alive(state):
+        if not include_live and (state.get("standing") or (
+                state.get("owner_pid") is not None and _owner_alive(state))):
             known.add(run_id)
             continue
         _remove_run(path, run_id, state)
@@ -156,5 +174,7 @@ def reap(run_id: str, owner: int, poll_s: float = 0.1) -> bool:
     if not os.path.exists(path):
         return False
     states = [s for p, s in _read_states() if p == path]
+    if states and states[0].get("standing"):   # ``cluster up`` made it outlive its owner
+        return False
     _remove_run(path, run_id, states[0] if states else {})
     return True

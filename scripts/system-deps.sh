@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Debian packages that the standing emulated cluster needs (python -m ddlbench.netem cluster up;
+# ddlbench/netem/standing.py): an OpenSSH server and client, iproute2, util-linux (unshare,
+# nsenter), and for `cluster up --slurm` Slurm (slurmctld, slurmd, slurm-client) and MUNGE.
+#
+#   scripts/system-deps.sh [--optional]      (make cluster-deps; make test runs it --optional)
+#
+# Installs what is missing with apt-get, on Debian, as root; never starts the system's own ssh
+# service (a policy-rc.d denies it while installing, unless the machine has one already).
+# Prints one line saying what it did. Where it cannot install (not root, not Debian, the
+# package registry unreachable) it says why and exits 2; with --optional it exits 0 instead
+# (the cluster's tests then skip, naming what is missing).
+set -uo pipefail
+optional=0
+case "${1:-}" in
+    --optional) optional=1 ;;
+    "") ;;
+    *) echo "usage: scripts/system-deps.sh [--optional]" >&2; exit 2 ;;
+esac
+say() { echo "system-deps: $*" >&2; }
+give_up() {
+    say "$* (the standing emulated cluster's tests will skip)"
+    [ "$optional" = 1 ] && exit 0
+    exit 2
+}
+
+need=()
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+{ command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } || need+=(iproute2)
+{ command -v unshare >/dev/null && command -v nsenter >/dev/null; } || need+=(util-linux)
+[ -x /usr/sbin/slurmctld ] || need+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || need+=(slurmd)
+command -v srun >/dev/null || need+=(slurm-client)
+[ -x /usr/sbin/munged ] || need+=(munge)
+if [ "${#need[@]}" = 0 ]; then
+    say "sshd, ssh, iproute2, unshare, Slurm and MUNGE are installed"
+    exit 0
+fi
+mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+[ "$(id -u)" = 0 ] || give_up "not root: cannot install ${need[*]}"
+[ -f /etc/debian_version ] && command -v apt-get >/dev/null \
+    || give_up "not a Debian machine: install ${need[*]} yourself"
+
+created_policy=0
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    # Installing openssh-server (or munge, slurmd) would start the machine's own services
+    # (sshd on port 22 ...): deny them.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    created_policy=1
+fi
+cleanup() { [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d; }
+trap cleanup EXIT
+
+log="$(mktemp /tmp/ddlbench-system-deps.XXXXXX.log)"
+install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" \
+        >>"$log" 2>&1
+}
+say "installing ${need[*]} (apt-get; log $log)"
+if ! install; then
+    # A fresh machine may have no package lists yet.
+    if ! { DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$log" 2>&1 && install; }; then
+        give_up "apt-get could not install ${need[*]}: $(grep -E '^(E|W):' "$log" | tail -1)"
+    fi
+fi
+for f in /usr/sbin/sshd /usr/sbin/slurmd /usr/sbin/munged; do
+    [ -x "$f" ] || give_up "apt-get ran but $f is missing (log $log)"
+done
+say "installed ${need[*]}"
