@@ -12,7 +12,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import shlex
+import socket
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import EXIT_USAGE, ArgumentParser, UsageError
@@ -92,17 +96,70 @@ def check(path: str, need: int) -> list[Host]:
     return hosts
 
 
+def is_local(name: str) -> bool:
+    """Whether ``name`` is this machine (a local name or this host's name)."""
+    return name in LOCAL_NAMES or name == socket.gethostname()
+
+
+def used(hosts: list[Host], need: int) -> list[str]:
+    """The hosts that ``need`` workers filling the slots in order occupy."""
+    out, left = [], need
+    for h in hosts:
+        if left <= 0:
+            break
+        out.append(h.name)
+        left -= h.slots
+    return out
+
+
+def remote_shell() -> list[str]:
+    """The remote shell: $SSH (configs/cluster.conf), else non-interactive ssh."""
+    return shlex.split(os.environ.get("SSH") or "ssh -o BatchMode=yes")
+
+
+def require_reachable(names: list[str], timeout_s: float = 20.0) -> None:
+    """Every host of ``names`` that is not this machine answers ``$SSH HOST true`` (all at
+    once), or one line names the first that does not and what ssh said: a host that is down,
+    unknown or refuses the key stops a launch before anything starts."""
+    remote = [n for n in dict.fromkeys(names) if not is_local(n)]
+    if not remote:
+        return
+    ssh = remote_shell()
+
+    def probe(name: str) -> str | None:
+        cmd = ssh + ["-o", f"ConnectTimeout={int(timeout_s)}", name, "true"]
+        try:
+            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=timeout_s + 5)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{type(e).__name__}: {e}"
+        if proc.returncode == 0:
+            return None
+        said = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        return said[-1] if said else f"exit code {proc.returncode}"
+
+    with ThreadPoolExecutor(max_workers=min(32, len(remote))) as pool:
+        for name, why in zip(remote, pool.map(probe, remote)):
+            if why is not None:
+                raise UsageError(f"host {name} does not answer over ssh "
+                                 f"({' '.join(ssh)} {name} true): {why}")
+
+
 def main(argv=None) -> int:
     p = ArgumentParser(prog="python -m ddlbench.hosts.hostfile")
     p.add_argument("path")
     p.add_argument("--need", type=int, default=1)
     p.add_argument("--horovod", action="store_true",
                    help="print the hosts as horovodrun -H wants them")
+    p.add_argument("--reach", action="store_true",
+                   help="also check that the hosts the workers use answer over ssh")
     args = p.parse_args(argv)
     try:
         if args.need <= 0:
             raise UsageError(f"nworkers must be positive, got {args.need}")
         hosts = check(args.path, args.need)
+        if args.reach:
+            require_reachable(used(hosts, args.need))
         print(horovodrun_hosts(hosts) if args.horovod else rendezvous_address(hosts))
         return 0
     except UsageError as e:

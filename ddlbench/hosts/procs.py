@@ -91,18 +91,23 @@ def supervise(procs: list[subprocess.Popen], names: list[str], stopping: dict,
     """Wait for a job's processes (``stopping`` from ``stop_signals()``). Returns 0 when every
     one exits 0; 128 + signal when this process got SIGINT/SIGTERM; else the first failure's
     code (128 + signal for a killed process), after giving the others ``settle_s`` to exit on
-    their own and naming the failed one when some are still running. The caller stops
-    whatever still runs."""
+    their own and naming the failed one when it was killed or some are still running. The
+    caller stops whatever still runs."""
     while True:
         if stopping["signal"] is not None:
             return 128 + stopping["signal"]
         codes = [p.poll() for p in procs]
-        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-        if bad:
-            # A process killed by a signal is the cause; peers that lost it fail after it.
-            i, code = min(bad, key=lambda ic: (ic[1] > 0, ic[0]))
+        first = [i for i, c in enumerate(codes) if c not in (None, 0)]
+        if first:
             _wait_all(procs, settle_s)
-            if code < 0 or any(p.poll() is None for p in procs):
+            later = [i for i, p in enumerate(procs) if i not in first and p.poll() not in (None, 0)]
+            # The cause: a process killed by a signal (here: a negative code; a remote one: 128
+            # + signal from its shell, 255 from ssh), else the first to fail; peers that lost
+            # it fail after it.
+            order = first + later
+            i = min(order, key=lambda j: (not _killed(procs[j].poll()), order.index(j)))
+            code = procs[i].poll()
+            if _killed(code) or any(p.poll() is None for p in procs):
                 how = (f"was killed by {_signal_name(-code)}" if code < 0
                        else f"exited with code {code}")
                 say(f"ddlbench: {names[i]} (pid {procs[i].pid}) {how}; stopping the others")
@@ -110,6 +115,10 @@ def supervise(procs: list[subprocess.Popen], names: list[str], stopping: dict,
         if all(c == 0 for c in codes):
             return 0
         time.sleep(poll_s)
+
+
+def _killed(code: int) -> bool:
+    return code < 0 or code >= 128
 
 
 def _signal_name(signum: int) -> str:

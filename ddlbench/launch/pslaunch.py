@@ -95,8 +95,7 @@ def resolve(hosts: list[hostfile.Host], path: str) -> None:
             raise UsageError(f"unknown host {h.name!r} in host file {path}") from None
 
 
-def is_local(name: str) -> bool:
-    return name in hostfile.LOCAL_NAMES or name == socket.gethostname()
+is_local = hostfile.is_local
 
 
 def placement(hosts: list[hostfile.Host], nworkers: int, nservers: int,
@@ -121,9 +120,7 @@ def placement(hosts: list[hostfile.Host], nworkers: int, nservers: int,
     return workers, [pool[s % len(pool)] for s in range(nservers)], note
 
 
-def _ssh() -> list[str]:
-    """The remote shell: $SSH (configs/cluster.conf), else non-interactive ssh."""
-    return shlex.split(os.environ.get("SSH") or "ssh -o BatchMode=yes")
+_ssh = hostfile.remote_shell
 
 
 def _free_port(host: str, py: str) -> int:
@@ -168,9 +165,12 @@ def main(argv=None) -> int:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         train = ["-m", "ddlbench.train", *args.train_args]
         job = args.job_id or uuid.uuid4().hex[:12]
-        print(f"job ID: {job} (job={job} ./byteps/stop.sh stops it)", file=sys.stderr,
-              flush=True)
+
+        def announce() -> None:
+            print(f"job ID: {job} (job={job} ./byteps/stop.sh stops it)", file=sys.stderr,
+                  flush=True)
         if all(is_local(h.name) for h in hosts):
+            announce()
             cmd = [py, *train, "--nworkers", str(args.nworkers), "--nservers", str(nservers),
                    "--job-id", job]
             print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
@@ -178,6 +178,8 @@ def main(argv=None) -> int:
             os.execv(py, cmd)
         workers, servers, note = placement(hosts, args.nworkers, nservers, args.servers,
                                            server_hosts)
+        hostfile.require_reachable(workers + servers)
+        announce()
         if note:
             print(f"ddlbench: note: {note}", file=sys.stderr, flush=True)
         uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
@@ -207,20 +209,26 @@ def main(argv=None) -> int:
         return EXIT_USAGE
 
 
-def run(roles, common, py, root, train, job, grace) -> int:
+def run(roles, common, py, root, train, job, grace, argvs=None, names=None) -> int:
+    """Start every role's process (``(host, environment)``; its argv after the interpreter is
+    ``train``, or its own from ``argvs``), supervise them, stop them all at the first failure
+    or signal. ``names``: how lines name the processes (default: worker/server on host)."""
     with stop_signals() as stopping:
-        return _run(roles, common, py, root, train, job, grace, stopping)
+        return _run(roles, common, py, root, train, job, grace, stopping, argvs, names)
 
 
-def _run(roles, common, py, root, train, job, grace, stopping) -> int:
+def _run(roles, common, py, root, train, job, grace, stopping, argvs, names) -> int:
     procs: list[tuple[str, subprocess.Popen]] = []
     remote = sorted({h for h, _ in roles if not is_local(h)})
+    ours = argvs is None    # the suite's processes, which watch their parent; else a tool's
+    argvs = argvs or [train] * len(roles)
     try:
-        for host, role in roles:
+        for (host, role), argv in zip(roles, argvs):
             env = dict(common, **role)
             if is_local(host):
-                env[PARENT_ENV] = str(os.getpid())
-                procs.append((host, subprocess.Popen([py, *train], cwd=root,
+                if ours:
+                    env[PARENT_ENV] = str(os.getpid())
+                procs.append((host, subprocess.Popen([py, *argv], cwd=root,
                                                      env=dict(os.environ, **env),
                                                      preexec_fn=die_with_parent())))
             else:
@@ -228,13 +236,15 @@ def _run(roles, common, py, root, train, job, grace, stopping) -> int:
                 # remote process watches its stdin, our pipe: it ends when we do.
                 env = forwarded_env(os.environ) | env | {STDIN_ENV: "1"}
                 procs.append((host, subprocess.Popen(_ssh() + [host, remote_line(root, env, py,
-                                                                                  train)],
+                                                                                  argv)],
                                                      stdin=subprocess.PIPE,
                                                      preexec_fn=die_with_parent())))
-        names = [(f"worker {role['DDLBENCH_WORKER_RANK']}" if role["DMLC_ROLE"] == "worker"
-                  else f"server {role['DDLBENCH_SERVER_ID']}") + f" on {host}"
-                 for host, role in roles]
-        return supervise([p for _, p in procs], names, stopping, poll_s=0.1)
+        names = names or [(f"worker {role['DDLBENCH_WORKER_RANK']}"
+                           if role["DMLC_ROLE"] == "worker"
+                           else f"server {role['DDLBENCH_SERVER_ID']}") + f" on {host}"
+                          for host, role in roles]
+        # (1 s for the process that died first, over ssh perhaps, to be seen as the cause)
+        return supervise([p for _, p in procs], names, stopping, settle_s=1.0, poll_s=0.1)
     finally:
         _stop_all(procs, remote, job, grace)
 
