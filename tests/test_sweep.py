@@ -526,6 +526,27 @@ def test_only_and_dry_run(tmp_path, fake, capsys):
         assert len(err.splitlines()) == 1 and msg in err, err
 
 
+def test_an_rdma_network_runs_on_its_own_host_files(tmp_path, fake, capsys):
+    """{rdma: 0, hostfile: F}: its cells go through the shell launcher on F's hosts ({nworkers}
+    filled in), checked before anything starts; the sweep's hostfile stays for other networks."""
+    (tmp_path / "hosts2").write_text("localhost slots=2\n")
+    own = {"rdma": 0, "hostfile": str(tmp_path / "hosts{nworkers}")}
+    cfg = write_config(tmp_path, networks=[own, "rdma2"], methods=["wfbp"], nworkers=[2],
+                       tries=1)
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"hostfile={tmp_path}/hosts2 " in out and "rdma=0 " in out
+    assert f"hostfile={REPO}/configs/cluster2 " in out and "rdma=2 " in out
+    cfg = write_config(tmp_path, networks=[own], methods=["wfbp"], nworkers=[2, 4], tries=1)
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 2
+    assert f"host file {tmp_path}/hosts4 not found" in capsys.readouterr().err
+    cfg = write_config(tmp_path, networks=[{"net": "1gbit", "hostfile": "x"}], tries=1)
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 2
+    assert "hostfile is a path (may contain {nworkers}) for an rdma network" in \
+        capsys.readouterr().err
+    assert fake() == []
+
+
 def test_skip_leaves_out_the_cells_its_expressions_match(tmp_path, fake, capsys):
     """A sweep file's skip: (--only expressions, any of which drops a cell): here 1 worker only
     for the methods of the noise floor, on the loopback only."""
@@ -767,6 +788,11 @@ def test_presets():
     assert len(comp.cells()) == 40
     assert {(c.method["method"], c.method.get("compressor", "none")) for c in comp.cells()} >= {
         ("ddp", "powersgd"), ("bytescheduler", "fp16"), ("fusion", "eftopk")}
+    # the standing emulated cluster's host file (python -m ddlbench.netem cluster up)
+    cl = config.load(config.resolve_config("emulated-cluster"), preflight=False)
+    assert [(n.kind, n.profile, n.hostfile) for n in cl.networks] == [
+        ("rdma", 0, "/run/ddlbench-netem/clusters/node/hostfile")]
+    assert runner.command(cl, cl.cells()[0], "r.json")[1]["hostfile"] == cl.networks[0].hostfile
     with pytest.raises(UsageError, match="example hosts"):
         config.load(config.resolve_config("paper"))  # needs a real cluster's host files
     with pytest.raises(UsageError, match="sweep config 'nope' not found"):

@@ -8,6 +8,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
                                #   (python -m ddlbench.train --nworkers N [--net PROFILE]);
                                # rdma0 / {rdma: 1}: a real cluster through the shell launchers
                                #   (horovod/horovod_mpi_cj.sh, bytescheduler/..., byteps/...)
+                               # {rdma: 0, hostfile: F}: the same on the hosts of F (may
+                               #   contain {nworkers}; a standing emulated cluster's host file)
                                # {net: 1gbit, optional: true}: left out, with a note, where
                                #   this machine cannot emulate (not root, no iproute2)
     tasks:                     # model, batch_size, image_size, sentence_len, num_classes, args

@@ -101,6 +101,7 @@ class Network:
     kind: str              # "net": local launcher (emulated or loopback); "rdma": shell launcher
     profile: str | int     # net profile name, or rdma 0/1/2
     label: str             # the table's CONNECTION
+    hostfile: str | None = None  # rdma: this network's host files (else the sweep's hostfile)
 
     def config(self) -> dict:
         return {"name": self.name, "kind": self.kind, "profile": self.profile}
@@ -138,7 +139,7 @@ class Cell:
                "engine": self.engine, "nworkers": self.nworkers,
                "timing": dict(self.sweep.timing), "extra_args": self.sweep.extra_args}
         if self.network.kind == "rdma":
-            cfg["hostfile"] = self.sweep.hostfile_for(self.nworkers)
+            cfg["hostfile"] = self.sweep.hostfile_for(self.nworkers, self.network)
         program = os.environ.get(PROGRAM_ENV)
         if program:
             cfg["program"] = program
@@ -264,8 +265,11 @@ class Sweep:
                  for n in self.nworkers]
         return [c for c in every if not any(d(c.axes()) for d in drop)]
 
-    def hostfile_for(self, nworkers: int) -> str:
-        return self.hostfile.replace("{nworkers}", str(nworkers))
+    def hostfile_for(self, nworkers: int, network: Network | None = None) -> str:
+        """The host file of ``nworkers`` on ``network`` (its own ``hostfile``, else the
+        sweep's), ``{nworkers}`` filled in."""
+        path = (network and network.hostfile) or self.hostfile
+        return path.replace("{nworkers}", str(nworkers))
 
     @property
     def min_successes(self) -> int:
@@ -525,8 +529,14 @@ def _network(x, problems, notes=None) -> Network | None:
     if not isinstance(x, dict):
         problems.append(f"network {x!r}: a name, {{rdma: 0|1|2}} or {{net: PROFILE}}")
         return None
-    for k in sorted(set(x) - {"rdma", "net", "label", "optional"}, key=str):
+    for k in sorted(set(x) - {"rdma", "net", "label", "optional", "hostfile"}, key=str):
         problems.append(f"network {x!r}: unknown key {k!r}")
+    hostfile = x.get("hostfile")
+    if hostfile is not None and ("rdma" not in x or not isinstance(hostfile, str)
+                                 or not hostfile.strip()):
+        problems.append(f"network {x!r}: hostfile is a path (may contain {{nworkers}}) for an "
+                        f"rdma network")
+        return None
     label = x.get("label")
     if label is not None and not (isinstance(label, str) and label.strip()):
         problems.append(f"network {x!r}: label must be a non-empty string")
@@ -540,7 +550,7 @@ def _network(x, problems, notes=None) -> Network | None:
             problems.append(f"network {x!r}: rdma must be 0 (10GbE TCP), 1 (100Gb IB RDMA) or "
                             f"2 (TCP over the 100Gb fabric)")
             return None
-        return Network(f"rdma{r}", "rdma", r, str(label or RDMA_LABELS[r]))
+        return Network(f"rdma{r}", "rdma", r, str(label or RDMA_LABELS[r]), hostfile)
     profile = x["net"]
     if not isinstance(profile, str) or not re.fullmatch(r"[A-Za-z0-9_.,=+-]+", profile):
         problems.append(f"network {x!r}: net must be a profile name (configs/networks.yaml) "
@@ -646,16 +656,17 @@ def _check_combinations(sweep: Sweep, hosts: bool = True) -> list[str]:
     """``hosts``: the host files must be usable (not for a sweep that only predicts)."""
     from ..hosts import hostfile
     problems = []
-    rdma = any(n.kind == "rdma" for n in sweep.networks)
+    rdma = [net for net in sweep.networks if net.kind == "rdma"]
     if rdma and hosts:
-        for n in sweep.nworkers:
-            path = sweep.hostfile_for(n)
-            full = path if os.path.isabs(path) else os.path.join(REPO, path)
-            try:
-                hostfile.check(full, n)
-            except UsageError as e:
-                if str(e) not in problems:
-                    problems.append(str(e))
+        for net in rdma:
+            for n in sweep.nworkers:
+                path = sweep.hostfile_for(n, net)
+                full = path if os.path.isabs(path) else os.path.join(REPO, path)
+                try:
+                    hostfile.check(full, n)
+                except UsageError as e:
+                    if str(e) not in problems:
+                        problems.append(str(e))
         for m in list(sweep.methods):
             script = shell_launcher(m["method"])
             if not os.path.isfile(os.path.join(REPO, script)):

@@ -51,7 +51,7 @@ def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict
     script = shell_launcher(m["method"])
     env = {"nworkers": str(cell.nworkers), "rdma": "0" if local else str(cell.network.profile),
            "dnn": t["model"], "bs": str(t["batch_size"]), "method": m["method"],
-           "hostfile": _abs(sweep.hostfile_for(cell.nworkers) if not local
+           "hostfile": _abs(sweep.hostfile_for(cell.nworkers, cell.network) if not local
                             else f"configs/cluster{cell.nworkers}")}
     if cell.engine != "torch":
         env["engine"] = cell.engine
