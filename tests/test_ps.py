@@ -462,11 +462,12 @@ def test_launcher_over_ssh_uses_the_dmlc_variables(tmp_path, load_json):
     assert rec["config"]["method"] == "bspps" and rec["config"]["nservers"] == 2
     assert rec["environment"]["launcher"] == "dmlc"
     assert [s["rank"] for s in rec["servers"]] == [2, 3]
-    # One ssh to choose the port on the first host, then one worker and one server per host
-    # (started one after the other, but each ssh logs when it runs: their order may vary).
+    # One ssh to each host to see that it answers (all at once), one to choose the port on the
+    # first host, then one worker and one server per host (started one after the other, but
+    # each ssh logs when it runs: their order may vary).
     calls = log.read_text().splitlines()
-    assert calls[0] == "127.0.0.2", calls
-    assert sorted(calls[1:]) == ["127.0.0.2 DMLC_ROLE=server", "127.0.0.2 DMLC_ROLE=worker",
+    assert sorted(calls[:2]) == ["127.0.0.2", "127.0.0.3"] and calls[2] == "127.0.0.2", calls
+    assert sorted(calls[3:]) == ["127.0.0.2 DMLC_ROLE=server", "127.0.0.2 DMLC_ROLE=worker",
                                  "127.0.0.3 DMLC_ROLE=server", "127.0.0.3 DMLC_ROLE=worker"], calls
 
 

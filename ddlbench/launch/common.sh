@@ -37,10 +37,13 @@ fi
 LAUNCHER_NAME="$(basename "$(cd "$(dirname "$0")" && pwd)")/$(basename "$0")"
 die() { echo "$LAUNCHER_NAME: error: $*" >&2; exit 2; }
 
-# check_hostfile FILE N: prints the rendezvous address or exits with one line; the hosts the N
-# workers use must answer over ssh (a host that is down or refuses the key: one line).
+# check_hostfile FILE N: prints the rendezvous address or exits with one line; unless dry_run=1,
+# the hosts the N workers use must answer over ssh (a host that is down or refuses the key:
+# one line).
 check_hostfile() {
-    (cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$1" --need "$2" --reach) || exit 2
+    local reach=(--reach)
+    [ "${dry_run:-0}" = 1 ] && reach=()
+    (cd "$root" && "$PY" -m ddlbench.hosts.hostfile "$1" --need "$2" "${reach[@]}") || exit 2
 }
 
 # mpi_options RDMA: fills the array MPI_OPTS for mpirun.

@@ -65,24 +65,36 @@ def forwarded_env(environ) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(FORWARD_PREFIXES)}
 
 
-def parse_args(argv):
-    p = ArgumentParser(prog="python -m ddlbench.launch.pslaunch")
+def host_file_parser(prog: str) -> ArgumentParser:
+    """The options of every launcher over a host file; ``parse`` adds the training script's
+    arguments (after ``--``)."""
+    p = ArgumentParser(prog=prog)
     p.add_argument("--hostfile", required=True)
     p.add_argument("--nworkers", type=int, default=None)
+    p.add_argument("--job-id", default=None)
+    p.add_argument("--stop", action="store_true",
+                   help="stop job --job-id's processes on every host of the host file")
+    p.add_argument("--grace", type=float, default=5.0)
+    return p
+
+
+def parse(p: ArgumentParser, argv):
+    p.add_argument("train_args", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.train_args and args.train_args[0] == "--":
+        args.train_args = args.train_args[1:]
+    return args
+
+
+def parse_args(argv):
+    p = host_file_parser("python -m ddlbench.launch.pslaunch")
     p.add_argument("--nservers", type=int, default=None)
     p.add_argument("--servers", default="dedicated", choices=("dedicated", "colocated"),
                    help="servers on hosts of their own (default) or on the worker machines")
     p.add_argument("--server-hosts", default=None, metavar="H,...",
                    help="the hosts of the servers (default: the host file's hosts without "
                         "workers)")
-    p.add_argument("--job-id", default=None)
-    p.add_argument("--stop", action="store_true", help="stop the suite's processes on the hosts")
-    p.add_argument("--grace", type=float, default=5.0)
-    p.add_argument("train_args", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    if args.train_args and args.train_args[0] == "--":
-        args.train_args = args.train_args[1:]
-    return args
+    return parse(p, argv)
 
 
 def resolve(hosts: list[hostfile.Host], path: str) -> None:
@@ -136,21 +148,30 @@ def _free_port(host: str, py: str) -> int:
     return int(out.stdout)
 
 
+def prepare(args) -> tuple[list[hostfile.Host], int | None]:
+    """What a launcher over a host file checks first (the host file, its hosts' names, the
+    job id, the worker count), and ``--stop``: (the hosts, the exit code of a stop or None)."""
+    hosts = hostfile.parse(args.hostfile)
+    resolve(hosts, args.hostfile)
+    if args.job_id is not None:
+        check_job_id(args.job_id)
+    if args.stop:
+        if args.job_id is None:
+            raise UsageError("--stop needs --job-id ID (the id the launcher printed): only "
+                             "that job's processes are stopped")
+        return hosts, stop(hosts, args.job_id)
+    if args.nworkers is None or args.nworkers <= 0:
+        raise UsageError(f"nworkers must be positive, got {args.nworkers}")
+    return hosts, None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parse_args(argv)
-        hosts = hostfile.parse(args.hostfile)
-        resolve(hosts, args.hostfile)
-        if args.job_id is not None:
-            check_job_id(args.job_id)
-        if args.stop:
-            if args.job_id is None:
-                raise UsageError("--stop needs --job-id ID (the id the launcher printed): only "
-                                 "that job's processes are stopped")
-            return stop(hosts, args.job_id)
-        if args.nworkers is None or args.nworkers <= 0:
-            raise UsageError(f"nworkers must be positive, got {args.nworkers}")
+        hosts, stopped = prepare(args)
+        if stopped is not None:
+            return stopped
         hostfile.check(args.hostfile, args.nworkers)
         workers, _, _ = placement(hosts, args.nworkers, 0)
         machines = len(set(workers))

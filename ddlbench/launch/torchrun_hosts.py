@@ -16,29 +16,18 @@ process, Ctrl-C or this launcher's death stops every host's processes (as the PS
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import uuid
 
-from ..errors import EXIT_USAGE, ArgumentParser, UsageError
+from ..errors import EXIT_USAGE, UsageError
 from ..hosts import hostfile
-from .pslaunch import _free_port, check_job_id, is_local, resolve, stop
+from .pslaunch import _free_port, host_file_parser, is_local, parse, prepare
 from .pslaunch import run as run_roles
 
 
 def parse_args(argv):
-    p = ArgumentParser(prog="python -m ddlbench.launch.torchrun_hosts")
-    p.add_argument("--hostfile", required=True)
-    p.add_argument("--nworkers", type=int, default=None)
-    p.add_argument("--job-id", default=None)
-    p.add_argument("--stop", action="store_true", help="stop job --job-id on every host")
-    p.add_argument("--grace", type=float, default=5.0)
-    p.add_argument("train_args", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    if args.train_args and args.train_args[0] == "--":
-        args.train_args = args.train_args[1:]
-    return args
+    return parse(host_file_parser("python -m ddlbench.launch.torchrun_hosts"), argv)
 
 
 def nodes(hosts: list[hostfile.Host], nworkers: int) -> tuple[list[str], int]:
@@ -70,16 +59,9 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parse_args(argv)
-        hosts = hostfile.parse(args.hostfile)
-        resolve(hosts, args.hostfile)
-        if args.job_id is not None:
-            check_job_id(args.job_id)
-        if args.stop:
-            if args.job_id is None:
-                raise UsageError("--stop needs --job-id ID (the id the launcher printed)")
-            return stop(hosts, args.job_id)
-        if args.nworkers is None or args.nworkers <= 0:
-            raise UsageError(f"nworkers must be positive, got {args.nworkers}")
+        hosts, stopped = prepare(args)
+        if stopped is not None:
+            return stopped
         names, slots = nodes(hosts, args.nworkers)
         hostfile.require_reachable(names)
         py = sys.executable
