@@ -851,3 +851,16 @@ def test_real_runs_through_the_local_and_the_mpi_launcher(tmp_path, capsys, monk
     assert "| BERT-Tiny | 4 | 10GbE with TCP/IP | wfbp |" in readme
     assert "## Where the time goes" in readme
     assert leftovers(str(tmp_path)) == []
+
+
+def test_a_networks_label_in_the_sweep_file_names_its_connection():
+    """The CONNECTION column: the label the sweep file gave the network (kept in the store's
+    header), else the network's default name."""
+    from ddlbench.sweep import aggregate
+    line = {"config": {"network": {"name": "rdma0", "kind": "rdma", "profile": 0},
+                       "task": {"model": "resnet50", "batch_size": 64},
+                       "method": {"method": "wfbp"}, "nworkers": 2}}
+    header = {"networks": [{"name": "rdma0", "kind": "rdma", "profile": 0,
+                            "label": "1 Gbit/s emulated hosts over ssh"}]}
+    assert aggregate._row(line, header).connection == "1 Gbit/s emulated hosts over ssh"
+    assert aggregate._row(line, {"networks": []}).connection == "10GbE with TCP/IP"

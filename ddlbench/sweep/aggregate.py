@@ -307,7 +307,7 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
         rkey, n = pos[:-1], pos[-1]
         row = rows.get(rkey)
         if row is None:
-            row = rows[rkey] = _row(first)
+            row = rows[rkey] = _row(first, header)
         ok = [float(e["throughput"]) for e in lines
               if e.get("status") == "ok" and e.get("throughput") is not None]
         for e in lines:
@@ -368,10 +368,13 @@ def _prefer(h: str, other: str, current: set, order_seen: dict) -> bool:
     return order_seen.get(h, -1) > order_seen.get(other, -1)
 
 
-def _row(e: dict) -> Row:
+def _row(e: dict, header: dict | None = None) -> Row:
     cfg = e["config"]
     net = cfg["network"]
-    connection = e.get("connection") or _connection(net)
+    # the sweep file's label of the network, which the store's header keeps
+    labelled = {n.get("name"): n.get("label") for n in (header or {}).get("networks") or []}
+    connection = (e.get("connection") or labelled.get(net["name"])
+                  or _connection(net))
     task = cfg["task"]
     return Row(network=net["name"], connection=connection, model=task["model"],
                batch_size=int(task["batch_size"]), task=task_key(task),
