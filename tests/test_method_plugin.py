@@ -80,6 +80,14 @@ def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
     # The launchers: its defaults, and its variable turned into its flag.
     proc = run([sys.executable, "-m", "ddlbench.methods", "defaults", "pieces"], **env)
     assert proc.stdout == "pieces=2\n", describe(proc)
+    # the all-to-all ids (slurm/sweep.sbatch's default methods) include it, the PS ids do not
+    proc = run([sys.executable, "-m", "ddlbench.methods", "names", "--architecture", "a2a"],
+               **env)
+    assert proc.stdout.split() == ["wfbp", "fusion", "bspa2a", "bytescheduler", "ddp",
+                                   "mgwfbp", "pieces"], describe(proc)
+    proc = run([sys.executable, "-m", "ddlbench.methods", "names", "--architecture", "ps"],
+               **env)
+    assert proc.stdout.split() == ["bspps", "wfbpps", "byteschedulerps"], describe(proc)
     out = tmp_path / "rec.json"
     proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=300, nworkers="2",
                method="pieces", pieces="4", dnn="bert_tiny", bs="4", senlen="16", iters="1",

@@ -22,6 +22,9 @@ def main(argv=None) -> int:
     sub.add_parser("compressors", help="the compressors, their options and what they send")
     d = sub.add_parser("defaults", help="a method's options and their defaults")
     d.add_argument("method")
+    n = sub.add_parser("names", help="the method ids, one line (of one architecture: "
+                                     "--architecture a2a|ps)")
+    n.add_argument("--architecture", choices=(A2A, PS), default=None)
     a = sub.add_parser("args", help="the training script's flags for a method, from the "
                                     "launcher variables named after its options")
     a.add_argument("method")
@@ -36,6 +39,9 @@ def main(argv=None) -> int:
         elif args.command == "compressors":
             import compression
             print(compression.table())
+        elif args.command == "names":
+            print(" ".join(names_of(args.architecture) if args.architecture
+                           else list(registry())))
         elif args.command == "defaults":
             for spec in defaults(args.method):
                 print(f"{spec.name}={'' if spec.default is None else spec.format(spec.default)}")
