@@ -12,7 +12,9 @@ import time
 
 import pytest
 
+from ddlbench import costs
 from ddlbench.netem import links, standing
+from ddlbench.netem.probe import ETHERNET_HEADER
 from ddlbench.netem.state import _read_states
 
 from .conftest import REPO, TINY_BERT_VOCAB, describe, env, tiny_bert_model, verify_lines
@@ -44,15 +46,17 @@ def host_file(tmp_path, hosts, slots):
     return str(path)
 
 
+def links_of(cluster) -> list[dict]:
+    """Each host's eth0 as ``ip -s -j link`` shows it (its MTU, its byte counters)."""
+    return [json.loads(subprocess.run(
+        ["ip", "-n", h["namespace"], "-s", "-j", "link", "show", "eth0"],
+        capture_output=True, text=True, check=True).stdout)[0] for h in cluster["hosts"]]
+
+
 def counters(cluster) -> list[tuple[int, int]]:
     """(bytes sent, bytes received) so far on each host's eth0."""
-    out = []
-    for h in cluster["hosts"]:
-        proc = subprocess.run(["ip", "-n", h["namespace"], "-s", "-j", "link", "show", "eth0"],
-                              capture_output=True, text=True, check=True)
-        stats = json.loads(proc.stdout)[0]["stats64"]
-        out.append((stats["tx"]["bytes"], stats["rx"]["bytes"]))
-    return out
+    return [(ln["stats64"]["tx"]["bytes"], ln["stats64"]["rx"]["bytes"])
+            for ln in links_of(cluster)]
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +154,11 @@ def test_mpirun_ranks_run_on_their_hosts_and_send_over_their_links(cluster, tmp_
         assert rec["environment"]["addresses"] == [h["address"] for h in cluster["hosts"]]
         assert rec["environment"]["hostname"] == names[0]
     ring = records[0]["communication_per_iteration"]["wire_sent_bytes"]["allreduce"]
-    assert ring == pytest.approx(2 * 3 / 4 * records[0]["model"]["gradient_bytes"])
-    expected = 4 * ring * 1514 / 1448
+    assert ring == costs.sent_bytes("allreduce", records[0]["model"]["gradient_bytes"], 4)
+    # on the wire: each MSS (MTU - 52: IPv4, TCP, timestamps) of payload in an MTU-sized
+    # packet plus its Ethernet header, as the link probe counts it
+    (mtu,) = {ln["mtu"] for ln in links_of(cluster)}
+    expected = 4 * ring * (mtu + ETHERNET_HEADER) / (mtu - 52)
     ratios = [(long_ - short) / expected for short, long_ in zip(*sent)]
     print(f"extra bytes on each host's veth / the ring model's: {ratios}")
     assert ratios == pytest.approx([1] * 4, abs=0.10), sent
