@@ -294,11 +294,7 @@ def _wait_for_sshd(cluster: Cluster, where: str, timeout_s: float = 60.0) -> Non
             pending.pop(0)
             continue
         if time.monotonic() > deadline:
-            try:
-                with open(os.path.join(where, f"sshd-{h.name}.log")) as f:
-                    tail = (f.read().strip().splitlines() or [""])[-1]
-            except OSError:
-                tail = ""
+            tail = _last_line(os.path.join(where, f"sshd-{h.name}.log"))
             raise NetemError(f"cluster: the ssh server of {h.name} did not answer in "
                              f"{timeout_s:.0f} s: {(proc.stderr.strip().splitlines() or [''])[-1]}"
                              f"{'; its log: ' + tail if tail else ''}")
@@ -374,14 +370,19 @@ def _wait(ready, timeout_s: float, what: str, log: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
         if time.monotonic() > deadline:
-            try:
-                with open(log) as f:
-                    tail = (f.read().strip().splitlines() or [""])[-1]
-            except OSError:
-                tail = ""
+            tail = _last_line(log)
             raise NetemError(f"cluster: no {what} after {timeout_s:.0f} s"
                              f"{'; ' + log + ': ' + tail if tail else ''}")
         time.sleep(0.2)
+
+
+def _last_line(path: str) -> str:
+    """The last line of a daemon's log ("" when there is none), for an error line."""
+    try:
+        with open(path) as f:
+            return (f.read().strip().splitlines() or [""])[-1]
+    except OSError:
+        return ""
 
 
 def _program(pid: int) -> str | None:
