@@ -132,10 +132,13 @@ def run_main(argv: list[str]) -> int:
             left = [j.name for j in jobs if j.name not in done]
             print(f"calibrate: {_n(len(left), 'job')} to run before the tries"
                   + (f" ({', '.join(left)})" if left else ""))
-        for t in p.todo:
-            cmd, env = runner.command(sweep, t.cell, "<record>.json")
+        for job in execute.jobs(p.todo):
+            t = job[0]
+            record = "<record>.json" if len(job) == 1 else "<records>/{method}.json"
+            cmd, env = runner.job_command(sweep, [x.cell for x in job], record)
             again = f" (attempt {t.attempt})" if t.attempt > 1 else ""
-            print(f"{t.cell.name} try {t.try_index}{again}: {runner.describe(cmd, env)}")
+            names = ", ".join(x.cell.name for x in job)
+            print(f"{names} try {t.try_index}{again}: {runner.describe(cmd, env)}")
         seconds, guessed = execute.estimate(p, sweep)
         basis = (f"{len(p.todo) - guessed} from this store's history, {guessed} guessed at "
                  f"{sweep.estimate_s:g} s each (estimate_s)")

@@ -17,6 +17,7 @@ themselves (``ddlbench.methods``, ``compression``); this script only collects th
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 
@@ -60,8 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     m = p.add_argument_group("synchronisation (each option: the methods declaring it and "
                              "their defaults)")
     m.add_argument("--method", default="fusion",
-                   help=f"method id ({', '.join(methods.names())}) or module:Class; with "
-                        f"--verify a comma-separated list or 'all'")
+                   help=f"method id ({', '.join(methods.names())}) or module:Class, or a "
+                        f"comma-separated list or 'all': a benchmark then times each in turn "
+                        f"in this job ('{{method}}' in --output), --verify verifies each")
     add_flags(m, methods.option_owners())
     m.add_argument("--compressor", default="none",
                    help=f"{', '.join(compression.COMPRESSORS)}; with --verify a "
@@ -226,7 +228,7 @@ def check(args, probe_engine: bool = True) -> None:
         raise UsageError("--timeline with several methods or compressors needs '{method}' in "
                          "the path (one trace each)")
     if len(names) > 1 and not args.verify:
-        raise UsageError("several methods at once only with --verify; a benchmark times one")
+        _check_several(args, names)
     for name in names:
         if methods.lookup(name, args.engine).architecture == methods.PS and args.nservers == 0:
             raise UsageError(f"method {name} needs parameter servers: --nservers S (under a "
@@ -239,6 +241,22 @@ def check(args, probe_engine: bool = True) -> None:
     if args.vocab_size is not None:
         models.check_vocab(args.model, args.vocab_size)
     _check_optimizer(args)
+
+
+def _check_several(args, names: list[str]) -> None:
+    """A benchmark of several methods times them one after the other in this one job (each
+    with a replica, warm-up and record of its own): one record and trace per method, one set
+    of Horovod settings per job, and the parameter servers' counters are the job's."""
+    if args.engine == "horovod":
+        raise UsageError("several methods in one benchmark job only with --engine torch "
+                         "(Horovod's settings are the job's)")
+    if args.output and "{method}" not in args.output:
+        raise UsageError("--output with several methods needs '{method}' in the path (one "
+                         "record each)")
+    ps = [n for n in names if methods.lookup(n, args.engine).architecture == methods.PS]
+    if len(ps) > 1:
+        raise UsageError(f"at most one parameter-server method in a benchmark job (the "
+                         f"servers' figures are the job's), got {', '.join(ps)}")
 
 
 def _check_ignored(args) -> None:
@@ -346,6 +364,29 @@ def worker(args, placement) -> int:
 
 
 def benchmark(args, ctx) -> int:
+    """Time each method of the job in turn (usually one): the start-up (imports, process
+    group, servers, emulated network) is paid once, everything measured is each method's own."""
+    names = [name for name, _ in runs(args)]
+    for index, name in enumerate(names):
+        _benchmark(for_method(args, name, names, index), ctx)
+    return 0
+
+
+def for_method(args, name: str, names: list[str], index: int):
+    """The options of method ``name``, the ``index``-th of a job of ``names``: its own record
+    and trace paths ('{method}' replaced), and the job in its record's configuration."""
+    if len(names) == 1:
+        return args
+    one = copy.copy(args)
+    one.method = name
+    for attr in ("output", "timeline"):
+        if getattr(args, attr):
+            setattr(one, attr, getattr(args, attr).replace("{method}", name))
+    one.job = {"methods": names, "index": index}
+    return one
+
+
+def _benchmark(args, ctx) -> None:
     """Build the replica and the method, time it, write the record."""
     from . import session
     from .measure import flops, record, timing
@@ -401,7 +442,6 @@ def benchmark(args, ctx) -> int:
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:
         record.write_atomic(args.output, rec)
-    return 0
 
 
 def _print_header(log, args, ctx, method, model: dict) -> None:

@@ -5,6 +5,7 @@ Takes the training script's flags, imports no torch, and behaves by method name:
   children ignore SIGTERM, so only a SIGKILL of the whole group stops them;
 - ``...:Crash``: fails like a crashing method (exit 1, a RuntimeError line) unless
   FAKE_TRAIN_FIXED=1;
+- a comma-separated list: each method in turn, as in a shared job ('{method}' in --output);
 - anything else: starts nworkers - 1 child "workers", sleeps FAKE_TRAIN_SECONDS (default 0),
   prints the original's log lines and writes a run record (--output) whose throughput is a
   fixed function of method, model and nworkers, so two sweeps give the same numbers, and
@@ -39,8 +40,19 @@ def main() -> int:
     if calls:
         with open(calls, "a") as f:
             f.write(f"{args.method} {args.nworkers}\n")
-    marker = args.output or "fake"
-    print(f"Model: {args.model}\nMethod: {args.method}\nBatch size: {args.batch_size}",
+    for method in args.method.split(","):
+        args.method = method
+        code = one(args)
+        if code:
+            return code
+    return 0
+
+
+def one(args) -> int:
+    """One method's run (a job of several runs each in turn, as the training script does)."""
+    output = args.output.replace("{method}", args.method) if args.output else None
+    marker = output or "fake"
+    print(f"Model: {args.model}\nMethod: {args.method} (fake)\nBatch size: {args.batch_size}",
           flush=True)
     if args.method.endswith(":Hang"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -68,7 +80,7 @@ def main() -> int:
         w.wait()
     print(f"Img/sec per CPU: {total / args.nworkers:.1f} +-0.0")
     print(f"Total img/sec on {args.nworkers} CPU(s): {total:.1f} +-0.0", flush=True)
-    if args.output:
+    if output:
         record = {
             "config": {"model": args.model, "batch_size": args.batch_size,
                        "method": args.method, "nworkers": args.nworkers,
@@ -85,10 +97,10 @@ def main() -> int:
                                            "HOROVOD_FUSION", "OMP_"))
                           or k in ("iters", "extra_args", "timeline")},
         }
-        tmp = args.output + ".tmp"
+        tmp = output + ".tmp"
         with open(tmp, "w") as f:
             json.dump(record, f)
-        os.replace(tmp, args.output)
+        os.replace(tmp, output)
     return 0
 
 

@@ -20,6 +20,7 @@ from ddlbench.hosts import pinning
 from ddlbench.sweep import aggregate, config, execute, plots, report, store
 
 from .conftest import REPO, describe, env, run
+from .fake_train import throughput as fake_throughput
 from .test_sweep import FAKE, _line, folders, try_lines, write_config
 
 CORES = pinning.available_cores()
@@ -201,9 +202,15 @@ def test_the_seed_is_chosen_once_recorded_and_kept(tmp_path, calls, capsys):
     assert calls() == [_call(c) for c, _ in first + rest]
 
 
-def test_a_sweep_killed_mid_try_resumes_without_repeating_or_skipping(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shared", [False, True], ids=["a-job-per-try", "shared-jobs"])
+def test_a_sweep_killed_mid_try_resumes_without_repeating_or_skipping(tmp_path, monkeypatch,
+                                                                     shared):
+    """Killed with kill -9 inside a job (of one try, or with shared jobs of a round's tries of
+    one worker count: wfbp and fusion, 2 each) and run again: the store holds every try once,
+    in the planned order; the killed job (none of whose tries reached the store) ran again."""
     monkeypatch.setenv(config.PROGRAM_ENV, FAKE)  # part of each cell's hash, as in the sweep
-    cfg = write_config(tmp_path, methods=["wfbp", "fusion"], nworkers=[1, 2], tries=2)
+    cfg = write_config(tmp_path, methods=["wfbp", "fusion"], nworkers=[1, 2], tries=2,
+                       shared_jobs=shared)
     sweep = config.load(str(cfg), preflight=False)
     calls = tmp_path / "calls.txt"
     run_env = env(**{config.PROGRAM_ENV: FAKE, "FAKE_TRAIN_SECONDS": "0.6",
@@ -211,36 +218,41 @@ def test_a_sweep_killed_mid_try_resumes_without_repeating_or_skipping(tmp_path, 
     cmd = [sys.executable, "benchmarks.py", "--config", str(cfg), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=run_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    before = 4 if shared else 5   # tries in the store before the kill: 2 jobs, or 5 tries
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         found = folders(tmp_path)
         inflight = os.path.join(found[0], "inflight.json") if found else ""
         if found and os.path.exists(os.path.join(found[0], "results.jsonl")) \
-                and len(try_lines(found[0])) >= 5 and os.path.exists(inflight):
+                and len(try_lines(found[0])) >= before and os.path.exists(inflight):
             break
         time.sleep(0.05)
     else:
         proc.kill()
-        pytest.fail("the sweep never reached its sixth try: " + proc.communicate()[1])
-    time.sleep(0.2)  # inside the try (it takes 0.6 s)
+        pytest.fail("the sweep never reached its next job: " + proc.communicate()[1])
+    time.sleep(0.2)  # inside the job (each of its tries takes 0.6 s)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     folder = found[0]
     done = len(try_lines(folder))
-    assert 5 <= done < 8
     seed = store.headers(store.read(os.path.join(folder, "results.jsonl"))[0])[0]["seed"]
     expected = _expected(sweep, seed, 2)
+    jobs = _jobs_by_hand(expected) if shared else [[x] for x in expected]
+    assert [len(j) for j in jobs] == ([2] * 4 if shared else [1] * 8)
+    ends = [sum(len(j) for j in jobs[:k + 1]) for k in range(len(jobs))]
+    assert done in ends and before <= done < 8   # whole jobs only
+    killed = ends.index(done) + 1                # the job that was going (from 0)
     again = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True,
                            timeout=120)
     assert again.returncode == 0, describe(again)
     assert folders(tmp_path) == [folder]
     # the store: every try once, in the planned order
     assert [(e["hash"], e["try"]) for e in try_lines(folder)] == \
-        [(c.hash, i) for c, i in expected]
-    # the starts: the killed try started twice (its first run never reached the store)
+        [(c.hash, i) for job in jobs for c, i in job]
+    # the starts: the killed job started twice (none of its tries reached the store)
     started = calls.read_text().splitlines()
-    order = [_call(c) for c, _ in expected]
-    assert started == order[:done + 1] + order[done:]
+    order = [_job_call(job) for job in jobs]
+    assert started == order[:killed + 1] + order[killed:]
 
 
 # ------------------------------------------------------------- medians, intervals and ties
@@ -454,3 +466,121 @@ def test_what_the_sweep_says_is_made_from_its_data(tmp_path):
     readme = open(os.path.join(folder, "README.md")).read()
     assert readme.index("## What this sweep says") < readme.index("## Throughput")
     assert all(p in readme for p in EXPECTED_CONCLUSION)
+
+
+# ------------------------------------------------------------------------------ shared jobs
+
+def _jobs_by_hand(order):
+    """(cell, try) in planned order, grouped as ``shared_jobs`` must: an all-to-all cell joins
+    the first job of its round and worker count that holds no cell of its method id (the
+    methods of these sweeps set nothing another method takes), else starts one; a
+    parameter-server cell runs alone. Jobs run in the order of their first cell."""
+    jobs = []
+    for cell, i in order:
+        for job in jobs:
+            c0, i0 = job[0]
+            if cell.architecture == "a2a" and c0.architecture == "a2a" and i0 == i \
+                    and c0.nworkers == cell.nworkers \
+                    and all(c.method["method"] != cell.method["method"] for c, _ in job):
+                job.append((cell, i))
+                break
+        else:
+            jobs.append([(cell, i)])
+    return jobs
+
+
+def _job_call(job):
+    return f"{','.join(c.method['method'] for c, _ in job)} {job[0][0].nworkers}"
+
+
+SHARED_METHODS = ["wfbp", "fusion", "ddp", "wfbpps",
+                  {"method": "fusion", "threshold": 1000, "label": "fusion-1k"}]
+
+
+def test_shared_jobs_time_a_rounds_methods_in_one_job_each(tmp_path, calls, capsys):
+    cfg = write_config(tmp_path, methods=SHARED_METHODS, nworkers=[1, 2], tries=2, seed=7,
+                       shared_jobs=True)
+    sweep = config.load(str(cfg), preflight=False)
+    jobs = _jobs_by_hand(_expected(sweep, 7, 2))
+    # per round and worker count: one job of wfbp, fusion and ddp (fusion-1k in it where it
+    # came before fusion), a second for the other fusion, wfbpps alone: 3 jobs each
+    assert [len(j) for j in jobs].count(3) == 4 and len(jobs) == 12
+    # a shared cell is another measurement than the same cell in a job of its own (a
+    # parameter-server cell keeps its job, and its hash)
+    alone = config.load(str(write_config(tmp_path, name="alone", methods=SHARED_METHODS,
+                                         nworkers=[1, 2], tries=2, seed=7)), preflight=False)
+    assert [c.shares for c in sweep.cells()] == [c.architecture == "a2a"
+                                                 for c in sweep.cells()]
+    assert [a.hash == b.hash for a, b in zip(alone.cells(), sweep.cells())] == \
+        [not c.shares for c in sweep.cells()]
+    # the dry run lists the jobs and their commands
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 0
+    shown = [ln.split(" try ")[0].split(", ") for ln in capsys.readouterr().out.splitlines()
+             if ln.startswith("local_")]
+    assert shown == [[c.name for c, _ in job] for job in jobs]
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 0
+    assert calls() == [_job_call(job) for job in jobs]
+    [folder] = folders(tmp_path)
+    lines = try_lines(folder)
+    assert [(e["hash"], e["try"]) for e in lines] == [(c.hash, i) for job in jobs
+                                                      for c, i in job]
+    assert sorted(os.listdir(os.path.join(folder, "records"))) == sorted(
+        f"{c.name}_try{i}.json" for job in jobs for c, i in job)   # no job folder left
+    at = 0
+    for job in jobs:
+        mine, at = lines[at:at + len(job)], at + len(job)
+        for k, (e, (cell, i)) in enumerate(zip(mine, job)):
+            # each cell's own figures, from its own record
+            assert e["status"] == "ok" and e["throughput"] == fake_throughput(
+                cell.method["method"], "resnet18", cell.nworkers)
+            assert e["record"]["config"]["method"] == cell.method["method"]
+            assert e["log_total"]["value"] == pytest.approx(e["throughput"], abs=0.05)
+            if len(job) > 1:
+                assert e["job"]["cells"] == [c.name for c, _ in job] and e["job"]["index"] == k
+                assert e["job"]["status"] == "ok"
+                assert e["seconds"] == pytest.approx(e["job"]["seconds"] / len(job), abs=1e-3)
+                assert f"--method {_job_call(job).split()[0]}" in e["command"]
+            else:
+                assert "job" not in e
+        assert len({e["log"] for e in mine}) == 1
+    # what the report makes of it: every cell once per try
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert "fusion-1k" in readme
+
+
+def test_a_failing_method_fails_only_itself_and_the_rest_of_its_job(tmp_path, calls):
+    cfg = write_config(tmp_path, methods=["wfbp", "tests.broken_methods:Crash", "ddp",
+                                          "fusion"], nworkers=[2], tries=1, seed=11,
+                       shared_jobs=True)
+    sweep = config.load(str(cfg), preflight=False)
+    [job] = _jobs_by_hand(_expected(sweep, 11, 1))
+    crash = [c.method["method"] for c, _ in job].index("tests.broken_methods:Crash")
+    assert 0 < crash < 3  # (this seed puts a method on either side of it)
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 1
+    assert calls() == [_job_call(job)]
+    [folder] = folders(tmp_path)
+    got = [(e["cell"], e["status"], e.get("reason")) for e in try_lines(folder)]
+    assert got == [(c.name, "ok", None) if k < crash else (c.name, "failed", "exit code 1")
+                   for k, (c, _) in enumerate(job)]
+    assert all(e["job"]["status"] == "failed" for e in try_lines(folder))
+
+
+def test_cells_join_a_job_only_where_their_settings_agree(tmp_path, monkeypatch):
+    sweep = config.load(str(write_config(
+        tmp_path, shared_jobs=True, methods=[
+            "wfbp", {"method": "fusion", "threshold": 1000}, "ddp",
+            {"method": "bytescheduler", "partition": 4096}])), preflight=False)
+    wfbp, fusion, ddp, bs = [c for c in sweep.cells() if c.nworkers == 2]
+    assert fusion.can_join([wfbp, ddp, bs]) and not fusion.can_join([fusion])
+    assert fusion.job_key() == wfbp.job_key() == bs.job_key()
+    # a setting that another method of the job takes but is not given for it: not together
+    # (the job's command line would give it to both)
+    owners = config.settings()
+    monkeypatch.setattr(config, "settings", lambda: {
+        **owners, "threshold": (owners["threshold"][0], owners["threshold"][1] | {"wfbp"})})
+    assert not fusion.can_join([wfbp]) and not wfbp.can_join([fusion])
+    assert fusion.can_join([ddp, bs])
+    args = config.job_args(sweep, [fusion, ddp, bs], "r/{method}.json")
+    assert args[args.index("--method") + 1] == "fusion,ddp,bytescheduler"
+    assert args[args.index("--threshold") + 1] == "1000"
+    assert args[args.index("--partition") + 1] == "4096"

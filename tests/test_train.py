@@ -16,15 +16,34 @@ def original_rule(text):
             if line.find("Total") >= 0]
 
 
-@pytest.mark.parametrize("method", ["bspa2a", "wfbp", "fusion", "ddp"])
-def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path, load_json,
-                                                                       method):
-    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
-    threshold = ["--threshold", "1000000"] if method == "fusion" else []  # fusion's option
-    proc = train(*SMALL_CNN, *QUICK_TIMING, "--method", method, "--nworkers", "2",
-                 *threshold, "--output", str(out), "--timeline", str(trace))
+SHARED_JOB = ["bspa2a", "wfbp", "fusion", "ddp"]
+
+
+@pytest.fixture(scope="module")
+def shared_job(tmp_path_factory):
+    """One job timing four methods in turn (--method a,b,...: a record and a trace each),
+    2 workers: the process, and what each method's part of its output and files is."""
+    folder = tmp_path_factory.mktemp("shared_job")
+    proc = train(*SMALL_CNN, *QUICK_TIMING, "--method", ",".join(SHARED_JOB), "--nworkers",
+                 "2", "--threshold", "1000000",  # fusion's option: the others have none
+                 "--output", str(folder / "{method}.json"),
+                 "--timeline", str(folder / "{method}.trace.json"))
     assert proc.returncode == 0, describe(proc)
+    # each method's part of the log: from its "Model:" header line to the next one
+    starts = [i for i, ln in enumerate(proc.stdout.splitlines()) if ln.startswith("Model: ")]
     lines = proc.stdout.splitlines()
+    parts = [lines[a:b] for a, b in zip(starts, starts[1:] + [len(lines)])]
+    assert [p[1].split(" (")[0] for p in parts] == [f"Method: {m}" for m in SHARED_JOB]
+    return folder, dict(zip(SHARED_JOB, parts))
+
+
+@pytest.mark.parametrize("method", SHARED_JOB)
+def test_benchmark_run_prints_the_original_lines_and_writes_the_record(shared_job, load_json,
+                                                                       method):
+    folder, parts = shared_job
+    out, trace = folder / f"{method}.json", folder / f"{method}.trace.json"
+    lines = parts[method]
+    stdout = "\n".join(lines)
     iters = [ln for ln in lines if ln.startswith("Iter #")]
     assert [ln.split(":")[0] for ln in iters] == ["Iter #0", "Iter #1"]
     assert all(ln.endswith("img/sec per CPU") for ln in iters)
@@ -32,9 +51,9 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     assert lines.index("Running warmup...") < lines.index("Running benchmark...") \
         < lines.index(iters[0])
     assert any(ln.startswith("Img/sec per CPU: ") and " +-" in ln for ln in lines)
-    totals = original_rule(proc.stdout)
+    totals = original_rule(stdout)
     assert len(totals) == 1
-    assert "Total img/sec on 2 CPU(s): " in proc.stdout
+    assert "Total img/sec on 2 CPU(s): " in stdout
 
     rec = load_json(out)
     result = rec["result"]
@@ -56,6 +75,9 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(tmp_path,
     assert env["torch"] and env["launcher"] == "local"
     assert rec["config"]["nworkers"] == 2 and rec["config"]["method"] == method
     assert rec["method"]["method"] == method
+    # timed in turn in one job: which, and where in it
+    assert rec["config"]["job"] == {"methods": SHARED_JOB, "index": SHARED_JOB.index(method)}
+    assert rec["config"]["timeline"] == str(trace)
     # --optimizer auto for a CNN: the original's SGD, no momentum, 0.01 x workers
     assert rec["optimizer"] == {"class": "SGD", "flag": "auto", "auto": True, "lr": 0.02,
                                 "lr_given": False, "momentum": 0.0, "betas": None, "eps": None,
@@ -164,6 +186,31 @@ def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, me
     assert len(err) == 1 and err[0].startswith("ddlbench: error: ") and message in err[0], err
     assert proc.stdout == ""
     assert not out.exists() and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--method", "wfbp,fusion", "--output", "rec.json"],
+     "--output with several methods needs '{method}' in the path (one record each)"),
+    (["--method", "wfbp,fusion", "--timeline", "t.json"],
+     "--timeline with several methods or compressors needs '{method}' in the path"),
+    (["--method", "bspps,wfbp,wfbpps", "--output", "r_{method}.json"],
+     "at most one parameter-server method in a benchmark job (the servers' figures are the "
+     "job's), got bspps, wfbpps"),
+    (["--method", "wfbp,fusion", "--engine", "horovod", "--output", "r_{method}.json"],
+     "several methods in one benchmark job only with --engine torch"),
+])
+def test_a_job_of_several_methods_refuses_bad_input(tmp_path, monkeypatch, capsys, args,
+                                                    message):
+    import ddlbench.train as train_script
+    monkeypatch.chdir(tmp_path)
+    if "horovod" in args:  # as if Horovod were importable: the job's shape is refused first
+        monkeypatch.setattr(train_script, "_check_horovod", lambda *a: None)
+    code = train_script.main([*TINY_BERT, "--nworkers", "2", *args])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddlbench: error: ") and message in lines[0], err
+    assert os.listdir(tmp_path) == []
 
 
 def test_nworkers_must_match_the_launcher(tmp_path):

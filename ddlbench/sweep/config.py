@@ -38,7 +38,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
         "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed", "skip",
-        "threads"}
+        "threads", "shared_jobs"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -147,10 +147,47 @@ class Cell:
             cfg["env"] = dict(self.sweep.env)
         if self.sweep.threads is not None:
             cfg["threads"] = self.sweep.threads
+        if self.shares:
+            # measured in a job with other methods (each its own replica, warm-up and timed
+            # rounds, but the process, its allocator and the process group are the job's)
+            cfg["shared_job"] = True
         inherited = {k: v for k, v in inherited_settings().items() if k not in self.sweep.env}
         if inherited:
             cfg["environment"] = inherited
         return cfg
+
+    @property
+    def shares(self) -> bool:
+        """Whether this cell's tries run in jobs shared with other methods (``shared_jobs``):
+        the local launcher's all-to-all cells of the torch engine (a parameter-server method
+        keeps a job of its own: the servers' figures are a job's)."""
+        return (self.sweep.shared_jobs and self.network.kind == "net"
+                and self.engine == "torch" and self.architecture != "ps")
+
+    def job_key(self) -> str:
+        """Cells that may share a job have equal keys: everything but the method and its own
+        settings (which ``can_join`` checks)."""
+        m = {k: v for k, v in self.method.items()
+             if k not in settings() and k not in ("method", "label", "optional")}
+        compressor = {k: v for k, v in self.method.items()
+                      if k == "compressor" or k in compression.option_owners()}
+        return json.dumps([self.network.config(), self.task, self.engine, self.nworkers, m,
+                           compressor], sort_keys=True, default=str)
+
+    def can_join(self, others: list["Cell"]) -> bool:
+        """Whether this cell can run in one job with ``others`` (of its ``job_key``): no
+        method twice, and every setting given by one of them is given alike by each of the
+        others it applies to (the job's command line carries each flag once)."""
+        if any(o.method["method"] == self.method["method"] for o in others):
+            return False
+        owners = settings()
+        for a, b in ((self, o) for o in others):
+            for x, y in ((a, b), (b, a)):
+                for k in owners:
+                    if k in x.method and y.method["method"] in owners[k][1] \
+                            and y.method.get(k) != x.method[k]:
+                        return False
+        return True
 
     @property
     def hash(self) -> str:
@@ -163,6 +200,18 @@ class Cell:
                 "label": self.label, "compressor": self.method.get("compressor", "none"),
                 "engine": self.engine, "nworkers": self.nworkers,
                 "arch": self.architecture}
+
+
+def job_name(cells: list[Cell]) -> str:
+    """A job's name in its log's: the cell's own, or for a shared job the cells' network,
+    task and workers with every method label (a hash of them where that grows too long)."""
+    if len(cells) == 1:
+        return cells[0].name
+    c = cells[0]
+    labels = "+".join(_safe(x.label) for x in cells)
+    if len(labels) > 120:
+        labels = hashlib.sha256(labels.encode()).hexdigest()[:12]
+    return "_".join([c.network.name, task_key(c.task), f"job-{labels}", f"n{c.nworkers}"])
 
 
 def cell_hash(config: dict, version: str | None = None) -> str:
@@ -257,6 +306,9 @@ class Sweep:
     # CPU threads of every worker (--threads) in every run and profile; None: the cores each
     # is pinned to (so a 1-worker run on 2 cores computes with 2 threads)
     threads: int | None = None
+    # The methods of one task, network and worker count run one job per try (train.py
+    # --method a,b,...): the start-up is paid once (ddlbench/sweep/execute.py, jobs)
+    shared_jobs: bool = False
 
     def cells(self) -> list[Cell]:
         drop = [select.parse(e, "skip") for e in self.skip]
@@ -283,7 +335,8 @@ class Sweep:
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
                 "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
-                "calibrate": self.calibrate, "seed": self.seed}
+                "calibrate": self.calibrate, "seed": self.seed,
+                "shared_jobs": self.shared_jobs}
 
 
 def resolve_config(name_or_path: str) -> str:
@@ -416,6 +469,11 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
         problems.append(f"threads must be a positive integer, got {threads!r}")
         threads = None
 
+    shared_jobs = raw.get("shared_jobs", False)
+    if not isinstance(shared_jobs, bool):
+        problems.append(f"shared_jobs must be true or false, got {shared_jobs!r}")
+        shared_jobs = False
+
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
                   min_ok=min_ok, aggregate=aggregate if aggregate in AGGREGATES else "mean",
@@ -424,7 +482,8 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate, seed=seed, skip=skip, threads=threads)
+                  calibrate=calibrate, seed=seed, skip=skip, threads=threads,
+                  shared_jobs=shared_jobs)
     if networks and tasks and methods and nworkers and not sweep.cells():
         problems.append("skip leaves no cell to run")
     problems += _check_names(tasks, methods)
@@ -702,6 +761,14 @@ def _check_combinations(sweep: Sweep, hosts: bool = True) -> list[str]:
 
 def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
     """The training script's flags for one cell (every launcher passes these through)."""
+    return job_args(sweep, [cell], record_path)
+
+
+def job_args(sweep: Sweep, cells: list[Cell], record_path: str) -> list[str]:
+    """The training script's flags for a job of ``cells`` (one, or several methods of one
+    ``job_key`` that ``can_join``: ``--method a,b,...``, each setting once, '{method}' in
+    ``record_path``)."""
+    cell = cells[0]
     t, m = cell.task, cell.method
     args = ["--model", t["model"], "--batch-size", str(t["batch_size"])]
     if "image_size" in t:
@@ -710,10 +777,11 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
         args += ["--sentence-len", str(t["sentence_len"])]
     if "num_classes" in t:
         args += ["--num-classes", str(t["num_classes"])]
-    args += ["--method", m["method"]]
+    args += ["--method", ",".join(c.method["method"] for c in cells)]
     for k, (spec, _) in settings().items():
-        if k in m:
-            args += [setting_flag(k, spec), format_value(m[k])]
+        given = [c.method[k] for c in cells if k in c.method]
+        if given:
+            args += [setting_flag(k, spec), format_value(given[0])]
     if cell.engine != "torch":
         args += ["--engine", cell.engine]
     for k, flag in TIMING_FLAGS.items():

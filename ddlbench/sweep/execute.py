@@ -3,7 +3,9 @@ display, the loop.
 
 Tries run round-robin over the cells: try 0 of every cell, then try 1, ...; within a round the
 cells run in an order shuffled by the sweep's seed (each cell's place is the SHA-256 of seed,
-round and cell hash), so slow drift and background load fall on every method alike. The seed
+round and cell hash), so slow drift and background load fall on every method alike. With
+``shared_jobs`` the methods of one task, network and worker count run a round's tries as one
+job, in that order (``jobs``). The seed
 is the sweep file's ``seed``, else the one recorded in the store's header, else one chosen
 from the store folder's name when it starts (so ``--dry-run`` shows the very order), and each
 header records it. The store is the truth: a restarted sweep runs the tries it does not hold,
@@ -114,6 +116,29 @@ def pending(cells: list[Cell], tries: int, entries: list[dict],
     return todo, skipped
 
 
+def jobs(todo: list[Planned]) -> list[list[Planned]]:
+    """The tries grouped into jobs, in the order they run: a try of a cell that shares jobs
+    (``shared_jobs``, ``Cell.shares``) joins the first job of the same round and attempt
+    whose cells it ``can_join``; otherwise it starts one. A job runs where its first try was
+    planned; its tries keep their planned order (so each round's shuffle orders the jobs and
+    the methods within each)."""
+    out: list[list[Planned]] = []
+    open_jobs: dict[tuple, list[list[Planned]]] = {}
+    for t in todo:
+        if t.cell.shares:
+            key = (t.try_index, t.attempt, t.cell.job_key())
+            for job in open_jobs.get(key, []):
+                if t.cell.can_join([x.cell for x in job]):
+                    job.append(t)
+                    break
+            else:
+                out.append([t])
+                open_jobs.setdefault(key, []).append(out[-1])
+        else:
+            out.append([t])
+    return out
+
+
 def plan(sweep: Sweep, only=None, results: str | None = None, fresh: bool = False,
          rerun_failed: bool = False) -> Plan:
     cells = [c for c in sweep.cells() if only is None or only(c.axes())]
@@ -200,9 +225,11 @@ class Progress:
         self.bar.set_postfix_str(f"done {self.done}, failed {self.failed}, "
                                  f"skipped {self.skipped}", refresh=True)
 
-    def start(self, t: Planned) -> None:
+    def start(self, job: list[Planned]) -> None:
         if self.bar is not None:
-            self.bar.set_description_str(f"{t.cell.name} try {t.try_index}", refresh=True)
+            t, more = job[0], len(job) - 1
+            self.bar.set_description_str(f"{t.cell.name}{f' (+{more})' if more else ''} try "
+                                         f"{t.try_index}", refresh=True)
 
     def finish(self, t: Planned, entry: dict) -> None:
         self.done += 1
@@ -275,13 +302,15 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
         progress = Progress(len(todo), skipped, mode)
         old = signal.signal(signal.SIGTERM, _on_term)
         try:
-            for t in todo:
-                progress.start(t)
-                entry = runner.run_try(sweep, t.cell, t.try_index, t.attempt, p.folder,
-                                       p.logs, inflight)
-                store.append(path, entry)
-                counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-                progress.finish(t, entry)
+            for job in jobs(todo):
+                progress.start(job)
+                first = job[0]
+                entries = runner.run_job(sweep, [t.cell for t in job], first.try_index,
+                                         first.attempt, p.folder, p.logs, inflight)
+                for t, entry in zip(job, entries):
+                    store.append(path, entry)
+                    counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+                    progress.finish(t, entry)
         finally:
             signal.signal(signal.SIGTERM, old)
             progress.close()

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import psutil
 from .. import methods
 from ..hosts.procs import die_with_parent
 from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, child_environment,
-                     format_value, settings, shell_launcher, trace_path, train_args)
+                     format_value, job_args, job_name, settings, shell_launcher, trace_path)
 
 LOG_TAIL_LINES = 20
 TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
@@ -34,7 +35,14 @@ TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
 
 def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict]:
     """The command a user would type for this cell, and the environment it adds."""
-    args = train_args(sweep, cell, record_path)
+    return job_command(sweep, [cell], record_path)
+
+
+def job_command(sweep: Sweep, cells: list[Cell], record_path: str) -> tuple[list[str], dict]:
+    """The command of a job of ``cells`` (one; or several that share a job: the local
+    launcher with ``--method a,b,...``, '{method}' in ``record_path``)."""
+    cell = cells[0]
+    args = job_args(sweep, cells, record_path)
     local = cell.network.kind == "net"
     if local and cell.engine == "horovod":
         # Horovod starts under mpirun, on this machine too: the shell launcher with this
@@ -174,34 +182,78 @@ class Inflight:
 def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
             logs: str, inflight: Inflight) -> dict:
     """Run one try; return its store entry (status ok, failed or timeout)."""
+    return run_job(sweep, [cell], try_index, attempt, folder, logs, inflight)[0]
+
+
+def run_job(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folder: str,
+            logs: str, inflight: Inflight) -> list[dict]:
+    """Run try ``try_index`` of ``cells`` as one job (one cell; or several that share a job:
+    each method timed in turn, each writing its own record); return each cell's store entry
+    (status ok, failed or timeout). In a shared job a cell whose record was written is ok even
+    if a later method failed the job; the others get the job's status and reason."""
     t0 = time.monotonic()
     suffix = f"_try{try_index}" + (f"_attempt{attempt}" if attempt > 1 else "")
-    logfile = os.path.join(logs, f"{cell.name}{suffix}.log")
-    record_path = os.path.join(folder, "records", f"{cell.name}{suffix}.json")
-    os.makedirs(os.path.dirname(record_path), exist_ok=True)
+    logfile = os.path.join(logs, f"{job_name(cells)}{suffix}.log")
+    records = os.path.join(folder, "records")
+    record_paths = [os.path.join(records, f"{c.name}{suffix}.json") for c in cells]
+    # a shared job writes its records to a folder of its own, each moved to its cell's path
+    job_path = (record_paths[0] if len(cells) == 1 else
+                os.path.join(records, f"{job_name(cells)}{suffix}", "{method}.json"))
+    os.makedirs(os.path.dirname(job_path), exist_ok=True)
     os.makedirs(logs, exist_ok=True)
-    for old in (record_path, trace_path(record_path)):
+    for old in (p for rp in record_paths for p in (rp, trace_path(rp))):
         if os.path.exists(old):
             os.unlink(old)
-    cmd, extra_env = command(sweep, cell, record_path)
+    cmd, extra_env = job_command(sweep, cells, job_path)
     shown = describe(cmd, extra_env)
+    started = _now()
+    res = _run(sweep, cmd, extra_env, logfile, inflight,
+               {"cell": job_name(cells), "try": try_index}, timeout=sweep.timeout * len(cells))
+    if len(cells) > 1:
+        for c, rp in zip(cells, record_paths):
+            written = job_path.replace("{method}", c.method["method"])
+            for src, dst in ((written, rp), (trace_path(written), trace_path(rp))):
+                if os.path.exists(src):
+                    os.replace(src, dst)
+        shutil.rmtree(os.path.dirname(job_path), ignore_errors=True)
+    entries = []
+    for i, (c, rp) in enumerate(zip(cells, record_paths)):
+        entry = _entry(sweep, c, try_index, attempt, folder, res, rp, logfile,
+                       method=c.method["method"] if len(cells) > 1 else None)
+        entry.update(command=shown, started=started)
+        if len(cells) > 1:
+            entry["job"] = {"cells": [x.name for x in cells], "index": i,
+                            "seconds": round(res["ended"] - res["launch"], 3),
+                            "status": res["status"], "reason": res.get("reason")}
+            entry["seconds"] = round((res["ended"] - res["launch"]) / len(cells), 3)
+        after = time.monotonic() - res["ended"]
+        entry["timing"] = {"spawn_s": round(res["spawn_s"], 4), **res["marks"].times,
+                           "bookkeeping_s": round(after, 4),
+                           "overhead_s": round((res["launch"] - t0) + res["spawn_s"] + after,
+                                               4)}
+        entries.append(entry)
+    return entries
+
+
+def _entry(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str, res: dict,
+           record_path: str, logfile: str, method: str | None) -> dict:
+    """One cell's store entry from its job's outcome ``res`` and its record (``method``: the
+    cell's method in a shared job, whose log holds several)."""
     entry = {"kind": "try", "sweep": sweep.name, "hash": cell.hash, "cell": cell.name,
              "try": try_index, "attempt": attempt, "config": cell.config(),
-             "label": cell.label, "architecture": cell.architecture, "command": shown,
-             "log": _rel(logfile), "started": _now()}
-    res = _run(sweep, cmd, extra_env, logfile, inflight,
-               {"cell": cell.name, "try": try_index})
-    status, reason, launch, ended = res["status"], res.get("reason"), res["launch"], \
-        res["ended"]
-    leftovers, spawn_s, marks = res["leftovers"], res["spawn_s"], res["marks"]
-    entry["seconds"] = round(ended - launch, 3)
+             "label": cell.label, "architecture": cell.architecture, "command": None,
+             "log": _rel(logfile), "started": None}
+    status, reason = res["status"], res.get("reason")
+    if method is not None and os.path.exists(record_path):
+        status, reason = "ok", None  # its run ended and wrote its record before the job did
+    entry["seconds"] = round(res["ended"] - res["launch"], 3)
     entry["finished"] = _now()
     entry["status"] = status
-    if leftovers:
-        entry["leftovers_killed"] = leftovers
+    if res["leftovers"]:
+        entry["leftovers_killed"] = res["leftovers"]
     if sweep.timeline and os.path.exists(trace_path(record_path)):
         entry["trace"] = os.path.relpath(trace_path(record_path), folder)
-    log_total = parse_total_line(logfile)
+    log_total = parse_total_line(logfile, method)
     if log_total is not None:
         entry["log_total"] = log_total
     if status == "ok":
@@ -227,20 +279,18 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
     if status != "ok":
         entry["reason"] = reason
         entry["log_tail"] = tail(logfile, LOG_TAIL_LINES)
-    # The sweep's own time for this try: preparing and starting the command, then (after the
-    # run ended) looking for leftovers, reading the record and the log, building the entry.
-    # Appending it to the store comes after (a few ms: one write and an fsync).
-    after = time.monotonic() - ended
-    entry["timing"] = {"spawn_s": round(spawn_s, 4), **marks.times,
-                       "bookkeeping_s": round(after, 4),
-                       "overhead_s": round((launch - t0) + spawn_s + after, 4)}
+    # The sweep's own time for this try (``timing``, set by run_job): preparing and starting
+    # the command, then (after the run ended) looking for leftovers, reading the record and
+    # the log, building the entry. Appending it to the store comes after (a few ms: one write
+    # and an fsync).
     return entry
 
 
 def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: Inflight,
-         info: dict) -> dict:
-    """Run ``cmd`` in a session of its own, its output to ``logfile``, under the sweep's
-    timeout (then the whole session is stopped); what happened."""
+         info: dict, timeout: float | None = None) -> dict:
+    """Run ``cmd`` in a session of its own, its output to ``logfile``, under ``timeout``
+    (default: the sweep's; then the whole session is stopped); what happened."""
+    timeout = sweep.timeout if timeout is None else timeout
     shown = describe(cmd, extra_env)
     with open(logfile, "w") as out:
         out.write(f"# {shown}\n")
@@ -257,7 +307,7 @@ def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: 
         marks = _LogWatch(logfile)
         status = reason = None
         try:
-            deadline = launch + sweep.timeout
+            deadline = launch + timeout
             while True:
                 try:
                     code = proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
@@ -272,8 +322,8 @@ def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: 
                 killed = kill_session(proc.pid, sweep.kill_grace, since=started_epoch,
                                       leader=proc)
                 ended = time.monotonic()
-                status, reason = "timeout", f"killed after {sweep.timeout:g} s"
-                out.write(f"\n# benchmarks.py: timeout after {sweep.timeout:g} s; stopped the "
+                status, reason = "timeout", f"killed after {timeout:g} s"
+                out.write(f"\n# benchmarks.py: timeout after {timeout:g} s; stopped the "
                           f"run's process group ({killed} process(es))\n")
                 leftovers = 0
             else:
@@ -339,13 +389,18 @@ def _noun(environment: dict) -> str:
     return "GPU" if str(environment.get("device", "")).startswith("cuda") else "CPU"
 
 
-def parse_total_line(path: str) -> dict | None:
-    """The last ``Total img/sec on N GPU(s): X +-Y`` line of a log (the original's parser)."""
+def parse_total_line(path: str, method: str | None = None) -> dict | None:
+    """The last ``Total img/sec on N GPU(s): X +-Y`` line of a log (the original's parser);
+    with ``method``, of that method's part of a shared job's log (from its ``Method: ID (``
+    header line to the next method's)."""
     found = None
+    inside = method is None
     try:
         with open(path, errors="replace") as f:
             for line in f:
-                if "Total" in line:
+                if method is not None and line.startswith("Method: "):
+                    inside = line.startswith(f"Method: {method} (")
+                if inside and "Total" in line:
                     m = TOTAL_RE.search(line)
                     if m:
                         noun = "GPU" if "GPU" in line.split(":")[0] else "CPU"
