@@ -125,6 +125,11 @@ def run_main(argv: list[str]) -> int:
     if args.dry_run:
         print(f"order: round-robin, try 0 of every cell, then try 1, ...; each round shuffled "
               f"by seed {p.seed} ({p.seed_source})")
+        if sweep.adaptive:
+            a = sweep.adaptive
+            print(f"adaptive: then rounds of one more try for the cells whose 95% interval is "
+                  f"wider than +-{a['target']:.0%} of their median, up to {a['max_tries']} "
+                  f"tries each (not counted below)")
         if sweep.calibrate:
             from ddlbench.sweep import calibrate
             jobs, _ = calibrate.jobs(p.cells)
@@ -164,8 +169,9 @@ def run_main(argv: list[str]) -> int:
         print()
         print(report.console(t))
     ran = sum(counts[k] for k in ("ok", "failed", "timeout"))
+    extra = f", {counts['extra']} of them adaptive" if counts.get("extra") else ""
     print(f"benchmarks.py: {_n(ran, 'run')} now ({counts['ok']} ok, {counts['failed']} failed, "
-          f"{counts['timeout']} timed out), {counts['skipped']} already done; reports in "
+          f"{counts['timeout']} timed out{extra}), {counts['skipped']} already done; reports in "
           f"{os.path.join(rel, 'README.md')}", file=sys.stderr)
     if bad:
         print(f"benchmarks.py: {_n(bad, 'try', 'tries')} of this sweep failed or timed out "

@@ -8,6 +8,7 @@ comm_bench job.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 import pytest
 
 import benchmarks
+from ddlbench.errors import UsageError
 from ddlbench.hosts import pinning
 from ddlbench.sweep import aggregate, config, execute, plots, report, store
 
@@ -584,3 +586,65 @@ def test_cells_join_a_job_only_where_their_settings_agree(tmp_path, monkeypatch)
     assert args[args.index("--method") + 1] == "fusion,ddp,bytescheduler"
     assert args[args.index("--threshold") + 1] == "1000"
     assert args[args.index("--partition") + 1] == "4096"
+
+
+# ----------------------------------------------------------------------------- adaptive tries
+
+def test_adaptive_tries_go_on_while_an_interval_is_too_wide(tmp_path, calls, monkeypatch,
+                                                            capsys):
+    """wfbp's tries give 0.9, 1.0, 1.1 times its figure (then 1.0), fusion's and ddp's the
+    same figure each time. With a target of +-3% and at most 5 tries: after 3 tries wfbp's
+    interval is [0.9, 1.1] x (+-10%), after 4 at least [0.95, 1.05] x (a resample's median is
+    0.95 x or less when 2 of its 4 draws are the 0.9 one: probability 0.26), so it gets tries
+    3 and 4 and, at 5 ([0.9, 1.1] x: 3 of 5 draws, probability 0.058), is still too wide;
+    fusion and ddp ([x, x]) get none. The store alone says which tries are wanted: the same
+    sweep run first without adaptive tries, then with, adds exactly those."""
+    monkeypatch.setenv("FAKE_TRAIN_NOISY", "wfbp")
+    base = dict(methods=["wfbp", "fusion", "ddp"], nworkers=[2], tries=3, seed=5,
+                shared_jobs=True)
+    write_config(tmp_path, **base)
+    assert benchmarks.main(["--config", str(tmp_path / "t.yaml"), "--quiet"]) == 0
+    assert len(calls()) == 3   # 3 rounds of one shared job
+    cfg = write_config(tmp_path, **base, adaptive={"target": 0.03, "max_tries": 5})
+    assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 0
+    assert ("adaptive: then rounds of one more try for the cells whose 95% interval is wider "
+            "than +-3% of their median, up to 5 tries each") in capsys.readouterr().out
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 0
+    assert calls()[3:] == ["wfbp 2", "wfbp 2"]
+    [folder] = folders(tmp_path)   # the same store, completed
+    lines = try_lines(folder)
+    assert [(e["cell"].split("_")[-2], e["try"]) for e in lines[9:]] == [("wfbp", 3),
+                                                                          ("wfbp", 4)]
+    base_wfbp = fake_throughput("wfbp", "resnet18", 2)
+    assert [e["throughput"] for e in lines if "_wfbp_" in e["cell"]] == [
+        round(base_wfbp * f, 3) for f in (0.9, 1.0, 1.1, 1.0, 1.0)]
+    # nothing more to add: a third start begins a new store
+    assert execute.extra_round(config.load(str(cfg), preflight=False),
+                               config.load(str(cfg), preflight=False).cells(),
+                               store.read(os.path.join(folder, "results.jsonl"))[0], 5) == []
+    readme = open(os.path.join(folder, "README.md")).read()
+    assert ("Adaptive tries: a cell whose interval was wider than +-3% of its median got "
+            "another try, up to 5: 2 extra tries in 1 cell(s); still wider after 5: ResNet-18 "
+            "wfbp at 2 on local.") in readme
+
+
+def test_adaptive_tries_leave_a_failing_cell_alone(tmp_path, calls, monkeypatch):
+    """A cell whose tries all failed gets no more (it fails, it is not noisy); a noisy one
+    beside it does."""
+    monkeypatch.setenv("FAKE_TRAIN_NOISY", "wfbp")
+    cfg = write_config(tmp_path, methods=["wfbp", "tests.broken_methods:Crash"], nworkers=[1],
+                       tries=3, adaptive={"target": 0.03, "max_tries": 4})
+    assert benchmarks.main(["--config", str(cfg), "--quiet"]) == 1
+    assert sorted(calls()) == ["tests.broken_methods:Crash 1"] * 3 + ["wfbp 1"] * 4
+
+
+@pytest.mark.parametrize("adaptive,message", [
+    ({"target": 0.03}, "adaptive must be a mapping of target"),
+    ({"target": 0, "max_tries": 5}, "adaptive target must be a fraction between 0 and 1"),
+    ({"target": 0.03, "max_tries": 3}, "adaptive max_tries must be an integer above tries (3)"),
+    ("yes", "adaptive must be a mapping"),
+])
+def test_bad_adaptive_settings_are_one_line(tmp_path, adaptive, message):
+    cfg = write_config(tmp_path, tries=3, adaptive=adaptive)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        config.load(str(cfg), preflight=False)

@@ -50,6 +50,13 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
     seed: 12345                # the tries run round-robin (try 0 of every cell, then try 1,
                                #   ...), each round shuffled by this seed; default: the one
                                #   the store recorded, else chosen when the store starts
+    shared_jobs: false         # true: a round's all-to-all tries of one task, network and
+                               #   worker count run as one job (--method a,b,...), each
+                               #   method its own replica, warm-up and record; the start-up
+                               #   is paid once per job
+    adaptive:                  # then more rounds for the cells whose 95% interval is wider
+      target: 0.03             #   than +-3% of their median, up to max_tries tries each
+      max_tries: 5
 
 Reports give, beside the original's mean +- std table, each cell's median and 95% interval
 (a bootstrap over 3 or more tries, else over the timing rounds), ties between methods and the

@@ -192,6 +192,23 @@ def median_interval(values: list[float], rounds: list[list[float]] | None,
     return center, None, None, None
 
 
+def cell_interval(lines: list[dict], key: str) -> tuple | None:
+    """``median_interval`` of one cell's store lines (the latest of each try; ``key`` its
+    hash); None without a successful try."""
+    ok = [float(e["throughput"]) for e in lines
+          if e.get("status") == "ok" and e.get("throughput") is not None]
+    return median_interval(ok, _rounds(lines), key) if ok else None
+
+
+def too_wide(interval: tuple | None, target: float) -> bool:
+    """Whether a cell's 95% interval is wider than +-``target`` of its median (or it has no
+    interval at all): adaptive tries add a try to such a cell."""
+    if interval is None or interval[1] is None:
+        return True
+    median, low, high, _ = interval
+    return (high - low) / 2.0 > target * median
+
+
 @dataclass
 class Ranking:
     """Of a group of cells (same network, task and workers; one per row): the row with the
@@ -318,8 +335,7 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
         if ok:
             stat.center, stat.spread, enough = aggregate(ok, how)
             stat.marked = len(ok) < min_ok or not enough
-            stat.median, stat.low, stat.high, stat.basis = median_interval(
-                ok, _rounds(lines), h)
+            stat.median, stat.low, stat.high, stat.basis = cell_interval(lines, h)
         else:
             stat.marked = True
         row.cells[int(cfg["nworkers"])] = stat

@@ -38,7 +38,8 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
         "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed", "skip",
-        "threads", "shared_jobs"}
+        "threads", "shared_jobs", "adaptive"}
+ADAPTIVE_KEYS = {"target", "max_tries"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
@@ -309,6 +310,10 @@ class Sweep:
     # The methods of one task, network and worker count run one job per try (train.py
     # --method a,b,...): the start-up is paid once (ddlbench/sweep/execute.py, jobs)
     shared_jobs: bool = False
+    # Adaptive tries (ddlbench/sweep/execute.py, extra_round): {"target": t, "max_tries": m}
+    # adds rounds of tries to the cells whose 95% interval is wider than +-t of their median,
+    # up to m tries each; None: exactly ``tries``
+    adaptive: dict | None = None
 
     def cells(self) -> list[Cell]:
         drop = [select.parse(e, "skip") for e in self.skip]
@@ -336,7 +341,7 @@ class Sweep:
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
                 "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
                 "calibrate": self.calibrate, "seed": self.seed,
-                "shared_jobs": self.shared_jobs}
+                "shared_jobs": self.shared_jobs, "adaptive": self.adaptive}
 
 
 def resolve_config(name_or_path: str) -> str:
@@ -474,6 +479,8 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
         problems.append(f"shared_jobs must be true or false, got {shared_jobs!r}")
         shared_jobs = False
 
+    adaptive = _adaptive(raw.get("adaptive"), tries, problems)
+
     sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
                   methods=methods, nworkers=nworkers, engines=engines, tries=tries,
                   min_ok=min_ok, aggregate=aggregate if aggregate in AGGREGATES else "mean",
@@ -483,7 +490,7 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
                   calibrate=calibrate, seed=seed, skip=skip, threads=threads,
-                  shared_jobs=shared_jobs)
+                  shared_jobs=shared_jobs, adaptive=adaptive)
     if networks and tasks and methods and nworkers and not sweep.cells():
         problems.append("skip leaves no cell to run")
     problems += _check_names(tasks, methods)
@@ -493,6 +500,29 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     if problems:
         raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
     return sweep
+
+
+def _adaptive(raw, tries, problems: list[str]) -> dict | None:
+    """The sweep file's ``adaptive: {target: T, max_tries: M}``, checked: T a fraction of the
+    median in (0, 1), M more than ``tries``."""
+    if raw is None or raw is False:
+        return None
+    if not isinstance(raw, dict) or set(raw) != ADAPTIVE_KEYS:
+        problems.append(f"adaptive must be a mapping of target (the interval's half-width as "
+                        f"a fraction of the median, e.g. 0.03) and max_tries, got {raw!r}")
+        return None
+    target, most = raw["target"], raw["max_tries"]
+    ok = True
+    if isinstance(target, bool) or not isinstance(target, (int, float)) \
+            or not 0 < target < 1:
+        problems.append(f"adaptive target must be a fraction between 0 and 1 (0.03: +-3% of "
+                        f"the median), got {target!r}")
+        ok = False
+    if not (_is_int(most) and _is_int(tries) and most > tries):
+        problems.append(f"adaptive max_tries must be an integer above tries ({tries!r}), "
+                        f"got {most!r}")
+        ok = False
+    return {"target": float(target), "max_tries": int(most)} if ok else None
 
 
 def _skip(raw, problems: list[str]) -> list[str]:

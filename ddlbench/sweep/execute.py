@@ -3,13 +3,13 @@ display, the loop.
 
 Tries run round-robin over the cells: try 0 of every cell, then try 1, ...; within a round the
 cells run in an order shuffled by the sweep's seed (each cell's place is the SHA-256 of seed,
-round and cell hash), so slow drift and background load fall on every method alike. With
-``shared_jobs`` the methods of one task, network and worker count run a round's tries as one
-job, in that order (``jobs``). The seed
+round and cell hash), so slow drift and background load fall on every method alike. The seed
 is the sweep file's ``seed``, else the one recorded in the store's header, else one chosen
 from the store folder's name when it starts (so ``--dry-run`` shows the very order), and each
 header records it. The store is the truth: a restarted sweep runs the tries it does not hold,
-in the same order.
+in the same order. With ``shared_jobs`` the methods of one task, network and worker count run
+a round's tries as one job, in that order (``jobs``); with ``adaptive``, rounds of one more
+try follow for the cells whose interval is still too wide (``extra_round``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from . import calibrate, runner, store
+from . import aggregate, calibrate, runner, store
 from .config import PROGRAM_ENV, Cell, Sweep, suite_version, task_key
 
 
@@ -139,6 +139,33 @@ def jobs(todo: list[Planned]) -> list[list[Planned]]:
     return out
 
 
+def extra_round(sweep: Sweep, cells: list[Cell], entries: list[dict],
+                seed: int) -> list[Planned]:
+    """Adaptive tries (the sweep's ``adaptive``): the next round of tries the store asks for,
+    in ``round_order``: for the first round k from ``tries`` to ``max_tries`` - 1 with any,
+    the cells that hold every try before k but not k, some of them successful, whose 95%
+    interval over their tries is wider than +-target of their median (``aggregate.too_wide``). Made from the store alone,
+    so a resumed sweep asks for the same tries. Empty when nothing is left to add (or the
+    sweep is not adaptive)."""
+    if not sweep.adaptive:
+        return []
+    eff = store.latest(entries)
+    for k in range(sweep.tries, sweep.adaptive["max_tries"]):
+        wanted = []
+        for cell in cells:
+            lines = [eff.get((cell.hash, i)) for i in range(k)]
+            if None in lines or (cell.hash, k) in eff:
+                continue
+            interval = aggregate.cell_interval(lines, cell.hash)
+            # (a cell without a successful try is failing, not noisy: no more of it)
+            if interval is not None and aggregate.too_wide(interval,
+                                                           sweep.adaptive["target"]):
+                wanted.append(cell)
+        if wanted:
+            return [Planned(c, k, 1) for c in round_order(wanted, seed, k)]
+    return []
+
+
 def plan(sweep: Sweep, only=None, results: str | None = None, fresh: bool = False,
          rerun_failed: bool = False) -> Plan:
     cells = [c for c in sweep.cells() if only is None or only(c.axes())]
@@ -155,7 +182,7 @@ def plan(sweep: Sweep, only=None, results: str | None = None, fresh: bool = Fals
         entries, _ = store.read(store.store_path(folder))
         seed, source = order_seed(sweep, entries, folder)
         todo, skipped = pending(cells, sweep.tries, entries, rerun_failed, seed)
-        if todo or results:
+        if todo or results or (entries and extra_round(sweep, cells, entries, seed)):
             return Plan(folder, _logs(sweep, folder), bool(entries), cells, todo, skipped,
                         entries, rerun_failed, seed, source)
     folder = _new_folder(sweep.results_root, sweep.name)
@@ -253,6 +280,13 @@ class Progress:
             print(f"{line} ({entry.get('seconds', 0):.0f} s; failed {self.failed}, "
                   f"skipped {self.skipped}; ETA {eta})", file=sys.stderr, flush=True)
 
+    def more(self, n: int) -> None:
+        """``n`` more runs than planned (adaptive tries)."""
+        self.total += n
+        if self.bar is not None and n:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def close(self):
         if self.bar is not None:
             self.bar.close()
@@ -299,18 +333,26 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                                                       if c.hash not in known], p.folder):
                 store.append(path, line)
             counts["calibration"] = calibrated
+        if not todo:   # every planned try is done: adaptive tries may be left
+            todo = extra_round(sweep, p.cells, entries, seed)
+            counts["extra"] = len(todo)
         progress = Progress(len(todo), skipped, mode)
         old = signal.signal(signal.SIGTERM, _on_term)
         try:
-            for job in jobs(todo):
-                progress.start(job)
-                first = job[0]
-                entries = runner.run_job(sweep, [t.cell for t in job], first.try_index,
-                                         first.attempt, p.folder, p.logs, inflight)
-                for t, entry in zip(job, entries):
-                    store.append(path, entry)
-                    counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-                    progress.finish(t, entry)
+            while todo:
+                for job in jobs(todo):
+                    progress.start(job)
+                    first = job[0]
+                    entries = runner.run_job(sweep, [t.cell for t in job], first.try_index,
+                                             first.attempt, p.folder, p.logs, inflight)
+                    for t, entry in zip(job, entries):
+                        store.append(path, entry)
+                        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+                        progress.finish(t, entry)
+                # adaptive tries: another round for the cells whose interval is too wide
+                todo = extra_round(sweep, p.cells, store.read(path)[0], seed)
+                progress.more(len(todo))
+                counts["extra"] = counts.get("extra", 0) + len(todo)
         finally:
             signal.signal(signal.SIGTERM, old)
             progress.close()

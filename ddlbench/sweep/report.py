@@ -20,7 +20,7 @@ import statistics
 from . import store
 from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, alone_the_same,
                         breakdown, build, groups, noise_floor, predicted_vs_measured, ranking,
-                        timeline_of)
+                        timeline_of, too_wide)
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
                "engine", "nworkers", "try", "attempt", "status", "throughput",
@@ -151,6 +151,29 @@ def contention_lines(t: Table) -> list[str]:
     return out
 
 
+def adaptive_line(t: Table) -> str | None:
+    """What adaptive tries did (a sweep file's ``adaptive``): how many tries they added, to
+    how many cells, and which cells are still wider than the target at the maximum."""
+    adaptive = (t.header or {}).get("adaptive")
+    if not adaptive:
+        return None
+    target, most = adaptive["target"], adaptive["max_tries"]
+    extra = [e for e in t.tries_used if int(e["try"]) >= t.tries]
+    wide = []
+    for r in t.rows:
+        for n, stat in sorted(r.cells.items()):
+            interval = (stat.median, stat.low, stat.high, stat.basis) if stat.ok else None
+            if sum(stat.statuses.values()) >= most and too_wide(interval, target):
+                wide.append(f"{r.dnn} {r.method} at {n} on {r.connection}")
+    line = (f"Adaptive tries: a cell whose interval was wider than +-{target:.0%} of its "
+            f"median got another try, up to {most}: {len(extra)} extra "
+            f"{'try' if len(extra) == 1 else 'tries'} in "
+            f"{len({e['hash'] for e in extra})} cell(s)")
+    if wide:
+        line += f"; still wider after {most}: {', '.join(wide)}"
+    return line + "."
+
+
 def intervals_section(t: Table) -> list[str]:
     """README lines: the medians and intervals, how they are made, the noise floor."""
     out = ["## Medians and 95% intervals", "",
@@ -166,6 +189,9 @@ def intervals_section(t: Table) -> list[str]:
            f"method's; otherwise it and the methods whose intervals overlap it are marked "
            f"(tied): these tries cannot tell them apart.", "",
            interval_table(t).rstrip("\n"), ""]
+    adaptive = adaptive_line(t)
+    if adaptive:
+        out += [adaptive, ""]
     floor = noise_floor_line(t)
     if floor:
         out += [floor, ""]
