@@ -6,6 +6,9 @@
 #   make horovod-env        build it (torch 2.0.1 + Horovod 0.28.1; reused while unchanged)
 #   make clean-horovod-env  remove it
 # `make test` builds it first; its tests skip only when the registry cannot be reached.
+# The real-BytePS lane's environment (byteps/legacy_env.sh: Python 3.9, torch 1.10.2, BytePS
+# 0.2.5 against the system's ZeroMQ): make byteps-env / clean-byteps-env. Its worker needs an
+# NVIDIA GPU; without one `make test` records why and its tests skip saying so.
 # The standing emulated cluster (hosts with sshd, and Slurm: python -m ddlbench.netem cluster
 # up) needs Debian's openssh-server, slurmd, slurmctld, munge: `make cluster-deps` installs them
 # (as root); `make test` tries to, and the cluster's tests skip with the reason where it cannot.
@@ -20,7 +23,8 @@ RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 CONFIG ?= quick
 PYTEST_ARGS ?=
 
-.PHONY: setup bench test clean-venv help horovod-env clean-horovod-env cluster-deps
+.PHONY: setup bench test clean-venv help horovod-env clean-horovod-env cluster-deps \
+	byteps-env clean-byteps-env
 
 help:
 	@echo "make bench   run the '$(CONFIG)' sweep on this machine and print its table"
@@ -28,6 +32,8 @@ help:
 	@echo "make setup   only build the environment ($(VENV))"
 	@echo "make horovod-env        build the real-Horovod environment (outside the clone)"
 	@echo "make clean-horovod-env  remove it"
+	@echo "make byteps-env         build the real-BytePS environment (outside the clone; needs a GPU)"
+	@echo "make clean-byteps-env   remove it"
 	@echo "make cluster-deps       install sshd and Slurm for the emulated cluster (root, Debian)"
 
 setup: $(STAMP)
@@ -47,6 +53,7 @@ bench: setup
 test: setup
 	horovod/legacy_env.sh build --optional
 	scripts/system-deps.sh --optional
+	byteps/legacy_env.sh build --optional
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 horovod-env:
@@ -54,6 +61,12 @@ horovod-env:
 
 clean-horovod-env:
 	horovod/legacy_env.sh remove
+
+byteps-env:
+	byteps/legacy_env.sh build
+
+clean-byteps-env:
+	byteps/legacy_env.sh remove
 
 cluster-deps:
 	scripts/system-deps.sh

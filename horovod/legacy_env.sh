@@ -25,6 +25,9 @@ HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_BUILD_CUDA_CC_LIST=90 CMAKE_POLIC
 key="$({ cat "$reqs"; echo "horovod==$HOROVOD_VERSION $BUILD_FLAGS"; } | sha256sum | cut -c1-12)"
 env_dir="$cache/horovod-env-$key"
 unavailable="$cache/horovod-env.unavailable"
+name=horovod-env
+# shellcheck source=../scripts/legacy_env_lib.sh
+. "$here/../scripts/legacy_env_lib.sh"
 PYTHON="${PYTHON:-python3}"
 
 say() { echo "horovod-env: $*" >&2; }
@@ -119,35 +122,16 @@ assert hvd.gloo_built() and hvd.mpi_built(), "Gloo or MPI controller missing"
 print("horovod", horovod.__version__, "torch", torch.__version__)' >>"$log" 2>&1; then
         fail 1 "horovod.torch does not import in the new environment; see $log"
     fi
-    # Older builds (other inputs) are dead weight of several GB each.
-    local old
-    for old in "$cache"/horovod-env-*; do
-        [ "$old" = "$env_dir" ] || [ "$old" = "$log" ] || rm -rf "$old"
-    done
-    touch "$env_dir/.ready"
-    rm -f "$unavailable"
+    legacy_ready
     say "ready in $(( SECONDS - t0 )) s: $env_dir ($(du -sh "$env_dir" | cut -f1))"
 }
 
-cmd_python() {
-    if [ -f "$env_dir/.ready" ]; then python_of_env; return 0; fi
-    if [ -f "$unavailable" ]; then fail 3 "$(cat "$unavailable")"; fi
-    fail 1 "the Horovod environment is not built ($env_dir); run: make horovod-env"
-}
-
-cmd_remove() {
-    local d removed=0
-    for d in "$cache"/horovod-env-* "$unavailable"; do
-        [ -e "$d" ] || continue
-        rm -rf "$d"; removed=1; say "removed $d"
-    done
-    [ "$removed" = 1 ] || say "nothing to remove under $cache"
-}
+cmd_python() { legacy_python "$(python_of_env)" "make horovod-env" Horovod; }
 
 case "${1:-build}" in
     build) shift || true; cmd_build "$@" ;;
     python) cmd_python ;;
-    remove) cmd_remove ;;
+    remove) legacy_remove ;;
     where) echo "$env_dir" ;;
     *) fail 2 "unknown command '$1' (build [--optional], python, remove, where)" ;;
 esac

@@ -34,8 +34,11 @@ command -v ssh-keygen >/dev/null || need+=(openssh-client)
 [ -x /usr/sbin/slurmd ] || need+=(slurmd)
 command -v srun >/dev/null || need+=(slurm-client)
 [ -x /usr/sbin/munged ] || need+=(munge)
+# the real-BytePS lane's build (byteps/legacy_env.sh): ps-lite against the system's ZeroMQ
+[ -f /usr/include/zmq.h ] || need+=(libzmq3-dev)
+[ -f /usr/include/numa.h ] || need+=(libnuma-dev)
 if [ "${#need[@]}" = 0 ]; then
-    say "sshd, ssh, iproute2, unshare, Slurm and MUNGE are installed"
+    say "sshd, ssh, iproute2, unshare, Slurm, MUNGE, ZeroMQ and libnuma are installed"
     exit 0
 fi
 mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)

@@ -1,0 +1,33 @@
+# What the legacy-environment scripts (horovod/legacy_env.sh, byteps/legacy_env.sh) share;
+# sourced by them. They set `name` (horovod-env, byteps-env), `cache`, `env_dir` ($cache/$name-KEY)
+# and `unavailable`, and define `say` and `fail CODE MESSAGE`.
+
+# The environment is ready: older builds (other inputs; GBs each) go, the stamp is written
+# last, a recorded reason for its absence is dropped.
+legacy_ready() {
+    local old
+    for old in "$cache/$name"-*; do
+        [ "$old" = "$env_dir" ] || [ "$old" = "$env_dir.log" ] || rm -rf "$old"
+    done
+    touch "$env_dir/.ready"
+    rm -f "$unavailable"
+}
+
+# `python`: print PATH if the environment is ready, else why not (the recorded reason, exit 3;
+# not built, exit 1, with the command that builds it).
+legacy_python() {
+    local path="$1" build="$2"
+    if [ -f "$env_dir/.ready" ]; then echo "$path"; return 0; fi
+    if [ -f "$unavailable" ]; then fail 3 "$(cat "$unavailable")"; fi
+    fail 1 "the $3 environment is not built ($env_dir); run: $build"
+}
+
+# `remove`: every build of it, and the recorded reason.
+legacy_remove() {
+    local d removed=0
+    for d in "$cache/$name"-* "$unavailable"; do
+        [ -e "$d" ] || continue
+        rm -rf "$d"; removed=1; say "removed $d"
+    done
+    [ "$removed" = 1 ] || say "nothing to remove under $cache"
+}
