@@ -128,7 +128,7 @@ def run_main(argv: list[str]) -> int:
         if sweep.adaptive:
             a = sweep.adaptive
             print(f"adaptive: then rounds of one more try for the cells whose 95% interval is "
-                  f"wider than +-{a['target']:.0%} of their median, up to {a['max_tries']} "
+                  f"wider than +-{a['target'] * 100:g}% of their median, up to {a['max_tries']} "
                   f"tries each (not counted below)")
         if sweep.calibrate:
             from ddlbench.sweep import calibrate

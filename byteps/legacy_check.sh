@@ -7,7 +7,8 @@ set -uo pipefail
 py="$1"
 dir="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')"
 export DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT="$port" \
     DMLC_NODE_HOST=127.0.0.1
 DMLC_ROLE=scheduler "$py" -c 'import byteps.server' > "$dir/scheduler.log" 2>&1 &

@@ -34,7 +34,8 @@ PACKAGES="torch==1.10.2 numpy<1.24 typing_extensions nvidia-nccl-cu12==2.32.3"
 BUILD_FLAGS="BYTEPS_WITHOUT_TENSORFLOW=1 BYTEPS_WITHOUT_MXNET=1 BYTEPS_WITH_PYTORCH=1 \
 BYTEPS_NCCL_LINK=SHARED CI=true"
 cache="${DDLBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddlbench}"
-key="$({ echo "byteps==$BYTEPS_VERSION $PACKAGES $BUILD_FLAGS"; cat "$0"; } | sha256sum | cut -c1-12)"
+key="$({ echo "byteps==$BYTEPS_VERSION $PACKAGES $BUILD_FLAGS"; cat "$0"; } | sha256sum |
+       cut -c1-12)"
 env_dir="$cache/byteps-env-$key"
 unavailable="$cache/byteps-env.unavailable"
 name=byteps-env
@@ -95,15 +96,23 @@ cmd_build() {
 
     # Prerequisites, each one line.
     if ! has_gpu && [ "$force" = 0 ]; then
-        missing "no NVIDIA GPU here (no /dev/nvidiactl, nvidia-smi lists none): BytePS 0.2.5's worker needs a CUDA device (byteps/common/global.cc: cudaSetDevice at init; every tensor, CPU ones too, is registered with cudaHostRegister for NCCL); build --force builds it anyway and shows where it stops"
+        local why="no NVIDIA GPU here (no /dev/nvidiactl, nvidia-smi lists none): BytePS 0.2.5's"
+        why+=" worker needs a CUDA device (byteps/common/global.cc: cudaSetDevice at init;"
+        why+=" every tensor, CPU ones too, is registered with cudaHostRegister for NCCL);"
+        missing "$why build --force builds it anyway and shows where it stops"
     fi
     local cuda py
-    cuda="$(find_cuda)" || missing "no CUDA toolkit headers (cuda_runtime.h under \$CUDA_HOME or /usr/local/cuda): BytePS's core includes them even for a CPU-only plugin"
-    py="$(find_python39)" || missing "no Python 3.9 with its headers (python3.9 on PATH, pyenv's 3.9, or set PYTHON39): torch 1.10.2, the last with the THC headers BytePS 0.2.5 needs, has no wheels for later Pythons"
+    cuda="$(find_cuda)" || missing "no CUDA toolkit headers (cuda_runtime.h under \$CUDA_HOME \
+or /usr/local/cuda): BytePS's core includes them even for a CPU-only plugin"
+    py="$(find_python39)" || missing "no Python 3.9 with its headers (python3.9 on PATH, \
+pyenv's 3.9, or set PYTHON39): torch 1.10.2, the last with the THC headers BytePS 0.2.5 needs, \
+has no wheels for later Pythons"
     [ -f /usr/include/zmq.h ] && [ -e /usr/lib/x86_64-linux-gnu/libzmq.so ] ||
-        missing "ZeroMQ's development files are missing (/usr/include/zmq.h, libzmq.so): install libzmq3-dev (make cluster-deps does)"
+        missing "ZeroMQ's development files are missing (/usr/include/zmq.h, libzmq.so): \
+install libzmq3-dev (make cluster-deps does)"
     [ -e /usr/lib/x86_64-linux-gnu/libnuma.so ] ||
-        missing "libnuma's development files are missing (libnuma.so): install libnuma-dev (make cluster-deps does)"
+        missing "libnuma's development files are missing (libnuma.so): install libnuma-dev \
+(make cluster-deps does)"
 
     # The sources, from the package registry (the check that it answers).
     local src="$cache/src"
@@ -112,10 +121,13 @@ cmd_build() {
     local out
     # shellcheck disable=SC2086 # PACKAGES is a list of requirement words
     if ! out="$("$py" -m pip download --disable-pip-version-check --retries 1 --timeout 60 \
-                --no-deps -d "$src" --no-binary byteps "byteps==$BYTEPS_VERSION" $PACKAGES 2>&1)"; then
+                --no-deps -d "$src" --no-binary byteps "byteps==$BYTEPS_VERSION" $PACKAGES \
+                2>&1)"; then
         local why
-        why="$(echo "$out" | grep -m1 -iE 'error|could not|connection|resolve' || echo "$out" | tail -1)"
-        local msg="the package registry cannot be reached (pip download byteps==$BYTEPS_VERSION ...: $why)"
+        why="$(echo "$out" | grep -m1 -iE 'error|could not|connection|resolve' ||
+               echo "$out" | tail -1)"
+        local msg="the package registry cannot be reached (pip download"
+        msg+=" byteps==$BYTEPS_VERSION ...: $why)"
         if [ "$optional" = 1 ]; then echo "$msg" > "$unavailable"; say "skipped: $msg"; return 0; fi
         fail 3 "$msg"
     fi
@@ -136,15 +148,19 @@ cmd_build() {
 
     step "unpacking NCCL from the nvidia-nccl-cu12 wheel"
     local nccl="$env_dir/nccl"
-    "$env_dir/bin/python" - "$src" "$nccl" >>"$log" 2>&1 <<'EOF' || fail 1 "unpacking NCCL failed; see $log"
+    if ! "$env_dir/bin/python" - "$src" "$nccl" >>"$log" 2>&1 <<'EOF'
 import glob, os, sys, zipfile
 src, dest = sys.argv[1], sys.argv[2]
 zipfile.ZipFile(glob.glob(os.path.join(src, "nvidia_nccl_cu12-*.whl"))[0]).extractall(dest)
 EOF
+    then
+        fail 1 "unpacking NCCL failed; see $log"
+    fi
     nccl="$nccl/nvidia/nccl"
     ln -sf libnccl.so.2 "$nccl/lib/libnccl.so"
 
-    step "building byteps==$BYTEPS_VERSION (ps-lite against the system's ZeroMQ; CUDA headers from $cuda)"
+    step "building byteps==$BYTEPS_VERSION (ps-lite against the system's ZeroMQ; CUDA headers \
+from $cuda)"
     local build="$env_dir/build"
     mkdir -p "$build"
     tar xzf "$src/byteps-$BYTEPS_VERSION.tar.gz" -C "$build"
@@ -163,7 +179,9 @@ EOF
     if ! (cd "$tree" && env $BUILD_FLAGS CUDA_HOME="$cuda" BYTEPS_NCCL_HOME="$nccl" \
             CFLAGS="-I$cuda/include -include memory" LDFLAGS="-L$cuda/lib64" \
             "$env_dir/bin/python" setup.py build) >>"$log" 2>&1; then
-        fail 1 "building byteps==$BYTEPS_VERSION failed: $(grep -m1 -E 'error:|Error' "$log" || tail -1 "$log"); see $log"
+        # (the last error: the plugin's CUDA probe always leaves one early in the log)
+        fail 1 "building byteps==$BYTEPS_VERSION failed: $(grep -E 'error:' "$log" | tail -1 ||
+                                                           true); see $log"
     fi
     local site
     site="$("$env_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -171,7 +189,9 @@ EOF
     cat > "$env_dir/bin/byteps-python" <<EOF
 #!/bin/sh
 # The environment's Python with NCCL's library found (BytePS's plugin links it)
-LD_LIBRARY_PATH="$nccl/lib:$cuda/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$env_dir/bin/python" "\$@"
+LD_LIBRARY_PATH="$nccl/lib:$cuda/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH
+exec "$env_dir/bin/python" "\$@"
 EOF
     chmod +x "$env_dir/bin/byteps-python"
 
@@ -195,10 +215,4 @@ EOF
 cmd_python() { legacy_python "$env_dir/bin/byteps-python" "make byteps-env" BytePS; }
 
 optional=0
-case "${1:-build}" in
-    build) shift || true; cmd_build "$@" ;;
-    python) cmd_python ;;
-    remove) legacy_remove ;;
-    where) echo "$env_dir" ;;
-    *) fail 2 "unknown command '$1' (build [--optional] [--force], python, remove, where)" ;;
-esac
+legacy_main "build [--optional] [--force], python, remove, where" "$@"

@@ -128,10 +128,4 @@ print("horovod", horovod.__version__, "torch", torch.__version__)' >>"$log" 2>&1
 
 cmd_python() { legacy_python "$(python_of_env)" "make horovod-env" Horovod; }
 
-case "${1:-build}" in
-    build) shift || true; cmd_build "$@" ;;
-    python) cmd_python ;;
-    remove) legacy_remove ;;
-    where) echo "$env_dir" ;;
-    *) fail 2 "unknown command '$1' (build [--optional], python, remove, where)" ;;
-esac
+legacy_main "build [--optional], python, remove, where" "$@"

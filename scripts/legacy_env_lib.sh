@@ -31,3 +31,16 @@ legacy_remove() {
     done
     [ "$removed" = 1 ] || say "nothing to remove under $cache"
 }
+
+# The command line (USAGE names the commands): build [OPTIONS] (the script's cmd_build),
+# python (its cmd_python), remove, where.
+legacy_main() {
+    local usage="$1"; shift
+    case "${1:-build}" in
+        build) shift || true; cmd_build "$@" ;;
+        python) cmd_python ;;
+        remove) legacy_remove ;;
+        where) echo "$env_dir" ;;
+        *) fail 2 "unknown command '$1' ($usage)" ;;
+    esac
+}

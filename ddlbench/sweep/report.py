@@ -165,7 +165,7 @@ def adaptive_line(t: Table) -> str | None:
             interval = (stat.median, stat.low, stat.high, stat.basis) if stat.ok else None
             if sum(stat.statuses.values()) >= most and too_wide(interval, target):
                 wide.append(f"{r.dnn} {r.method} at {n} on {r.connection}")
-    line = (f"Adaptive tries: a cell whose interval was wider than +-{target:.0%} of its "
+    line = (f"Adaptive tries: a cell whose interval was wider than +-{target * 100:g}% of its "
             f"median got another try, up to {most}: {len(extra)} extra "
             f"{'try' if len(extra) == 1 else 'tries'} in "
             f"{len({e['hash'] for e in extra})} cell(s)")
