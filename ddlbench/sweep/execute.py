@@ -144,9 +144,9 @@ def extra_round(sweep: Sweep, cells: list[Cell], entries: list[dict],
     """Adaptive tries (the sweep's ``adaptive``): the next round of tries the store asks for,
     in ``round_order``: for the first round k from ``tries`` to ``max_tries`` - 1 with any,
     the cells that hold every try before k but not k, some of them successful, whose 95%
-    interval over their tries is wider than +-target of their median (``aggregate.too_wide``). Made from the store alone,
-    so a resumed sweep asks for the same tries. Empty when nothing is left to add (or the
-    sweep is not adaptive)."""
+    interval over their tries is wider than +-target of their median
+    (``aggregate.too_wide``). Made from the store alone, so a resumed sweep asks for the same
+    tries. Empty when nothing is left to add (or the sweep is not adaptive)."""
     if not sweep.adaptive:
         return []
     eff = store.latest(entries)
