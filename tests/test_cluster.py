@@ -213,6 +213,7 @@ def test_an_up_killed_while_building_leaves_nothing():
     assert not any(run_id in ns for ns in links.list_namespaces())
     assert not any(s.get("run_id") == run_id for _, s in _read_states())
     assert name not in standing.standing_clusters()
+    assert not os.path.exists(standing.directory(name))   # nor its folder
     proc = netem("cluster", "down", "--name", name)
     assert proc.returncode == 2 and "no standing cluster" in proc.stderr
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -105,11 +106,14 @@ def _write(run_id: str, state: dict) -> str:
 
 def _remove_run(path: str, run_id: str, state: dict) -> None:
     """Remove run ``run_id``'s set: the namespaces its state file names and any others of its
-    id (with what runs in them), then the state file."""
+    id (with what runs in them), the folder it names (a standing cluster's, while built), then
+    the state file."""
     names = list(state.get("namespaces") or [])
     names += [ns for ns in list_namespaces() if _NS_RE.match(ns)
               and _NS_RE.match(ns).group(1) == run_id and ns not in names]
     _remove_namespaces(names)
+    if state.get("directory"):
+        shutil.rmtree(state["directory"], ignore_errors=True)
     try:
         os.unlink(path)
     except OSError:
