@@ -221,12 +221,13 @@ def check(args, probe_engine: bool = True) -> None:
     names = method_list(args)
     if args.save_params and not args.verify:
         raise UsageError("--save-params needs --verify STEPS (it saves the verified parameters)")
-    if args.save_params and len(runs(args)) > 1 and "{method}" not in args.save_params:
-        raise UsageError("--save-params with several methods or compressors needs '{method}' "
-                         "in the path")
-    if args.timeline and len(runs(args)) > 1 and "{method}" not in args.timeline:
-        raise UsageError("--timeline with several methods or compressors needs '{method}' in "
-                         "the path (one trace each)")
+    if len(runs(args)) > 1:
+        for flag, path, each in (("--save-params", args.save_params, "one file each"),
+                                 ("--timeline", args.timeline, "one trace each"),
+                                 ("--output", args.output, "one record each")):
+            if path and "{method}" not in path:
+                raise UsageError(f"{flag} with several methods or compressors needs "
+                                 f"'{{method}}' in the path ({each})")
     if len(names) > 1 and not args.verify:
         _check_several(args, names)
     for name in names:
@@ -245,14 +246,11 @@ def check(args, probe_engine: bool = True) -> None:
 
 def _check_several(args, names: list[str]) -> None:
     """A benchmark of several methods times them one after the other in this one job (each
-    with a replica, warm-up and record of its own): one record and trace per method, one set
-    of Horovod settings per job, and the parameter servers' counters are the job's."""
+    with a replica, warm-up and record of its own, '{method}' in their paths): one set of
+    Horovod settings per job, and the parameter servers' counters are the job's."""
     if args.engine == "horovod":
         raise UsageError("several methods in one benchmark job only with --engine torch "
                          "(Horovod's settings are the job's)")
-    if args.output and "{method}" not in args.output:
-        raise UsageError("--output with several methods needs '{method}' in the path (one "
-                         "record each)")
     ps = [n for n in names if methods.lookup(n, args.engine).architecture == methods.PS]
     if len(ps) > 1:
         raise UsageError(f"at most one parameter-server method in a benchmark job (the "

@@ -190,7 +190,8 @@ def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, me
 
 @pytest.mark.parametrize("args,message", [
     (["--method", "wfbp,fusion", "--output", "rec.json"],
-     "--output with several methods needs '{method}' in the path (one record each)"),
+     "--output with several methods or compressors needs '{method}' in the path (one record "
+     "each)"),
     (["--method", "wfbp,fusion", "--timeline", "t.json"],
      "--timeline with several methods or compressors needs '{method}' in the path"),
     (["--method", "bspps,wfbp,wfbpps", "--output", "r_{method}.json"],

@@ -182,13 +182,10 @@ class Cell:
         if any(o.method["method"] == self.method["method"] for o in others):
             return False
         owners = settings()
-        for a, b in ((self, o) for o in others):
-            for x, y in ((a, b), (b, a)):
-                for k in owners:
-                    if k in x.method and y.method["method"] in owners[k][1] \
-                            and y.method.get(k) != x.method[k]:
-                        return False
-        return True
+        pairs = [(x, y) for o in others for x, y in ((self, o), (o, self))]
+        return not any(k in x.method and y.method["method"] in applies
+                       and y.method.get(k) != x.method[k]
+                       for x, y in pairs for k, (_, applies) in owners.items())
 
     @property
     def hash(self) -> str:

@@ -217,15 +217,16 @@ def run_job(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folde
                     os.replace(src, dst)
         shutil.rmtree(os.path.dirname(job_path), ignore_errors=True)
     entries = []
+    seconds = res["ended"] - res["launch"]
     for i, (c, rp) in enumerate(zip(cells, record_paths)):
+        # (a shared job's cell: its share of the job's time)
         entry = _entry(sweep, c, try_index, attempt, folder, res, rp, logfile,
+                       shown, started, round(seconds / len(cells), 3),
                        method=c.method["method"] if len(cells) > 1 else None)
-        entry.update(command=shown, started=started)
         if len(cells) > 1:
             entry["job"] = {"cells": [x.name for x in cells], "index": i,
-                            "seconds": round(res["ended"] - res["launch"], 3),
+                            "seconds": round(seconds, 3),
                             "status": res["status"], "reason": res.get("reason")}
-            entry["seconds"] = round((res["ended"] - res["launch"]) / len(cells), 3)
         after = time.monotonic() - res["ended"]
         entry["timing"] = {"spawn_s": round(res["spawn_s"], 4), **res["marks"].times,
                            "bookkeeping_s": round(after, 4),
@@ -236,17 +237,18 @@ def run_job(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folde
 
 
 def _entry(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str, res: dict,
-           record_path: str, logfile: str, method: str | None) -> dict:
+           record_path: str, logfile: str, command: str, started: str, seconds: float,
+           method: str | None) -> dict:
     """One cell's store entry from its job's outcome ``res`` and its record (``method``: the
     cell's method in a shared job, whose log holds several)."""
     entry = {"kind": "try", "sweep": sweep.name, "hash": cell.hash, "cell": cell.name,
              "try": try_index, "attempt": attempt, "config": cell.config(),
-             "label": cell.label, "architecture": cell.architecture, "command": None,
-             "log": _rel(logfile), "started": None}
+             "label": cell.label, "architecture": cell.architecture, "command": command,
+             "log": _rel(logfile), "started": started}
     status, reason = res["status"], res.get("reason")
     if method is not None and os.path.exists(record_path):
         status, reason = "ok", None  # its run ended and wrote its record before the job did
-    entry["seconds"] = round(res["ended"] - res["launch"], 3)
+    entry["seconds"] = seconds
     entry["finished"] = _now()
     entry["status"] = status
     if res["leftovers"]:
