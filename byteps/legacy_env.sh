@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The legacy environment of the real-BytePS lane (docs/DESIGN.md section 10, "Real BytePS").
+# The legacy environment of the real-BytePS lane (docs/DESIGN.md section 10, its BytePS entry).
 #
 #   byteps/legacy_env.sh build [--optional] [--force]   build it (reused while its inputs hold)
 #   byteps/legacy_env.sh python     print its Python (a wrapper that finds NCCL), or say why none
