@@ -5,6 +5,7 @@ import pytest
 
 from ddlbench import comm_bench as cb
 from ddlbench import simulate, topology
+from ddlbench.hosts import pinning
 from ddlbench.errors import UsageError
 
 from .conftest import describe, run
@@ -60,6 +61,29 @@ def test_fit_keeps_alpha_and_beta_non_negative():
     assert (a, b) == (2.0, 0.0)
     # One size: alpha is its time.
     assert cb.fit_alpha_beta([4096], [1e-4]) == (1e-4, 0.0)
+
+
+def test_push_pull_is_fitted_to_one_partition_by_absolute_errors():
+    """One partition (up to 4 MB here) costs 1 ms + 32 ns/B; larger messages pipeline their
+    partitions (16 MB in 4 partitions: 1 + 2.5 partitions' time); small ones pass within a
+    burst at half the rate. The fit keeps only the one-partition rows and minimises absolute
+    errors: beta is the large partitions' 32 ns/B, where relative errors would give less."""
+    class PS:
+        partition_bytes = 4 << 20
+    one = lambda m: 1e-3 + 32e-9 * m
+    rows = [{"size_bytes": m, "time_s": one(m) if m >= 256 << 10 else 1e-3 + 16e-9 * m}
+            for m in (1024 << i for i in range(13))]           # 1 KiB ... 4 MiB
+    big = [{"size_bytes": 16 << 20, "time_s": 3.5 * one(4 << 20)}]
+    fitted, relative = cb._fitted_rows("pushpull", rows + big, PS(), True)
+    assert fitted == rows and relative is False
+    a, b = cb.fit_alpha_beta([r["size_bytes"] for r in fitted],
+                             [r["time_s"] for r in fitted], relative=False)
+    assert b == pytest.approx(32e-9, rel=0.02)
+    assert cb.fit_alpha_beta([r["size_bytes"] for r in fitted], [r["time_s"] for r in fitted],
+                             relative=True)[1] < 28e-9   # (26: pulled down by the small ones)
+    # collectives, and push/pull with nothing beyond one partition: every row, as asked
+    assert cb._fitted_rows("allreduce", rows + big, None, True) == (rows + big, True)
+    assert cb._fitted_rows("pushpull", rows, PS(), True) == (rows, True)
 
 
 def test_ring_link_values():
@@ -189,9 +213,21 @@ def test_push_pull_through_parameter_servers(tmp_path, load_json):
     assert res["op"] == "pushpull" and res["nservers"] == 1 and res["partition_bytes"] == 16384
     # --slots 1: each worker a machine of its own, so both push (as BytePS would, per machine)
     assert res["ps_clients"] == "machine" and res["pushers"] == [0, 1]
+    # 2 workers and their server: each worker on cores of its own where the workers fit (the
+    # server on every core where it does not fit beside them), as each worker read them
+    placement = rec["environment"]["placement"]
+    expected = pinning.plan(2, 1)
+    assert placement["pinning"] == expected["pinning"]
+    assert [r["cores"] for r in placement["ranks"]] == [r["cores"]
+                                                        for r in expected["ranks"]]
     assert [r["size_bytes"] for r in res["rows"]] == [1024 * 2 ** i for i in range(7)]
     assert all(r["busbw_GBps"] == r["algbw_GBps"] > 0 for r in res["rows"])
-    assert res["fit"]["ring_link"] is None and res["fit"]["beta_s_per_byte"] > 0
+    # fitted by least squares to the messages of one partition (1-16 KiB), not the larger
+    # ones whose partitions overlap
+    one = [r for r in res["rows"] if r["size_bytes"] <= 16384]
+    assert res["fit"]["ring_link"] is None and res["fit"]["sizes"] == "up to one partition"
+    assert (res["fit"]["alpha_s"], res["fit"]["beta_s_per_byte"]) == cb.fit_alpha_beta(
+        [r["size_bytes"] for r in one], [r["time_s"] for r in one], relative=False)
     assert ("busbw = algbw * 1 (each worker hands size to push/pull and gets size back)"
             in proc.stdout)
     fit = res["fit"]

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -147,7 +148,7 @@ def test_server_sums_pending_pushes_in_priority_order(schedule, expected):
     group = _ScriptedGroup()
     server = ps.Server(group, rank=1, nworkers=1, nservers=1, timeout_s=30)
     keys = {k: ps._Key(4, torch.float32) for k in range(6)}
-    push = lambda key: (group.deliver(0, ps.TAG_HEADER, torch.tensor([ps.OP_PUSH, key])),
+    push = lambda key: (group.deliver(0, ps.header_tag(0), torch.tensor([ps.OP_PUSH, key])),
                         group.deliver(0, ps.TAG_DATA + key, torch.full((4,), float(key))))
     push(5)
     session = threading.Thread(target=server._session, args=(keys, [0], schedule))
@@ -155,7 +156,7 @@ def test_server_sums_pending_pushes_in_priority_order(schedule, expected):
     assert group.first_send.wait(30)           # key 5's sum is on its way, held there
     for key in (4, 3, 2, 1, 0):
         push(key)
-    group.deliver(0, ps.TAG_HEADER, torch.tensor([ps.OP_END, -1]))
+    group.deliver(0, ps.header_tag(0), torch.tensor([ps.OP_END, -1]))
     if schedule:
         deadline = time.monotonic() + 30
         while server.engine.pending() < 5 and time.monotonic() < deadline:
@@ -170,6 +171,104 @@ def test_server_sums_pending_pushes_in_priority_order(schedule, expected):
     assert all(torch.equal(t, torch.full((4,), float(key))) for key, t in group.sent)
     if schedule:
         assert list(server.served) == [(k, 0) for k in expected]
+
+
+class _PostingGroup:
+    """A server's push/pull group that logs every receive as it is *posted* (Gloo sends a
+    message only once its receive is posted) and completes it when the test delivers."""
+
+    def __init__(self):
+        import queue
+        self.posted: list = []      # (peer, tag), in posting order
+        self.inbox: dict = {}
+        self.sent: list = []
+        self._queue = queue.Queue
+
+    def _q(self, peer, tag):
+        return self.inbox.setdefault((peer, tag), self._queue())
+
+    def deliver(self, peer, tag, tensor):
+        self._q(peer, tag).put(tensor)
+
+    def recv(self, tensors, peer, tag):
+        self.posted.append((peer, tag))
+        q = self._q(peer, tag)
+        return _Work(lambda: tensors[0].copy_(q.get(timeout=30)))
+
+    def send(self, tensors, peer, tag):
+        self.sent.append((peer, tag - ps.TAG_DATA, tensors[0].clone()))
+        return _Work()
+
+
+def _wait_for(cond, what):
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("schedule", [False, True])
+def test_a_server_posts_its_receives_before_the_pushes_come(schedule):
+    """Session 1 of a server (its second), 2 pushers, 3 keys, 2 rounds. At the start a header
+    receive per key + SPARE_HEADERS for each pusher, on the session's own header tag; a
+    pusher's first push header of a round posts the data receives of all 3 keys at once (its
+    later pushes find theirs posted), each header read posts one more header receive; the sums
+    are right. A key pushed twice in a round, or a round left unfinished, is a protocol error
+    naming the worker."""
+    group = _PostingGroup()
+    server = ps.Server(group, rank=2, nworkers=2, nservers=1, timeout_s=30)
+    keys = {k: ps._Key(4, torch.float32) for k in range(3)}
+    tag, ring = ps.header_tag(1), 3 + ps.SPARE_HEADERS
+    session = threading.Thread(target=server._session, args=(keys, [0, 1], schedule, 1))
+    session.start()
+    _wait_for(lambda: len(group.posted) == 2 * ring, "the header receives")
+    assert sorted(group.posted) == sorted([(p, tag) for p in (0, 1)] * ring)
+    data = lambda p: [t - ps.TAG_DATA for q, t in group.posted if q == p and t != tag]
+    for r in range(2):
+        for i, key in enumerate((2, 0, 1)):
+            group.deliver(0, tag, torch.tensor([ps.OP_PUSH, key]))
+            _wait_for(lambda: len(data(0)) == 3 * (r + 1), "worker 0's data receives")
+            assert sorted(data(0)[3 * r:]) == [0, 1, 2] and len(data(1)) == 3 * r
+            group.deliver(0, ps.TAG_DATA + key, torch.full((4,), 10.0 * r + key))
+        for key in (0, 1, 2):
+            group.deliver(1, tag, torch.tensor([ps.OP_PUSH, key]))
+            group.deliver(1, ps.TAG_DATA + key, torch.full((4,), 100.0))
+        _wait_for(lambda: len(group.sent) == 6 * (r + 1), "the sums")
+    for p in (0, 1):
+        assert [t for q, t in group.posted if q == p].count(tag) == ring + 6
+        group.deliver(p, tag, torch.tensor([ps.OP_END, -1]))
+    session.join(30)
+    assert not session.is_alive()
+    sums = {(p, key): t for p, key, t in group.sent[6:]}
+    assert sorted(sums) == [(p, k) for p in (0, 1) for k in range(3)]
+    assert all(torch.equal(t, torch.full((4,), 110.0 + key)) for (_, key), t in sums.items())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("second,message", [
+    (ps.OP_PUSH, "protocol error: worker 0 pushed key 1 twice in one round"),
+    (ps.OP_END, "protocol error: worker 0 ended the session with 1 key(s) of its round not "
+                "pushed")])
+def test_a_server_refuses_a_round_pushed_wrong(monkeypatch, second, message):
+    """(The real _die prints the line and ends the process; here it records the line and
+    ends the receiving thread.)"""
+    group = _PostingGroup()
+    server = ps.Server(group, rank=1, nworkers=1, nservers=1, timeout_s=30)
+    died = []
+
+    def die(msg):
+        died.append(msg)
+        raise SystemExit(1)
+    monkeypatch.setattr(server, "_die", die)
+    keys = {k: ps._Key(4, torch.float32) for k in range(2)}
+    tag = ps.header_tag(0)
+    group.deliver(0, tag, torch.tensor([ps.OP_PUSH, 1]))
+    group.deliver(0, ps.TAG_DATA + 1, torch.ones(4))
+    group.deliver(0, tag, torch.tensor([second, 1 if second == ps.OP_PUSH else -1]))
+    session = threading.Thread(target=server._session, args=(keys, [0]))
+    session.start()
+    session.join(30)
+    assert not session.is_alive() and died == [message]
 
 
 # ------------------------------------------------------------- correctness, 1-4 workers

@@ -182,7 +182,7 @@ def test_a_server_records_receives_sums_and_sends_only_while_told(schedule):
     session.start()
 
     def ask(op, reply):
-        group.deliver(0, ps.TAG_HEADER, torch.tensor([op, -1]))
+        group.deliver(0, ps.header_tag(0), torch.tensor([op, -1]))
         out = group.reply(0, ps.TAG_STATS)
         assert out.dtype == reply
         return out
@@ -190,7 +190,7 @@ def test_a_server_records_receives_sums_and_sends_only_while_told(schedule):
     def round_(r):
         for key in keys:
             for peer in (0, 1):
-                group.deliver(peer, ps.TAG_HEADER, torch.tensor([ps.OP_PUSH, key]))
+                group.deliver(peer, ps.header_tag(0), torch.tensor([ps.OP_PUSH, key]))
                 group.deliver(peer, ps.TAG_DATA + key, torch.full((4,), 10.0 * r + key + peer))
         for key in keys:   # every pusher pulls the sum before pushing the key again
             for peer in (0, 1):
@@ -210,7 +210,7 @@ def test_a_server_records_receives_sums_and_sends_only_while_told(schedule):
     events = [tuple(e) for e in json.loads(group.reply(0, ps.TAG_STATS).numpy().tobytes())]
     assert len(json.dumps(server.timeline.events).encode()) == n
     for peer in (0, 1):
-        group.deliver(peer, ps.TAG_HEADER, torch.tensor([ps.OP_END, -1]))
+        group.deliver(peer, ps.header_tag(0), torch.tensor([ps.OP_END, -1]))
     session.join(30)
     assert not session.is_alive()
 
@@ -249,7 +249,7 @@ class _AheadServer:
         self.ahead, self.events, self.replies, self.asked = ahead, events, queue.Queue(), []
 
     def send(self, tensors, peer, tag):
-        assert peer == 2 and tag == ps.TAG_HEADER
+        assert peer == 2 and tag == ps.header_tag(0)
         op = int(tensors[0][0])
         self.asked.append(op)
         if op == ps.OP_CLOCK:
@@ -277,6 +277,7 @@ def test_worker_0_measures_a_server_clock_and_fetches_its_events_onto_its_own():
     group = _AheadServer(ahead, events)
     client = ps.PSClient(group, rank=0, nworkers=2, nservers=1, partition_bytes=1 << 16,
                          timeout_s=30)
+    client.session = 0      # (worker 0 asks inside a session: its first here)
     client.timeline_on()
     [(offset, uncertainty)] = client.server_clocks(rounds=5)
     assert 0 <= uncertainty and abs(offset - ahead) <= uncertainty + 1e-3

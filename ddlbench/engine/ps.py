@@ -13,11 +13,12 @@ Protocol, per *session* (one method object's lifetime):
   into partitions of ``partition_bytes`` and numbers them: the key. Partition ``key`` lives on
   server ``key mod S`` (round-robin by key). Worker 0 sends each server the keys it owns (key,
   elements, dtype); a server allocates one accumulator per key and one receive buffer per worker.
-- **Push.** A worker sends a small header ``[PUSH, key]`` then the partition's data with tag
-  ``TAG_DATA + key``. Headers from one worker arrive in the order it sent them; the data is
-  matched by its key's tag, never by arrival order, so workers may push in any order
-  (priority scheduling) without deadlock. A server runs one receiving thread per worker, so a
-  slow worker never blocks the others' pushes.
+- **Push.** A worker sends a small header ``[PUSH, key]`` (on the session's header tag) then
+  the partition's data with tag ``TAG_DATA + key``. Headers from one worker arrive in the order
+  it sent them; the data is matched by its key's tag, never by arrival order, so workers may
+  push in any order (priority scheduling) without deadlock. A server runs one receiving thread
+  per worker, so a slow worker never blocks the others' pushes, and keeps its receives posted
+  ahead (``_Inbox``), so a push never waits for the server to post one.
 - **Sum and pull.** The server adds each push into the key's accumulator (the first push of an
   iteration copies); when all W have arrived it sends the sum to every worker with the key's tag.
   A worker posts the pull (a receive into the same memory it pushed from) right after the push:
@@ -91,9 +92,19 @@ OP_PUSH, OP_END, OP_STATS, OP_PLAN, OP_SHUTDOWN = range(5)
 # Worker 0's questions to a server inside a session (the timeline's; replies on TAG_STATS).
 OP_TIMELINE_ON, OP_TIMELINE_OFF, OP_EVENTS, OP_CLOCK = range(5, 9)
 ASKING = frozenset({OP_STATS, OP_TIMELINE_ON, OP_TIMELINE_OFF, OP_EVENTS, OP_CLOCK})
-# Tags (Gloo slots). Data of key k uses TAG_DATA + k.
-TAG_CONTROL, TAG_HEADER, TAG_PLAN, TAG_STATS, TAG_PUSHERS = 1, 2, 3, 4, 5
+# Tags (Gloo slots). Data of key k uses TAG_DATA + k; the headers of session s (a method's
+# lifetime, counted alike by every process of the job from 0) use header_tag(s).
+TAG_CONTROL, TAG_PLAN, TAG_STATS, TAG_PUSHERS = 1, 3, 4, 5
 TAG_DATA = 16
+HEADER_TAGS = 1 << 30
+# Header receives a summer keeps posted per peer beyond one per key (worker 0's questions).
+SPARE_HEADERS = 8
+
+
+def header_tag(session: int) -> int:
+    """The headers' tag in ``session``: each session has its own, so the header receives a
+    summer still had posted when its peers ended one can never take the next one's messages."""
+    return HEADER_TAGS + session
 
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 _IDLE = datetime.timedelta(days=1)    # a server waiting for the next message: peers that die
@@ -183,14 +194,15 @@ def _stage(staging: dict, key: int, data: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def _push_pull(key: int, data: torch.Tensor, staging: dict, lock, peer: int, wait, send,
-               recv) -> Handle:
+               recv, header_tag: int) -> Handle:
     """Push ``data`` to ``peer`` (a server, or the machine's leader) as the protocol says, a
-    header then the data on the key's tag, and post the pull of the sum into the same memory;
-    ``send``/``recv(tensor, tag)`` talk to ``peer``, ``wait`` is the Handle's."""
+    header (on the session's ``header_tag``) then the data on the key's tag, and post the pull
+    of the sum into the same memory; ``send``/``recv(tensor, tag)`` talk to ``peer``, ``wait``
+    is the Handle's."""
     wire, staged = _stage(staging, key, data)
     header = torch.tensor([OP_PUSH, key], dtype=torch.int64)
     with lock:  # a header and its data leave together (pushes come from several threads)
-        sends = [send(header, TAG_HEADER), send(wire, TAG_DATA + key)]
+        sends = [send(header, header_tag), send(wire, TAG_DATA + key)]
     return Handle(wait, peer, data, header, sends, recv(wire, TAG_DATA + key), staged)
 
 
@@ -212,7 +224,12 @@ class PSClient:
         self._staging: dict[int, torch.Tensor] = {}
         self._open = False
         self._push_lock = threading.Lock()
+        self.session = -1           # sessions opened so far, less one: the current one
         self.clocks: list[tuple[float, float]] | None = None   # server_clocks' last answer
+
+    @property
+    def header_tag(self) -> int:
+        return header_tag(self.session)
 
     def server_rank(self, server: int) -> int:
         return self.nworkers + server
@@ -251,6 +268,7 @@ class PSClient:
         if self._open:
             raise RuntimeError("a parameter-server session is already open on this worker")
         parts = plan(units, self.partition_bytes, self.nservers)
+        self.session += 1
         if self.rank == 0:
             owned: list[list[list[int]]] = [[] for _ in range(self.nservers)]
             for u, unit_parts in enumerate(parts):
@@ -261,7 +279,7 @@ class PSClient:
             pushers = torch.tensor(self.pushers, dtype=torch.int64)
             for s in range(self.nservers):
                 ctrl = torch.tensor([OP_PLAN, len(owned[s]), len(self.pushers),
-                                     int(schedule)], dtype=torch.int64)
+                                     int(schedule), self.session], dtype=torch.int64)
                 works.append((s, self._send(ctrl, s, TAG_CONTROL), ctrl))
                 works.append((s, self._send(pushers, s, TAG_PUSHERS), pushers))
                 if owned[s]:
@@ -279,16 +297,16 @@ class PSClient:
         s = part.server
         return _push_pull(part.key, data, self._staging, self._push_lock, s, self._wait,
                           lambda t, tag: self._send(t, s, tag),
-                          lambda t, tag: self._recv(t, s, tag))
+                          lambda t, tag: self._recv(t, s, tag), self.header_tag)
 
     def close(self) -> None:
         """End this worker's session on every server."""
         if not self._open:
             return
         self._open = False
-        self._tell_all(OP_END)
+        self._tell_all(OP_END, self.header_tag)
 
-    def _tell_all(self, op: int, tag: int = TAG_HEADER) -> None:
+    def _tell_all(self, op: int, tag: int) -> None:
         msgs = [torch.tensor([op, -1], dtype=torch.int64) for _ in range(self.nservers)]
         works = [(s, self._send(m, s, tag)) for s, m in enumerate(msgs)]
         for s, w in works:
@@ -297,7 +315,7 @@ class PSClient:
     def _ask(self, server: int, op: int, reply: torch.Tensor, what: str) -> torch.Tensor:
         """Worker 0 asks a server something inside a session: the answer, in ``reply``."""
         req = torch.tensor([op, -1], dtype=torch.int64)
-        w1 = self._send(req, server, TAG_HEADER)
+        w1 = self._send(req, server, self.header_tag)
         w2 = self._recv(reply, server, TAG_STATS)
         self._wait(w1, server, f"{what} request")
         self._wait(w2, server, what)
@@ -338,7 +356,7 @@ class PSClient:
                 reply = torch.zeros(1, dtype=torch.float64)
                 t0 = now_us()
                 w2 = self._recv(reply, s, TAG_STATS)
-                w1 = self._send(req, s, TAG_HEADER)
+                w1 = self._send(req, s, self.header_tag)
                 self._wait(w1, s, "clock request")
                 self._wait(w2, s, "clock")
                 t1 = now_us()
@@ -431,13 +449,16 @@ class _Summer:
         except Exception as e:  # the peer's connection is gone
             self._die(f"sending to worker {peer} failed: {first_line(e)}")
 
-    def _recv(self, tensor, peer: int, tag: int, what: str, timeout=None) -> None:
-        """Receive from ``peer`` and wait; a dead peer or the timeout ends the process."""
+    def _post(self, tensor, peer: int, tag: int, what: str):
+        """Post a receive from ``peer``: its work (a refusal ends the process)."""
         try:
-            work = self.pg.recv([tensor], peer, tag)
+            return self.pg.recv([tensor], peer, tag)
         except Exception as e:
             self._die(f"{what} from worker {peer} failed: {first_line(e)}")
-        self._wait(work, peer, what, timeout)
+
+    def _recv(self, tensor, peer: int, tag: int, what: str, timeout=None) -> None:
+        """Receive from ``peer`` and wait; a dead peer or the timeout ends the process."""
+        self._wait(self._post(tensor, peer, tag, what), peer, what, timeout)
 
     def _add(self, key: int, k: _Key, data: torch.Tensor, expected: int, own=None,
              added=None):
@@ -530,20 +551,17 @@ class _Summer:
             self._die(f"waiting for sends: {type(e).__name__}: {first_line(e)}")
 
     def _serve_peer(self, peer: int, keys: dict[int, _Key], expected: int, on_complete,
-                    on_ask=None, engine=None) -> None:
+                    session: int, on_ask=None, engine=None) -> None:
         """Receive ``peer``'s pushes until it ends the session; sum each one here, or hand it
-        to the ``engine`` (server-side scheduling) in a buffer of its own. ``on_ask(peer,
-        op)`` answers worker 0's questions (``ASKING``)."""
+        to the ``engine`` (server-side scheduling). ``on_ask(peer, op)`` answers worker 0's
+        questions (``ASKING``)."""
         try:
-            largest = max((k.acc.numel() for k in keys.values()), default=0)
-            scratch = {}
-            header = torch.zeros(2, dtype=torch.int64)
+            inbox = _Inbox(self, peer, keys, session, engine)
             tl, row = self.timeline, f"receive from worker {peer}"
             while True:
-                self._recv(header, peer, TAG_HEADER, "message", _IDLE)
-                op, key = (int(x) for x in header)
+                op, key = inbox.header()
                 if op == OP_END:
-                    return
+                    return inbox.end()
                 if op in ASKING and on_ask is not None:
                     on_ask(peer, op)
                     continue
@@ -551,23 +569,15 @@ class _Summer:
                     self._die(f"protocol error: message {op} for key {key} from worker {peer}")
                 k = keys[key]
                 t0 = now_us() if tl.enabled else None   # the header's arrival
-                if engine is not None:
-                    # Each pending push keeps its data until the engine has summed it.
-                    data = engine.buffer(peer, key)
-                    self._recv(data, peer, TAG_DATA + key, f"push of key {key}")
-                    if t0 is not None:
-                        _received(tl, row, t0, key, data, peer)
+                data = inbox.data(key)
+                if t0 is not None:
+                    _received(tl, row, t0, key, data, peer)
+                if engine is not None:   # it keeps the data until it has summed it
                     engine.put(peer, key, data)
                     continue
-                buf = scratch.get(k.acc.dtype)
-                if buf is None:
-                    buf = scratch[k.acc.dtype] = torch.empty(largest, dtype=k.acc.dtype)
-                data = buf[:k.acc.numel()]
-                self._recv(data, peer, TAG_DATA + key, f"push of key {key}")
                 if t0 is None:
                     complete, rnd = self._add(key, k, data, expected)
                 else:
-                    _received(tl, row, t0, key, data, peer)
                     complete, rnd = self._summed(tl, row, key, k, data, expected, peer)
                 if complete:
                     on_complete(key, k, rnd)
@@ -577,11 +587,12 @@ class _Summer:
             self._die(f"serving worker {peer}: {type(e).__name__}: {first_line(e)}")
 
     def _serve_all(self, peers: list[int], keys: dict[int, _Key], expected: int, on_complete,
-                   on_ask=None, engine=None) -> list[threading.Thread]:
+                   session: int, on_ask=None, engine=None) -> list[threading.Thread]:
         threads = []
         for peer in peers:
             t = threading.Thread(target=self._serve_peer,
-                                 args=(peer, keys, expected, on_complete, on_ask, engine),
+                                 args=(peer, keys, expected, on_complete, session, on_ask,
+                                       engine),
                                  name=f"ps-peer-{peer}", daemon=True)
             t.start()
             threads.append(t)
@@ -592,6 +603,71 @@ class _Summer:
             for peer, work in k.sends:
                 self._wait(work, peer, f"pull of key {key}")
             k.sends = []
+
+
+class _Inbox:
+    """The receives a summer keeps posted for one pushing peer, so that the peer's sends never
+    wait for them. Gloo sends a message only once its receiver has posted the receive (a
+    notice travels back to the sender first); a receive posted only when the previous message
+    had arrived made each push wait for that notice, and on a link busy with the sums going
+    back the notice queues behind them: pushes and pulls took turns instead of overlapping.
+
+    - *Headers*: one receive per key plus ``SPARE_HEADERS`` posted at the start, each posted
+      again as soon as its header was read: a peer's headers of a whole round find theirs
+      posted (those left when the peer ends the session stay posted on that session's tag,
+      which no later message uses).
+    - *Data*: a peer pushes every key once a round. The round's first header posts the
+      receives of all keys, each into the peer's buffer for the key (the engine's, with
+      server-side scheduling): from then on the peer's pushes flow without waiting. A buffer
+      is free again by then: the peer pushes again only after pulling every sum of the round.
+    """
+
+    def __init__(self, summer: "_Summer", peer: int, keys: dict[int, _Key], session: int,
+                 engine=None):
+        self.summer, self.peer, self.keys, self.engine = summer, peer, keys, engine
+        self.tag = header_tag(session)
+        self.ring = [torch.zeros(2, dtype=torch.int64)
+                     for _ in range(len(keys) + SPARE_HEADERS)]
+        self.works = [summer._post(h, peer, self.tag, "message") for h in self.ring]
+        self.next = 0
+        self.buffers: dict[int, torch.Tensor] = {}
+        self.posted: dict[int, object] = {}   # key -> the receive of this round's push
+
+    def header(self) -> tuple[int, int]:
+        """The next message's header (waits as long as the peer is alive)."""
+        i = self.next
+        self.summer._wait(self.works[i], self.peer, "message", _IDLE)
+        op, key = (int(x) for x in self.ring[i])
+        if op != OP_END:
+            self.works[i] = self.summer._post(self.ring[i], self.peer, self.tag, "message")
+        self.next = (i + 1) % len(self.ring)
+        return op, key
+
+    def _buffer(self, key: int) -> torch.Tensor:
+        if self.engine is not None:
+            return self.engine.buffer(self.peer, key)
+        buf = self.buffers.get(key)
+        if buf is None:
+            buf = self.buffers[key] = torch.empty_like(self.keys[key].acc)
+        return buf
+
+    def data(self, key: int) -> torch.Tensor:
+        """The push of ``key`` this round, received."""
+        if not self.posted:
+            for k in self.keys:
+                self.posted[k] = self.summer._post(self._buffer(k), self.peer, TAG_DATA + k,
+                                                   f"push of key {k}")
+        work = self.posted.pop(key, None)
+        if work is None:
+            self.summer._die(f"protocol error: worker {self.peer} pushed key {key} twice in "
+                             f"one round")
+        self.summer._wait(work, self.peer, f"push of key {key}")
+        return self._buffer(key)
+
+    def end(self) -> None:
+        if self.posted:   # (their tags are the next session's too)
+            self.summer._die(f"protocol error: worker {self.peer} ended the session with "
+                             f"{len(self.posted)} key(s) of its round not pushed")
 
 
 def _received(tl: Timeline, row: str, t0: float, key: int, data: torch.Tensor,
@@ -722,9 +798,9 @@ class Server(_Summer):
     def run(self) -> int:
         torch.set_num_threads(1)
         while True:
-            ctrl = torch.zeros(4, dtype=torch.int64)
+            ctrl = torch.zeros(5, dtype=torch.int64)
             self._recv(ctrl, 0, TAG_CONTROL, "control message", _IDLE)
-            op, n, npushers, schedule = (int(x) for x in ctrl)
+            op, n, npushers, schedule, session = (int(x) for x in ctrl)
             if op == OP_SHUTDOWN:
                 return 0
             if op != OP_PLAN or not 1 <= npushers <= self.nworkers:
@@ -735,10 +811,10 @@ class Server(_Summer):
             if n:
                 self._recv(table, 0, TAG_PLAN, "plan")
             keys = {int(k): _Key(int(numel), _DTYPES[int(code)]) for k, numel, code in table}
-            self._session(keys, [int(p) for p in pushers], bool(schedule))
+            self._session(keys, [int(p) for p in pushers], bool(schedule), session)
 
     def _session(self, keys: dict[int, _Key], pushers: list[int],
-                 schedule: bool = False) -> None:
+                 schedule: bool = False, session: int = 0) -> None:
         """Every pusher's pushes of every key summed; each round's sum sent to every pusher.
         With ``schedule`` the sums are made by one engine thread, pending pushes in priority
         order (``Engine``)."""
@@ -747,7 +823,8 @@ class Server(_Summer):
 
         self.engine = engine = (Engine(self, keys, len(pushers), complete) if schedule
                                 else None)
-        for t in self._serve_all(pushers, keys, len(pushers), complete, self._answer, engine):
+        for t in self._serve_all(pushers, keys, len(pushers), complete, session, self._answer,
+                                 engine):
             t.join()
         if engine:
             engine.finish()
@@ -822,6 +899,7 @@ class MachineClient(_Summer):
         self._staging: dict[int, torch.Tensor] = {}
         self._push_lock = threading.Lock()
         self._open = False
+        self.session = -1           # as PSClient's (the machine's pushes use its tags)
 
     def _die(self, message: str) -> None:
         say(f"ddlbench: worker {self.rank}: error: {message} (as its machine's leader)")
@@ -863,6 +941,7 @@ class MachineClient(_Summer):
             raise RuntimeError("a parameter-server session is already open on this worker")
         self._open = True
         self._staging.clear()
+        self.session += 1
         if not self.is_leader:
             return plan(units, self.partition_bytes, self.nservers)
         parts = self.client.open(units, schedule)
@@ -870,7 +949,7 @@ class MachineClient(_Summer):
         self._keys = {p.key: _Key(p.numel, units[p.unit][1]) for p in self._parts.values()}
         self._pulls: "queue.Queue" = queue.Queue()
         self._threads = self._serve_all(self.members[1:], self._keys, len(self.members),
-                                        self._forward)
+                                        self._forward, self.session)
         self._returner = threading.Thread(target=self._return_sums, name="ps-machine-return",
                                           daemon=True)
         self._returner.start()
@@ -880,7 +959,7 @@ class MachineClient(_Summer):
         if not self.is_leader:
             return _push_pull(part.key, data, self._staging, self._push_lock, self.leader,
                               self._leader_wait, self._to_leader(self.pg.send),
-                              self._to_leader(self.pg.recv))
+                              self._to_leader(self.pg.recv), header_tag(self.session))
         wire, _ = _stage(self._staging, part.key, data)
         k = self._keys[part.key]
         complete, rnd = self._add(part.key, k, wire, len(self.members), own=data)
@@ -917,7 +996,7 @@ class MachineClient(_Summer):
         if not self.is_leader:
             end = torch.tensor([OP_END, -1], dtype=torch.int64)
             try:
-                work = self.pg.send([end], self.leader, TAG_HEADER)
+                work = self.pg.send([end], self.leader, header_tag(self.session))
             except Exception as e:
                 raise PSError(f"cannot reach worker {self.leader}, this machine's leader: "
                               f"{first_line(e)}") from None
