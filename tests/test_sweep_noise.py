@@ -47,6 +47,12 @@ def test_split_and_plan():
     assert p["pinning"] == "pinned" and p["machine_cores"] == 4
     assert [(r["role"], r["cores"]) for r in p["ranks"]] == [("worker", [4]), ("worker", [5]),
                                                             ("server", [6])]
+    # 2 workers fit 2 cores, a server too does not: the workers pinned, the server on both
+    p = pinning.plan(2, 1, cores=[0, 1])
+    assert p["pinning"] == "workers"
+    assert p["reason"] == "2 workers on 2 cores: 1 core each; 1 server on all of them"
+    assert [(r["role"], r["cores"]) for r in p["ranks"]] == [("worker", [0]), ("worker", [1]),
+                                                            ("server", [0, 1])]
     p = pinning.plan(4, 0, cores=[0, 1])
     assert p["pinning"] == "shared" and p["reason"] == "4 workers share 2 cores"
     assert all(r["cores"] == [0, 1] for r in p["ranks"])
@@ -342,6 +348,24 @@ EXPECTED_SHARED = ("4 workers share 2 cores: compute contention is part of every
                    "theirs (the 4-worker cells).")
 
 
+def test_workers_pinned_beside_a_floating_server_are_said_so(tmp_path):
+    """2-worker tries of wfbp and fusion ran beside a parameter server on every core (a job
+    shared with a PS method), ddp's pinned alone: one line for the former, none for ddp; the
+    4-worker tries' shared line stays."""
+    folder = noisy_store(str(tmp_path / "noise"))
+    entries, _ = store.read(os.path.join(folder, "results.jsonl"))
+    beside = dict(PINNED, pinning="workers", servers=1,
+                  reason="2 workers on 2 cores: 1 core each; 1 server on all of them")
+    for e in entries:
+        if e.get("kind") == "try" and e["config"]["nworkers"] == 2 and e["label"] != "ddp":
+            e["record"]["environment"]["placement"] = beside
+    assert report.contention_lines(aggregate.build(entries)) == [
+        EXPECTED_SHARED,
+        "2 workers pinned to cores of their own and 1 parameter server on all 2 cores (the "
+        "2-worker cells of fusion and wfbp): a server sums only under a parameter-server "
+        "method, whose figures then include its contention for the workers' cores."]
+
+
 def test_intervals_ties_and_the_noise_floor_from_a_hand_written_store(tmp_path, capsys):
     folder = noisy_store(str(tmp_path / "noise"))
     assert benchmarks.main(["report", folder, "--no-plots"]) == 0
@@ -474,16 +498,23 @@ def test_what_the_sweep_says_is_made_from_its_data(tmp_path):
 
 def _jobs_by_hand(order):
     """(cell, try) in planned order, grouped as ``shared_jobs`` must: an all-to-all cell joins
-    the first job of its round and worker count that holds no cell of its method id (the
-    methods of these sweeps set nothing another method takes), else starts one; a
-    parameter-server cell runs alone. Jobs run in the order of their first cell."""
+    the first job of its round and worker count that holds no cell of its method id, for a
+    parameter-server cell no parameter-server cell, and no cell whose ``--threshold``
+    disagrees (the one setting of these sweeps that other methods take: a cell that gives it
+    never joins one of fusion, wfbpps or bspps that does not), else starts one. Jobs run in
+    the order of their first cell."""
+    takes = {"fusion", "wfbpps", "bspps"}
+    thresholds = lambda a, b: "threshold" in a.method and b.method["method"] in takes \
+        and b.method.get("threshold") != a.method["threshold"]
     jobs = []
     for cell, i in order:
         for job in jobs:
             c0, i0 = job[0]
-            if cell.architecture == "a2a" and c0.architecture == "a2a" and i0 == i \
-                    and c0.nworkers == cell.nworkers \
-                    and all(c.method["method"] != cell.method["method"] for c, _ in job):
+            if i0 == i and c0.nworkers == cell.nworkers \
+                    and all(c.method["method"] != cell.method["method"] for c, _ in job) \
+                    and not (cell.architecture == "ps"
+                             and any(c.architecture == "ps" for c, _ in job)) \
+                    and not any(thresholds(cell, c) or thresholds(c, cell) for c, _ in job):
                 job.append((cell, i))
                 break
         else:
@@ -495,7 +526,7 @@ def _job_call(job):
     return f"{','.join(c.method['method'] for c, _ in job)} {job[0][0].nworkers}"
 
 
-SHARED_METHODS = ["wfbp", "fusion", "ddp", "wfbpps",
+SHARED_METHODS = ["wfbp", "fusion", "ddp", "wfbpps", "bspps",
                   {"method": "fusion", "threshold": 1000, "label": "fusion-1k"}]
 
 
@@ -504,17 +535,18 @@ def test_shared_jobs_time_a_rounds_methods_in_one_job_each(tmp_path, calls, caps
                        shared_jobs=True)
     sweep = config.load(str(cfg), preflight=False)
     jobs = _jobs_by_hand(_expected(sweep, 7, 2))
-    # per round and worker count: one job of wfbp, fusion and ddp (fusion-1k in it where it
-    # came before fusion), a second for the other fusion, wfbpps alone: 3 jobs each
-    assert [len(j) for j in jobs].count(3) == 4 and len(jobs) == 12
-    # a shared cell is another measurement than the same cell in a job of its own (a
-    # parameter-server cell keeps its job, and its hash)
+    # per round and worker count 6 cells in 2 or 3 jobs: never two fusions or two PS methods
+    # in one, fusion-1k never with a PS method (both take --threshold, it gives one)
+    assert len(jobs) <= 12 and sum(len(j) for j in jobs) == 24
+    for job in jobs:
+        ids = [c.method["method"] for c, _ in job]
+        assert [c.architecture for c, _ in job].count("ps") <= 1 and ids.count("fusion") <= 1
+        assert not ("fusion-1k" in [c.label for c, _ in job] and {"wfbpps", "bspps"} & set(ids))
+    # a shared cell is another measurement than the same cell in a job of its own
     alone = config.load(str(write_config(tmp_path, name="alone", methods=SHARED_METHODS,
                                          nworkers=[1, 2], tries=2, seed=7)), preflight=False)
-    assert [c.shares for c in sweep.cells()] == [c.architecture == "a2a"
-                                                 for c in sweep.cells()]
-    assert [a.hash == b.hash for a, b in zip(alone.cells(), sweep.cells())] == \
-        [not c.shares for c in sweep.cells()]
+    assert all(c.shares for c in sweep.cells())
+    assert not any(a.hash == b.hash for a, b in zip(alone.cells(), sweep.cells()))
     # the dry run lists the jobs and their commands
     assert benchmarks.main(["--config", str(cfg), "--dry-run"]) == 0
     shown = [ln.split(" try ")[0].split(", ") for ln in capsys.readouterr().out.splitlines()

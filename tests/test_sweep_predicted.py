@@ -137,6 +137,11 @@ logs: {tmp_path / 'logs'}
     cmd = jobs[2].command("OUT")
     assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
+    # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition
+    cmd = jobs[4].command("OUT")
+    assert cmd[cmd.index("--ops") + 1] == "pushpull" and "--partition-bytes" not in cmd
+    assert cmd[cmd.index("--max-bytes") + 1] == str(2 << 20)
+    assert cmd[cmd.index("--sizes") + 1] == "4096000"
     # the calibration files, as the profiler and comm_bench write them, already there
     folder = results / "2026-01-01-cal"
     (folder / "calibration").mkdir(parents=True)

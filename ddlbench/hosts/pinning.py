@@ -4,8 +4,11 @@ The suite's local spawner pins each process of a job (workers, then servers) to 
 own when they fit the cores this process may use (``os.sched_getaffinity``): each gets
 ``cores // processes`` consecutive cores, set in the child right after ``fork`` (before it
 runs Python, let alone imports torch), and a CPU worker then runs one intra-op thread per core
-it got. When they do not fit, nothing is pinned and the processes share the cores: the record
-says ``shared``. ``--no-pin`` or ``DDLBENCH_PIN=0`` turns pinning off (``off``). Every process
+it got. When the workers fit but not the servers too, the workers are pinned and the servers
+run on every core (``workers``: a server sums only under a parameter-server method, so the
+all-reduce methods of a job shared with one keep a core per worker). When the workers do not
+fit, nothing is pinned and the processes share the cores: the record says ``shared``.
+``--no-pin`` or ``DDLBENCH_PIN=0`` turns pinning off (``off``). Every process
 of a local job learns the plan in ``DDLBENCH_PLACEMENT`` (JSON) and rank 0 records it with
 each worker's cores as the worker itself read them.
 """
@@ -19,6 +22,7 @@ PLACEMENT_ENV = "DDLBENCH_PLACEMENT"  # the local spawner's plan, JSON, for ever
 NO_PIN_FLAG = "--no-pin"
 
 PINNED, SHARED, OFF, LAUNCHER = "pinned", "shared", "off", "launcher"
+WORKERS = "workers"     # the workers pinned, the servers on every core
 
 
 def available_cores() -> list[int]:
@@ -46,14 +50,21 @@ def split(nprocs: int, cores: list[int]) -> list[list[int]] | None:
 def plan(nworkers: int, nservers: int = 0, pin: bool = True,
          cores: list[int] | None = None) -> dict:
     """The placement of a local job of ``nworkers`` workers and ``nservers`` servers (ranks
-    after the workers): ``pinning`` (pinned, shared or off), ``reason``, ``machine_cores``
-    (how many this process may use), ``workers``, ``servers`` and, per rank, its ``role`` and
-    ``cores`` (pinned: its own; otherwise every core, shared)."""
+    after the workers): ``pinning`` (pinned, workers, shared or off), ``reason``,
+    ``machine_cores`` (how many this process may use), ``workers``, ``servers`` and, per rank,
+    its ``role`` and ``cores`` (pinned: its own; otherwise every core, shared)."""
     cores = available_cores() if cores is None else list(cores)
     nprocs = nworkers + nservers
     chunks = split(nprocs, cores) if pin else None
+    workers = split(nworkers, cores) if pin and chunks is None and nservers else None
     if not pin:
         how, reason = OFF, f"pinning turned off ({NO_PIN_FLAG} or {PIN_ENV}=0)"
+    elif workers is not None:
+        how = WORKERS
+        chunks = workers + [cores] * nservers
+        reason = (f"{_processes(nworkers, 0)} on {len(cores)} cores: {len(workers[0])} "
+                  f"core{'s' if len(workers[0]) != 1 else ''} each; "
+                  f"{_plural('server', nservers)} on all of them")
     elif chunks is None:
         how, reason = SHARED, (f"{_processes(nworkers, nservers)} share {len(cores)} "
                                f"core{'s' if len(cores) != 1 else ''}")
@@ -65,6 +76,10 @@ def plan(nworkers: int, nservers: int = 0, pin: bool = True,
               "cores": chunks[r] if chunks else cores} for r in range(nprocs)]
     return {"pinning": how, "reason": reason, "machine_cores": len(cores),
             "workers": nworkers, "servers": nservers, "ranks": ranks}
+
+
+def _plural(what: str, n: int) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 def _processes(nworkers: int, nservers: int) -> str:
@@ -99,7 +114,7 @@ def pinned(rank: int | None = None, environ=None) -> bool:
     own, and it still runs on exactly those."""
     environ = os.environ if environ is None else environ
     info = job_plan(environ)
-    if info is None or info.get("pinning") != PINNED:
+    if info is None or info.get("pinning") not in (PINNED, WORKERS):
         return False
     if rank is None:
         try:

@@ -112,7 +112,7 @@ def _preexec(placement: dict, rank: int):
     on its own cores from its first instruction on (before Python starts, so before torch
     sizes its thread pools)."""
     die = die_with_parent()
-    if placement["pinning"] != pinning.PINNED:
+    if placement["pinning"] not in (pinning.PINNED, pinning.WORKERS):
         return die
     pin = pinning.pin_to(placement["ranks"][rank]["cores"])
 

@@ -11,7 +11,8 @@ launcher):
   for every network: one per task and worker count);
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
-- ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses.
+- ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
+  to one partition (what comm_bench fits push/pull to: the model pipelines partitions itself).
 
 Each job runs like a try (its own session, the sweep's timeout, a log in the logs folder) and
 leaves ``calibration/<job>.json`` in the results folder and one ``kind: calibration`` line in
@@ -26,7 +27,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..planning import PS_CLIENTS
+from ..planning import DEFAULT_PARTITION_BYTES, PS_CLIENTS
 from . import store
 from .config import task_key
 
@@ -45,6 +46,7 @@ class Job:
     ps_clients: str | None = None
     max_bytes: int | None = None
     threads: int | None = None   # the sweep's threads: (profiles: compute as the runs do)
+    partition_bytes: int | None = None   # pushpull: the cells' (None: the default)
 
     @property
     def name(self) -> str:
@@ -58,6 +60,8 @@ class Job:
             parts.append(f"t{self.threads}")
         if self.kind == "pushpull":
             parts.append(f"k{self.nservers or 'default'}-{self.ps_clients}")
+            if self.partition_bytes is not None:
+                parts.append(f"p{self.partition_bytes}")
         return "_".join(parts) + f".{self.kind}"
 
     def path(self, folder: str) -> str:
@@ -92,9 +96,11 @@ class Job:
         cmd += ["--ops", "pushpull", "--ps-clients", self.ps_clients or PS_CLIENTS[0]]
         if self.nservers:
             cmd += ["--nservers", str(self.nservers)]
-        if self.max_bytes:
-            cmd += ["--max-bytes", str(self.max_bytes)]
-        return cmd
+        part = self.partition_bytes or DEFAULT_PARTITION_BYTES
+        if self.partition_bytes is not None:
+            cmd += ["--partition-bytes", str(part)]
+        # powers of two up to one partition, and the partition itself
+        return cmd + ["--max-bytes", str(1 << (part.bit_length() - 1)), "--sizes", str(part)]
 
 
 def _gradient_bytes(model: str) -> int:
@@ -132,9 +138,9 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             add(Job("comm", c.network, c.nworkers, max_bytes=top))
     for c in local:
         if c.architecture == "ps":
-            top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
             add(Job("pushpull", c.network, c.nworkers, nservers=c.method.get("nservers"),
-                    ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]), max_bytes=top))
+                    ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]),
+                    partition_bytes=c.method.get("partition_bytes")))
     return out, notes
 
 

@@ -129,20 +129,27 @@ def contention_lines(t: Table) -> list[str]:
         pl = ((e.get("record") or {}).get("environment") or {}).get("placement")
         if not isinstance(pl, dict):
             continue
-        if pl.get("pinning") == "shared":
-            key = (pl.get("workers"), pl.get("servers") or 0, pl.get("machine_cores"))
+        if pl.get("pinning") in ("shared", "workers"):
+            key = (pl["pinning"], pl.get("workers"), pl.get("servers") or 0,
+                   pl.get("machine_cores"))
             where = shared.setdefault(key, {})
             where.setdefault(int(e["config"]["nworkers"]), set()).add(labels[e["hash"]])
         elif pl.get("pinning") == "off":
             off += 1
     out = []
-    for (workers, servers, cores), where in sorted(shared.items(), key=str):
+    for (how, workers, servers, cores), where in sorted(shared.items(), key=str):
         who = _plural("worker", workers) + (f" and {_plural('server', servers)}" if servers
                                             else "")
         every = {n: {r.label for r in t.rows if n in r.cells} for n in where}
         cells = " and ".join(
             f"{n}-worker cells" + ("" if where[n] == every[n] else
                                    f" of {_join(sorted(where[n]))}") for n in sorted(where))
+        if how == "workers":
+            out.append(f"{_plural('worker', workers)} pinned to cores of their own and "
+                       f"{_plural('parameter server', servers)} on all {cores} cores (the "
+                       f"{cells}): a server sums only under a parameter-server method, whose "
+                       f"figures then include its contention for the workers' cores.")
+            continue
         out.append(f"{who} share {cores} cores: compute contention is part of every figure "
                    f"of theirs (the {cells}).")
     if off:
