@@ -268,18 +268,17 @@ def relative_errors(alpha: float, beta: float, sizes, seconds) -> list[float]:
 def _fitted_rows(op: str, rows: list[dict], ps, relative: bool) -> tuple[list[dict], bool]:
     """The rows the alpha-beta fit is made from, and whether relative errors are minimised:
     all rows as asked, but for push/pull the messages of one partition (at least two of them)
-    where there are also larger ones, by absolute errors. A larger message is several
-    partitions whose pushes and pulls overlap, a pipeline the performance model replays
-    itself from one partition's push and pull (docs/DESIGN.md section 6): fitted to them,
-    beta would count that overlap twice. And there beta is what matters (how long a
-    partition holds the links), so the fit follows the large partitions, where the bytes
-    are: small messages that pass within a link's burst or a latency would otherwise pull
-    beta down (an emulated 1 Gbit/s link measured 33 ns/B at 1-4 MB, fitted 19 by relative
-    errors, 33 by absolute)."""
+    by absolute errors. A larger message is several partitions whose pushes and pulls
+    overlap, a pipeline the performance model replays itself from one partition's push and
+    pull (docs/DESIGN.md section 6): fitted to them, beta would count that overlap twice. And
+    there beta is what matters (how long a partition holds the links), so the fit follows the
+    large partitions, where the bytes are: small messages that pass within a link's burst or
+    a latency would otherwise pull beta down (an emulated 1 Gbit/s link measured 33 ns/B at
+    1-4 MB, fitted 19 by relative errors, 33 by absolute)."""
     if op != "pushpull" or ps is None:
         return rows, relative
     one = [r for r in rows if r["size_bytes"] <= ps.partition_bytes]
-    return (one, False) if 2 <= len(one) < len(rows) else (rows, relative)
+    return (one, False) if len(one) >= 2 else (rows, relative)
 
 
 def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int = 5,
@@ -321,8 +320,8 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
               "network": network, "rows": rows,
               "fit": {"alpha_s": alpha, "beta_s_per_byte": beta,
                       "method": "relative least squares" if relative else "least squares",
-                      "sizes": ("up to one partition" if len(fitted) < len(rows)
-                                else "all"),
+                      "sizes": ("up to one partition" if op == "pushpull" and ps is not None
+                                and fitted is not rows else "all"),
                       "worst_abs_error": abs(errs[worst]),
                       "worst_error_size_bytes": rows[worst]["size_bytes"],
                       "ring_link": ring_link(op, alpha, beta, world)}}

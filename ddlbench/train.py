@@ -247,14 +247,11 @@ def check(args, probe_engine: bool = True) -> None:
 def _check_several(args, names: list[str]) -> None:
     """A benchmark of several methods times them one after the other in this one job (each
     with a replica, warm-up and record of its own, '{method}' in their paths): one set of
-    Horovod settings per job, and the parameter servers' counters are the job's."""
+    Horovod settings per job. (Parameter-server methods share the job's servers; each
+    record counts its method's own traffic.)"""
     if args.engine == "horovod":
         raise UsageError("several methods in one benchmark job only with --engine torch "
                          "(Horovod's settings are the job's)")
-    ps = [n for n in names if methods.lookup(n, args.engine).architecture == methods.PS]
-    if len(ps) > 1:
-        raise UsageError(f"at most one parameter-server method in a benchmark job (the "
-                         f"servers' figures are the job's), got {', '.join(ps)}")
 
 
 def _check_ignored(args) -> None:
@@ -402,6 +399,8 @@ def _benchmark(args, ctx) -> None:
         _print_header(log, args, ctx, method, model)
         warm = {}
         servers = run.servers_recorded(args, ctx)
+        # the servers' counters so far (rank 0): the record gives this method's own
+        before = record.server_counters(ctx, method.architecture == methods.PS)
 
         def on_warm():  # what the timed rounds count starts here
             run.comm.reset_stats()
@@ -436,7 +435,7 @@ def _benchmark(args, ctx) -> None:
                                 communication=traffic, compression=compressed,
                                 rss_after_warmup=warm.get("rss"),
                                 optimizer=workload.optimizer_info(args, run.optimizer),
-                                flops=counted, timeline=spent)
+                                flops=counted, timeline=spent, servers_before=before)
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:
         record.write_atomic(args.output, rec)

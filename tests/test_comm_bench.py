@@ -81,9 +81,11 @@ def test_push_pull_is_fitted_to_one_partition_by_absolute_errors():
     assert b == pytest.approx(32e-9, rel=0.02)
     assert cb.fit_alpha_beta([r["size_bytes"] for r in fitted], [r["time_s"] for r in fitted],
                              relative=True)[1] < 28e-9   # (26: pulled down by the small ones)
-    # collectives, and push/pull with nothing beyond one partition: every row, as asked
+    # push/pull with nothing beyond one partition (a sweep's calibration): the same; one row
+    # of a partition or less, and collectives: every row, as asked
+    assert cb._fitted_rows("pushpull", rows, PS(), True) == (rows, False)
+    assert cb._fitted_rows("pushpull", rows[:1] + big, PS(), True) == (rows[:1] + big, True)
     assert cb._fitted_rows("allreduce", rows + big, None, True) == (rows + big, True)
-    assert cb._fitted_rows("pushpull", rows, PS(), True) == (rows, True)
 
 
 def test_ring_link_values():

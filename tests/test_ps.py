@@ -326,25 +326,16 @@ def test_more_servers_than_partitions_is_still_correct():
 # on one machine, worker 0 alone pushes the machine's sum; on 2 logical machines of 2
 # workers (--slots 2), workers 0 and 2.
 # The first two also write their timeline (tests/test_timeline.py lists which tests carry
-# which method's); bspps shows a run without a trace file records nothing on the servers.
+# which method's); bspps shows a run without a trace file records nothing on the servers, in a
+# job that times wfbpps next on the same servers: each record counts its own method's traffic.
 RECORD_CASES = [("wfbpps", ["--ps-clients", "process"], 2, [0, 1]),
                 ("byteschedulerps", [], 3, [0]),
-                ("bspps", ["--slots", "2"], 4, [0, 2])]
+                ("bspps,wfbpps", ["--slots", "2"], 4, [0, 2])]
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("method,extra,nworkers,pushers", RECORD_CASES)
-def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extra, nworkers,
-                                               pushers):
-    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
-    # A benchmark takes only its method's options: the credit is byteschedulerps's.
-    workload = BERT_PS if method == "byteschedulerps" else BERT_PS[:-2]
-    traced = method != "bspps"
-    proc = train(*workload, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
-                 "--nservers", "2", "--no-cuda", "--output", str(out), *extra,
-                 *(["--timeline", str(trace)] if traced else []), timeout=280)
-    assert proc.returncode == 0, describe(proc)
-    rec = load_json(out)
+def _check_ps_record(proc, rec, extra, nworkers, pushers):
+    """One PS method's record: bytes per iteration, partitions, pushers, and the servers'
+    counters of its own steps (warm-up 1 + 2 rounds of 2)."""
     grad = rec["model"]["gradient_bytes"]
     per_iter = rec["communication_per_iteration"]
     # Each worker hands its whole gradient to push/pull and gets the whole sum, every
@@ -368,10 +359,29 @@ def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extr
     assert all(s["pushers"] == len(pushers) for s in servers)
     assert all(s["rss_bytes"] >= s["rss_bytes_at_start"] > 0 for s in servers)
     assert "Parameter servers: 2, partition 65536 bytes" in proc.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method,extra,nworkers,pushers", RECORD_CASES)
+def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extra, nworkers,
+                                               pushers):
+    out = tmp_path / ("rec_{method}.json" if "," in method else "rec.json")
+    trace = tmp_path / "trace.json"
+    # A benchmark takes only its method's options: the credit is byteschedulerps's.
+    workload = BERT_PS if method == "byteschedulerps" else BERT_PS[:-2]
+    traced = "," not in method
+    proc = train(*workload, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
+                 "--nservers", "2", "--no-cuda", "--output", str(out), *extra,
+                 *(["--timeline", str(trace)] if traced else []), timeout=280)
+    assert proc.returncode == 0, describe(proc)
+    for name in method.split(","):
+        rec = load_json(str(out).replace("{method}", name))
+        _check_ps_record(proc, rec, extra, nworkers, pushers)
     if not traced:   # the counters alone; the servers recorded nothing
         assert rec["timeline"]["trace"] is None and rec["timeline"]["servers"] is None
         assert rec["timeline"]["recorded_iterations"] == 4 and rec["timeline"]["comm_observed"]
         return
+    grad, parts = rec["model"]["gradient_bytes"], rec["method"]["partitions"]
     # The timeline of the 4 timed steps: every worker's push/pull of every partition, once a
     # step, whoever it goes to (its server, or its machine's leader); pushes may go in a
     # different order on each worker (the servers match them by key).

@@ -498,8 +498,8 @@ def test_what_the_sweep_says_is_made_from_its_data(tmp_path):
 
 def _jobs_by_hand(order):
     """(cell, try) in planned order, grouped as ``shared_jobs`` must: an all-to-all cell joins
-    the first job of its round and worker count that holds no cell of its method id, for a
-    parameter-server cell no parameter-server cell, and no cell whose ``--threshold``
+    the first job of its round and worker count that holds no cell of its method id and no
+    cell whose ``--threshold``
     disagrees (the one setting of these sweeps that other methods take: a cell that gives it
     never joins one of fusion, wfbpps or bspps that does not), else starts one. Jobs run in
     the order of their first cell."""
@@ -512,8 +512,6 @@ def _jobs_by_hand(order):
             c0, i0 = job[0]
             if i0 == i and c0.nworkers == cell.nworkers \
                     and all(c.method["method"] != cell.method["method"] for c, _ in job) \
-                    and not (cell.architecture == "ps"
-                             and any(c.architecture == "ps" for c, _ in job)) \
                     and not any(thresholds(cell, c) or thresholds(c, cell) for c, _ in job):
                 job.append((cell, i))
                 break
@@ -535,12 +533,12 @@ def test_shared_jobs_time_a_rounds_methods_in_one_job_each(tmp_path, calls, caps
                        shared_jobs=True)
     sweep = config.load(str(cfg), preflight=False)
     jobs = _jobs_by_hand(_expected(sweep, 7, 2))
-    # per round and worker count 6 cells in 2 or 3 jobs: never two fusions or two PS methods
-    # in one, fusion-1k never with a PS method (both take --threshold, it gives one)
-    assert len(jobs) <= 12 and sum(len(j) for j in jobs) == 24
+    # per round and worker count 6 cells in 2 jobs: never two fusions in one, fusion-1k
+    # never with a PS method (both take --threshold, it gives one)
+    assert len(jobs) == 8 and sum(len(j) for j in jobs) == 24
     for job in jobs:
         ids = [c.method["method"] for c, _ in job]
-        assert [c.architecture for c, _ in job].count("ps") <= 1 and ids.count("fusion") <= 1
+        assert ids.count("fusion") <= 1
         assert not ("fusion-1k" in [c.label for c, _ in job] and {"wfbpps", "bspps"} & set(ids))
     # a shared cell is another measurement than the same cell in a job of its own
     alone = config.load(str(write_config(tmp_path, name="alone", methods=SHARED_METHODS,

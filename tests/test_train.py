@@ -194,9 +194,6 @@ def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, me
      "each)"),
     (["--method", "wfbp,fusion", "--timeline", "t.json"],
      "--timeline with several methods or compressors needs '{method}' in the path"),
-    (["--method", "bspps,wfbp,wfbpps", "--output", "r_{method}.json"],
-     "at most one parameter-server method in a benchmark job (the servers' figures are the "
-     "job's), got bspps, wfbpps"),
     (["--method", "wfbp,fusion", "--engine", "horovod", "--output", "r_{method}.json"],
      "several methods in one benchmark job only with --engine torch"),
 ])

@@ -104,17 +104,31 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+COUNTERS = ("bytes_received", "bytes_sent", "pushes_received")
+
+
+def server_counters(ctx, ps_method: bool) -> list[dict] | None:
+    """Rank 0, a parameter-server method's session open: each server's traffic counters so
+    far (``COUNTERS``), which ``run_record`` subtracts (a job may time several PS methods on
+    its servers). None elsewhere."""
+    if not (ctx.is_root and ctx.ps is not None and ps_method):
+        return None
+    return [{k: s[k] for k in COUNTERS} for s in ctx.ps.server_stats()]
+
+
 def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict,
                result: dict, communication: dict, compression: dict | None,
                rss_after_warmup: int | None, optimizer: dict, flops: dict | None,
-               timeline: dict | None = None) -> dict:
+               timeline: dict | None = None, servers_before: list[dict] | None = None
+               ) -> dict:
     """A benchmark's record: the configuration (the command line, with the running method's
     effective options), the method's description, the optimizer that ran
     (``workload.optimizer_info``), the model, its FLOPs and the FLOP/s achieved
     (``flops.achieved``, rank 0's), the timings, where iteration time went
-    (``overlap.collect``), bytes per iteration, memory, the servers' figures and the
-    environment. Collective: every worker calls it; rank 0's is the
-    one to write."""
+    (``overlap.collect``), bytes per iteration, memory, the servers' figures (their traffic
+    since ``servers_before``, ``server_counters`` at the method's start: its own; their
+    memory as it stands) and the environment. Collective: every worker calls it; rank 0's is
+    the one to write."""
     import torch.distributed as dist
 
     from .. import netem
@@ -125,6 +139,8 @@ def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict
     env = environment(ctx)
     servers = (ctx.ps.server_stats() if ctx.is_root and ctx.ps is not None
                and method.get("architecture") == "ps" else None)
+    for now, then in zip(servers or [], servers_before or []):
+        now.update({k: now[k] - then[k] for k in COUNTERS})
     config = {k: v for k, v in vars(args).items() if k not in ("output", "given")}
     config.update(options)
     config.update(nworkers=ctx.size, nservers=ctx.nservers, lr=lr)

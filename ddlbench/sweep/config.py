@@ -160,8 +160,8 @@ class Cell:
     @property
     def shares(self) -> bool:
         """Whether this cell's tries run in jobs shared with other methods (``shared_jobs``):
-        the local launcher's cells of the torch engine (at most one parameter-server method
-        a job: the servers' figures are a job's; its servers idle under the others)."""
+        the local launcher's cells of the torch engine (a job with parameter-server methods
+        has servers, idle under the others)."""
         return (self.sweep.shared_jobs and self.network.kind == "net"
                 and self.engine == "torch")
 
@@ -177,12 +177,9 @@ class Cell:
 
     def can_join(self, others: list["Cell"]) -> bool:
         """Whether this cell can run in one job with ``others`` (of its ``job_key``): no
-        method twice, at most one parameter-server method, and every setting given by one of
-        them is given alike by each of the others it applies to (the job's command line
-        carries each flag once)."""
+        method twice, and every setting given by one of them is given alike by each of the
+        others it applies to (the job's command line carries each flag once)."""
         if any(o.method["method"] == self.method["method"] for o in others):
-            return False
-        if self.architecture == "ps" and any(o.architecture == "ps" for o in others):
             return False
         owners = settings()
         pairs = [(x, y) for o in others for x, y in ((self, o), (o, self))]
