@@ -12,7 +12,8 @@ Protocol, per *session* (one method object's lifetime):
 - **Plan.** Every worker cuts the same list of units (a tensor, or a fused group of tensors)
   into partitions of ``partition_bytes`` and numbers them: the key. Partition ``key`` lives on
   server ``key mod S`` (round-robin by key). Worker 0 sends each server the keys it owns (key,
-  elements, dtype); a server allocates one accumulator per key and one receive buffer per worker.
+  elements, dtype); a server allocates one accumulator per key and, as pushes come, one
+  receive buffer per worker and key (its memory: the keys' bytes times 1 + the pushers).
 - **Push.** A worker sends a small header ``[PUSH, key]`` (on the session's header tag) then
   the partition's data with tag ``TAG_DATA + key``. Headers from one worker arrive in the order
   it sent them; the data is matched by its key's tag, never by arrival order, so workers may
