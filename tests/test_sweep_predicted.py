@@ -109,7 +109,8 @@ def _comm_record(P, alpha, beta, op="allreduce", **extra):
 
 def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkeypatch, capsys):
     """calibrate: true: the jobs a sweep needs (a profile per network, task and workers;
-    comm_bench per network and workers; push/pull for PS cells), each run once (a job with its
+    a compressor's codec time per task, workers and settings; comm_bench per network and
+    workers; push/pull for PS cells), each run once (a job with its
     file and an ok line is not run again: here all are, so nothing but the fake tries runs);
     every cell's prediction from those files alone, in the store before the tries, and beside
     the measurement in README, CSV and a plot."""
@@ -120,7 +121,7 @@ def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkey
 name: cal
 networks: [loopback, {{net: 1gbit}}, {{rdma: 0}}]
 tasks: [{{model: resnet18, batch_size: 8, image_size: 32}}]
-methods: [wfbp, bspps]
+methods: [wfbp, bspps, {{method: fusion, compressor: powersgd, powersgd_rank: 2}}]
 nworkers: [2]
 tries: 1
 calibrate: true
@@ -131,14 +132,19 @@ logs: {tmp_path / 'logs'}
     cells = sweep.cells()
     jobs, notes = calibrate.jobs(cells)
     assert [j.name for j in jobs] == [
-        "resnet18-bs8-px32_n2.profile", "loopback_n2.comm", "1gbit_n2.comm",
+        "resnet18-bs8-px32_n2.profile", "resnet18-bs8-px32_n2_powersgd-powersgd_rank2.codec",
+        "loopback_n2.comm", "1gbit_n2.comm",
         "loopback_n2_kdefault-machine.pushpull", "1gbit_n2_kdefault-machine.pushpull"]
     assert "rdma0 are a real cluster's" in notes[0]
-    cmd = jobs[2].command("OUT")
+    cmd = jobs[1].command("OUT")
+    assert cmd[1:] == ["-m", "compression.bench", "--model", "resnet18", "--compressor",
+                       "powersgd", "--nworkers", "2", "--iters", "3", "--threads", "1",
+                       "--powersgd-rank", "2", "--output", "OUT"]
+    cmd = jobs[3].command("OUT")
     assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
     # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition
-    cmd = jobs[4].command("OUT")
+    cmd = jobs[5].command("OUT")
     assert cmd[cmd.index("--ops") + 1] == "pushpull" and "--partition-bytes" not in cmd
     assert cmd[cmd.index("--max-bytes") + 1] == str(2 << 20)
     assert cmd[cmd.index("--sizes") + 1] == "4096000"
@@ -153,6 +159,9 @@ logs: {tmp_path / 'logs'}
         net = j.network.name
         if j.kind == "profile":
             body = prof
+        elif j.kind == "codec":     # as compression.bench --output writes it
+            body = {"models": {"resnet18": {"compressors": {"powersgd": {
+                "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}
         elif j.kind == "comm":
             body = _comm_record(2, *fits[net])
         else:
@@ -168,7 +177,7 @@ logs: {tmp_path / 'logs'}
     kinds = [e["kind"] for e in entries]
     preds = [e for e in entries if e["kind"] == "prediction"]
     # nothing calibrated again; the predictions come before every try
-    assert kinds.count("calibration") == len(jobs) and len(preds) == 4
+    assert kinds.count("calibration") == len(jobs) and len(preds) == 6
     assert max(i for i, k in enumerate(kinds) if k == "prediction") < kinds.index("try")
     work = predict.workload_of(prof, 0.004)
     for e in preds:
@@ -178,6 +187,14 @@ logs: {tmp_path / 'logs'}
             expected = simulate.predict("bspps", work, None,
                                         servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
                                         local=simulate.Link(0.0, 0.0))
+        elif cell.method["method"] == "fusion":     # the codec's times in the prediction
+            expected = simulate.predict("fusion", work, simulate.Link(a, b),
+                                        codec=simulate.Codec("powersgd", 2, 0.001, 2, 2e-9,
+                                                             1e-9, None))
+            assert e["throughput"] < simulate.predict("fusion", work, simulate.Link(a, b),
+                                                      codec=simulate.Codec(
+                                                          "powersgd", 2, 0.001, 2, 0.0, 0.0,
+                                                          None)).throughput(8, 2)
         else:
             expected = simulate.predict("wfbp", work, simulate.Link(a, b))
         assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-12)

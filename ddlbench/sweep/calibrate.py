@@ -12,7 +12,11 @@ launcher):
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
-  to one partition (what comm_bench fits push/pull to: the model pipelines partitions itself).
+  to one partition (what comm_bench fits push/pull to: the model pipelines partitions itself);
+- ``codec``: ``python -m compression.bench`` for each compressor (and its settings) a task's
+  cells use, at their worker count and the sweep's threads: its encode and decode time per
+  element, which the model adds to the method's compute (without it a compressor's codec was
+  free: PowerSGD's cells came out 25-76% too fast).
 
 Each job runs like a try (its own session, the sweep's timeout, a log in the logs folder) and
 leaves ``calibration/<job>.json`` in the results folder and one ``kind: calibration`` line in
@@ -34,11 +38,13 @@ from .config import task_key
 CALIBRATION = "calibration"
 COMM_ITERS = ("--warmup", "2", "--iters", "5")
 PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
+CODEC_ITERS = "3"
+CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str                 # profile, comm or pushpull
+    kind: str                 # profile, comm, pushpull or codec
     network: object           # config.Network
     nworkers: int
     task: dict | None = None
@@ -47,16 +53,21 @@ class Job:
     max_bytes: int | None = None
     threads: int | None = None   # the sweep's threads: (profiles: compute as the runs do)
     partition_bytes: int | None = None   # pushpull: the cells' (None: the default)
+    compressor: str | None = None        # codec: the compressor and its settings
+    codec_options: tuple = ()            # ((name, value), ...)
 
     @property
     def name(self) -> str:
         # A profile is of the compute under the run's placement, the same on every network
         # (the profiler runs its workers on this machine either way): one per task and workers.
-        parts = [] if self.kind == "profile" else [self.network.name]
+        parts = [] if self.kind in ("profile", "codec") else [self.network.name]
         if self.task is not None:
             parts.append(task_key(self.task))
         parts.append(f"n{self.nworkers}")
-        if self.kind == "profile" and self.threads is not None:
+        if self.kind == "codec":
+            parts.append("-".join([self.compressor] + [f"{k}{v}"
+                                                       for k, v in self.codec_options]))
+        if self.kind in ("profile", "codec") and self.threads is not None:
             parts.append(f"t{self.threads}")
         if self.kind == "pushpull":
             parts.append(f"k{self.nservers or 'default'}-{self.ps_clients}")
@@ -70,6 +81,13 @@ class Job:
     def command(self, output: str) -> list[str]:
         net = self.network
         place = ["--nworkers", str(self.nworkers)]
+        if self.kind == "codec":
+            cmd = [sys.executable, "-m", "compression.bench", "--model", self.task["model"],
+                   "--compressor", self.compressor, *place, "--iters", CODEC_ITERS,
+                   "--threads", str(self.threads or 1)]
+            for k, v in self.codec_options:
+                cmd += [f"--{k.replace('_', '-')}", str(v)]
+            return cmd + ["--output", output]
         if self.kind == "profile":
             t = self.task
             cmd = [sys.executable, "-m", "ddlbench.profiler", "--model", t["model"],
@@ -128,6 +146,10 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             out.append(job)
     for c in local:
         add(Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads))
+    for c in local:
+        job = codec_job(c)
+        if job is not None:
+            add(job)
     largest: dict = {}
     for c in local:
         largest[c.network.name] = max(largest.get(c.network.name, 0),
@@ -142,6 +164,16 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
                     ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]),
                     partition_bytes=c.method.get("partition_bytes")))
     return out, notes
+
+
+def codec_job(cell) -> Job | None:
+    """The codec timing a cell's prediction needs (None: no compressor)."""
+    compressor = cell.method.get("compressor", "none")
+    if compressor == "none":
+        return None
+    return Job("codec", cell.network, cell.nworkers, task=cell.task, threads=cell.sweep.threads,
+               compressor=compressor, codec_options=tuple(
+                   (k, cell.method[k]) for k in CODEC_OPTIONS if k in cell.method))
 
 
 def done(entries: list[dict], folder: str) -> set[str]:
@@ -197,19 +229,22 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
     finished = done(store.read(path)[0], folder)
     by_net: dict = {}
     for job in jobs(cells)[0]:
-        if job.kind != "profile" and job.name in finished:
+        if job.kind in ("comm", "pushpull") and job.name in finished:
             by_net.setdefault(job.network.name, []).append(job.path(folder))
     lines = []
     for c in cells:
         if c.network.kind != "net" or c.engine != "torch":
             continue
         prof = Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads)
+        codec = codec_job(c)
         line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
-        if prof.name not in finished:
-            line["reason"] = f"calibration job {prof.name} did not finish"
+        missing = [j.name for j in (prof, codec) if j is not None and j.name not in finished]
+        if missing:
+            line["reason"] = f"calibration job {missing[0]} did not finish"
         else:
             p = Predictor(sweep, profile=prof.path(folder),
-                          network=",".join(by_net.get(c.network.name, [])) or None)
+                          network=",".join(by_net.get(c.network.name, [])) or None,
+                          codec=codec.path(folder) if codec is not None else None)
             try:
                 e = p.predict(c)
             except UsageError as err:

@@ -45,12 +45,13 @@ def _path(p: str) -> str:
 class Predictor:
     """Predictions of one sweep's cells; profiles and networks read once."""
 
-    def __init__(self, sweep, profile: str | None = None, network: str | None = None):
-        """``profile`` and ``network``: use these for every cell (a calibrated sweep's own
-        files) instead of the sweep file's ``predict:`` and the defaults."""
+    def __init__(self, sweep, profile: str | None = None, network: str | None = None,
+                 codec: str | None = None):
+        """``profile``, ``network`` and ``codec``: use these for every cell (a calibrated
+        sweep's own files) instead of the sweep file's ``predict:`` and the defaults."""
         self.sweep = sweep
         self.conf = sweep.predict or {}
-        self.given_profile, self.given_network = profile, network
+        self.given_profile, self.given_network, self.given_codec = profile, network, codec
         self._profiles: dict = {}
         self._networks: dict = {}
 
@@ -122,8 +123,9 @@ class Predictor:
             work = predict.rescaled(work, batch, rate)
         P = cell.nworkers
         compressor = m.get("compressor", "none")
-        enc, dec = predict._codec_times(_path(self.conf["codec"]) if self.conf.get("codec")
-                                        else None, prof["model"], compressor)
+        codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
+                                          else None)
+        enc, dec = predict._codec_times(codec_file, prof["model"], compressor)
         settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
                                       "partition_bytes") if k in m}
         if "mgwfbp_min_group" in m:
@@ -159,6 +161,7 @@ class Predictor:
                 "noun": "GPU" if device.startswith("cuda") else "CPU",
                 "predicted": {"profile": os.path.relpath(path, REPO) if path.startswith(REPO)
                               else path, "network": spec,
+                              "codec": codec_file if compressor != "none" else None,
                               "device_throughput": rate, "iteration_s": p.iteration_s,
                               "messages": len(p.message_bytes), "bottleneck": p.bottleneck},
                 "record": {"timeline": {"mean": p.metrics, "comm_observed": True}}}
