@@ -467,7 +467,9 @@ class _Summer:
         round). The first push of a round copies, once the previous round's sums have left
         (a peer pushes again only after pulling, so they are on their way). ``own``: a
         leader's own tensor, where the round's total goes. ``added()``: called under the key's
-        lock once the addition ended (so before the round's sum can be sent)."""
+        lock once the addition ended (so before the round's sum can be sent). The push is
+        counted under the key's lock too: once a pusher has the round's sum, every push of the
+        round is in the counters (worker 0 asks them right after its last pull)."""
         with k.lock:
             if k.count == 0:
                 for peer, work in k.sends:
@@ -486,21 +488,23 @@ class _Summer:
                 k.count = 0
             if added is not None:
                 added()
-        with self._count_lock:
-            self.pushes += 1
-            self.bytes_received += data.numel() * data.element_size()
+            with self._count_lock:
+                self.pushes += 1
+                self.bytes_received += data.numel() * data.element_size()
         return complete, rnd
 
     def _send_sum(self, key: int, k: _Key, peers: list[int]) -> None:
-        """Send the key's sum to ``peers``; a push of the next round waits for these sends."""
+        """Send the key's sum to ``peers``; a push of the next round waits for these sends.
+        (Counted before they go: a pusher may have its sum and worker 0 ask before this thread
+        runs again.)"""
+        with self._count_lock:
+            self.bytes_sent += k.acc.numel() * k.acc.element_size() * len(peers)
         tl = self.timeline
         if tl.enabled:
             self._send_recorded(tl, key, k, peers)
         else:
             with k.lock:
                 k.sends = [(peer, self._send(k.acc, peer, TAG_DATA + key)) for peer in peers]
-        with self._count_lock:
-            self.bytes_sent += k.acc.numel() * k.acc.element_size() * len(peers)
 
     # -- recording (a server's timeline, while on) ----------------------------------------------
     def _summed(self, tl: Timeline, row: str, key: int, k: _Key, data: torch.Tensor,
