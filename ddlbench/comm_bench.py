@@ -313,17 +313,15 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
     for r, e in zip(rows, errs):
         r["fit_s"] = predict(alpha, beta, r["size_bytes"])
         r["fit_error"] = e
-    ids = {id(r) for r in fitted}
-    worst = max((i for i, r in enumerate(rows) if id(r) in ids), key=lambda i: abs(errs[i]))
+    worst = max(fitted, key=lambda r: abs(r["fit_error"]))
     result = {"op": op, "nworkers": world,
               "backend": "gloo (push/pull)" if op == "pushpull" else dist.get_backend(group),
               "network": network, "rows": rows,
               "fit": {"alpha_s": alpha, "beta_s_per_byte": beta,
                       "method": "relative least squares" if relative else "least squares",
-                      "sizes": ("up to one partition" if op == "pushpull" and ps is not None
-                                and fitted is not rows else "all"),
-                      "worst_abs_error": abs(errs[worst]),
-                      "worst_error_size_bytes": rows[worst]["size_bytes"],
+                      "sizes": "all" if fitted is rows else "up to one partition",
+                      "worst_abs_error": abs(worst["fit_error"]),
+                      "worst_error_size_bytes": worst["size_bytes"],
                       "ring_link": ring_link(op, alpha, beta, world)}}
     if ps is not None and op == "pushpull":
         result.update(nservers=ps.nservers, partition_bytes=ps.partition_bytes,

@@ -561,7 +561,7 @@ class _Summer:
         to the ``engine`` (server-side scheduling). ``on_ask(peer, op)`` answers worker 0's
         questions (``ASKING``)."""
         try:
-            inbox = _Inbox(self, peer, keys, session, engine)
+            inbox = _Inbox(self, peer, keys, session)
             tl, row = self.timeline, f"receive from worker {peer}"
             while True:
                 op, key = inbox.header()
@@ -622,14 +622,14 @@ class _Inbox:
       posted (those left when the peer ends the session stay posted on that session's tag,
       which no later message uses).
     - *Data*: a peer pushes every key once a round. The round's first header posts the
-      receives of all keys, each into the peer's buffer for the key (the engine's, with
-      server-side scheduling): from then on the peer's pushes flow without waiting. A buffer
-      is free again by then: the peer pushes again only after pulling every sum of the round.
+      receives of all keys, each into the peer's buffer for the key (which, with server-side
+      scheduling, the engine keeps until it has summed it): from then on the peer's pushes
+      flow without waiting. A buffer is free again by then: the peer pushes again only after
+      pulling every sum of the round.
     """
 
-    def __init__(self, summer: "_Summer", peer: int, keys: dict[int, _Key], session: int,
-                 engine=None):
-        self.summer, self.peer, self.keys, self.engine = summer, peer, keys, engine
+    def __init__(self, summer: "_Summer", peer: int, keys: dict[int, _Key], session: int):
+        self.summer, self.peer, self.keys = summer, peer, keys
         self.tag = header_tag(session)
         self.ring = [torch.zeros(2, dtype=torch.int64)
                      for _ in range(len(keys) + SPARE_HEADERS)]
@@ -649,8 +649,6 @@ class _Inbox:
         return op, key
 
     def _buffer(self, key: int) -> torch.Tensor:
-        if self.engine is not None:
-            return self.engine.buffer(self.peer, key)
         buf = self.buffers.get(key)
         if buf is None:
             buf = self.buffers[key] = torch.empty_like(self.keys[key].acc)
@@ -726,18 +724,8 @@ class Engine:
         self._seq = 0
         self._done = False
         self._cv = threading.Condition()
-        self._buffers: dict[tuple[int, int], torch.Tensor] = {}
         self._thread = threading.Thread(target=self._run, name="ps-engine", daemon=True)
         self._thread.start()
-
-    def buffer(self, peer: int, key: int) -> torch.Tensor:
-        """Where ``peer``'s push of ``key`` is received (free again once summed: a peer
-        pushes a key again only after pulling its sum)."""
-        buf = self._buffers.get((peer, key))
-        if buf is None:
-            acc = self.keys[key].acc
-            buf = self._buffers[(peer, key)] = torch.empty_like(acc)
-        return buf
 
     def pending(self) -> int:
         with self._cv:

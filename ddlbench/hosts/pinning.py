@@ -62,16 +62,16 @@ def plan(nworkers: int, nservers: int = 0, pin: bool = True,
     elif workers is not None:
         how = WORKERS
         chunks = workers + [cores] * nservers
-        reason = (f"{_processes(nworkers, 0)} on {len(cores)} cores: {len(workers[0])} "
-                  f"core{'s' if len(workers[0]) != 1 else ''} each; "
+        reason = (f"{_processes(nworkers, 0)} on {len(cores)} cores: "
+                  f"{_plural('core', len(workers[0]))} each; "
                   f"{_plural('server', nservers)} on all of them")
     elif chunks is None:
-        how, reason = SHARED, (f"{_processes(nworkers, nservers)} share {len(cores)} "
-                               f"core{'s' if len(cores) != 1 else ''}")
+        how, reason = SHARED, (f"{_processes(nworkers, nservers)} share "
+                               f"{_plural('core', len(cores))}")
     else:
         how = PINNED
         reason = (f"{_processes(nworkers, nservers)} on {len(cores)} cores: "
-                  f"{len(chunks[0])} core{'s' if len(chunks[0]) != 1 else ''} each")
+                  f"{_plural('core', len(chunks[0]))} each")
     ranks = [{"rank": r, "role": "worker" if r < nworkers else "server",
               "cores": chunks[r] if chunks else cores} for r in range(nprocs)]
     return {"pinning": how, "reason": reason, "machine_cores": len(cores),
@@ -83,10 +83,8 @@ def _plural(what: str, n: int) -> str:
 
 
 def _processes(nworkers: int, nservers: int) -> str:
-    text = f"{nworkers} worker{'s' if nworkers != 1 else ''}"
-    if nservers:
-        text += f" and {nservers} server{'s' if nservers != 1 else ''}"
-    return text
+    text = _plural("worker", nworkers)
+    return f"{text} and {_plural('server', nservers)}" if nservers else text
 
 
 def pin_to(cores: list[int]):
