@@ -189,6 +189,13 @@ def workload_of(prof: dict, optimizer_s: float = 0.0,
         slowdowns[key] = max(0.0, float(x))
     # each tensor's share of the forward (ByteScheduler's replay), where the profiler timed it
     shares = prof.get("forward_tensor_s")
+    host = prof.get("host")              # the methods' copies and divides, where measured
+    if host is not None and not isinstance(host, dict):
+        raise UsageError(f"the profile's host must be an object or null, got {host!r}")
+    rates = {k: (host or {}).get(k) for k in ("copy_s_per_byte", "divide_s_per_byte")}
+    for k, x in rates.items():
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+            raise UsageError(f"the profile's host {k} must be a number, got {x!r}")
     return simulate.Workload(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],
@@ -196,6 +203,8 @@ def workload_of(prof: dict, optimizer_s: float = 0.0,
                              names=[t["name"] for t in prof["tensors"]], shapes=shapes,
                              forward_tensor_s=(None if shares is None
                                                else [float(x) for x in shares]),
+                             host=simulate.Host(**{k: float(x) for k, x in rates.items()
+                                                   if x is not None}),
                              **slowdowns)
 
 
@@ -270,14 +279,16 @@ def run_one(method: str, work, setting: Setting, codec, settings: dict):
     nservers = settings.pop("nservers", None)
     if method in simulate.PS_METHODS:
         servers, local = setting.servers(nservers)
-        return simulate.predict(method, work, None, servers=servers, local=local, **settings)
+        return simulate.predict(method, work, None, servers=servers, local=local,
+                                nworkers=setting.nworkers, **settings)
     if codec.compressor != "none":
         codec = simulate.Codec(codec.compressor, setting.nworkers, codec.density,
                                codec.powersgd_rank, codec.encode_s_per_element,
                                codec.decode_s_per_element,
                                setting.allgather() if codec.compressor in
                                ("topk", "eftopk", "signum", "efsignum") else None)
-    return simulate.predict(method, work, setting.link, codec=codec, **settings)
+    return simulate.predict(method, work, setting.link, codec=codec,
+                            nworkers=setting.nworkers, **settings)
 
 
 # --------------------------------------------------------------------------- advice

@@ -25,7 +25,10 @@ What it measures, on the rank's own batch:
   ``--no-interference``, null on one worker): forward-backward passes and all-reduces of the
   model's largest gradient timed alone and beside each other, every rank at once; compute
   beside communication takes ``1 + compute_slowdown`` times as long, communication beside
-  compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them).
+  compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them);
+- what the methods' own handling of the gradients costs (``host``, ``measure_host``): every
+  gradient copied into one flat buffer and back, and the buffer divided in place, per byte,
+  every rank at once.
 
 Every rank runs the same forward/backward iterations at the same time (so the device and the
 cores are as busy as in training), but only rank 0's timings are kept and broadcast: every rank
@@ -39,7 +42,8 @@ the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, 
 ``beta_s_per_byte``, and where they were measured (``nworkers``, ``backend``, ``device``,
 ``network``), the optimizer's step (``optimizer_s``) and ``interference``
 (``compute_slowdown``, ``comm_slowdown``, the all-reduce's ``bytes``, the ``iters`` of each
-phase, the mean times behind them, ``per_rank``; or null).
+phase, the mean times behind them, ``per_rank``; or null) and ``host`` (``copy_s_per_byte``,
+``divide_s_per_byte``, the gradient ``bytes`` and ``iters`` they were timed with).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
 this one.
 """
@@ -64,6 +68,7 @@ DEFAULT_ITERS = 50
 DEFAULT_COMM_WARMUP = 2
 DEFAULT_COMM_ITERS = 10
 DEFAULT_INTERFERENCE_ITERS = 4
+DEFAULT_HOST_ITERS = 5
 MAX_INTERFERENCE_ALLREDUCES = 10000
 
 
@@ -424,6 +429,55 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
             "seconds": time.perf_counter() - began}
 
 
+def measure_host(model, forward_backward, *, device=None,
+                 iters: int = DEFAULT_HOST_ITERS) -> dict:
+    """What the methods' own handling of the gradients costs per byte (docs/DESIGN.md section
+    3; ``simulate.Host``), on the model's real gradients (one ``forward_backward``): every
+    gradient copied into one flat buffer and back (a bucket's pack and unpack, DDP's copies),
+    and the buffer divided in place (the average of a sum); each timed ``iters`` times after
+    one untimed round, the medians per byte. Gradients are cleared and buffers and random
+    generators restored afterwards."""
+    import torch
+
+    from . import engine
+    with _leaving_no_trace(model, device):
+        forward_backward()
+        grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+        if not grads:
+            raise UsageError("the model has no gradients to time the methods' copies with")
+        nbytes = sum(g.numel() * g.element_size() for g in grads)
+        flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype,
+                           device=grads[0].device)
+
+        def copy():
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                flat[offset:offset + n].copy_(g.reshape(-1))
+                offset += n
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                g.copy_(flat[offset:offset + n].view_as(g))
+                offset += n
+
+        def timed(fn) -> float:
+            times = []
+            for k in range(iters + 1):
+                engine.synchronize(flat.device)
+                start = time.perf_counter()
+                fn()
+                engine.synchronize(flat.device)
+                if k:
+                    times.append(time.perf_counter() - start)
+            return statistics.median(times)
+
+        copies = timed(copy)
+        divide = timed(lambda: flat.div_(2))
+    return {"copy_s_per_byte": copies / (2 * nbytes), "divide_s_per_byte": divide / nbytes,
+            "bytes": nbytes, "iters": iters}
+
+
 def calibration_sizes(nbytes: list[int]) -> list[int]:
     """Message sizes for the in-run alpha/beta fit: every distinct tensor size and the whole
     gradient (the largest group MG-WFBP can form)."""
@@ -578,6 +632,8 @@ def worker(args, placement) -> int:
             prof["interference"] = measure_interference(
                 work.model, forward_backward, nbytes, device=ctx.device,
                 iters=args.interference_iters, comm_iters=args.comm_iters)
+        # The methods' own copies and divides, every rank at once, as in training
+        prof["host"] = measure_host(work.model, forward_backward, device=ctx.device)
         # Last, as it changes the parameters: the optimizer's step, for the performance model
         # (python -m ddlbench.predict). Every rank steps at once, as in training.
         optimizer = make_optimizer(args, work.model.parameters(),
@@ -628,6 +684,16 @@ def _interference_lines(x: dict | None) -> list[str]:
             f"measured in {x['seconds']:.1f} s)"]
 
 
+def _host_lines(x: dict | None) -> list[str]:
+    if not x:
+        return []
+
+    def rate(s_per_byte):
+        return f"{1e-9 / s_per_byte:.2f} GB/s" if s_per_byte > 0 else "-"
+    return [f"# the methods' own work on {x['bytes'] / 1e6:.2f} MB of gradients: copy "
+            f"{rate(x['copy_s_per_byte'])}, divide {rate(x['divide_s_per_byte'])}"]
+
+
 def _forward_lines(prof: dict) -> list[str]:
     shares = prof.get("forward_tensor_s")
     if shares is None:
@@ -651,6 +717,7 @@ def format_profile(prof: dict, min_group: int) -> str:
                 if prof.get("optimizer_s") is not None else ""),
              *_forward_lines(prof),
              *_interference_lines(prof.get("interference")),
+             *_host_lines(prof.get("host")),
              f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
     for k, (t, x) in enumerate(zip(prof["tensors"], tb)):
         lines.append(f"  {k:8d} {t['bytes']:11d} {x * 1e3:10.4f}  {t['name']}")

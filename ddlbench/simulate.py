@@ -38,6 +38,15 @@ copies), its pull the reverse (``_PushPull``), so partitions pipeline and a serv
 pushers costs n times its bytes (incast); ByteScheduler-PS's credit returns when a chunk is
 pushed. Not modelled: the servers' summing time, server-side priority.
 
+**The methods' own work** (``Workload.host``, the profiler's ``host``: seconds per byte of a
+copy and of an in-place divide; ``_HostWork``): on the training thread, as the implementations
+do it, a bucket of several tensors is packed into its flat buffer when its last gradient is
+ready (delaying the backward after it), and in the step each message, once done, is divided
+by the workers (without a compressor, more than one worker) and unpacked, in order; DDP copies
+into its buckets and divides before each all-reduce and copies back once all are done;
+ByteScheduler's completer divides each tensor before its update. The step's part is a
+``codec`` span on the training thread (exposed, as the run's timeline has its divide).
+
 **CPU interference** (``Workload.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
 profiler's ``interference``): with either non-zero the replay is a co-simulation (``_CoSim``)
 at piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
@@ -67,6 +76,26 @@ MGWFBP_MIN_GROUP_BYTES = DEFAULT_MIN_GROUP_ELEMENTS * 4
 
 
 @dataclass(frozen=True)
+class Host:
+    """What a method's own handling of the gradients costs the training thread (docs/DESIGN.md
+    section 3; the profiler's ``host``): seconds per byte to copy gradients into or out of a
+    flat buffer (a bucket's pack and unpack, DDP's copies in and out of its buckets) and to
+    divide a summed gradient by the number of workers in place. Zero: free (a profile that did
+    not measure them)."""
+    copy_s_per_byte: float = 0.0
+    divide_s_per_byte: float = 0.0
+
+    def __post_init__(self):
+        if not all(0 <= x < float("inf") for x in (self.copy_s_per_byte,
+                                                     self.divide_s_per_byte)):
+            raise UsageError(f"host copy and divide times must be finite and >= 0, got "
+                             f"{self.copy_s_per_byte!r} and {self.divide_s_per_byte!r}")
+
+
+NO_HOST = Host()
+
+
+@dataclass(frozen=True)
 class Workload:
     """One rank's compute per iteration; lists in backward order."""
     forward_s: float
@@ -84,6 +113,7 @@ class Workload:
     # and what ran since the previous one), same order; ByteScheduler's replay shares the
     # forward with it. None: the profile timed the forward only as a whole
     forward_tensor_s: list[float] | None = None
+    host: Host = NO_HOST
 
     def __post_init__(self):
         if len(self.backward_s) != len(self.nbytes) or not self.nbytes:
@@ -499,16 +529,48 @@ def groups_of(method: str, work: Workload, link: Link | None, **settings) -> lis
     return table[method](work, link, settings)
 
 
+class _HostWork:
+    """The methods' own handling of the gradients (``Workload.host``) as each does it on the
+    training thread. The bucketed methods (``bspa2a``, ``wfbp``, ``fusion``, ``mgwfbp`` and the
+    PS ones) copy a group of several tensors into one flat buffer when its last gradient is
+    ready (a lone tensor goes in place) and, in ``step()``, message by message as each is
+    done, divide it by the workers (unless a compressor averages) and copy a group back. DDP
+    copies each gradient into its bucket and divides the bucket before its all-reduce, and
+    copies the buckets back once all are done."""
+
+    def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int):
+        h = work.host
+        self.copy = h.copy_s_per_byte
+        self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
+        self.ddp = method == "ddp"
+
+    def pack(self, nbytes: int, tensors: int) -> float:
+        if self.ddp:
+            return (self.copy + self.div) * nbytes
+        return self.copy * nbytes if tensors > 1 else 0.0
+
+    def finish(self, nbytes: int, tensors: int) -> float:
+        if self.ddp:
+            return 0.0
+        return (self.div + (self.copy if tensors > 1 else 0.0)) * nbytes
+
+    def after_all(self, nbytes: int) -> float:
+        return self.copy * nbytes if self.ddp else 0.0
+
+
 def replay(work: Workload, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
-           bsp: bool | None = None, cosim: bool | None = None) -> Prediction:
+           bsp: bool | None = None, cosim: bool | None = None,
+           nworkers: int = 1) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
     order). ``bsp``: the groups wait for the whole backward (default: for ``bspps``).
     ``cosim``: replay with the CPU interference of ``work`` (``_CoSim``; default: when it has
-    any; without, the co-simulation is the plain replay up to rounding)."""
+    any; without, the co-simulation is the plain replay up to rounding). The training thread
+    packs each group before handing it over and finishes each (divide, unpack) in order once
+    it is done (``_HostWork``: ``work.host``'s rates, the divide when ``nworkers`` > 1)."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
@@ -519,6 +581,7 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     else:
         transport = _AllReduce(link, codec, channels)
     wait_all = method == "bspps" if bsp is None else bsp
+    host = _HostWork(method, work, codec, nworkers)
     key, sizes = 0, []
 
     def send(g, start):
@@ -537,47 +600,75 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
         sizes.append(size)
         return taken, end
 
+    def nbytes(g):
+        return sum(work.nbytes[b] for b in g)
+
+    main = timeline.MAIN
     if work.interferes if cosim is None else cosim:
-        fwd_end, bwd_end, last_end, end, comm_events = _replay_cosim(work, groups, wait_all,
-                                                                     send, transport)
+        fwd_end, bwd_end, last_end, end, comm_events, finishes = _replay_cosim(
+            work, groups, wait_all, send, transport, host)
     else:
-        fwd_end = work.forward_s
-        ready, t = [], fwd_end
-        for tb in work.backward_s:
+        fwd_end = t = work.forward_s
+        done, left = [], list(groups)
+
+        def hand_over(g):
+            nonlocal t
+            t += host.pack(nbytes(g), len(g))
+            done.append(send(g, t)[1])
+        for b, tb in enumerate(work.backward_s):
             t += tb
-            ready.append(t)
-        bwd_end = t
-        last_end = bwd_end
-        for g in groups:
-            start = bwd_end if wait_all else max(ready[b] for b in g)
-            _, end = send(g, start)
-            last_end = max(last_end, end)
+            while left and not wait_all and max(left[0]) <= b:
+                hand_over(left.pop(0))
+        for g in left:
+            hand_over(g)
+        bwd_end, finishes = t, []
+        for g, d in zip(groups, done):
+            t = max(t, d)
+            dt = host.finish(nbytes(g), len(g))
+            if dt:
+                finishes.append((t, t + dt))
+            t += dt
+        dt = host.after_all(sum(work.nbytes))
+        if dt:
+            finishes.append((t, t + dt))
+        last_end = t = t + dt
         end = last_end + work.optimizer_s
         comm_events = transport.events
-    main = timeline.MAIN
     events = comm_events + [
         ("iteration", timeline.ITERATION, main, 0.0, end * us, {"index": 0}),
         ("forward", timeline.COMPUTE, main, 0.0, fwd_end * us, None),
         ("backward", timeline.COMPUTE, main, fwd_end * us, bwd_end * us, None),
         ("step", timeline.WAIT, main, bwd_end * us, end * us, None),
         ("optimizer", timeline.COMPUTE, main, last_end * us, end * us, None)]
+    # a finish is the method's own work inside its step (as the run's timeline has its
+    # decode): exposed, not compute
+    events += [("unpack", timeline.CODEC, main, a * us, b * us, None) for a, b in finishes]
     metrics = timeline.overlap(events)["mean"]
     return Prediction(method, end, groups, sizes, events, metrics,
                       _bottleneck(work, link, servers, sizes, metrics))
 
 
-def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport):
+def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host: _HostWork):
     """``replay``'s iteration under CPU interference: the training thread computes the forward
-    and the backward, hands each group over (in order) once its gradients are ready (with
-    ``wait_all``, after the backward), waits for the last message and steps the optimizer;
-    the transport schedules on the communication clock. Returns the forward's, backward's and
-    communication's ends, the iteration's end and the transport's events in wall time."""
+    and the backward, packs and hands each group over (in order) once its gradients are ready
+    (with ``wait_all``, after the backward), finishes each in order once it is done, and steps
+    the optimizer; the transport schedules on the communication clock. Returns the forward's,
+    backward's and communication's ends, the iteration's end, the transport's events in wall
+    time and the finishes' (start, end)."""
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
     ends: dict = {}
+    finishes: list = []
+    handed = [0]
+
+    def nbytes(g):
+        return sum(work.nbytes[b] for b in g)
 
     def hand_over(g):
         _, done = send(g, sim.v)
         sim.sent(done)
+        key = ("done", handed[0])
+        handed[0] += 1
+        sim.at(done, lambda: sim.signal(key))
 
     def training():
         yield COMPUTE, work.forward_s
@@ -587,11 +678,24 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport):
             yield COMPUTE, tb
             ready.add(b)
             while left and not wait_all and ready.issuperset(left[0]):
-                hand_over(left.pop(0))
-        ends["backward"] = sim.t
+                g = left.pop(0)
+                yield COMPUTE, host.pack(nbytes(g), len(g))
+                hand_over(g)
         for g in left:
+            yield COMPUTE, host.pack(nbytes(g), len(g))
             hand_over(g)
+        ends["backward"] = sim.t
+        for i, g in enumerate(groups):
+            yield WAIT, ("done", i)
+            t0 = sim.t
+            yield COMPUTE, host.finish(nbytes(g), len(g))
+            if sim.t > t0:
+                finishes.append((t0, sim.t))
         yield from sim.drained()
+        t0 = sim.t
+        yield COMPUTE, host.after_all(sum(work.nbytes))
+        if sim.t > t0:
+            finishes.append((t0, sim.t))
         ends["comm"] = sim.t
         yield COMPUTE, work.optimizer_s
         ends["end"] = sim.t
@@ -599,17 +703,17 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport):
     sim.spawn("training", training())
     sim.run()
     return (ends["forward"], ends["backward"], ends["comm"], ends["end"],
-            sim.on_wall_clock(transport.events))
+            sim.on_wall_clock(transport.events), finishes)
 
 
 def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
-            local: Link | None = None, **settings) -> Prediction:
+            local: Link | None = None, nworkers: int = 1, **settings) -> Prediction:
     """``method``'s iteration (its settings as the training script names them: ``threshold``
     bytes, ``bucket_cap_mb``, ``min_group_bytes``; ``partition`` and ``credit`` elements;
     ``partition_bytes`` for the PS methods). All-reduce methods cost messages on ``link``
     (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
-    sum)."""
+    sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1)."""
     if method not in METHODS:
         raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(METHODS)}")
     allowed = COMPRESSORS_OF.get(method)
@@ -623,16 +727,18 @@ def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
         if method == "byteschedulerps":
             return bytescheduler(work, link, credit=int(settings.get("credit", BS_CREDIT)),
                                  servers=servers, partition_bytes=partition_bytes,
-                                 local=local)
+                                 local=local, nworkers=nworkers)
         return replay(work, None, groups_of(method, work, None, **settings), method=method,
-                      servers=servers, partition_bytes=partition_bytes, local=local)
+                      servers=servers, partition_bytes=partition_bytes, local=local,
+                      nworkers=nworkers)
     if link is None:
         raise UsageError(f"method {method} needs an all-reduce link")
     if method == "bytescheduler":
         return bytescheduler(work, link, int(settings.get("partition", BS_PARTITION)),
-                             int(settings.get("credit", BS_CREDIT)), channels, codec=codec)
+                             int(settings.get("credit", BS_CREDIT)), channels, codec=codec,
+                             nworkers=nworkers)
     return replay(work, link, groups_of(method, work, link, **settings), channels, method,
-                  codec)
+                  codec, nworkers=nworkers)
 
 
 class _Scheduler:
@@ -720,7 +826,8 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
                   channels: int = 1, element_bytes: int = 4, iterations: int = 4,
                   codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
                   partition_bytes: int = DEFAULT_PARTITION_BYTES,
-                  local: Link | None = None, cosim: bool | None = None) -> Prediction:
+                  local: Link | None = None, cosim: bool | None = None,
+                  nworkers: int = 1) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
     replayed, the last full one reported (from one forward's start to the next's). Each
     tensor's forward takes its ``forward_tensor_s`` plus a share of the rest of ``forward_s``
@@ -728,10 +835,11 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     forward as a whole) a share of ``forward_s`` in proportion to its backward time. A
     module's forward first waits for its tensor's update of the previous iteration, which the
     completer thread applies (a share of ``optimizer_s`` in proportion to bytes) once the
-    tensor's chunks are all reduced.
-    Rank 0's negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are
-    the PS partitions (``partition_bytes``), pushed and pulled, the credit returned once a
-    chunk is pushed; a codec then does not apply. ``cosim`` as ``replay``'s: the forward
+    tensor's chunks are all reduced, after dividing it by ``nworkers`` (above 1, without a
+    compressor: ``work.host``'s divide; each tensor is sent in place, no copies). Rank 0's
+    negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are the PS
+    partitions (``partition_bytes``), pushed and pulled, the credit returned once a chunk is
+    pushed; a codec then does not apply. ``cosim`` as ``replay``'s: the forward
     pieces, the backward and the completer's updates are the compute that communication slows
     and that slows it."""
     ps = servers is not None
@@ -755,7 +863,10 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
         own = [work.forward_tensor_s[n - 1 - l] for l in range(n)]
         rest, total_own = max(0.0, work.forward_s - sum(own)), sum(own)
         fwd = [x + rest * (x / total_own if total_own else 1 / n) for x in own]
-    opt = [work.optimizer_s * (x / total_bytes if total_bytes else 1 / n) for x in nbytes]
+    divide = (work.host.divide_s_per_byte
+              if nworkers > 1 and (ps or codec.compressor == "none") else 0.0)
+    opt = [work.optimizer_s * (x / total_bytes if total_bytes else 1 / n) + divide * x
+           for x in nbytes]
     table = chunk_table([max(1, -(-x // element_bytes)) for x in nbytes], partition)
     chunks_of: dict = {}
     for c, (l, _, _) in enumerate(table):

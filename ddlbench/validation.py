@@ -177,14 +177,14 @@ def predict_cell(cell: dict, work: simulate.Workload, source: str, networks: dic
             local_method = ps_local(cell, networks)
             if local_method is not None:
                 return (simulate.predict(local_method, work, net.link("allreduce", p),
-                                         **SETTINGS.get(local_method, {})),
+                                         nworkers=p, **SETTINGS.get(local_method, {})),
                         f"{TOPOLOGIES[cell['rdma']]} intra-node ring (BytePS non-distributed: "
                         f"{local_method})")
             servers, local = net.ps(p, None, PS_CLIENTS), net.local_reduce(p)
             return (simulate.predict(method, work, None, servers=servers, local=local,
-                                     **settings), TOPOLOGIES[cell["rdma"]])
+                                     nworkers=p, **settings), TOPOLOGIES[cell["rdma"]])
         link, where = a2a_link(cell, source, networks, tables)
-        return simulate.predict(method, work, link, **settings), where
+        return simulate.predict(method, work, link, nworkers=p, **settings), where
     except UsageError as e:
         raise NotModelled(str(e)) from None
 

@@ -344,6 +344,15 @@ def test_profiler_measures_in_backward_order_and_leaves_no_trace():
     assert torch.equal(torch.get_rng_state(), rng)                         # dropout RNG too
     assert all(p.grad is None for p in net.parameters())
 
+    # the methods' own copies and divides: timed on the model's real gradients, which it
+    # clears, leaving the parameters as they were
+    params = [p.detach().clone() for p in net.parameters()]
+    h = profiler.measure_host(net, forward_backward, iters=3)
+    assert h["bytes"] == sum(p.numel() * 4 for p in net.parameters()) and h["iters"] == 3
+    assert h["copy_s_per_byte"] > 0 and h["divide_s_per_byte"] > 0
+    assert all(p.grad is None for p in net.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(params, net.parameters()))
+
     # CPU interference (the profiler's multi-worker step), here in a world of one: its phases,
     # figures and bookkeeping; it too leaves no trace
     _world_of_one()
@@ -360,6 +369,7 @@ def test_profiler_measures_in_backward_order_and_leaves_no_trace():
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(p.grad is None for p in net.parameters())
     assert profiler.interference_bytes([40, 4 << 30, 8]) == 25 * 1024 * 1024
+
 
 
 # --------------------------------------------------------------------------- end to end
@@ -500,8 +510,14 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     # the optimizer's step, timed last, for the performance model (BERT: AdamW)
     assert prof["optimizer"] == "AdamW" and prof["optimizer_s"] > 0
     assert prof["interference"] is None     # nothing to interfere with on one worker
+    # the methods' own copies and divides, timed on the model's gradients
+    host = prof["host"]
+    assert host["bytes"] == sum(t["bytes"] for t in prof["tensors"]) and host["iters"] == 5
+    assert 0 < host["copy_s_per_byte"] < 1e-6 and 0 < host["divide_s_per_byte"] < 1e-6
+    assert "# the methods' own work on " in proc.stdout
     # the performance model replays it as written
     work = predict.workload_of(prof, prof["optimizer_s"])
+    assert work.host == simulate.Host(host["copy_s_per_byte"], host["divide_s_per_byte"])
     assert work.compute_s == pytest.approx(prof["forward_s"] + sum(prof["backward_s"])
                                            + prof["optimizer_s"])
     # each tensor's share of the forward (ByteScheduler's replay), in the same order: every

@@ -623,3 +623,178 @@ def test_the_model_replays_every_registered_method_with_the_compressors_it_takes
     for m in sim.METHODS:
         taken = sim.COMPRESSORS_OF.get(m, COMPRESSOR_IDS)
         assert sorted(c for c in COMPRESSOR_IDS if methods.takes(m, c)) == sorted(taken), m
+
+
+# --------------------------------------------------------------------------- the methods' own work
+
+HOST = sim.Host(copy_s_per_byte=2 ** -12, divide_s_per_byte=2 ** -13)
+
+
+def _hosted(work, host=HOST):
+    return dataclasses.replace(work, host=host)
+
+
+def test_the_methods_copies_and_divides_by_hand():
+    """Tensors of 1, 2 and 1 KiB, ready at 0.75, 0.875 and 1.125 s; a message of M bytes costs
+    0.5 + M/1024 s; a copy 1/4096 s a byte, a divide 1/8192. Every number exact in binary."""
+    work = _hosted(sim.Workload(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
+                                optimizer_s=0.125))
+    link = sim.Link(0.5, 2 ** -10)
+    # bspa2a: the backward (1.125 s), the pack (1 s), the message (4.5 s), the divide (0.5 s)
+    # and the unpack (1 s), the optimizer
+    assert sim.predict("bspa2a", work, link, nworkers=2).iteration_s == 1.125 + 1 + 4.5 + 1.5 \
+        + 0.125
+    # one worker: nothing to divide
+    assert sim.predict("bspa2a", work, link).iteration_s == 1.125 + 1 + 4.5 + 1 + 0.125
+    # wfbp: each tensor in place (no copies); messages end at 2.25, 4.75 and 6.25 s; each is
+    # divided as it is done: 0.125 s from 2.25, 0.25 s from 4.75, 0.125 s from 6.25
+    w = sim.predict("wfbp", work, link, nworkers=2)
+    assert w.iteration_s == 6.25 + 0.125 + 0.125
+    assert _spans(w, timeline.CODEC) == [(2.25, 2.375), (4.75, 5.0), (6.25, 6.375)]
+    # fusion at 3 KiB: [t0, t1] packed at 0.875 s (0.75 s), its message to 5.125 s; t1's
+    # backward, delayed by the pack, ends at 1.875 s, its message 5.125 to 6.625 s; the group
+    # finishes from 5.125 s (divide 0.375 s, unpack 0.75 s) to 6.25, t2 from 6.625 (0.125 s)
+    f = sim.predict("fusion", work, link, nworkers=2, threshold=3072)
+    assert f.groups == [[0, 1], [2]]
+    assert _spans(f) == [(1.625, 5.125), (5.125, 6.625)]
+    assert f.iteration_s == 6.625 + 0.125 + 0.125
+    assert _spans(f, timeline.CODEC) == [(5.125, 6.25), (6.625, 6.75)]
+    # the finishes are the step's own work: exposed, not compute
+    assert f.metrics["compute_s"] == pytest.approx(0.5 + 0.625 + 0.75 + 0.125)
+    # ddp, one bucket: the copy into it and its divide (1.5 s) before the message, the copy
+    # back (1 s) after it
+    d = sim.predict("ddp", work, link, nworkers=2)
+    assert d.iteration_s == 1.125 + 1.5 + 4.5 + 1 + 0.125
+    # a compressor averages itself: no divide, the copies stay
+    fp16 = sim.Codec("fp16", 2)
+    assert sim.predict("bspa2a", work, link, codec=fp16, nworkers=2).iteration_s == \
+        sim.predict("bspa2a", work, link, codec=fp16).iteration_s
+    # the PS methods pack, divide and unpack their units alike: bspps, one unit, the same
+    # host work as bspa2a around its push and pull
+    servers = sim.ServerLinks(0.0, 2 ** -11, 0.0)
+    ps = sim.predict("bspps", work, None, servers=servers, nworkers=2, partition_bytes=1 << 20)
+    assert ps.iteration_s == 1.125 + 1 + 2 * 2 + 1.5 + 0.125
+
+
+def test_without_the_host_rates_nothing_changes():
+    """A workload without host rates (a profile that did not measure them) predicts what the
+    model did before: the section 3 recurrence, whatever the workers."""
+    work, link = _work(3), LINKS[0]
+    for method in METHODS:
+        p = sim.predict(method, work, link, nworkers=4, threshold=1 << 21)
+        assert p.iteration_s == pytest.approx(
+            work.forward_s + schedule_time(work.backward_s, work.nbytes, p.groups, link.alpha,
+                                           link.beta) + work.optimizer_s, rel=1e-12)
+        assert not [e for e in p.events if e[1] == timeline.CODEC]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bytescheduler_divides_each_tensor_before_its_update(seed):
+    """ByteScheduler sends each tensor in place (no copies) and its completer divides it before
+    the update: the replay equals the one whose optimizer step is longer by the divide of
+    every byte (the completer's share of it is by bytes). Not on one worker, nor with a
+    compressor; ByteScheduler-PS divides too."""
+    work, link = _work(seed), LINKS[seed]
+    hosted = _hosted(work)
+    longer = dataclasses.replace(work, optimizer_s=work.optimizer_s
+                                 + HOST.divide_s_per_byte * sum(work.nbytes))
+    for kw in ({"partition": 50_000, "credit": 100_000}, {}):
+        assert sim.bytescheduler(hosted, link, nworkers=2, **kw).iteration_s == \
+            pytest.approx(sim.bytescheduler(longer, link, **kw).iteration_s, rel=1e-12)
+        assert sim.bytescheduler(hosted, link, **kw).iteration_s == \
+            pytest.approx(sim.bytescheduler(work, link, **kw).iteration_s, rel=1e-12)
+    fp16 = sim.Codec("fp16", 2)
+    assert sim.bytescheduler(hosted, link, codec=fp16, nworkers=2).iteration_s == \
+        pytest.approx(sim.bytescheduler(work, link, codec=fp16).iteration_s, rel=1e-12)
+    assert sim.bytescheduler(hosted, None, servers=PS_LINK, nworkers=2).iteration_s == \
+        pytest.approx(sim.bytescheduler(longer, None, servers=PS_LINK).iteration_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cosimulation_does_the_same_host_work(seed):
+    """kappa = mu = 0: the co-simulation (forced) packs, divides and unpacks as the plain
+    replay does, for every method, on one and two channels and on the servers."""
+    work, link = _hosted(_work(seed), sim.Host(2e-10, 1e-10)), LINKS[seed]   # 5 and 10 GB/s
+    for method in (*sim.GROUPINGS, "bytescheduler"):
+        for channels in (1, 2):
+            if method == "bytescheduler":
+                _same(sim.bytescheduler(work, link, channels=channels, nworkers=3),
+                      sim.bytescheduler(work, link, channels=channels, nworkers=3,
+                                        cosim=True))
+                continue
+            groups = sim.groups_of(method, work, link, threshold=1 << 21)
+            a = sim.replay(work, link, groups, channels, method, nworkers=3)
+            b = sim.replay(work, link, groups, channels, method, cosim=True, nworkers=3)
+            _same(a, b)
+            assert a.iteration_s > sim.replay(dataclasses.replace(work, host=sim.NO_HOST),
+                                              link, groups, channels, method,
+                                              nworkers=3).iteration_s
+    for method in ("bspps", "wfbpps"):
+        groups = sim.groups_of(method, work, None)
+        _same(sim.replay(work, None, groups, method=method, servers=PS_LINK, nworkers=3),
+              sim.replay(work, None, groups, method=method, servers=PS_LINK, nworkers=3,
+                         cosim=True))
+
+
+def test_a_pack_under_interference_is_compute():
+    """Under CPU interference a pack is the training thread's compute: t1 and t2 (512 B each,
+    one fusion bucket) are packed (0.25 s) while t0's 4 s message is in flight; with kappa = 1
+    the backward with its pack ends at 0.5 + 2 * (0.25 + 0.25 + 0.25) = 2.0 s, as it does with
+    t2's backward 0.25 s longer and no pack."""
+    base = sim.Workload(0.0, [0.5, 0.25, 0.25], [4096, 512, 512])
+    link = sim.Link(0.0, 2 ** -10)
+    packed = _hosted(base, sim.Host(copy_s_per_byte=2 ** -12))
+    longer = sim.Workload(0.0, [0.5, 0.25, 0.5], [4096, 512, 512])
+
+    def backward_end(p):
+        return [e[4] for e in p.events if e[0] == "backward"][0] / 1e6
+    p = sim.predict("fusion", _slowed(packed, 1.0, 0.0), link, threshold=4096)
+    assert p.groups == [[0], [1, 2]]
+    assert backward_end(p) == pytest.approx(2.0)
+    assert backward_end(sim.predict("fusion", _slowed(longer, 1.0, 0.0), link,
+                                    threshold=4096)) == pytest.approx(2.0)
+    assert backward_end(sim.predict("fusion", packed, link, threshold=4096)) == 1.25
+    # the bucket's message (1 s) after t0's, from 4.5 s, and its unpack, alone: 5.75 s
+    assert p.iteration_s == pytest.approx(4.5 + 1 + 0.25)
+
+
+def test_predict_takes_the_profiles_host(tmp_path, capsys):
+    """predict.workload_of reads the profiler's ``host`` rates (absent or null: free); python
+    -m ddlbench.predict replays with them: bspa2a on 2 workers is slower by exactly the pack,
+    the divide and the unpack of every byte."""
+    import json
+
+    from ddlbench import predict
+    from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
+    sizes = [4096, 1 << 20, 65536, 4 << 20]
+    prof = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "model": "hand-made",
+            "workload": {"batch_size": 8},
+            "tensors": [{"name": f"t{i}", "shape": [n // 4], "bytes": n}
+                        for i, n in enumerate(sizes)],
+            "backward_s": [0.002, 0.004, 0.001, 0.006], "forward_s": 0.01,
+            "alpha_s": 1e-3, "beta_s_per_byte": 1e-9, "nworkers": 2,
+            "host": {"copy_s_per_byte": 2e-10, "divide_s_per_byte": 1e-10, "bytes": 1}}
+    assert predict.workload_of(prof).host == sim.Host(2e-10, 1e-10)
+    assert predict.workload_of({**prof, "host": None}).host == sim.NO_HOST
+    with pytest.raises(UsageError, match="^the profile's host copy_s_per_byte must be a "
+                                         "number, got 'x'$"):
+        predict.workload_of({**prof, "host": {"copy_s_per_byte": "x"}})
+    with pytest.raises(UsageError, match="host copy and divide times must be finite"):
+        predict.workload_of({**prof, "host": {"divide_s_per_byte": -1.0}})
+    out = {}
+    for key, host in (("with", prof["host"]), ("without", None)):
+        path = tmp_path / f"{key}.json"
+        path.write_text(json.dumps({**prof, "host": host}))
+        assert predict.main(["--profile", str(path), "--method", "bspa2a", "--nworkers", "2",
+                             "--output", str(tmp_path / "p.json")]) == 0
+        capsys.readouterr()
+        out[key] = json.loads((tmp_path / "p.json").read_text())["predictions"][0]
+    assert out["with"]["iteration_s"] - out["without"]["iteration_s"] == \
+        pytest.approx(sum(sizes) * (2e-10 + 1e-10 + 2e-10), rel=1e-9)
+
+
+@pytest.mark.parametrize("copy,divide", [(-1e-9, 0.0), (0.0, float("nan")),
+                                         (float("inf"), 0.0)])
+def test_host_rates_must_be_finite_and_not_negative(copy, divide):
+    with pytest.raises(UsageError, match="host copy and divide times must be finite and >= 0"):
+        sim.Host(copy, divide)

@@ -135,7 +135,7 @@ class Predictor:
             clients = m.get("ps_clients", "machine")
             p = simulate.predict(mid, work, None, servers=net.ps(P, m.get("nservers"), clients),
                                  local=net.local_reduce(P) if clients == "machine" else None,
-                                 **settings)
+                                 nworkers=P, **settings)
         else:
             codec = simulate.Codec(
                 compressor, P, float(m.get("density", 0.001)), int(m.get("powersgd_rank", 4)),
@@ -148,9 +148,9 @@ class Predictor:
                 groups = merge_groups(work.backward_s, work.nbytes, a, b,
                                       settings.get("min_group_bytes",
                                                    simulate.MGWFBP_MIN_GROUP_BYTES))
-                p = simulate.replay(work, link, groups, method=mid, codec=codec)
+                p = simulate.replay(work, link, groups, method=mid, codec=codec, nworkers=P)
             else:
-                p = simulate.predict(mid, work, link, codec=codec, **settings)
+                p = simulate.predict(mid, work, link, codec=codec, nworkers=P, **settings)
         unit = "img/sec" if "image_size" in (prof.get("workload") or {}) or \
             prof["model"] not in ("bert", "bert_base", "bert_tiny") else "sen/sec"
         device = str(prof.get("device") or "")
