@@ -149,16 +149,34 @@ class Workload:
 
 @dataclass(frozen=True)
 class Link:
-    """One message of M bytes costs ``alpha + beta * M`` seconds."""
+    """One message of M bytes costs ``alpha + beta * M`` seconds; with ``points`` (measured
+    ``(bytes, seconds)``: comm_bench's rows, sizes increasing, times not decreasing) it costs
+    the measured times instead, linearly interpolated between the points, from ``(0,
+    min(alpha, first time))`` below the first and the last time plus ``beta`` a byte beyond
+    the last. ``alpha`` and ``beta`` stay the line MG-WFBP plans with."""
     alpha: float
     beta: float
+    points: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self):
         if not (self.alpha >= 0 and self.beta >= 0):
             raise UsageError(f"alpha and beta must be >= 0, got {self.alpha!r}, {self.beta!r}")
+        pts = self.points
+        if pts is not None and not (
+                pts and all(0 < s < float("inf") and 0 <= t < float("inf") for s, t in pts)
+                and all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(pts, pts[1:]))):
+            raise UsageError("a link's measured points need sizes > 0, increasing, and times "
+                             ">= 0, not decreasing")
 
     def time(self, nbytes: float) -> float:
-        return self.alpha + self.beta * nbytes
+        pts = self.points
+        if pts is None:
+            return self.alpha + self.beta * nbytes
+        if nbytes >= pts[-1][0]:
+            return pts[-1][1] + self.beta * (nbytes - pts[-1][0])
+        i = bisect.bisect_right(pts, nbytes, key=lambda p: p[0])
+        (s0, t0), (s1, t1) = (pts[i - 1] if i else (0.0, min(self.alpha, pts[0][1]))), pts[i]
+        return t0 + (t1 - t0) * (nbytes - s0) / (s1 - s0)
 
 
 @dataclass(frozen=True)

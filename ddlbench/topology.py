@@ -67,8 +67,14 @@ the fullest machine; a and b of the link named):
   ``beta = 2(l-1) b_intra``; 0 when l == 1. ``ServerLinks`` leaves it out; the simulator adds
   it.
 
-**Measured** (comm_bench ``--output`` files): ``link(op, P)`` is the fit comm_bench made at P
-(``fit.alpha_s``, ``fit.beta_s_per_byte``); ``ps(P, k, clients)`` comes from the ``pushpull``
+**Measured** (comm_bench ``--output`` files): ``link(op, P)`` is what comm_bench measured at P:
+its rows' times by size (``rows``: ``size_bytes``, ``time_s``; made non-decreasing by isotonic
+regression), interpolated between sizes and extended by the fit's beta beyond the largest, with
+the fit itself (``fit.alpha_s``, ``fit.beta_s_per_byte``) as the line MG-WFBP plans with (a
+file without rows: the fit alone). One line fitted over 1 KiB to 64 MiB by relative error
+follows the small sizes and misses the large ones by 10-35% where the network changes regime
+(loopback above 1 MiB, an emulated link's token-bucket burst); the rows are the measurement
+itself. ``ps(P, k, clients)`` comes from the ``pushpull``
 fit at P, k servers and those clients (``alpha = alpha_f/2``, ``worker_beta = beta_f/2``,
 ``server_beta = 0``, pushers as recorded: see ``simulate.ServerLinks``); the measured push/pull
 already includes any local sum, so ``local_reduce`` is 0. A P it lacks is a one-line error,
@@ -343,6 +349,34 @@ class Topology(Network):
                 f"({self.server.text()})")
 
 
+def _points(rows, where: str) -> tuple[tuple[float, float], ...] | None:
+    """comm_bench's measured rows as a ``simulate.Link``'s points: (bytes, seconds) by size,
+    the times made non-decreasing by isotonic regression (pool adjacent violators: a larger
+    message never costs less; the small sizes' noise is averaged, not followed). None without
+    rows."""
+    if rows is None or rows == []:
+        return None
+    if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("size_bytes"), int)
+            and not isinstance(r.get("size_bytes"), bool) and r["size_bytes"] > 0
+            and isinstance(r.get("time_s"), (int, float)) and not isinstance(r["time_s"], bool)
+            and 0 <= r["time_s"] < math.inf for r in rows):
+        raise UsageError(f"{where}: rows need size_bytes > 0 and time_s >= 0 each")
+    by_size: dict[int, list[float]] = {}
+    for r in rows:
+        by_size.setdefault(r["size_bytes"], []).append(float(r["time_s"]))
+    sizes = sorted(by_size)
+    blocks: list[list[float]] = []         # [sum, count] of pooled neighbours
+    for s in sizes:
+        blocks.append([sum(by_size[s]) / len(by_size[s]), 1])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    times = [total / count for total, count in blocks for _ in range(int(count))]
+    return tuple((float(s), t) for s, t in zip(sizes, times))
+
+
 class Measured(Network):
     """A network measured by ``python -m ddlbench.comm_bench --output FILE`` at one or more
     worker counts (the module's docstring says what is taken from where)."""
@@ -401,7 +435,8 @@ class Measured(Network):
                 self._put(self.pushpull, (p, k, clients), (float(a), float(b), pushers, path),
                           f"pushpull at P = {p}, {k} servers, clients {clients}")
             elif op in OPS:
-                self._put(self.fits, (op, p), (float(a), float(b), path), f"{op} at P = {p}")
+                self._put(self.fits, (op, p), (float(a), float(b), _points(r.get("rows"), where),
+                                               path), f"{op} at P = {p}")
 
     @staticmethod
     def _put(table: dict, key, value, what: str) -> None:
@@ -426,14 +461,14 @@ class Measured(Network):
             measured = [p for p in have if p >= 2]
             if self.extrapolate and measured:
                 base = max((p for p in measured if p < nworkers), default=measured[0])
-                a, b, _ = self.fits[(op, base)]
+                a, b, _, _ = self.fits[(op, base)]
                 step = ring_link(op, a, b, base)
                 return simulate.Link(*ring_collective(op, step["alpha_s"],
                                                       step["beta_s_per_byte"], nworkers))
             counts = ", ".join(map(str, have)) if have else "none"
             raise UsageError(f"comm_bench files {self._files()} have no {op} at {nworkers} "
                              f"workers; measured worker counts: {counts}")
-        return simulate.Link(hit[0], hit[1])
+        return simulate.Link(*hit[:3])
 
     def ps(self, nworkers: int, nservers: int | None = None,
            clients: str = "machine") -> simulate.ServerLinks:

@@ -258,17 +258,52 @@ def bench_files(tmp_path):
     return str(four), str(eight)
 
 
-def test_measured_returns_comm_bench_s_fits_exactly(bench_files):
+def _on_line(alpha, beta):
+    return tuple((float(s), alpha + beta * s) for s in (1024, 2048))
+
+
+def test_measured_returns_comm_bench_s_rows_and_fits_exactly(bench_files):
     net = topology.load(",".join(bench_files))
     assert isinstance(net, topology.Measured)
-    assert net.link("allreduce", 4) == simulate.Link(3.5e-5, 2.25e-10)
-    assert net.link("allgather", 4) == simulate.Link(2.5e-5, 1.5e-10)
-    assert net.link("allreduce", 8) == simulate.Link(9e-5, 3e-10)
+    assert net.link("allreduce", 4) == simulate.Link(3.5e-5, 2.25e-10, _on_line(3.5e-5, 2.25e-10))
+    assert net.link("allgather", 4) == simulate.Link(2.5e-5, 1.5e-10, _on_line(2.5e-5, 1.5e-10))
+    assert net.link("allreduce", 8) == simulate.Link(9e-5, 3e-10, _on_line(9e-5, 3e-10))
     assert net.link("allreduce", 1) == simulate.Link(0.0, 0.0)
     assert net.ps(4, 2, "machine") == simulate.ServerLinks(6e-5, 4e-10, 0.0, 2, 2)
     assert net.ps(4) == net.ps(4, 2)          # the one measured server count
     assert net.local_reduce(4) == simulate.Link(0.0, 0.0)
     assert "ab4" in net.name and "\n" not in net.describe()
+
+
+def test_a_measured_link_costs_the_rows_it_was_measured_with(tmp_path):
+    """comm_bench's rows, not its fitted line: the times by size made non-decreasing (pool
+    adjacent violators: 3 and 2 ms pool to 2.5), interpolated between sizes, from (0, alpha)
+    below the first and beyond the last by the fit's beta; alpha and beta stay the fit's (what
+    MG-WFBP plans with). A file without rows gives the fit alone; malformed rows one line."""
+    times = {1024: 1e-3, 2048: 3e-3, 4096: 2e-3, 8192: 6e-3}
+    res = _result("allreduce", 2, 5e-4, 1e-6)
+    res["rows"] = [{**res["rows"][0], "size_bytes": size, "time_s": t}
+                   for size, t in times.items()]
+    path = tmp_path / "ab2.json"
+    path.write_text(json.dumps(_record(2, [res])))
+    link = topology.load(str(path)).link("allreduce", 2)
+    assert (link.alpha, link.beta) == (5e-4, 1e-6)
+    assert link.points == ((1024.0, 1e-3), (2048.0, 2.5e-3), (4096.0, 2.5e-3), (8192.0, 6e-3))
+    for nbytes, seconds in ((0, 5e-4), (512, 7.5e-4), (1024, 1e-3), (1536, 1.75e-3),
+                            (3072, 2.5e-3), (6144, 4.25e-3), (8192, 6e-3),
+                            (10192, 6e-3 + 2000e-6)):
+        assert link.time(nbytes) == pytest.approx(seconds, rel=1e-12), nbytes
+    res["rows"] = []
+    path.write_text(json.dumps(_record(2, [res])))
+    assert topology.load(str(path)).link("allreduce", 2) == simulate.Link(5e-4, 1e-6)
+    res["rows"] = [{"size_bytes": 1024, "time_s": "x"}]
+    path.write_text(json.dumps(_record(2, [res])))
+    with pytest.raises(UsageError, match=r"results\[0\]: rows need size_bytes > 0 and "
+                                         r"time_s >= 0 each$"):
+        topology.load(str(path))
+    for bad in (((2048.0, 1.0), (1024.0, 2.0)), ((1024.0, 2.0), (2048.0, 1.0)), ()):
+        with pytest.raises(UsageError, match="measured points need sizes > 0, increasing"):
+            simulate.Link(0.0, 0.0, bad)
 
 
 def test_measured_names_what_it_lacks(bench_files):
