@@ -27,9 +27,11 @@ several iterations in steady state: chunks, priority, credit, per-tensor updates
 thread and the next forward waiting per module.
 
 **Compressors** (``Codec``): a message's collectives are what ``costs.compressed_messages`` says
-the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link),
-its encode and decode on the message's channel before and after them (PowerSGD's Q all-reduce,
-issued inside ``wait()``, is costed right after its P all-reduce).
+the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link;
+PowerSGD's Q all-reduce, issued inside ``wait()``, is costed right after its P all-reduce); its
+encode and decode where the method calls it: on the training thread for the bucketed methods
+(from the gradient hook, and in the step: ``_HostWork``), on the channel for DDP and
+ByteScheduler (their own threads).
 
 **Parameter servers** (``ServerLinks``; ``bspps``, ``wfbpps``, ``byteschedulerps``): units
 (fusion by ``threshold``) cut into ``partition_bytes`` partitions, keys round-robin on the
@@ -59,7 +61,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import timeline
 from .errors import UsageError
@@ -229,8 +231,10 @@ class Codec:
     """A compressor's side of each message (docs/DESIGN.md section 7): the collectives it
     starts for a bucket (``costs.compressed_messages``: all-reduces on the message ``Link``,
     all-gathers on ``allgather``, costed by their gathered bytes) and its encode and decode time
-    per dense element (``python -m compression.bench --output``), both on the message's channel
-    before and after its collectives."""
+    per dense element (``python -m compression.bench --output``): on the training thread for
+    the bucketed methods (``_HostWork``: encoded when handed over, decoded in the step), on
+    the message's channel before and after its collectives for DDP (a thread of its own) and
+    ByteScheduler (its dispatcher and completer)."""
     compressor: str = "none"
     nworkers: int = 1
     density: float = 0.001
@@ -548,32 +552,63 @@ def groups_of(method: str, work: Workload, link: Link | None, **settings) -> lis
 
 
 class _HostWork:
-    """The methods' own handling of the gradients (``Workload.host``) as each does it on the
-    training thread. The bucketed methods (``bspa2a``, ``wfbp``, ``fusion``, ``mgwfbp`` and the
-    PS ones) copy a group of several tensors into one flat buffer when its last gradient is
-    ready (a lone tensor goes in place) and, in ``step()``, message by message as each is
-    done, divide it by the workers (unless a compressor averages) and copy a group back. DDP
-    copies each gradient into its bucket and divides the bucket before its all-reduce, and
-    copies the buckets back once all are done."""
+    """The methods' own handling of the gradients (``Workload.host``) and of their compressor's
+    codec, as each does it on the training thread. The bucketed methods (``bspa2a``, ``wfbp``,
+    ``fusion``, ``mgwfbp`` and the PS ones) copy a group of several tensors into one flat
+    buffer when its last gradient is ready (a lone tensor goes in place) and encode it there
+    (the compressor is called from the gradient hook); in ``step()``, message by message as
+    each is done, they decode it, divide it by the workers (without a compressor: a compressor
+    averages itself) and copy a group back. DDP copies each gradient into its bucket and
+    divides the bucket before its all-reduce, and copies the buckets back once all are done;
+    its compressor runs on a thread of its own (the transport's channel: ``codec_on_channel``).
+    """
 
     def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int):
         h = work.host
+        self.work = work
         self.copy = h.copy_s_per_byte
         self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
         self.ddp = method == "ddp"
+        self.codec_on_channel = self.ddp
+        self.enc = 0.0 if self.ddp else codec.encode_s_per_element
+        self.dec = 0.0 if self.ddp else codec.decode_s_per_element
 
-    def pack(self, nbytes: int, tensors: int) -> float:
+    def channel_codec(self, codec: Codec) -> Codec:
+        """The codec the transport runs: DDP's; the collectives alone for the others."""
+        if self.codec_on_channel:
+            return codec
+        return replace(codec, encode_s_per_element=0.0, decode_s_per_element=0.0)
+
+    def _sizes(self, g) -> tuple[int, int]:
+        """(bytes, dense elements) of group ``g``."""
+        return (sum(self.work.nbytes[b] for b in g),
+                sum(_numel(s) for b in g for s in _shapes(self.work, b)))
+
+    def pack(self, g) -> float:
+        nbytes, elements = self._sizes(g)
         if self.ddp:
             return (self.copy + self.div) * nbytes
-        return self.copy * nbytes if tensors > 1 else 0.0
+        return (self.copy * nbytes if len(g) > 1 else 0.0) + self.enc * elements
 
-    def finish(self, nbytes: int, tensors: int) -> float:
+    def finish(self, g) -> float:
         if self.ddp:
             return 0.0
-        return (self.div + (self.copy if tensors > 1 else 0.0)) * nbytes
+        nbytes, elements = self._sizes(g)
+        return (self.div + (self.copy if len(g) > 1 else 0.0)) * nbytes + self.dec * elements
 
-    def after_all(self, nbytes: int) -> float:
-        return self.copy * nbytes if self.ddp else 0.0
+    def after_all(self) -> float:
+        return self.copy * sum(self.work.nbytes) if self.ddp else 0.0
+
+    def pack_name(self, g) -> str:
+        """What ``pack(g)`` does, for its span on the timeline."""
+        if self.ddp:
+            return "copy into bucket" + (", divide" if self.div else "")
+        return ", ".join(w for w, on in (("pack", len(g) > 1 and self.copy),
+                                          ("encode", self.enc)) if on)
+
+    def finish_name(self, g) -> str:
+        return ", ".join(w for w, on in (("decode", self.dec), ("divide", self.div),
+                                          ("unpack", len(g) > 1 and self.copy)) if on)
 
 
 def replay(work: Workload, link: Link | None, groups: list[list[int]], channels: int = 1,
@@ -584,22 +619,24 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
-    order). ``bsp``: the groups wait for the whole backward (default: for ``bspps``).
+    order). ``bsp``: the groups wait for the whole backward (default: for ``bspa2a`` and
+    ``bspps``, which pack, encode and send them in the step).
     ``cosim``: replay with the CPU interference of ``work`` (``_CoSim``; default: when it has
     any; without, the co-simulation is the plain replay up to rounding). The training thread
-    packs each group before handing it over and finishes each (divide, unpack) in order once
-    it is done (``_HostWork``: ``work.host``'s rates, the divide when ``nworkers`` > 1)."""
+    packs (and encodes) each group before handing it over and finishes each (decode, divide,
+    unpack) in order once it is done (``_HostWork``: ``work.host``'s rates, the codec's times,
+    the divide when ``nworkers`` > 1)."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
+    host = _HostWork(method, work, codec, nworkers)
     if servers is not None:
         transport = _PushPull(servers, partition_bytes, local)
     elif link is None:
         raise UsageError("an all-reduce method needs a link")
     else:
-        transport = _AllReduce(link, codec, channels)
-    wait_all = method == "bspps" if bsp is None else bsp
-    host = _HostWork(method, work, codec, nworkers)
+        transport = _AllReduce(link, host.channel_codec(codec), channels)
+    wait_all = method in ("bspa2a", "bspps") if bsp is None else bsp
     key, sizes = 0, []
 
     def send(g, start):
@@ -618,38 +655,35 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
         sizes.append(size)
         return taken, end
 
-    def nbytes(g):
-        return sum(work.nbytes[b] for b in g)
-
     main = timeline.MAIN
     if work.interferes if cosim is None else cosim:
-        fwd_end, bwd_end, last_end, end, comm_events, finishes = _replay_cosim(
+        fwd_end, bwd_end, last_end, end, comm_events, spans = _replay_cosim(
             work, groups, wait_all, send, transport, host)
     else:
         fwd_end = t = work.forward_s
-        done, left = [], list(groups)
+        done, left, spans = [], list(groups), []
+
+        def host_work(name, seconds):
+            nonlocal t
+            if seconds:
+                spans.append((name, t, t + seconds))
+                t += seconds
 
         def hand_over(g):
-            nonlocal t
-            t += host.pack(nbytes(g), len(g))
+            host_work(host.pack_name(g), host.pack(g))
             done.append(send(g, t)[1])
         for b, tb in enumerate(work.backward_s):
             t += tb
             while left and not wait_all and max(left[0]) <= b:
                 hand_over(left.pop(0))
+        bwd_end = t
         for g in left:
             hand_over(g)
-        bwd_end, finishes = t, []
         for g, d in zip(groups, done):
             t = max(t, d)
-            dt = host.finish(nbytes(g), len(g))
-            if dt:
-                finishes.append((t, t + dt))
-            t += dt
-        dt = host.after_all(sum(work.nbytes))
-        if dt:
-            finishes.append((t, t + dt))
-        last_end = t = t + dt
+            host_work(host.finish_name(g), host.finish(g))
+        host_work("copy out of buckets", host.after_all())
+        last_end = t
         end = last_end + work.optimizer_s
         comm_events = transport.events
     events = comm_events + [
@@ -658,9 +692,9 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
         ("backward", timeline.COMPUTE, main, fwd_end * us, bwd_end * us, None),
         ("step", timeline.WAIT, main, bwd_end * us, end * us, None),
         ("optimizer", timeline.COMPUTE, main, last_end * us, end * us, None)]
-    # a finish is the method's own work inside its step (as the run's timeline has its
-    # decode): exposed, not compute
-    events += [("unpack", timeline.CODEC, main, a * us, b * us, None) for a, b in finishes]
+    # the method's own work on the training thread: inside the backward when a hook does it
+    # (compute there), inside the step otherwise (exposed, as the run's timeline has it)
+    events += [(name, timeline.CODEC, main, a * us, b * us, None) for name, a, b in spans]
     metrics = timeline.overlap(events)["mean"]
     return Prediction(method, end, groups, sizes, events, metrics,
                       _bottleneck(work, link, servers, sizes, metrics))
@@ -672,14 +706,11 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host:
     (with ``wait_all``, after the backward), finishes each in order once it is done, and steps
     the optimizer; the transport schedules on the communication clock. Returns the forward's,
     backward's and communication's ends, the iteration's end, the transport's events in wall
-    time and the finishes' (start, end)."""
+    time and the host work's (name, start, end)."""
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
     ends: dict = {}
-    finishes: list = []
+    spans: list = []
     handed = [0]
-
-    def nbytes(g):
-        return sum(work.nbytes[b] for b in g)
 
     def hand_over(g):
         _, done = send(g, sim.v)
@@ -687,6 +718,12 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host:
         key = ("done", handed[0])
         handed[0] += 1
         sim.at(done, lambda: sim.signal(key))
+
+    def host_work(name, seconds):
+        t0 = sim.t
+        yield COMPUTE, seconds
+        if sim.t > t0:
+            spans.append((name, t0, sim.t))
 
     def training():
         yield COMPUTE, work.forward_s
@@ -697,23 +734,17 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host:
             ready.add(b)
             while left and not wait_all and ready.issuperset(left[0]):
                 g = left.pop(0)
-                yield COMPUTE, host.pack(nbytes(g), len(g))
+                yield from host_work(host.pack_name(g), host.pack(g))
                 hand_over(g)
-        for g in left:
-            yield COMPUTE, host.pack(nbytes(g), len(g))
-            hand_over(g)
         ends["backward"] = sim.t
+        for g in left:
+            yield from host_work(host.pack_name(g), host.pack(g))
+            hand_over(g)
         for i, g in enumerate(groups):
             yield WAIT, ("done", i)
-            t0 = sim.t
-            yield COMPUTE, host.finish(nbytes(g), len(g))
-            if sim.t > t0:
-                finishes.append((t0, sim.t))
+            yield from host_work(host.finish_name(g), host.finish(g))
         yield from sim.drained()
-        t0 = sim.t
-        yield COMPUTE, host.after_all(sum(work.nbytes))
-        if sim.t > t0:
-            finishes.append((t0, sim.t))
+        yield from host_work("copy out of buckets", host.after_all())
         ends["comm"] = sim.t
         yield COMPUTE, work.optimizer_s
         ends["end"] = sim.t
@@ -721,7 +752,7 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host:
     sim.spawn("training", training())
     sim.run()
     return (ends["forward"], ends["backward"], ends["comm"], ends["end"],
-            sim.on_wall_clock(transport.events), finishes)
+            sim.on_wall_clock(transport.events), spans)
 
 
 def predict(method: str, work: Workload, link: Link | None, channels: int = 1,

@@ -658,7 +658,9 @@ def test_the_methods_copies_and_divides_by_hand():
     assert f.groups == [[0, 1], [2]]
     assert _spans(f) == [(1.625, 5.125), (5.125, 6.625)]
     assert f.iteration_s == 6.625 + 0.125 + 0.125
-    assert _spans(f, timeline.CODEC) == [(5.125, 6.25), (6.625, 6.75)]
+    assert _spans(f, timeline.CODEC) == [(0.875, 1.625), (5.125, 6.25), (6.625, 6.75)]
+    assert [e[0] for e in sorted(f.events, key=lambda e: e[3]) if e[1] == timeline.CODEC] == \
+        ["pack", "divide, unpack", "divide"]
     # the finishes are the step's own work: exposed, not compute
     assert f.metrics["compute_s"] == pytest.approx(0.5 + 0.625 + 0.75 + 0.125)
     # ddp, one bucket: the copy into it and its divide (1.5 s) before the message, the copy
@@ -674,6 +676,32 @@ def test_the_methods_copies_and_divides_by_hand():
     servers = sim.ServerLinks(0.0, 2 ** -11, 0.0)
     ps = sim.predict("bspps", work, None, servers=servers, nworkers=2, partition_bytes=1 << 20)
     assert ps.iteration_s == 1.125 + 1 + 2 * 2 + 1.5 + 0.125
+
+
+def test_the_codec_runs_where_the_method_calls_its_compressor():
+    """The bucketed methods call their compressor from the gradient hook and finish it in the
+    step, on the training thread: fp16's encode (1/1024 s an element) delays the backward and
+    its decode (1/2048 s an element) waits for each message in the step; DDP's runs on its own
+    thread, on the channel around the bucket's all-reduce. Messages of M bytes (half in fp16)
+    cost 0.5 + M/1024 s."""
+    work = sim.Workload(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024], optimizer_s=0.125)
+    link = sim.Link(0.5, 2 ** -10)
+    codec = sim.Codec("fp16", 2, encode_s_per_element=2 ** -10, decode_s_per_element=2 ** -11)
+    # wfbp: t0 ready at 0.75 s, encoded to 1.0, sent to 2.0; t1 ready 1.125, encoded to 1.625,
+    # sent 2.0-3.5; t2 ready 1.875, encoded to 2.125 (the backward's end), sent 3.5-4.5; each
+    # decoded as it is done: to 2.25, 3.75 and 4.625; the optimizer
+    w = sim.predict("wfbp", work, link, codec=codec, nworkers=2)
+    assert _spans(w) == [(1.0, 2.0), (2.0, 3.5), (3.5, 4.5)]
+    assert w.iteration_s == 4.625 + 0.125
+    assert [e[4] / 1e6 for e in w.events if e[0] == "backward"] == [2.125]
+    assert [e[0] for e in sorted(w.events, key=lambda e: e[3]) if e[1] == timeline.CODEC] == \
+        ["encode"] * 3 + ["decode"] * 3
+    # ddp, one bucket at the backward's end (1.125 s): encode 1 s, all-reduce 2.5 s, decode
+    # 0.5 s on its channel
+    d = sim.predict("ddp", work, link, codec=codec, nworkers=2)
+    assert d.iteration_s == 1.125 + 1.0 + 2.5 + 0.5 + 0.125
+    assert [(e[0], e[2]) for e in d.events if e[1] == timeline.CODEC] == \
+        [("encode", "allreduce"), ("decode", "allreduce")]
 
 
 def test_without_the_host_rates_nothing_changes():
