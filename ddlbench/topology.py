@@ -415,6 +415,8 @@ class Measured(Network):
             if not isinstance(r, dict):
                 raise UsageError(f"{where} is not a mapping")
             op, p, fit = r.get("op"), r.get("nworkers", rec.get("nworkers")), r.get("fit")
+            if op == "burst":
+                continue          # a burst's totals, not a per-size fit: not read (yet)
             if not isinstance(p, int) or isinstance(p, bool) or p < 1:
                 raise UsageError(f"{where}: nworkers must be a whole number >= 1, got {p!r}")
             if not isinstance(fit, dict):

@@ -116,6 +116,7 @@ def test_sizes_of_a_model_join_the_range():
 
 @pytest.mark.parametrize("kw,message", [
     (dict(ops="allreduce,broadcast"), "unknown collective(s) broadcast"),
+    (dict(ops="burst"), "--ops burst all-reduces a model's gradient tensors: give --model"),
     (dict(min_bytes="2M", max_bytes="1K"), "--min-bytes 2M is larger than --max-bytes 1K"),
     (dict(iters=0), "--iters must be positive, got 0"),
 ])
@@ -136,8 +137,15 @@ def test_two_workers_table_json_and_fit(tmp_path, load_json):
     # the performance model's network description reads the record as written
     net = topology.load(str(out))
     for res in rec["results"]:
-        assert net.link(res["op"], 2) == simulate.Link(res["fit"]["alpha_s"],
-                                                       res["fit"]["beta_s_per_byte"])
+        link = net.link(res["op"], 2)
+        assert (link.alpha, link.beta) == (res["fit"]["alpha_s"], res["fit"]["beta_s_per_byte"])
+        # its measured rows, by size, never decreasing (isotonic: a larger message costs no
+        # less), each within the rows' range
+        times = [r["time_s"] for r in res["rows"]]
+        assert [s for s, _ in link.points] == [r["size_bytes"] for r in res["rows"]]
+        assert all(a[1] <= b[1] for a, b in zip(link.points, link.points[1:]))
+        assert all(min(times) <= t <= max(times) for _, t in link.points)
+        assert link.points[-1][1] >= times[-1] and link.points[0][1] <= times[0]
     ar, ag = rec["results"]
     assert (ar["op"], ag["op"]) == ("allreduce", "allgather")
     assert [r["size_bytes"] for r in ar["rows"]] == [1024, 2048, 3000, 4096, 8192, 16384]
@@ -169,13 +177,39 @@ def test_two_workers_table_json_and_fit(tmp_path, load_json):
                                            for res in (ar, ag) for r in res["rows"]]
 
 
+def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
+    """--ops burst: the model's gradient tensors, in backward order, all-reduced all started at
+    once and one at a time; the record's figures are consistent, the line says them, and the
+    model's network reader leaves the burst out (no per-size fit to read)."""
+    import models
+    out = tmp_path / "burst.json"
+    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "burst",
+                "--model", "bert_tiny", "--sentence-len", "16", "--warmup", "1", "--iters", "3",
+                "--timeout", "60", "--output", str(out)], timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    (res,) = load_json(out)["results"]
+    params = [p for p in models.build("bert_tiny", sentence_len=16).model.parameters()
+              if p.requires_grad]
+    assert cb.backward_bytes("bert_tiny", sentence_len=16) == [p.numel() * 4
+                                                              for p in reversed(params)]
+    assert (res["op"], res["nworkers"], res["iters"]) == ("burst", 2, 3)
+    assert res["messages"] == len(params) and res["bytes"] == sum(p.numel() * 4 for p in params)
+    assert res["one_at_a_time_s"] > 0 and res["burst_s"] > 0
+    assert res["ratio"] == res["burst_s"] / res["one_at_a_time_s"]
+    assert res["excess_per_message_s"] == pytest.approx(
+        (res["burst_s"] - res["one_at_a_time_s"]) / len(params))
+    assert cb.format_burst(res) in proc.stdout.splitlines()
+    with pytest.raises(UsageError, match="have no allreduce at 2 workers"):
+        topology.load(str(out)).link("allreduce", 2)
+
+
 def test_bad_input_from_the_command_line_is_one_line():
     proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "bcast"],
                timeout=120)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().splitlines() == [
         "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, allgather, "
-        "pushpull, latency"]
+        "pushpull, latency, burst"]
 
 
 def test_osu_style_latency_is_a_ping_pong_between_two_ranks(tmp_path, load_json):
