@@ -399,7 +399,8 @@ def _benchmark(args, ctx) -> None:
         _print_header(log, args, ctx, method, model)
         warm = {}
         servers = run.servers_recorded(args, ctx)
-        # the servers' counters so far (rank 0): the record gives this method's own
+        # the servers' counters so far (rank 0; every worker waits for them): the record
+        # gives this method's own
         before = record.server_counters(ctx, method.architecture == methods.PS)
 
         def on_warm():  # what the timed rounds count starts here

@@ -108,12 +108,20 @@ COUNTERS = ("bytes_received", "bytes_sent", "pushes_received")
 
 
 def server_counters(ctx, ps_method: bool) -> list[dict] | None:
-    """Rank 0, a parameter-server method's session open: each server's traffic counters so
-    far (``COUNTERS``), which ``run_record`` subtracts (a job may time several PS methods on
-    its servers). None elsewhere."""
-    if not (ctx.is_root and ctx.ps is not None and ps_method):
+    """A parameter-server method's session open, before its first step: each server's traffic
+    counters so far (``COUNTERS``, on rank 0; None elsewhere), which ``run_record`` subtracts
+    (a job may time several PS methods on its servers). Collective over the workers: rank 0
+    reads the counters, then every worker waits for it (a barrier), so that no push of this
+    method reaches a server before they are read (the full suite once saw a record 2 pushes
+    short: worker 1's first pushes had been counted in the snapshot)."""
+    if ctx.ps is None or not ps_method:
         return None
-    return [{k: s[k] for k in COUNTERS} for s in ctx.ps.server_stats()]
+    import torch.distributed as dist
+    counters = ([{k: s[k] for k in COUNTERS} for s in ctx.ps.server_stats()]
+                if ctx.is_root else None)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+    return counters
 
 
 def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict,
