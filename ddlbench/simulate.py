@@ -46,8 +46,9 @@ do it, a bucket of several tensors is packed into its flat buffer when its last 
 ready (delaying the backward after it), and in the step each message, once done, is divided
 by the workers (without a compressor, more than one worker) and unpacked, in order; DDP copies
 into its buckets and divides before each all-reduce and copies back once all are done;
-ByteScheduler's completer divides each tensor before its update. The step's part is a
-``codec`` span on the training thread (exposed, as the run's timeline has its divide).
+ByteScheduler's completer divides each tensor before its update. Each piece is a ``codec``
+span on the training thread, named for what it does: inside the backward when a hook does it
+(compute there), inside the step otherwise (exposed, as the run's timeline has its divide).
 
 **CPU interference** (``Workload.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
 profiler's ``interference``): with either non-zero the replay is a co-simulation (``_CoSim``)
