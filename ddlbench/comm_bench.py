@@ -188,12 +188,19 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     if op == "latency":  # OSU: one-way latency is half the round trip
         times = [x / 2 for x in times]
         _check_echo(count, device, group)
+    (times,) = _slowest_rank([times], device, group)
+    return {"mean": statistics.fmean(times), "median": statistics.median(times),
+            "min": min(times), "max": max(times)}
+
+
+def _slowest_rank(times: list[list[float]], device, group) -> list[list[float]]:
+    """Each timed operation's time on the slowest rank (a maximum over ``group``). Collective."""
+    import torch
+    import torch.distributed as dist
     t = torch.tensor(times, dtype=torch.float64,
                      device=device if dist.get_backend(group) == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    times = [float(x) for x in t.cpu()]
-    return {"mean": statistics.fmean(times), "median": statistics.median(times),
-            "min": min(times), "max": max(times)}
+    return [[float(x) for x in row] for row in t.cpu()]
 
 
 def _ping_pong(count: int, device, group):
@@ -359,8 +366,6 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
 
     from . import engine
     device = device or torch.device("cpu")
-    if not nbytes:
-        raise UsageError("--ops burst needs messages: give --model")
     bufs = [torch.zeros(max(1, n // ELEMENT_BYTES), dtype=torch.float32, device=device)
             for n in nbytes]
 
@@ -382,10 +387,8 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
             engine.synchronize(device)
             if k >= warmup:
                 times[name].append(time.perf_counter() - start)
-    t = torch.tensor([times["one_at_a_time"], times["burst"]], dtype=torch.float64,
-                     device=device if dist.get_backend(group) == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    one, all_at_once = (statistics.median(float(x) for x in row) for row in t.cpu())
+    one, all_at_once = (statistics.median(row) for row in
+                        _slowest_rank([times["one_at_a_time"], times["burst"]], device, group))
     result = {"op": "burst", "nworkers": dist.get_world_size(group),
               "backend": dist.get_backend(group), "network": network,
               "messages": len(nbytes), "bytes": sum(nbytes), "iters": iters,

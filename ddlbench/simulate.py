@@ -561,8 +561,9 @@ class _HostWork:
     each is done, they decode it, divide it by the workers (without a compressor: a compressor
     averages itself) and copy a group back. DDP copies each gradient into its bucket and
     divides the bucket before its all-reduce, and copies the buckets back once all are done;
-    its compressor runs on a thread of its own (the transport's channel: ``codec_on_channel``).
-    """
+    its compressor runs on a thread of its own (the transport's channel: ``channel_codec``).
+    ByteScheduler's completer divides each tensor as the bucketed methods divide a message
+    (``div``)."""
 
     def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int):
         h = work.host
@@ -570,13 +571,12 @@ class _HostWork:
         self.copy = h.copy_s_per_byte
         self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
         self.ddp = method == "ddp"
-        self.codec_on_channel = self.ddp
         self.enc = 0.0 if self.ddp else codec.encode_s_per_element
         self.dec = 0.0 if self.ddp else codec.decode_s_per_element
 
     def channel_codec(self, codec: Codec) -> Codec:
         """The codec the transport runs: DDP's; the collectives alone for the others."""
-        if self.codec_on_channel:
+        if self.ddp:
             return codec
         return replace(codec, encode_s_per_element=0.0, decode_s_per_element=0.0)
 
@@ -913,8 +913,7 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
         own = [work.forward_tensor_s[n - 1 - l] for l in range(n)]
         rest, total_own = max(0.0, work.forward_s - sum(own)), sum(own)
         fwd = [x + rest * (x / total_own if total_own else 1 / n) for x in own]
-    divide = (work.host.divide_s_per_byte
-              if nworkers > 1 and (ps or codec.compressor == "none") else 0.0)
+    divide = _HostWork("bytescheduler", work, NO_CODEC if ps else codec, nworkers).div
     opt = [work.optimizer_s * (x / total_bytes if total_bytes else 1 / n) + divide * x
            for x in nbytes]
     table = chunk_table([max(1, -(-x // element_bytes)) for x in nbytes], partition)
