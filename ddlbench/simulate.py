@@ -65,7 +65,6 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from . import timeline
-from .methods import registry
 from .errors import UsageError
 from .planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from .planning import BYTESCHEDULER_PARTITION as BS_PARTITION
@@ -638,9 +637,7 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
         raise UsageError("an all-reduce method needs a link")
     else:
         transport = _AllReduce(link, host.channel_codec(codec), channels)
-    # the methods that send in the step, after the whole backward, declare overlap = False
-    wait_all = (getattr(registry().get(method), "overlap", True) is False if bsp is None
-                else bsp)
+    wait_all = method in ("bspa2a", "bspps") if bsp is None else bsp
     key, sizes = 0, []
 
     def send(g, start):
