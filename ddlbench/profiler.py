@@ -433,24 +433,34 @@ def measure_host(model, forward_backward, *, device=None,
                  iters: int = DEFAULT_HOST_ITERS) -> dict:
     """What the methods' own handling of the gradients costs per byte (docs/DESIGN.md section
     3; ``simulate.Host``), on the model's real gradients (one ``forward_backward``): every
-    gradient packed into one flat buffer and unpacked back by the methods' own bucket
-    (``methods.allreduce.Bucket``; DDP's copies alike), and the buffer divided in place (the
-    average of a sum); each timed ``iters`` times after
+    gradient copied into one flat buffer and back (a bucket's pack and unpack, DDP's copies),
+    and the buffer divided in place (the average of a sum); each timed ``iters`` times after
     one untimed round, the medians per byte. Gradients are cleared and buffers and random
     generators restored afterwards."""
+    import torch
+
     from . import engine
-    from .methods.allreduce import Bucket
     with _leaving_no_trace(model, device):
         forward_backward()
-        params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-        if not params:
+        grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+        if not grads:
             raise UsageError("the model has no gradients to time the methods' copies with")
-        bucket = Bucket(params, list(range(len(params))))   # the methods' own pack and unpack
-        nbytes = bucket.nbytes
-        flat = bucket.pack()
+        nbytes = sum(g.numel() * g.element_size() for g in grads)
+        flat = torch.empty(sum(g.numel() for g in grads), dtype=grads[0].dtype,
+                           device=grads[0].device)
 
         def copy():
-            bucket.unpack(bucket.pack())
+            # as methods.allreduce.Bucket's pack and unpack (a layer above: not imported here)
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                flat[offset:offset + n].copy_(g.reshape(-1))
+                offset += n
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                g.copy_(flat[offset:offset + n].view_as(g))
+                offset += n
 
         def timed(fn) -> float:
             times = []
