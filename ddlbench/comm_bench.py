@@ -43,9 +43,12 @@ as a per-tensor method issues them: all started at once (asynchronous, as WFBP's
 them while the backward runs ahead) and then waited for, against the same messages one at a
 time (each waited for before the next, as the simulator's one FIFO channel has them), the two
 alternating over ``--iters`` rounds; it prints both medians, their ratio and the burst's excess
-per message (no fit: the performance model does not read it yet). On this 2-core machine with
-2 workers pinned to a core each, BERT-Tiny's 46 tensors took 1.6-1.8 times as long in a burst
-(Gloo's threads waking in turns on the one core), unpinned about as long or less.
+per message, and records them with the message sizes: the performance model's all-reduce link
+at that P takes a per-message and a queueing cost from them (``topology.Measured``). On this
+2-core machine with 2 workers pinned to a core each, BERT-Tiny's 46 tensors took 1.6-1.8 times
+as long in a burst on one day (Gloo's threads waking in turns on the one core) and about as
+long on another, when one at a time was itself 1.7 times the sum of the per-size medians;
+unpinned about as long or less.
 """
 from __future__ import annotations
 
@@ -391,7 +394,8 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
                         _slowest_rank([times["one_at_a_time"], times["burst"]], device, group))
     result = {"op": "burst", "nworkers": dist.get_world_size(group),
               "backend": dist.get_backend(group), "network": network,
-              "messages": len(nbytes), "bytes": sum(nbytes), "iters": iters,
+              "messages": len(nbytes), "bytes": sum(nbytes), "sizes": list(nbytes),
+              "iters": iters,
               "one_at_a_time_s": one, "burst_s": all_at_once,
               "ratio": all_at_once / one if one > 0 else None,
               "excess_per_message_s": (all_at_once - one) / len(nbytes)}

@@ -156,14 +156,26 @@ class Link:
     ``(bytes, seconds)``: comm_bench's rows, sizes increasing, times not decreasing) it costs
     the measured times instead, linearly interpolated between the points, from ``(0,
     min(alpha, first time))`` below the first and the last time plus ``beta`` a byte beyond
-    the last. ``alpha`` and ``beta`` stay the line MG-WFBP plans with."""
+    the last. ``alpha`` and ``beta`` stay the line MG-WFBP plans with.
+
+    ``per_message_s`` is added to every message (what a model's sequence of mixed sizes costs
+    beyond the per-size times, each size measured on its own), ``queued_s`` to a message that
+    waits behind another on its channel (what a burst of messages started at once costs
+    beyond the same messages one at a time); either may be negative, a message never costs
+    less than nothing. Both come from ``comm_bench --ops burst`` (``topology.Measured``)."""
     alpha: float
     beta: float
     points: tuple[tuple[float, float], ...] | None = None
+    per_message_s: float = 0.0
+    queued_s: float = 0.0
 
     def __post_init__(self):
         if not (self.alpha >= 0 and self.beta >= 0):
             raise UsageError(f"alpha and beta must be >= 0, got {self.alpha!r}, {self.beta!r}")
+        if not all(-float("inf") < x < float("inf") for x in (self.per_message_s,
+                                                               self.queued_s)):
+            raise UsageError(f"a link's per-message and queueing costs must be finite, got "
+                             f"{self.per_message_s!r}, {self.queued_s!r}")
         pts = self.points
         if pts is not None and not (
                 pts and all(0 < s < float("inf") and 0 <= t < float("inf") for s, t in pts)
@@ -171,7 +183,13 @@ class Link:
             raise UsageError("a link's measured points need sizes > 0, increasing, and times "
                              ">= 0, not decreasing")
 
-    def time(self, nbytes: float) -> float:
+    def time(self, nbytes: float, queued: bool = False) -> float:
+        """One message of ``nbytes``; ``queued``: it waited behind another."""
+        extra = self.per_message_s + (self.queued_s if queued else 0.0)
+        return max(0.0, self.measured(nbytes) + extra) if extra else self.measured(nbytes)
+
+    def measured(self, nbytes: float) -> float:
+        """The per-size time alone: the line, or the measured points."""
         pts = self.points
         if pts is None:
             return self.alpha + self.beta * nbytes
@@ -281,7 +299,8 @@ def _shapes(work: Workload, b: int) -> list[tuple[int, ...]]:
 
 class _AllReduce:
     """Messages on ``channels`` FIFO threads: each waits for a free channel, then encodes,
-    runs its collectives one after another, and decodes."""
+    runs its collectives one after another, and decodes. A message that had to wait (its
+    channel busy when it was handed over) costs the link's ``queued_s`` more a collective."""
 
     def __init__(self, link: Link, codec: Codec, channels: int):
         self.link, self.codec = link, codec
@@ -293,6 +312,7 @@ class _AllReduce:
         free, lane = heapq.heappop(self.free)
         row = "allreduce" if lane == 0 else f"allreduce {lane + 1}"
         t = max(ready, free)
+        queued = free > ready
         elements = sum(_numel(s) for s in shapes)
         us, payload = 1e6, 0
         tensor = {"tensor": label} if label is not None else {}
@@ -303,7 +323,7 @@ class _AllReduce:
             t += enc
         for op, size in self.codec.collectives(shapes):
             link = self.codec.allgather if op == "allgather" else self.link
-            end = t + link.time(size)
+            end = t + link.time(size, queued)
             self.events.append((op, timeline.COMM, row, t * us, end * us,
                                 {"bytes": size, **tensor}))
             payload += size

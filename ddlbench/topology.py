@@ -79,6 +79,15 @@ fit at P, k servers and those clients (``alpha = alpha_f/2``, ``worker_beta = be
 ``server_beta = 0``, pushers as recorded: see ``simulate.ServerLinks``); the measured push/pull
 already includes any local sum, so ``local_reduce`` is 0. A P it lacks is a one-line error,
 except P = 1, which costs 0.
+
+**Bursts** (``comm_bench --ops burst --model M``: a model's gradient tensors all-reduced one at
+a time, ``T1``, and all started at once, ``Tb``, with their ``sizes``): the all-reduce link at
+that P gets ``per_message_s = (T1 - sum of link(m)) / N`` (what the sequence costs beyond the
+per-size times: on 2 workers pinned to a core each, Gloo's threads share the core with the
+caller and many small messages wait a scheduler turn now and then) and ``queued_s = (Tb - T1)
+/ (N - 1)`` (a message waiting behind another: the burst's first does not), so the replay
+costs both sequences as measured (``simulate.Link``). Several bursts at one P are pooled
+(sums over all their messages); a P without one keeps 0 and 0.
 """
 from __future__ import annotations
 
@@ -377,6 +386,20 @@ def _points(rows, where: str) -> tuple[tuple[float, float], ...] | None:
     return tuple((float(s), t) for s, t in zip(sizes, times))
 
 
+def _burst(r: dict, where: str) -> tuple[list[int], float, float]:
+    """A comm_bench burst result's (sizes, one at a time, all at once)."""
+    sizes, one, burst = r.get("sizes"), r.get("one_at_a_time_s"), r.get("burst_s")
+    if not (isinstance(sizes, list) and sizes and all(
+            isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in sizes)):
+        raise UsageError(f"{where}: a burst needs its message sizes (sizes: bytes > 0 each; "
+                         f"a file from comm_bench before they were recorded: run it again)")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf
+               for x in (one, burst)):
+        raise UsageError(f"{where}: a burst's one_at_a_time_s and burst_s must be numbers "
+                         f">= 0, got {one!r} and {burst!r}")
+    return sizes, float(one), float(burst)
+
+
 class Measured(Network):
     """A network measured by ``python -m ddlbench.comm_bench --output FILE`` at one or more
     worker counts (the module's docstring says what is taken from where)."""
@@ -395,6 +418,7 @@ class Measured(Network):
                                            for p in self.paths)
         self.fits: dict[tuple, tuple[float, float, str]] = {}       # (op, P) -> a, b, file
         self.pushpull: dict[tuple, tuple[float, float, int, str]] = {}  # (P, k, clients)
+        self.bursts: dict[int, list[tuple[list[int], float, float]]] = {}  # P -> sizes, T1, Tb
         for path in self.paths:
             self._read(path)
 
@@ -415,10 +439,11 @@ class Measured(Network):
             if not isinstance(r, dict):
                 raise UsageError(f"{where} is not a mapping")
             op, p, fit = r.get("op"), r.get("nworkers", rec.get("nworkers")), r.get("fit")
-            if op == "burst":
-                continue          # a burst's totals, not a per-size fit: not read (yet)
             if not isinstance(p, int) or isinstance(p, bool) or p < 1:
                 raise UsageError(f"{where}: nworkers must be a whole number >= 1, got {p!r}")
+            if op == "burst":
+                self.bursts.setdefault(p, []).append(_burst(r, where))
+                continue
             if not isinstance(fit, dict):
                 raise UsageError(f"{where}: no fit")
             a, b = fit.get("alpha_s"), fit.get("beta_s_per_byte")
@@ -470,7 +495,15 @@ class Measured(Network):
             counts = ", ".join(map(str, have)) if have else "none"
             raise UsageError(f"comm_bench files {self._files()} have no {op} at {nworkers} "
                              f"workers; measured worker counts: {counts}")
-        return simulate.Link(*hit[:3])
+        link = simulate.Link(*hit[:3])
+        if op != "allreduce" or not self.bursts.get(nworkers):
+            return link
+        bursts = self.bursts[nworkers]
+        messages = sum(len(sizes) for sizes, _, _ in bursts)
+        beyond = sum(one - sum(link.measured(m) for m in sizes) for sizes, one, _ in bursts)
+        waited = sum(len(sizes) - 1 for sizes, _, _ in bursts)
+        queued = sum(burst - one for _, one, burst in bursts) / waited if waited else 0.0
+        return simulate.Link(*hit[:3], per_message_s=beyond / messages, queued_s=queued)
 
     def ps(self, nworkers: int, nservers: int | None = None,
            clients: str = "machine") -> simulate.ServerLinks:
@@ -503,6 +536,8 @@ class Measured(Network):
         if self.pushpull:
             parts.append("pushpull " + ", ".join(f"P = {p} k = {k} {c}"
                                                  for p, k, c in sorted(self.pushpull)))
+        if self.bursts:
+            parts.append(f"bursts P = {', '.join(map(str, sorted(self.bursts)))}")
         ext = ("; other worker counts extrapolated from the nearest measured ring's steps"
                if self.extrapolate else "")
         return f"{self.name}: comm_bench fits, {'; '.join(parts) or 'no results'}{ext}"

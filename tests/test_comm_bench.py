@@ -179,8 +179,9 @@ def test_two_workers_table_json_and_fit(tmp_path, load_json):
 
 def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
     """--ops burst: the model's gradient tensors, in backward order, all-reduced all started at
-    once and one at a time; the record's figures are consistent, the line says them, and the
-    model's network reader leaves the burst out (no per-size fit to read)."""
+    once and one at a time; the record's figures are consistent (its sizes the model's), the
+    line says them, and the model's network reader takes it (a burst alone is no link: the
+    per-size fit it corrects is missing)."""
     import models
     out = tmp_path / "burst.json"
     proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "burst",
@@ -194,13 +195,16 @@ def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
                                                               for p in reversed(params)]
     assert (res["op"], res["nworkers"], res["iters"]) == ("burst", 2, 3)
     assert res["messages"] == len(params) and res["bytes"] == sum(p.numel() * 4 for p in params)
+    assert res["sizes"] == cb.backward_bytes("bert_tiny", sentence_len=16)
     assert res["one_at_a_time_s"] > 0 and res["burst_s"] > 0
     assert res["ratio"] == res["burst_s"] / res["one_at_a_time_s"]
     assert res["excess_per_message_s"] == pytest.approx(
         (res["burst_s"] - res["one_at_a_time_s"]) / len(params))
     assert cb.format_burst(res) in proc.stdout.splitlines()
+    net = topology.load(str(out))
+    assert net.bursts == {2: [(res["sizes"], res["one_at_a_time_s"], res["burst_s"])]}
     with pytest.raises(UsageError, match="have no allreduce at 2 workers"):
-        topology.load(str(out)).link("allreduce", 2)
+        net.link("allreduce", 2)
 
 
 def test_bad_input_from_the_command_line_is_one_line():

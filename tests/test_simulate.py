@@ -120,6 +120,35 @@ def test_two_channels_start_a_message_when_either_is_free():
     assert starts(two) == pytest.approx([1, 1, 2]) and two.iteration_s == pytest.approx(3)
 
 
+def test_a_message_costs_the_links_per_message_and_queueing_costs_by_hand():
+    """per_message_s on every message, queued_s on one its channel was busy for when it was
+    handed over (both from comm_bench's burst, ``topology.Measured``)."""
+    link = sim.Link(0.0, 0.001, per_message_s=0.25, queued_s=0.5)   # 1 s a 1000-byte message
+    # gradients 2 s apart: each message finds the channel free
+    spaced = sim.replay(sim.Workload(0.0, [2.0, 2.0, 2.0], [1000] * 3), link, [[0], [1], [2]])
+    starts = lambda p: [t / 1e6 for e in p.events if e[1] == timeline.COMM  # noqa: E731
+                        for t in e[3:5]]
+    assert starts(spaced) == pytest.approx([2, 3.25, 4, 5.25, 6, 7.25])
+    # all ready at once (a burst): the first 1.25 s, the two that waited 1.75 s each
+    burst = sim.replay(sim.Workload(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]])
+    assert starts(burst) == pytest.approx([1, 2.25, 2.25, 4.0, 4.0, 5.75])
+    assert burst.iteration_s == pytest.approx(5.75)
+    # on two channels only the third waits
+    two = sim.replay(sim.Workload(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]],
+                     channels=2)
+    assert starts(two) == pytest.approx([1, 2.25, 1, 2.25, 2.25, 4.0])
+    # every collective of a message that waited: PowerSGD's P and Q both
+    codec = sim.Codec("powersgd", 2, powersgd_rank=1)
+    one = sim.replay(sim.Workload(0.0, [1.0, 0.0], [4 * 64] * 2, shapes=[(8, 8)] * 2),
+                     sim.Link(0.0, 0.0, per_message_s=0.25, queued_s=0.5), [[0], [1]],
+                     codec=codec)
+    assert starts(one) == pytest.approx([1, 1.25, 1.25, 1.5, 1.5, 2.25, 2.25, 3.0])
+    # a message never costs less than nothing; the plain time is the measured one
+    cheap = sim.Link(1e-3, 0.0, per_message_s=-0.5e-3, queued_s=-2e-3)
+    assert (cheap.time(10), cheap.time(10, queued=True), cheap.measured(10)) == \
+        (pytest.approx(0.5e-3), 0.0, 1e-3)
+
+
 def test_the_predicted_trace_reads_back_with_the_same_metrics():
     work = _work(3)
     for method in METHODS:
@@ -143,6 +172,7 @@ def test_the_predicted_trace_reads_back_with_the_same_metrics():
     (lambda: sim.Workload(0.1, [0.1], [10, 20]), "one backward time per tensor"),
     (lambda: sim.Workload(0.1, [-0.1], [10]), "must be finite and >= 0"),
     (lambda: sim.Link(-1.0, 0.0), "alpha and beta must be >= 0"),
+    (lambda: sim.Link(0.0, 0.0, queued_s=float("nan")), "per-message and queueing costs must"),
     (lambda: sim.replay(_work(0, n=3), LINKS[0], [[0, 1]]), "cover every tensor"),
 ])
 def test_bad_input_is_one_clear_line(make, message):

@@ -306,6 +306,67 @@ def test_a_measured_link_costs_the_rows_it_was_measured_with(tmp_path):
             simulate.Link(0.0, 0.0, bad)
 
 
+def _burst(p, sizes, one, burst):
+    """A ``comm_bench --ops burst`` result (``comm_bench.measure_burst``'s keys)."""
+    return {"op": "burst", "nworkers": p, "backend": "gloo", "network": "rdma1",
+            "messages": len(sizes), "bytes": sum(sizes), "sizes": sizes, "iters": 10,
+            "one_at_a_time_s": one, "burst_s": burst, "ratio": burst / one,
+            "excess_per_message_s": (burst - one) / len(sizes)}
+
+
+def test_a_burst_gives_the_link_its_per_message_and_queueing_costs(tmp_path):
+    """The all-reduce link at the burst's P: per_message_s = (one at a time - the per-size
+    times) / N, queued_s = (all at once - one at a time) / (N - 1); so the replay of the
+    burst's own messages, one at a time and all at once, takes what was measured. Two bursts
+    at one P pool their messages; other worker counts and the all-gather are untouched."""
+    alpha, beta = 1e-4, 1e-9             # the rows are on this line
+    sizes = [1024, 2048, 1024, 2048]
+    line = sum(alpha + beta * m for m in sizes)
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(_record(2, [
+        _result("allreduce", 2, alpha, beta), _result("allgather", 2, alpha, beta),
+        _burst(2, sizes, line + 4e-3, line + 4e-3 + 6e-3),
+        _result("allreduce", 4, alpha, beta)])))
+    net = topology.load(str(path))
+    link = net.link("allreduce", 2)
+    assert (link.alpha, link.beta, link.points) == (alpha, beta, _on_line(alpha, beta))
+    assert (link.per_message_s, link.queued_s) == pytest.approx((1e-3, 2e-3), rel=1e-9)
+    assert net.link("allgather", 2) == simulate.Link(alpha, beta, _on_line(alpha, beta))
+    assert net.link("allreduce", 4) == simulate.Link(alpha, beta, _on_line(alpha, beta))
+    assert "bursts P = 2" in net.describe()
+    n = len(sizes)
+    spaced = simulate.Workload(0.0, [1.0] * n, sizes)      # each message alone on the link
+    at_once = simulate.Workload(0.0, [1.0] + [0.0] * (n - 1), sizes)
+    groups = [[b] for b in range(n)]
+    assert simulate.replay(spaced, link, groups).metrics["comm_s"] == \
+        pytest.approx(line + 4e-3, rel=1e-9)
+    assert simulate.replay(at_once, link, groups).iteration_s == \
+        pytest.approx(1.0 + line + 4e-3 + 6e-3, rel=1e-9)
+    # a second burst at P = 2 (another model's: 2 messages) pools with the first
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_record(2, [
+        _burst(2, [4096, 4096], 2 * (alpha + beta * 4096) + 4e-3, 2 * (alpha + beta * 4096))])))
+    pooled = topology.load(f"{path},{other}").link("allreduce", 2)
+    assert (pooled.per_message_s, pooled.queued_s) == \
+        pytest.approx(((4e-3 + 4e-3) / 6, (6e-3 - 4e-3) / 4), rel=1e-9)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(sizes=None), "a burst needs its message sizes"),
+    (dict(sizes=[1024, 0]), "a burst needs its message sizes"),
+    (dict(burst_s=-1.0), "a burst.s one_at_a_time_s and burst_s must be numbers >= 0"),
+    (dict(one_at_a_time_s="x"), "a burst.s one_at_a_time_s and burst_s must be numbers >= 0"),
+    (dict(nworkers=0), "nworkers must be a whole number >= 1"),
+])
+def test_a_malformed_burst_is_one_line(tmp_path, change, message):
+    res = _burst(2, [1024, 2048], 1e-3, 2e-3)
+    res.update(change)
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(_record(2, [_result("allreduce", 2, 1e-4, 1e-9), res])))
+    with pytest.raises(UsageError, match=r"results\[1\]: " + message):
+        topology.load(str(path))
+
+
 def test_measured_names_what_it_lacks(bench_files):
     net = topology.Measured(list(bench_files))
     with pytest.raises(UsageError) as e:
