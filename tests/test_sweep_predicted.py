@@ -110,7 +110,8 @@ def _comm_record(P, alpha, beta, op="allreduce", **extra):
 def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkeypatch, capsys):
     """calibrate: true: the jobs a sweep needs (a profile per network, task and workers;
     a compressor's codec time per task, workers and settings; comm_bench per network and
-    workers; push/pull for PS cells), each run once (a job with its
+    workers, timing each size by its mean; a burst of the task's tensors per network and
+    workers of the all-to-all cells; push/pull for PS cells), each run once (a job with its
     file and an ok line is not run again: here all are, so nothing but the fake tries runs);
     every cell's prediction from those files alone, in the store before the tries, and beside
     the measurement in README, CSV and a plot."""
@@ -134,6 +135,7 @@ logs: {tmp_path / 'logs'}
     assert [j.name for j in jobs] == [
         "resnet18-bs8-px32_n2.profile", "resnet18-bs8-px32_n2_powersgd-powersgd_rank2.codec",
         "loopback_n2.comm", "1gbit_n2.comm",
+        "loopback_resnet18-bs8-px32_n2.burst", "1gbit_resnet18-bs8-px32_n2.burst",
         "loopback_n2_kdefault-machine.pushpull", "1gbit_n2_kdefault-machine.pushpull"]
     assert "rdma0 are a real cluster's" in notes[0]
     cmd = jobs[1].command("OUT")
@@ -143,8 +145,14 @@ logs: {tmp_path / 'logs'}
     cmd = jobs[3].command("OUT")
     assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
-    # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition
+    assert cmd[cmd.index("--stat") + 1] == "mean"
+    # the burst: the task's model and input shape on the network
     cmd = jobs[5].command("OUT")
+    assert (cmd[cmd.index("--ops") + 1], cmd[cmd.index("--model") + 1],
+            cmd[cmd.index("--image-size") + 1], cmd[cmd.index("--net") + 1]) == \
+        ("burst", "resnet18", "32", "1gbit") and "--stat" not in cmd
+    # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition
+    cmd = jobs[7].command("OUT")
     assert cmd[cmd.index("--ops") + 1] == "pushpull" and "--partition-bytes" not in cmd
     assert cmd[cmd.index("--max-bytes") + 1] == str(2 << 20)
     assert cmd[cmd.index("--sizes") + 1] == "4096000"
@@ -155,6 +163,10 @@ logs: {tmp_path / 'logs'}
     prof.update(model="resnet18", workload={"batch_size": 8, "image_size": 32},
                 optimizer_s=0.004)
     fits = {"loopback": (1e-4, 1e-9), "1gbit": (2e-4, 8e-9)}
+    # each network's burst: one at a time c1 a message over the line, all at once c2 more
+    # for each message that waited
+    burst_sizes = [4096, 8192, 4096]
+    costs = {"loopback": (1e-3, 2e-3), "1gbit": (3e-3, -1e-3)}
     for j in jobs:
         net = j.network.name
         if j.kind == "profile":
@@ -164,6 +176,12 @@ logs: {tmp_path / 'logs'}
                 "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}
         elif j.kind == "comm":
             body = _comm_record(2, *fits[net])
+        elif j.kind == "burst":
+            a, b = fits[net]
+            one = sum(a + b * m for m in burst_sizes) + 3 * costs[net][0]
+            body = {"kind": "comm_bench", "nworkers": 2, "results": [
+                {"op": "burst", "nworkers": 2, "sizes": burst_sizes, "one_at_a_time_s": one,
+                 "burst_s": one + 2 * costs[net][1]}]}
         else:
             body = _comm_record(2, fits[net][0], 2 * fits[net][1], op="pushpull", nservers=1,
                                 partition_bytes=4096000, ps_clients="machine", pushers=[0, 1])
@@ -183,21 +201,26 @@ logs: {tmp_path / 'logs'}
     for e in preds:
         cell = next(c for c in cells if c.hash == e["hash"])
         a, b = fits[cell.network.name]
+        link = simulate.Link(a, b, per_message_s=costs[cell.network.name][0],
+                             queued_s=costs[cell.network.name][1])
         if cell.method["method"] == "bspps":
             expected = simulate.predict("bspps", work, None,
                                         servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
                                         local=simulate.Link(0.0, 0.0))
         elif cell.method["method"] == "fusion":     # the codec's times in the prediction
-            expected = simulate.predict("fusion", work, simulate.Link(a, b),
+            expected = simulate.predict("fusion", work, link,
                                         codec=simulate.Codec("powersgd", 2, 0.001, 2, 2e-9,
                                                              1e-9, None))
-            assert e["throughput"] < simulate.predict("fusion", work, simulate.Link(a, b),
+            assert e["throughput"] < simulate.predict("fusion", work, link,
                                                       codec=simulate.Codec(
                                                           "powersgd", 2, 0.001, 2, 0.0, 0.0,
                                                           None)).throughput(8, 2)
         else:
-            expected = simulate.predict("wfbp", work, simulate.Link(a, b))
-        assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-12)
+            expected = simulate.predict("wfbp", work, link)
+            # the burst's costs are in: without them the prediction differs
+            assert e["throughput"] != pytest.approx(
+                simulate.predict("wfbp", work, simulate.Link(a, b)).throughput(8, 2))
+        assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-9)
     folder_s = str(folder)
     readme = open(os.path.join(folder_s, "README.md")).read()
     assert "## Predicted vs measured" in readme and "Median |error|" in readme

@@ -13,10 +13,19 @@ launcher):
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
   to one partition (what comm_bench fits push/pull to: the model pipelines partitions itself);
+- ``burst``: ``--ops burst --model M`` per task, network and worker count of the all-to-all
+  cells: the task's gradient tensors all-reduced one at a time and all at once, from which
+  the model's link takes a per-message and a queueing cost (``topology.Measured``); it joins
+  only that task's predictions;
 - ``codec``: ``python -m compression.bench`` for each compressor (and its settings) a task's
   cells use, at their worker count and the sweep's threads: its encode and decode time per
   element, which the model adds to the method's compute (without it a compressor's codec was
   free: PowerSGD's cells came out 25-76% too fast).
+
+comm_bench times each size by its mean (``--stat mean``), not the median it prints by default:
+the model predicts a mean iteration, and on 2 workers pinned to a core each a small
+all-reduce takes 0.3 ms most times and 4 ms (a scheduler turn) some, so its mean was twice
+its median (BERT-Tiny's sizes: 1.6 ms against 0.7).
 
 Each job runs like a try (its own session, the sweep's timeout, a log in the logs folder) and
 leaves ``calibration/<job>.json`` in the results folder and one ``kind: calibration`` line in
@@ -36,7 +45,8 @@ from . import store
 from .config import task_key
 
 CALIBRATION = "calibration"
-COMM_ITERS = ("--warmup", "2", "--iters", "5")
+COMM_ITERS = ("--warmup", "2", "--iters", "10", "--stat", "mean")
+BURST_ITERS = ("--warmup", "2", "--iters", "10")
 PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
 CODEC_ITERS = "3"
 CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
@@ -44,7 +54,7 @@ CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
 
 @dataclass(frozen=True)
 class Job:
-    kind: str                 # profile, comm, pushpull or codec
+    kind: str                 # profile, comm, pushpull, burst or codec
     network: object           # config.Network
     nworkers: int
     task: dict | None = None
@@ -94,18 +104,19 @@ class Job:
                    "--batch-size", str(t["batch_size"]), *PROFILE_ITERS, *place]
             if self.threads is not None:
                 cmd += ["--threads", str(self.threads)]
-            for key, flag in (("image_size", "--image-size"), ("sentence_len", "--sentence-len"),
-                              ("num_classes", "--num-classes")):
-                if key in t:
-                    cmd += [flag, str(t[key])]
+            cmd += _shape_flags(t)
             if t.get("args"):
                 import shlex
                 cmd += shlex.split(t["args"])
             return cmd + ["--network", net.name, "--output", output]
-        cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place, *COMM_ITERS,
+        cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place,
+               *(BURST_ITERS if self.kind == "burst" else COMM_ITERS),
                "--network", net.name, "--output", output]
         if net.profile != "loopback":
             cmd += ["--net", str(net.profile)]
+        if self.kind == "burst":
+            return cmd + ["--ops", "burst", "--model", self.task["model"],
+                          *_shape_flags(self.task)]
         if self.kind == "comm":
             cmd += ["--ops", "allreduce,allgather"]
             if self.max_bytes:
@@ -119,6 +130,14 @@ class Job:
             cmd += ["--partition-bytes", str(part)]
         # powers of two up to one partition, and the partition itself
         return cmd + ["--max-bytes", str(1 << (part.bit_length() - 1)), "--sizes", str(part)]
+
+
+def _shape_flags(task: dict) -> list[str]:
+    """The task's input shape as the profiler's and comm_bench's flags."""
+    return [arg for key, flag in (("image_size", "--image-size"),
+                                  ("sentence_len", "--sentence-len"),
+                                  ("num_classes", "--num-classes")) if key in task
+            for arg in (flag, str(task[key]))]
 
 
 def _gradient_bytes(model: str) -> int:
@@ -159,11 +178,19 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
             add(Job("comm", c.network, c.nworkers, max_bytes=top))
     for c in local:
+        if c.nworkers > 1 and c.architecture != "ps":
+            add(burst_job(c))
+    for c in local:
         if c.architecture == "ps":
             add(Job("pushpull", c.network, c.nworkers, nservers=c.method.get("nservers"),
                     ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]),
                     partition_bytes=c.method.get("partition_bytes")))
     return out, notes
+
+
+def burst_job(cell) -> Job:
+    """The burst of the cell's model on its network and worker count."""
+    return Job("burst", cell.network, cell.nworkers, task=cell.task)
 
 
 def codec_job(cell) -> Job | None:
@@ -237,13 +264,16 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
             continue
         prof = Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads)
         codec = codec_job(c)
+        burst = burst_job(c)
+        files = by_net.get(c.network.name, []) + (
+            [burst.path(folder)] if burst.name in finished else [])
         line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
         missing = [j.name for j in (prof, codec) if j is not None and j.name not in finished]
         if missing:
             line["reason"] = f"calibration job {missing[0]} did not finish"
         else:
             p = Predictor(sweep, profile=prof.path(folder),
-                          network=",".join(by_net.get(c.network.name, [])) or None,
+                          network=",".join(files) or None,
                           codec=codec.path(folder) if codec is not None else None)
             try:
                 e = p.predict(c)
