@@ -206,6 +206,10 @@ def add_flags(group, collected, environ: Mapping[str, str] | None = None) -> Non
 
 # -- the plain flags of the job-level commands (training script, comm_bench, profiler) -----------
 
+# The training script's steps per timing round (``--num-batches-per-iter``, the original's
+# default): a round ends in the method's synchronize (docs/DESIGN.md section 8).
+BATCHES_PER_ITER = 10
+
 # Upper bounds of workload sizes and counts: beyond them a run only fails later (out of memory)
 # or never ends.
 LIMITS = {"--batch-size": 1 << 16, "--sentence-len": 1 << 14, "--image-size": 1 << 13,

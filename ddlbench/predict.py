@@ -81,6 +81,10 @@ def parse_args(argv=None):
                    help="ByteScheduler's chunk size in elements")
     p.add_argument("--credit", type=int, default=BYTESCHEDULER_CREDIT,
                    help="ByteScheduler's credit window in elements")
+    p.add_argument("--num-batches-per-iter", type=int, default=None, metavar="STEPS",
+                   help="predict a timing round of the training script's protocol (STEPS "
+                        "steps, then synchronize: ByteScheduler's next forward loses its "
+                        "overlap there) to compare with a run; default: steady state")
     p.add_argument("--nservers", type=int, default=None,
                    help="parameter servers (default: the network's, one per worker machine)")
     p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
@@ -126,6 +130,7 @@ def check(args) -> list[str]:
     for flag, value in (("--batch-size", args.batch_size),
                         ("--bucket-cap-mb", args.bucket_cap_mb), ("--partition", args.partition),
                         ("--credit", args.credit), ("--nservers", args.nservers),
+                        ("--num-batches-per-iter", args.num_batches_per_iter),
                         ("--partition-bytes", args.partition_bytes),
                         ("--device-throughput", args.device_throughput),
                         ("--density", args.density), ("--powersgd-rank", args.powersgd_rank)):
@@ -271,6 +276,8 @@ def settings_of(args, method: str) -> dict:
          "partition_bytes": args.partition_bytes, "nservers": args.nservers}
     if args.threshold is not None:
         s["threshold"] = args.threshold
+    if args.num_batches_per_iter is not None:
+        s["batches_per_iter"] = args.num_batches_per_iter
     return s
 
 

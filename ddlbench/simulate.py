@@ -781,7 +781,9 @@ def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
             local: Link | None = None, nworkers: int = 1, **settings) -> Prediction:
     """``method``'s iteration (its settings as the training script names them: ``threshold``
     bytes, ``bucket_cap_mb``, ``min_group_bytes``; ``partition`` and ``credit`` elements;
-    ``partition_bytes`` for the PS methods). All-reduce methods cost messages on ``link``
+    ``partition_bytes`` for the PS methods; ``batches_per_iter``: ByteScheduler's timing round,
+    see ``bytescheduler``; the other methods finish every iteration in it). All-reduce methods
+    cost messages on ``link``
     (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
     sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1)."""
     if method not in METHODS:
@@ -797,7 +799,8 @@ def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
         if method == "byteschedulerps":
             return bytescheduler(work, link, credit=int(settings.get("credit", BS_CREDIT)),
                                  servers=servers, partition_bytes=partition_bytes,
-                                 local=local, nworkers=nworkers)
+                                 local=local, nworkers=nworkers,
+                                 batches_per_iter=settings.get("batches_per_iter"))
         return replay(work, None, groups_of(method, work, None, **settings), method=method,
                       servers=servers, partition_bytes=partition_bytes, local=local,
                       nworkers=nworkers)
@@ -806,7 +809,7 @@ def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
     if method == "bytescheduler":
         return bytescheduler(work, link, int(settings.get("partition", BS_PARTITION)),
                              int(settings.get("credit", BS_CREDIT)), channels, codec=codec,
-                             nworkers=nworkers)
+                             nworkers=nworkers, batches_per_iter=settings.get("batches_per_iter"))
     return replay(work, link, groups_of(method, work, link, **settings), channels, method,
                   codec, nworkers=nworkers)
 
@@ -897,9 +900,14 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
                   codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
                   partition_bytes: int = DEFAULT_PARTITION_BYTES,
                   local: Link | None = None, cosim: bool | None = None,
-                  nworkers: int = 1) -> Prediction:
+                  nworkers: int = 1, batches_per_iter: int | None = None) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
-    replayed, the last full one reported (from one forward's start to the next's). Each
+    replayed, the last full one reported (from one forward's start to the next's). With
+    ``batches_per_iter`` B, one timing round of the measurement protocol (docs/DESIGN.md
+    section 8) instead: B iterations from a clean start (the first forward waits for nothing)
+    and the ``synchronize()`` after them (every update applied), the iteration time being the
+    round's over B (what a run's throughput measures) and the metrics those of the B
+    iterations, the synchronize between rounds outside them (as a run's timeline has them). Each
     tensor's forward takes its ``forward_tensor_s`` plus a share of the rest of ``forward_s``
     in proportion to it (evenly where all are 0); without them (a profile that timed the
     forward as a whole) a share of ``forward_s`` in proportion to its backward time. A
@@ -920,6 +928,12 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     if partition <= 0 or credit <= 0:
         raise UsageError(f"partition and credit must be positive elements, got {partition}, "
                          f"{credit}")
+    if batches_per_iter is not None:
+        if isinstance(batches_per_iter, bool) or not isinstance(batches_per_iter, int) or \
+                batches_per_iter < 1:
+            raise UsageError(f"batches per timing round must be a whole number >= 1, got "
+                             f"{batches_per_iter!r}")
+        iterations = batches_per_iter
     n = len(work.nbytes)
     # forward order (l = 0 next to the input): backward position b is l = n-1-b
     tb = [work.backward_s[n - 1 - l] for l in range(n)]
@@ -975,14 +989,27 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
         for l in range(n):
             s.update_done(iterations - 1, l)
         every = events + s.events + transport.events
-    lo, hi = starts[-2], starts[-1]
-    window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
-    window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": 0}))
+    if batches_per_iter is None:
+        lo, hi = starts[-2], starts[-1]
+        window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
+        window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": 0}))
+        iteration_s = hi - lo
+    else:
+        # the round: every event, each iteration from its forward to the next one's (the
+        # last to its backward's end), then the synchronize until the last update
+        end = max(e[4] for e in every if e[4] is not None) / us
+        last = max(e[4] for e in every if e[0] == "backward") / us
+        window = list(every)
+        for i, (lo, hi) in enumerate(zip(starts, starts[1:] + [last])):
+            window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us,
+                           {"index": i}))
+        window.append(("synchronize", timeline.WAIT, main, last * us, end * us, None))
+        iteration_s = end / batches_per_iter
     metrics = timeline.overlap(window)["mean"]
     sizes = [(e - b) * element_bytes for _, b, e in table]
     method = "byteschedulerps" if ps else "bytescheduler"
     # one message per chunk, in priority order
-    return Prediction(method, hi - lo, [[n - 1 - l] for l, _, _ in table], sizes, window,
+    return Prediction(method, iteration_s, [[n - 1 - l] for l, _, _ in table], sizes, window,
                       metrics, _bottleneck(work, link, servers, sizes, metrics), every)
 
 

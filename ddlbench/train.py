@@ -28,7 +28,7 @@ from .errors import ArgumentParser, UsageError, check_writable, say
 from .hosts.placement import dmlc_workers, launcher_rank
 from . import timeline
 from .measure import overlap, workload
-from .options import add_flags, check_flags
+from .options import BATCHES_PER_ITER, add_flags, check_flags
 
 ENGINES = methods.ENGINES
 
@@ -56,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     w.add_argument("--num-classes", type=int, default=1000)
     t = p.add_argument_group("timing (docs/DESIGN.md section 8)")
     t.add_argument("--num-warmup-batches", type=int, default=10)
-    t.add_argument("--num-batches-per-iter", type=int, default=10)
+    t.add_argument("--num-batches-per-iter", type=int, default=BATCHES_PER_ITER)
     t.add_argument("--num-iters", type=int, default=10, help="timing rounds")
     m = p.add_argument_group("synchronisation (each option: the methods declaring it and "
                              "their defaults)")

@@ -80,6 +80,17 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     # ByteScheduler: the default 4M-element partition leaves every tensor one chunk, sent
     # front layers first
     assert got["predictions"][-1]["message_bytes"] == [4 << 20, 65536, 1 << 20, 4096]
+    # a timing round of the training script's protocol: 3 steps, then synchronize (on a link
+    # and credit where ByteScheduler's steady state hides some of it)
+    assert predict.main(["--profile", str(path), "--optimizer-ms", "2", "--method",
+                         "bytescheduler,wfbp", "--alpha", "1e-3", "--beta", "1e-8", "--credit",
+                         "1", "--num-batches-per-iter", "3", "--output", str(out)]) == 0
+    got = {p["method"]: p["iteration_s"] for p in json.loads(out.read_text())["predictions"]}
+    link = simulate.Link(1e-3, 1e-8)
+    rounds = simulate.predict("bytescheduler", work, link, credit=1, batches_per_iter=3)
+    assert got["bytescheduler"] == rounds.iteration_s != pytest.approx(
+        simulate.predict("bytescheduler", work, link, credit=1).iteration_s)
+    assert got["wfbp"] == simulate.predict("wfbp", work, link).iteration_s
 
 
 def test_the_profiles_optimizer_step_counts_unless_given(tmp_path, capsys):
@@ -214,6 +225,7 @@ def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_p
     (["--method", "magic"], "cannot predict method 'magic'"),
     (["--alpha", "1e-3"], "--alpha and --beta go together"),
     (["--nworkers", "0"], "--nworkers takes positive worker counts"),
+    (["--num-batches-per-iter", "0"], "--num-batches-per-iter must be positive, got 0"),
     (["--profile", "/nonexistent.json"], "cannot read MG-WFBP profile /nonexistent.json"),
     (["--model", "resnet50"], "is of model hand-made, not resnet50"),
     (["--method", "bspps"], "bspps need(s) --network"),

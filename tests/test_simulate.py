@@ -234,6 +234,37 @@ def test_bytescheduler_priority_lets_a_front_layer_overtake():
     assert order[:4] == ["back[0:1000]", "back[1000:2000]", "front[0:200]", "back[2000:3000]"]
 
 
+def test_bytescheduler_timing_round_by_hand():
+    """A round of the measurement protocol: B steps from a clean start, then synchronize. The
+    steady state overlaps tensor 1's update with tensor 0's forward; the round's first step waits
+    for nothing and its synchronize for everything."""
+    # forward order l0, l1, l2: 1 s forward and backward each; all-reduces 1, 2, 2 s; credit
+    # for one chunk at a time, so tensor 0 (ready last) overtakes tensor 1
+    work = sim.Workload(3.0, [1.0, 1.0, 1.0], [8, 8, 4])
+    link = sim.Link(0.0, 0.25)
+    steady = sim.predict("bytescheduler", work, link, credit=1)
+    # step 1: forward 0-3, backward 3-6, all-reduces l2 4-6, l0 6-7, l1 7-9; step 2 from 6:
+    # l0's update at 7, its forward 7-8, l1's at 9, forward 9-11, backward 11-14, l2 12-14,
+    # l0 14-15, l1 15-17; step 3 from 14 waits the same way: 8 s a step
+    assert steady.iteration_s == pytest.approx(8.0)
+    two = sim.predict("bytescheduler", work, link, credit=1, batches_per_iter=2)
+    assert two.iteration_s == pytest.approx(17.0 / 2)        # synchronize until l1's 17 s
+    # the co-simulation (CPU interference, here none) replays the same round
+    assert sim.bytescheduler(work, link, credit=1, batches_per_iter=2, cosim=True).iteration_s \
+        == pytest.approx(17.0 / 2)
+    assert two.metrics["iteration_s"] == pytest.approx((6 + 8) / 2)
+    assert [(e[3] / 1e6, e[4] / 1e6) for e in two.events if e[0] == "synchronize"] == \
+        [pytest.approx((14.0, 17.0))]
+    one = sim.predict("bytescheduler", work, link, credit=1, batches_per_iter=1)
+    assert one.iteration_s == pytest.approx(9.0)
+    # the PS variant takes it too; a round of no steps is refused
+    assert sim.predict("byteschedulerps", work, None, servers=sim.ServerLinks(0.0, 0.25, 0.0),
+                       batches_per_iter=1).iteration_s > 0
+    for bad in (0, 1.5, True):
+        with pytest.raises(UsageError, match="batches per timing round must be a whole number"):
+            sim.predict("bytescheduler", work, link, batches_per_iter=bad)
+
+
 # ---------------------------------------------------------------------------- compressors
 
 def test_a_compressor_costs_its_collectives_and_its_codec():

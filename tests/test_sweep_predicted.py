@@ -27,20 +27,21 @@ name: pred
 networks: [{rdma: 0}, {rdma: 1}]
 tasks: [{model: resnet50, batch_size: 64}]
 methods: [wfbp, {method: fusion, threshold: 8388608}, bspps, {method: wfbp, compressor: fp16,
-          label: wfbp-fp16}]
+          label: wfbp-fp16}, bytescheduler]
 nworkers: [1, 4, 8]
 engines: [torch, horovod]
+timing: {batches_per_iter: 3}
 predict: {device_throughput: {resnet50: 253.1}}
 """)
     out = tmp_path / "out"
     assert benchmarks.main(["--config", path, "--predict-only", "--results", str(out),
                             "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "engine(s) horovod left out" in err and "24 cells predicted" in err
+    assert "engine(s) horovod left out" in err and "30 cells predicted" in err
     entries, bad = store.read(store.store_path(str(out)))
     assert bad == 0 and entries[0]["kind"] == "sweep" and entries[0]["predicted"]
     tries = entries[1:]
-    assert len(tries) == 2 * 4 * 3 and all(e["status"] == "ok" for e in tries)
+    assert len(tries) == 2 * 5 * 3 and all(e["status"] == "ok" for e in tries)
     prof = read_profile(PROFILE)
     work = predict.rescaled(predict.workload_of(prof), 64, 253.1)
     for e in tries:
@@ -49,13 +50,15 @@ predict: {device_throughput: {resnet50: 253.1}}
         net = topology.load({0: "survey-10gbe", 1: "survey-100gib"}[cfg["network"]["profile"]])
         if mid == "bspps":
             p = simulate.predict(mid, work, None, servers=net.ps(P), local=net.local_reduce(P))
+        elif mid == "bytescheduler":     # a timing round of the sweep's 3 steps
+            p = simulate.predict(mid, work, net.link("allreduce", P), batches_per_iter=3)
         else:
             codec = simulate.Codec(cfg["method"].get("compressor", "none"), P)
             p = simulate.predict(mid, work, net.link("allreduce", P), codec=codec,
                                  threshold=cfg["method"].get("threshold", 64 << 20))
         assert e["throughput"] == pytest.approx(p.throughput(64, P), rel=1e-12), e["cell"]
         assert e["predicted"]["bottleneck"] == p.bottleneck
-        assert e["record"]["timeline"]["mean"]["iteration_s"] == pytest.approx(p.iteration_s)
+        assert e["record"]["timeline"]["mean"] == pytest.approx(p.metrics)
     # one worker, no communication cost: the rescaled device's throughput
     one = [e for e in tries if e["config"]["nworkers"] == 1 and e["label"] == "wfbp"]
     assert [round(e["throughput"], 6) for e in one] == [253.1, 253.1]
@@ -65,7 +68,7 @@ predict: {device_throughput: {resnet50: 253.1}}
     # predictions are remade whole: a second run leaves one set of lines
     assert benchmarks.main(["--config", path, "--predict-only", "--results", str(out),
                             "--quiet", "--only", "nworkers=4"]) == 0
-    assert len(store.read(store.store_path(str(out)))[0]) == 1 + 8
+    assert len(store.read(store.store_path(str(out)))[0]) == 1 + 10
 
 
 def test_the_paper_preset_predicts_without_a_cluster(tmp_path, capsys):

@@ -30,6 +30,7 @@ import os
 
 from .. import predict, simulate, survey, topology
 from ..errors import UsageError
+from ..options import BATCHES_PER_ITER
 from ..measure.profile_file import read_profile
 from ..planning import merge_groups, original_alpha_beta
 
@@ -128,6 +129,11 @@ class Predictor:
         enc, dec = predict._codec_times(codec_file, prof["model"], compressor)
         settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
                                       "partition_bytes") if k in m}
+        if mid in ("bytescheduler", "byteschedulerps"):
+            # its next forward overlaps the last step's tail, except across the synchronize
+            # that ends each timing round
+            settings["batches_per_iter"] = int(self.sweep.timing.get("batches_per_iter",
+                                                                     BATCHES_PER_ITER))
         if "mgwfbp_min_group" in m:
             settings["min_group_bytes"] = 4 * int(m["mgwfbp_min_group"])
         link = net.link("allreduce", P)
