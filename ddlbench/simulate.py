@@ -62,6 +62,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 
 from . import timeline
@@ -172,8 +173,7 @@ class Link:
     def __post_init__(self):
         if not (self.alpha >= 0 and self.beta >= 0):
             raise UsageError(f"alpha and beta must be >= 0, got {self.alpha!r}, {self.beta!r}")
-        if not all(-float("inf") < x < float("inf") for x in (self.per_message_s,
-                                                               self.queued_s)):
+        if not (math.isfinite(self.per_message_s) and math.isfinite(self.queued_s)):
             raise UsageError(f"a link's per-message and queueing costs must be finite, got "
                              f"{self.per_message_s!r}, {self.queued_s!r}")
         pts = self.points

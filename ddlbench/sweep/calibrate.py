@@ -45,8 +45,8 @@ from . import store
 from .config import task_key
 
 CALIBRATION = "calibration"
-COMM_ITERS = ("--warmup", "2", "--iters", "10", "--stat", "mean")
-BURST_ITERS = ("--warmup", "2", "--iters", "10")
+BURST_ITERS = ("--warmup", "2", "--iters", "10")     # a burst has its own statistic
+COMM_ITERS = (*BURST_ITERS, "--stat", "mean")
 PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
 CODEC_ITERS = "3"
 CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on

@@ -129,11 +129,10 @@ class Predictor:
         enc, dec = predict._codec_times(codec_file, prof["model"], compressor)
         settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
                                       "partition_bytes") if k in m}
-        if mid in ("bytescheduler", "byteschedulerps"):
-            # its next forward overlaps the last step's tail, except across the synchronize
-            # that ends each timing round
-            settings["batches_per_iter"] = int(self.sweep.timing.get("batches_per_iter",
-                                                                     BATCHES_PER_ITER))
+        # the run's timing round (a method whose next forward overlaps the last step's tail,
+        # ByteScheduler's, loses that at the synchronize ending it; the others ignore it)
+        settings["batches_per_iter"] = int(self.sweep.timing.get("batches_per_iter",
+                                                                 BATCHES_PER_ITER))
         if "mgwfbp_min_group" in m:
             settings["min_group_bytes"] = 4 * int(m["mgwfbp_min_group"])
         link = net.link("allreduce", P)
