@@ -223,7 +223,7 @@ logs: {tmp_path / 'logs'}
             # the burst's costs are in: without them the prediction differs
             assert e["throughput"] != pytest.approx(
                 simulate.predict("wfbp", work, simulate.Link(a, b)).throughput(8, 2))
-        assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-9)
+        assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-12)
     folder_s = str(folder)
     readme = open(os.path.join(folder_s, "README.md")).read()
     assert "## Predicted vs measured" in readme and "Median |error|" in readme
