@@ -42,8 +42,8 @@ point-to-point alpha and beta); the other ranks wait.
 as a per-tensor method issues them: all started at once (asynchronous, as WFBP's hooks start
 them while the backward runs ahead) and then waited for, against the same messages one at a
 time (each waited for before the next, as the simulator's one FIFO channel has them), the two
-alternating over ``--iters`` rounds; it prints both medians, their ratio and the burst's excess
-per message, and records them with the message sizes: the performance model's all-reduce link
+alternating over ``--iters`` rounds; it prints both medians (means with ``--stat mean``), their
+ratio and the burst's excess per message, and records them with the message sizes: the performance model's all-reduce link
 at that P takes a per-message and a queueing cost from them (``topology.Measured``). On this
 2-core machine with 2 workers pinned to a core each, BERT-Tiny's 46 tensors took 1.6-1.8 times
 as long in a burst on one day (Gloo's threads waking in turns on the one core) and about as
@@ -357,11 +357,13 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
 
 
 def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5,
-                  iters: int = 20, network: str | None = None, log=None) -> dict:
+                  iters: int = 20, stat: str = "median", network: str | None = None,
+                  log=None) -> dict:
     """All-reduce messages of ``nbytes`` (in order) all started at once, then waited for
     (``burst``), and one at a time, each waited for (``one_at_a_time``): ``warmup`` untimed
     rounds of each, then ``iters`` timed rounds alternating the two; a round's time is the
-    slowest rank's, the result the medians. Collective: every rank calls it alike."""
+    slowest rank's, the result each mode's ``stat`` (median or mean) over its rounds.
+    Collective: every rank calls it alike."""
     import statistics
 
     import torch
@@ -390,13 +392,17 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
             engine.synchronize(device)
             if k >= warmup:
                 times[name].append(time.perf_counter() - start)
-    one, all_at_once = (statistics.median(row) for row in
-                        _slowest_rank([times["one_at_a_time"], times["burst"]], device, group))
+    if stat not in ("median", "mean"):
+        raise UsageError(f"unknown statistic {stat!r}: median or mean")
+    center = statistics.median if stat == "median" else statistics.fmean
+    rounds = _slowest_rank([times["one_at_a_time"], times["burst"]], device, group)
+    one, all_at_once = (center(row) for row in rounds)
     result = {"op": "burst", "nworkers": dist.get_world_size(group),
               "backend": dist.get_backend(group), "network": network,
               "messages": len(nbytes), "bytes": sum(nbytes), "sizes": list(nbytes),
-              "iters": iters,
+              "iters": iters, "stat": stat,
               "one_at_a_time_s": one, "burst_s": all_at_once,
+              "rounds_s": {"one_at_a_time": list(rounds[0]), "burst": list(rounds[1])},
               "ratio": all_at_once / one if one > 0 else None,
               "excess_per_message_s": (all_at_once - one) / len(nbytes)}
     if log:
@@ -409,7 +415,7 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
 def format_burst(r: dict) -> str:
     ratio = f"x{r['ratio']:.2f}" if r["ratio"] is not None else "x-"
     return (f"# burst, P = {r['nworkers']}: {r['messages']} all-reduces, "
-            f"{r['bytes'] / 1e6:.2f} MB, median of {r['iters']} rounds (the slowest rank's): "
+            f"{r['bytes'] / 1e6:.2f} MB, {r.get('stat', 'median')} of {r['iters']} rounds (the slowest rank's): "
             f"one at a time {r['one_at_a_time_s'] * 1e3:.2f} ms, all started at once "
             f"{r['burst_s'] * 1e3:.2f} ms ({ratio}; "
             f"{r['excess_per_message_s'] * 1e3:+.3f} ms a message)")
@@ -595,7 +601,7 @@ def worker(args, placement) -> int:
                 results.append(measure_burst(
                     backward_bytes(args.model, args.image_size, args.sentence_len,
                                    args.num_classes), device=ctx.device, warmup=args.warmup,
-                    iters=args.iters, network=args.network, log=log))
+                    iters=args.iters, stat=args.stat, network=args.network, log=log))
                 continue
             results.append(measure(op, sizes, device=ctx.device, warmup=args.warmup,
                                    iters=args.iters, relative=args.fit == "relative",

@@ -179,21 +179,27 @@ def test_two_workers_table_json_and_fit(tmp_path, load_json):
 
 def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
     """--ops burst: the model's gradient tensors, in backward order, all-reduced all started at
-    once and one at a time; the record's figures are consistent (its sizes the model's), the
-    line says them, and the model's network reader takes it (a burst alone is no link: the
-    per-size fit it corrects is missing)."""
+    once and one at a time; the record's figures are consistent (its sizes the model's, each
+    time the mean of its rounds with --stat mean), the line says them, and the model's network
+    reader takes it (a burst alone is no link: the per-size fit it corrects is missing)."""
+    import statistics
+
     import models
     out = tmp_path / "burst.json"
     proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "burst",
                 "--model", "bert_tiny", "--sentence-len", "16", "--warmup", "1", "--iters", "3",
-                "--timeout", "60", "--output", str(out)], timeout=300)
+                "--stat", "mean", "--timeout", "60", "--output", str(out)], timeout=300)
     assert proc.returncode == 0, describe(proc)
     (res,) = load_json(out)["results"]
     params = [p for p in models.build("bert_tiny", sentence_len=16).model.parameters()
               if p.requires_grad]
     assert cb.backward_bytes("bert_tiny", sentence_len=16) == [p.numel() * 4
                                                               for p in reversed(params)]
-    assert (res["op"], res["nworkers"], res["iters"]) == ("burst", 2, 3)
+    assert (res["op"], res["nworkers"], res["iters"], res["stat"]) == ("burst", 2, 3, "mean")
+    rounds = res["rounds_s"]
+    assert [len(rounds["one_at_a_time"]), len(rounds["burst"])] == [3, 3]
+    assert res["one_at_a_time_s"] == statistics.fmean(rounds["one_at_a_time"])
+    assert res["burst_s"] == statistics.fmean(rounds["burst"])
     assert res["messages"] == len(params) and res["bytes"] == sum(p.numel() * 4 for p in params)
     assert res["sizes"] == cb.backward_bytes("bert_tiny", sentence_len=16)
     assert res["one_at_a_time_s"] > 0 and res["burst_s"] > 0

@@ -22,7 +22,8 @@ launcher):
   element, which the model adds to the method's compute (without it a compressor's codec was
   free: PowerSGD's cells came out 25-76% too fast).
 
-comm_bench times each size by its mean (``--stat mean``), not the median it prints by default:
+comm_bench times each size, and each burst, by its mean (``--stat mean``), not the median it
+prints by default:
 the model predicts a mean iteration, and on 2 workers pinned to a core each a small
 all-reduce takes 0.3 ms most times and 4 ms (a scheduler turn) some, so its mean was twice
 its median (BERT-Tiny's sizes: 1.6 ms against 0.7).
@@ -45,8 +46,7 @@ from . import store
 from .config import task_key
 
 CALIBRATION = "calibration"
-BURST_ITERS = ("--warmup", "2", "--iters", "10")     # a burst has its own statistic
-COMM_ITERS = (*BURST_ITERS, "--stat", "mean")
+COMM_ITERS = ("--warmup", "2", "--iters", "10", "--stat", "mean")
 PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
 CODEC_ITERS = "3"
 CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
@@ -110,7 +110,7 @@ class Job:
                 cmd += shlex.split(t["args"])
             return cmd + ["--network", net.name, "--output", output]
         cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place,
-               *(BURST_ITERS if self.kind == "burst" else COMM_ITERS),
+               *COMM_ITERS,
                "--network", net.name, "--output", output]
         if net.profile != "loopback":
             cmd += ["--net", str(net.profile)]
