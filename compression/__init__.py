@@ -559,7 +559,7 @@ class PowerSGD(Compressor):
             import torch
             q_buf = None
             if low:
-                with comm.clock("encode_s", tensor) as note:
+                with comm.clock("encode_s", tensor, at_wait=True) as note:
                     q_buf = tensor.new_empty(sum(item[3].numel() for item in low))
                     offset = 0
                     for item in low:

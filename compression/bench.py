@@ -152,6 +152,8 @@ def main(argv=None) -> int:
             st = measure(name, buckets, shapes, args.nworkers, iters, options, device)
             figures[name] = {**st, "dense_elements": n,
                              "encode_s_per_element": st["encode_s"] / n if n else None,
+                             "encode_at_wait_s_per_element": (st["encode_at_wait_s"] / n
+                                                              if n else None),
                              "decode_s_per_element": st["decode_s"] / n if n else None}
             timing = ("-", "-") if args.no_timing else (f"{st['encode_s'] * 1e3:.1f}",
                                                          f"{st['decode_s'] * 1e3:.1f}")

@@ -162,6 +162,18 @@ def compressed_messages(compressor: str, shapes: list[tuple[int, ...]], nworkers
     return out
 
 
+def issued_at_wait(compressor: str, shapes: list[tuple[int, ...]],
+                   powersgd_rank: int = 4) -> int:
+    """How many of ``compressed_messages``' collectives for one bucket (its last ones) the
+    compressor issues only when the bucket is waited for, not when it is handed over:
+    PowerSGD's Q all-reduce (it needs the reduced P), when the bucket has a planned matrix; 0
+    for every other compressor."""
+    _check_compressor(compressor)
+    if compressor != "powersgd":
+        return 0
+    return int(any(powersgd_plan(tuple(s), powersgd_rank) is not None for s in shapes))
+
+
 def ring_collective(op: str, alpha_step: float, beta_step: float, world: int) -> tuple[float,
                                                                                      float]:
     """The per-message (alpha, beta) of a ring collective among ``world`` workers whose steps

@@ -225,9 +225,13 @@ def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate
                    forward_tensor_s=None if shares is None else [x * f for x in shares])
 
 
-def _codec_times(path: str | None, model: str, compressor: str) -> tuple[float, float]:
+def _codec_times(path: str | None, model: str,
+                 compressor: str) -> tuple[float, float, float]:
+    """(encode, decode, encode done when a bucket is waited for) seconds per dense element,
+    from ``compression.bench --output``; a file from before the last was written has 0 for
+    it."""
     if path is None or compressor == "none":
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     data = read_json(path, f"--codec {path}")
     models = data.get("models") if isinstance(data, dict) else None
     entry = None
@@ -240,7 +244,8 @@ def _codec_times(path: str | None, model: str, compressor: str) -> tuple[float, 
         raise UsageError(f"--codec {path} has no {compressor} timing for model {model} "
                          f"(write one with python -m compression.bench --model {model} "
                          f"--compressor {compressor} --output FILE)")
-    return float(entry["encode_s_per_element"]), float(entry["decode_s_per_element"])
+    return (float(entry["encode_s_per_element"]), float(entry["decode_s_per_element"]),
+            float(entry.get("encode_at_wait_s_per_element") or 0.0))
 
 
 class Setting:
@@ -289,11 +294,10 @@ def run_one(method: str, work, setting: Setting, codec, settings: dict):
         return simulate.predict(method, work, None, servers=servers, local=local,
                                 nworkers=setting.nworkers, **settings)
     if codec.compressor != "none":
-        codec = simulate.Codec(codec.compressor, setting.nworkers, codec.density,
-                               codec.powersgd_rank, codec.encode_s_per_element,
-                               codec.decode_s_per_element,
-                               setting.allgather() if codec.compressor in
-                               ("topk", "eftopk", "signum", "efsignum") else None)
+        from dataclasses import replace
+        codec = replace(codec, nworkers=setting.nworkers,
+                        allgather=setting.allgather() if codec.compressor in
+                        ("topk", "eftopk", "signum", "efsignum") else None)
     return simulate.predict(method, work, setting.link, codec=codec,
                             nworkers=setting.nworkers, **settings)
 
@@ -410,8 +414,9 @@ def run(args) -> int:
         work = rescaled(work, batch, args.device_throughput)
     network = topology.load(args.network, args.extrapolate) if args.network else None
     counts = args.counts or [int(prof.get("nworkers") or 1)]
-    enc, dec = _codec_times(args.codec, prof["model"], args.compressor)
-    codec = simulate.Codec(args.compressor, 1, args.density, args.powersgd_rank, enc, dec)
+    enc, dec, enc_wait = _codec_times(args.codec, prof["model"], args.compressor)
+    codec = simulate.Codec(args.compressor, 1, args.density, args.powersgd_rank, enc, dec,
+                           encode_at_wait_s_per_element=enc_wait)
     # every worker count's costs first: a network that lacks one is an error before any output
     settings = [Setting(args, prof, network, n) for n in counts]
     for setting in settings:

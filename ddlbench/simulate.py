@@ -27,11 +27,12 @@ several iterations in steady state: chunks, priority, credit, per-tensor updates
 thread and the next forward waiting per module.
 
 **Compressors** (``Codec``): a message's collectives are what ``costs.compressed_messages`` says
-the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link;
-PowerSGD's Q all-reduce, issued inside ``wait()``, is costed right after its P all-reduce); its
-encode and decode where the method calls it: on the training thread for the bucketed methods
+the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link);
+its encode and decode where the method calls it: on the training thread for the bucketed methods
 (from the gradient hook, and in the step: ``_HostWork``), on the channel for DDP and
-ByteScheduler (their own threads).
+ByteScheduler (their own threads). What the compressor issues only inside ``wait()``
+(PowerSGD's Q all-reduce and the encode before it, ``Codec.phases``) the bucketed methods do in
+the step, message by message; DDP's and ByteScheduler's threads right after the P.
 
 **Parameter servers** (``ServerLinks``; ``bspps``, ``wfbpps``, ``byteschedulerps``): units
 (fusion by ``threshold``) cut into ``partition_bytes`` partitions, keys round-robin on the
@@ -69,7 +70,7 @@ from . import timeline
 from .errors import UsageError
 from .planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from .planning import BYTESCHEDULER_PARTITION as BS_PARTITION
-from .costs import compressed_messages
+from .costs import compressed_messages, issued_at_wait
 from .planning import (BSP_PS_THRESHOLD, DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
                        DEFAULT_PARTITION_BYTES, HOROVOD_DEFAULT_THRESHOLD, chunk_table,
                        merge_groups, plan_buckets)
@@ -253,7 +254,9 @@ class Codec:
     per dense element (``python -m compression.bench --output``): on the training thread for
     the bucketed methods (``_HostWork``: encoded when handed over, decoded in the step), on
     the message's channel before and after its collectives for DDP (a thread of its own) and
-    ByteScheduler (its dispatcher and completer)."""
+    ByteScheduler (its dispatcher and completer). ``encode_at_wait_s_per_element``: the part
+    of the encode the compressor does only when the bucket is waited for, before the
+    collectives it then issues (``phases``; PowerSGD's Q), from compression.bench."""
     compressor: str = "none"
     nworkers: int = 1
     density: float = 0.001
@@ -261,12 +264,17 @@ class Codec:
     encode_s_per_element: float = 0.0
     decode_s_per_element: float = 0.0
     allgather: Link | None = None
+    encode_at_wait_s_per_element: float = 0.0   # of the encode, what is done when waited for
 
     def __post_init__(self):
         if self.nworkers < 1:
             raise UsageError(f"a codec needs at least one worker, got {self.nworkers}")
         if not (self.encode_s_per_element >= 0 and self.decode_s_per_element >= 0):
             raise UsageError("encode and decode times must be >= 0")
+        if not 0 <= self.encode_at_wait_s_per_element <= self.encode_s_per_element:
+            raise UsageError(f"the encode done when waited for must be >= 0 and at most the "
+                             f"whole encode, got {self.encode_at_wait_s_per_element!r} of "
+                             f"{self.encode_s_per_element!r} s per element")
 
     def collectives(self, shapes: list[tuple[int, ...]]) -> list[tuple[str, int]]:
         if self.compressor == "none":
@@ -277,6 +285,14 @@ class Codec:
             raise UsageError(f"compressor {self.compressor} all-gathers: the network model "
                              f"must give an all-gather link")
         return ops
+
+    def phases(self, shapes) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """``collectives(shapes)`` as (issued when the bucket is handed over, issued when it
+        is waited for: ``costs.issued_at_wait``, PowerSGD's Q)."""
+        ops = self.collectives(shapes)
+        late = (issued_at_wait(self.compressor, [tuple(s) for s in shapes], self.powersgd_rank)
+                if self.compressor != "none" else 0)
+        return ops[:len(ops) - late], ops[len(ops) - late:]
 
 
 NO_CODEC = Codec()
@@ -300,12 +316,42 @@ def _shapes(work: Workload, b: int) -> list[tuple[int, ...]]:
 class _AllReduce:
     """Messages on ``channels`` FIFO threads: each waits for a free channel, then encodes,
     runs its collectives one after another, and decodes. A message that had to wait (its
-    channel busy when it was handed over) costs the link's ``queued_s`` more a collective."""
+    channel busy when it was handed over) costs the link's ``queued_s`` more a collective.
+    ``defer``: the collectives a compressor issues only when the bucket is waited for
+    (``Codec.phases``) are left out of ``send`` and sent by ``send_late`` (the bucketed
+    methods wait on the training thread, in the step); without, they follow the others (DDP's
+    and ByteScheduler's threads wait right after starting)."""
 
-    def __init__(self, link: Link, codec: Codec, channels: int):
-        self.link, self.codec = link, codec
+    def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False):
+        self.link, self.codec, self.defer = link, codec, defer
         self.free = [(0.0, i) for i in range(max(1, channels))]
         self.events: list = []
+
+    def late(self, shapes) -> list[tuple[str, int]]:
+        """The collectives ``send_late`` runs for a message of ``shapes``."""
+        return self.codec.phases(shapes)[1] if self.defer else []
+
+    def send_late(self, ready: float, shapes, label: str | None) -> tuple[float, float, int]:
+        """A message's collectives issued when it is waited for, on the first free channel
+        (behind everything handed over before): (taken, done, payload bytes)."""
+        free, lane = heapq.heappop(self.free)
+        t, payload = self._run(self.late(shapes), max(ready, free), free > ready, lane, label)
+        heapq.heappush(self.free, (t, lane))
+        return t, t, payload
+
+    def _run(self, ops, t: float, queued: bool, lane: int, label) -> tuple[float, int]:
+        """Run ``ops`` one after another on channel ``lane`` from ``t``: (end, payload)."""
+        row = "allreduce" if lane == 0 else f"allreduce {lane + 1}"
+        tensor = {"tensor": label} if label is not None else {}
+        payload = 0
+        for op, size in ops:
+            link = self.codec.allgather if op == "allgather" else self.link
+            end = t + link.time(size, queued)
+            self.events.append((op, timeline.COMM, row, t * 1e6, end * 1e6,
+                                {"bytes": size, **tensor}))
+            payload += size
+            t = end
+        return t, payload
 
     def send(self, ready: float, shapes, label: str | None) -> tuple[float, float, int]:
         """(when the transport has taken it, when it is done, payload bytes)."""
@@ -314,20 +360,15 @@ class _AllReduce:
         t = max(ready, free)
         queued = free > ready
         elements = sum(_numel(s) for s in shapes)
-        us, payload = 1e6, 0
+        us = 1e6
         tensor = {"tensor": label} if label is not None else {}
         enc = self.codec.encode_s_per_element * elements
         if enc:
             self.events.append(("encode", timeline.CODEC, row, t * us, (t + enc) * us,
                                 {"elements": elements, **tensor}))
             t += enc
-        for op, size in self.codec.collectives(shapes):
-            link = self.codec.allgather if op == "allgather" else self.link
-            end = t + link.time(size, queued)
-            self.events.append((op, timeline.COMM, row, t * us, end * us,
-                                {"bytes": size, **tensor}))
-            payload += size
-            t = end
+        early, late = self.codec.phases(shapes)
+        t, payload = self._run(early if self.defer else early + late, t, queued, lane, label)
         dec = self.codec.decode_s_per_element * elements
         if dec:
             self.events.append(("decode", timeline.CODEC, row, t * us, (t + dec) * us,
@@ -583,7 +624,9 @@ class _HostWork:
     divides the bucket before its all-reduce, and copies the buckets back once all are done;
     its compressor runs on a thread of its own (the transport's channel: ``channel_codec``).
     ByteScheduler's completer divides each tensor as the bucketed methods divide a message
-    (``div``)."""
+    (``div``). A compressor's encode done only when a bucket is waited for (PowerSGD's Q:
+    ``Codec.encode_at_wait_s_per_element``) is done in the step, once the bucket's first
+    collectives are, before the ones it then issues (``at_wait``)."""
 
     def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int):
         h = work.host
@@ -591,14 +634,17 @@ class _HostWork:
         self.copy = h.copy_s_per_byte
         self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
         self.ddp = method == "ddp"
-        self.enc = 0.0 if self.ddp else codec.encode_s_per_element
+        late = codec.encode_at_wait_s_per_element
+        self.enc = 0.0 if self.ddp else codec.encode_s_per_element - late
+        self.enc_wait = 0.0 if self.ddp else late
         self.dec = 0.0 if self.ddp else codec.decode_s_per_element
 
     def channel_codec(self, codec: Codec) -> Codec:
         """The codec the transport runs: DDP's; the collectives alone for the others."""
         if self.ddp:
             return codec
-        return replace(codec, encode_s_per_element=0.0, decode_s_per_element=0.0)
+        return replace(codec, encode_s_per_element=0.0, decode_s_per_element=0.0,
+                       encode_at_wait_s_per_element=0.0)
 
     def _sizes(self, g) -> tuple[int, int]:
         """(bytes, dense elements) of group ``g``."""
@@ -610,6 +656,9 @@ class _HostWork:
         if self.ddp:
             return (self.copy + self.div) * nbytes
         return (self.copy * nbytes if len(g) > 1 else 0.0) + self.enc * elements
+
+    def at_wait(self, g) -> float:
+        return self.enc_wait * self._sizes(g)[1]
 
     def finish(self, g) -> float:
         if self.ddp:
@@ -656,30 +705,42 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     elif link is None:
         raise UsageError("an all-reduce method needs a link")
     else:
-        transport = _AllReduce(link, host.channel_codec(codec), channels)
+        transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.ddp)
     wait_all = method in ("bspa2a", "bspps") if bsp is None else bsp
     key, sizes = 0, []
+
+    def label_of(g):
+        return (timeline.tensors_label([work.names[b] for b in g])
+                if work.names is not None else None)
 
     def send(g, start):
         """(when taken, when done) of group ``g`` handed over at ``start``; its size noted."""
         nonlocal key
         nbytes = sum(work.nbytes[b] for b in g)
-        label = (timeline.tensors_label([work.names[b] for b in g])
-                 if work.names is not None else None)
         if servers is not None:
             parts = transport.parts(nbytes, key)
             key += len(parts)
-            taken, end, size = transport.send(start, parts, label)
+            taken, end, size = transport.send(start, parts, label_of(g))
         else:
             taken, end, size = transport.send(start, [s for b in g for s in _shapes(work, b)],
-                                              label)
+                                              label_of(g))
         sizes.append(size)
         return taken, end
+
+    def send_late(i, start):
+        """When the collectives group ``i`` issues when waited for, from ``start``, are done
+        (None: it issues none); their bytes join its size."""
+        shapes = [s for b in groups[i] for s in _shapes(work, b)]
+        if servers is not None or not transport.late(shapes):
+            return None
+        _, end, size = transport.send_late(start, shapes, label_of(groups[i]))
+        sizes[i] += size
+        return end
 
     main = timeline.MAIN
     if work.interferes if cosim is None else cosim:
         fwd_end, bwd_end, last_end, end, comm_events, spans = _replay_cosim(
-            work, groups, wait_all, send, transport, host)
+            work, groups, wait_all, send, send_late, transport, host)
     else:
         fwd_end = t = work.forward_s
         done, left, spans = [], list(groups), []
@@ -700,8 +761,11 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
         bwd_end = t
         for g in left:
             hand_over(g)
-        for g, d in zip(groups, done):
+        for i, (g, d) in enumerate(zip(groups, done)):
             t = max(t, d)
+            host_work("encode", host.at_wait(g))
+            late = send_late(i, t)
+            t = t if late is None else max(t, late)
             host_work(host.finish_name(g), host.finish(g))
         host_work("copy out of buckets", host.after_all())
         last_end = t
@@ -721,11 +785,14 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
                       _bottleneck(work, link, servers, sizes, metrics))
 
 
-def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host: _HostWork):
+def _replay_cosim(work: Workload, groups, wait_all: bool, send, send_late, transport,
+                  host: _HostWork):
     """``replay``'s iteration under CPU interference: the training thread computes the forward
     and the backward, packs and hands each group over (in order) once its gradients are ready
-    (with ``wait_all``, after the backward), finishes each in order once it is done, and steps
-    the optimizer; the transport schedules on the communication clock. Returns the forward's,
+    (with ``wait_all``, after the backward), finishes each in order once it is done (first
+    encoding and sending what its compressor issues when waited for: ``send_late``), and
+    steps the optimizer; the transport schedules on the communication clock. Returns the
+    forward's,
     backward's and communication's ends, the iteration's end, the transport's events in wall
     time and the host work's (name, start, end)."""
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
@@ -739,6 +806,17 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host:
         key = ("done", handed[0])
         handed[0] += 1
         sim.at(done, lambda: sim.signal(key))
+
+    def hand_over_late(i):
+        """Send group ``i``'s collectives issued when waited for; the key to wait for (None:
+        it has none)."""
+        done = send_late(i, sim.v)
+        if done is None:
+            return None
+        sim.sent(done)
+        key = ("late", i)
+        sim.at(done, lambda: sim.signal(key))
+        return key
 
     def host_work(name, seconds):
         t0 = sim.t
@@ -763,6 +841,10 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, transport, host:
             hand_over(g)
         for i, g in enumerate(groups):
             yield WAIT, ("done", i)
+            yield from host_work("encode", host.at_wait(g))
+            key = hand_over_late(i)
+            if key is not None:
+                yield WAIT, key
             yield from host_work(host.finish_name(g), host.finish(g))
         yield from sim.drained()
         yield from host_work("copy out of buckets", host.after_all())

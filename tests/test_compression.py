@@ -146,6 +146,28 @@ def test_residual_follows_a_tensor_into_its_new_bucket():
 
 # ---------------------------------------------------------------------------- bytes
 
+def test_an_encode_done_when_waited_for_is_counted_in_the_encode_and_apart():
+    """Comm.clock(at_wait=True): the seconds go to encode_s and to encode_at_wait_s (what
+    the performance model does in the step: PowerSGD's Q); a decode is never at wait."""
+    import time
+    comm = SimComm(2)
+    x = torch.zeros(4)
+    with comm.clock("encode_s", x):
+        time.sleep(0.01)
+    early = comm.seconds["encode_s"]
+    with comm.clock("encode_s", x, at_wait=True):
+        time.sleep(0.02)
+    late = comm.seconds["encode_at_wait_s"]
+    with comm.clock("decode_s", x, at_wait=True):
+        pass
+    assert early >= 0.01 and late >= 0.02
+    assert comm.seconds["encode_s"] == early + late
+    assert comm.seconds["encode_at_wait_s"] == late
+    comm.count_dense(4)
+    st = comm.compression_stats()
+    assert (st["encode_s"], st["encode_at_wait_s"]) == (early + late, late)
+
+
 def test_bytes_are_counted_from_the_exchanged_tensors():
     """Each compressor's payload per worker, exactly, and the ring-model figures that Comm
     counts for the same collectives; on the timeline, its encode spans read the dense bytes

@@ -154,6 +154,12 @@ def test_bench_output_payload_is_the_formula_summed_over_buckets(tmp_path, capsy
         assert st["encode_s_per_element"] == pytest.approx(st["encode_s"] / n)
         assert st["decode_s_per_element"] == pytest.approx(st["decode_s"] / n)
         assert st["encode_s"] > 0 and st["decode_s"] > 0
+        # the encode done when a bucket is waited for: PowerSGD's Q, a part of its encode
+        assert st["encode_at_wait_s_per_element"] == pytest.approx(st["encode_at_wait_s"] / n)
+        if name == "powersgd":
+            assert 0 < st["encode_at_wait_s"] < st["encode_s"]
+        else:
+            assert st["encode_at_wait_s"] == 0, name
 
 
 def test_bench_output_that_cannot_be_written_is_one_line(tmp_path, capsys):

@@ -137,16 +137,56 @@ def test_a_message_costs_the_links_per_message_and_queueing_costs_by_hand():
     two = sim.replay(sim.Workload(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]],
                      channels=2)
     assert starts(two) == pytest.approx([1, 2.25, 1, 2.25, 2.25, 4.0])
-    # every collective of a message that waited: PowerSGD's P and Q both
+    # every collective that waited: PowerSGD's P of the second message behind the first's;
+    # the Qs issued in the step, the first behind that P, the second on a free channel
     codec = sim.Codec("powersgd", 2, powersgd_rank=1)
     one = sim.replay(sim.Workload(0.0, [1.0, 0.0], [4 * 64] * 2, shapes=[(8, 8)] * 2),
                      sim.Link(0.0, 0.0, per_message_s=0.25, queued_s=0.5), [[0], [1]],
                      codec=codec)
-    assert starts(one) == pytest.approx([1, 1.25, 1.25, 1.5, 1.5, 2.25, 2.25, 3.0])
+    assert starts(one) == pytest.approx([1, 1.25, 1.25, 2.0, 2.0, 2.75, 2.75, 3.0])
     # a message never costs less than nothing; the plain time is the measured one
     cheap = sim.Link(1e-3, 0.0, per_message_s=-0.5e-3, queued_s=-2e-3)
     assert (cheap.time(10), cheap.time(10, queued=True), cheap.measured(10)) == \
         (pytest.approx(0.5e-3), 0.0, 1e-3)
+
+
+def test_powersgds_q_is_encoded_and_all_reduced_in_the_step_by_hand():
+    """The bucketed methods wait for each bucket in the step, and PowerSGD computes and
+    all-reduces its Q only then (it needs the reduced P): per bucket, the P all-reduce from
+    the hook, then in the step the Q encode on the training thread, the Q all-reduce (behind
+    whatever the channel holds) and the decode. DDP's thread does P, Q and both encodes in a
+    row on the channel, as before."""
+    # two 8 x 8 matrices (64 elements) 1 s of backward apart; a collective 0.5 s; encode 1 s
+    # per matrix, 0.5 s of it at wait; decode 0.25 s
+    work = sim.Workload(0.0, [1.0, 1.0], [4 * 64] * 2, shapes=[(8, 8)] * 2)
+    codec = sim.Codec("powersgd", 2, powersgd_rank=1, encode_s_per_element=1 / 64,
+                      decode_s_per_element=0.25 / 64, encode_at_wait_s_per_element=0.5 / 64)
+    link = sim.Link(0.5, 0.0)
+    spans = lambda p, kind: [(e[0], e[3] / 1e6, e[4] / 1e6)  # noqa: E731
+                             for e in p.events if e[1] == kind]
+    wfbp = sim.predict("wfbp", work, link, codec=codec, nworkers=2)
+    # hooks: encode P 0.5 s at 1 and 2.5, the Ps at 1.5 and 3; the step from 3: Q encode,
+    # Q all-reduce, decode, per message
+    assert spans(wfbp, timeline.COMM) == [("allreduce", 1.5, 2.0), ("allreduce", 3.0, 3.5),
+                                           ("allreduce", 3.5, 4.0), ("allreduce", 4.75, 5.25)]
+    assert spans(wfbp, timeline.CODEC) == [
+        ("encode", 1.0, 1.5), ("encode", 2.5, 3.0), ("encode", 3.0, 3.5),
+        ("decode", 4.0, 4.25), ("encode", 4.25, 4.75), ("decode", 5.25, 5.5)]
+    assert wfbp.iteration_s == pytest.approx(5.5)
+    assert wfbp.message_bytes == [4 * 8 + 4 * 8] * 2          # P (8 x 1) and Q (8 x 1)
+    assert sim.replay(work, link, wfbp.groups, method="wfbp", codec=codec, nworkers=2,
+                      cosim=True).iteration_s == pytest.approx(5.5)
+    # without a part at wait the encode is all in the hooks (the backward ends at 4); the
+    # first Q waits for the second P (to 4.5), then Q, decode, Q, decode
+    whole = dataclasses.replace(codec, encode_at_wait_s_per_element=0.0)
+    assert sim.predict("wfbp", work, link, codec=whole, nworkers=2).iteration_s == \
+        pytest.approx(4.5 + 0.5 + 0.25 + 0.5 + 0.25)
+    # DDP (one bucket): its thread encodes 2 s, P 0.5, Q 0.5 and decodes 0.5 in a row
+    ddp = sim.predict("ddp", work, link, codec=codec, nworkers=2)
+    assert [s[1:] for s in spans(ddp, timeline.COMM)] == [(4.0, 4.5), (4.5, 5.0)]
+    assert ddp.iteration_s == pytest.approx(5.5)
+    with pytest.raises(UsageError, match="at most the whole encode"):
+        dataclasses.replace(codec, encode_at_wait_s_per_element=2 / 64)
 
 
 def test_the_predicted_trace_reads_back_with_the_same_metrics():

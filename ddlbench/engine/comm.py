@@ -71,7 +71,7 @@ class Comm:
         self.wire_sent = defaultdict(int)
         self.calls = defaultdict(int)
         self.dense = defaultdict(float)     # dense fp32 payload and wire bytes of compressed data
-        self.seconds = defaultdict(float)   # encode_s, decode_s
+        self.seconds = defaultdict(float)   # encode_s (of it encode_at_wait_s), decode_s
         self._events = []                   # CUDA timing events not yet read
 
     def count(self, op: str, numel: int, dtype: torch.dtype, calls: int = 1,
@@ -95,18 +95,21 @@ class Comm:
         self.dense["wire_bytes"] += nbytes * bus_factor("allreduce", self.size)
 
     @contextmanager
-    def clock(self, what: str, tensor: torch.Tensor):
+    def clock(self, what: str, tensor: torch.Tensor, at_wait: bool = False):
         """Time a block of encoding or decoding work (``what``: encode_s or decode_s): wall
         clock on the CPU, CUDA events (read later, no synchronisation here) on a GPU. Yields
         ``encoded(*tensors)``: the block names the encoded tensors (what an encoder produced,
         what a decoder read), whose bytes its timeline span carries (``bytes_out`` of an
-        encode, ``bytes_in`` of a decode) beside the dense ``bytes``."""
+        encode, ``bytes_in`` of a decode) beside the dense ``bytes``. ``at_wait``: an encode
+        the compressor does only when the bucket is waited for (PowerSGD's Q, which needs the
+        reduced P), counted in ``encode_s`` and also in ``encode_at_wait_s``."""
+        keys = (what, "encode_at_wait_s") if at_wait and what == "encode_s" else (what,)
         if tensor.is_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             yield _ignore
             end.record()
-            self._events.append((what, start, end))
+            self._events.extend((key, start, end) for key in keys)
             if len(self._events) > 4096:
                 self._read_events(len(self._events) // 2)
         else:
@@ -121,7 +124,9 @@ class Comm:
                     if args is not None:
                         args[key] = sum(t.numel() * itemsize(t.dtype) for t in tensors)
                 yield encoded
-            self.seconds[what] += time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+            for key in keys:
+                self.seconds[key] += elapsed
 
     def _read_events(self, n: int | None = None) -> None:
         n = len(self._events) if n is None else n
@@ -141,8 +146,9 @@ class Comm:
     def compression_stats(self, steps: int = 1) -> dict | None:
         """Per-worker compression figures divided by ``steps``: bytes handed to collectives,
         wire bytes sent and received (ring model: a ring all-reduce or all-gather receives what
-        it sends), the dense fp32 figures of the same gradients, encode and decode seconds.
-        None when no compressor exchanged anything."""
+        it sends), the dense fp32 figures of the same gradients, encode and decode seconds
+        (and the part of the encode done when a bucket was waited for). None when no
+        compressor exchanged anything."""
         if not self.dense["payload_bytes"]:
             return None
         self._read_events()
@@ -153,6 +159,7 @@ class Comm:
                "dense_payload_bytes": self.dense["payload_bytes"] / steps,
                "dense_wire_bytes": self.dense["wire_bytes"] / steps,
                "encode_s": self.seconds["encode_s"] / steps,
+               "encode_at_wait_s": self.seconds["encode_at_wait_s"] / steps,
                "decode_s": self.seconds["decode_s"] / steps}
         out["compression_ratio"] = (out["dense_payload_bytes"] / out["payload_bytes"]
                                     if out["payload_bytes"] else None)

@@ -126,7 +126,7 @@ class Predictor:
         compressor = m.get("compressor", "none")
         codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
                                           else None)
-        enc, dec = predict._codec_times(codec_file, prof["model"], compressor)
+        enc, dec, enc_wait = predict._codec_times(codec_file, prof["model"], compressor)
         settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
                                       "partition_bytes") if k in m}
         # the run's timing round (a method whose next forward overlaps the last step's tail,
@@ -145,7 +145,8 @@ class Predictor:
             codec = simulate.Codec(
                 compressor, P, float(m.get("density", 0.001)), int(m.get("powersgd_rank", 4)),
                 enc, dec, net.link("allgather", P) if compressor in
-                ("topk", "eftopk", "signum", "efsignum") else None)
+                ("topk", "eftopk", "signum", "efsignum") else None,
+                encode_at_wait_s_per_element=enc_wait)
             if mid == "mgwfbp" and m.get("mgwfbp_ab") == "table":
                 # the original planned with its own tables, whatever the network
                 _, a, b = original_alpha_beta(P, f"rdma{cell.network.profile}"
