@@ -163,20 +163,32 @@ def test_names_fit_the_kernel_and_carry_the_run_id():
 
 
 def test_probe_warns_when_more_than_10_percent_off(monkeypatch):
+    """A probe more than 10% slow is probed again (a busy machine only measures a shaped link
+    slower), up to 3 in all, keeping the fastest; one too fast or within 10% stands; a warning
+    when the kept one is more than 10% off."""
     lines = []
     monkeypatch.setattr(netem.Cluster, "up", lambda self, log=None: self)
     monkeypatch.setattr(netem.Cluster, "down", lambda self: None)
-    for measured, warned in ((0.93e9, False), (0.85e9, True)):
+    for rates, kept, probes, warned in (([0.93e9], 0.93e9, 1, False),
+                                        ([0.85e9, 0.95e9], 0.95e9, 2, False),
+                                        ([0.85e9, 0.86e9, 0.84e9], 0.86e9, 3, True),
+                                        ([0.80e9, 0.70e9, 0.89e9], 0.89e9, 3, True),
+                                        ([1.15e9], 1.15e9, 1, True)):
         lines.clear()
-        monkeypatch.setattr(netem.spawner, "probe_stream", lambda c, s, m=measured: {
-            "kind": "tcp stream host 1 -> host 0", "seconds": 1.0, "bytes": 0,
-            "rate_bps": m * 1448 / 1514, "wire_rate_bps": m, "configured_bps": 1e9,
-            "deviation": m / 1e9 - 1,
-            "within_tolerance": abs(m / 1e9 - 1) <= 0.1})
+        left = list(rates)
+
+        def probe(cluster, seconds):
+            m = left.pop(0)
+            return {"kind": "tcp stream host 1 -> host 0", "seconds": 1.0, "bytes": 0,
+                    "rate_bps": m * 1448 / 1514, "wire_rate_bps": m, "configured_bps": 1e9,
+                    "deviation": m / 1e9 - 1, "within_tolerance": abs(m / 1e9 - 1) <= 0.1}
+        monkeypatch.setattr(netem.spawner, "probe_stream", probe)
         cluster = netem.start(2, "1gbit", log=lines.append)
+        assert not left, rates                  # every probe it was given, and no more
         assert any("warning" in ln for ln in lines) == warned, lines
         info = json.loads(cluster.env(1)["DDLBENCH_NET_INFO"])
-        assert info["probe"]["wire_rate_bps"] == measured and info["rate_bps"] == 1e9
+        assert info["probe"]["wire_rate_bps"] == kept and info["rate_bps"] == 1e9
+        assert info["probe"]["probes"] == probes
 
 
 def test_unavailable_reasons(monkeypatch):
