@@ -40,15 +40,15 @@ point-to-point alpha and beta); the other ranks wait.
 
 ``--ops burst`` (with ``--model``) all-reduces the model's gradient tensors, in backward order,
 as a per-tensor method issues them: all started at once (asynchronous, as WFBP's hooks start
-them while the backward runs ahead) and then waited for, against the same messages one at a
-time (each waited for before the next, as the simulator's one FIFO channel has them), the two
+them while the backward runs ahead) and then waited for, against the same messages one at a time
+(each waited for before the next, as the simulator's one FIFO channel has them), the two
 alternating over ``--iters`` rounds; it prints both medians (means with ``--stat mean``), their
-ratio and the burst's excess per message, and records them with the message sizes: the performance model's all-reduce link
-at that P takes a per-message and a queueing cost from them (``topology.Measured``). On this
-2-core machine with 2 workers pinned to a core each, BERT-Tiny's 46 tensors took 1.6-1.8 times
-as long in a burst on one day (Gloo's threads waking in turns on the one core) and about as
-long on another, when one at a time was itself 1.7 times the sum of the per-size medians;
-unpinned about as long or less.
+ratio and the burst's excess per message, and records them with the message sizes: the
+performance model's all-reduce link at that P takes a per-message and a queueing cost from them
+(``topology.Measured``). On this 2-core machine with 2 workers pinned to a core each,
+BERT-Tiny's 46 tensors took 1.6-1.8 times as long in a burst on one day (Gloo's threads waking
+in turns on the one core) and about as long on another, when one at a time was itself 1.7 times
+the sum of the per-size medians; unpinned about as long or less.
 """
 from __future__ import annotations
 
@@ -312,8 +312,7 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
     """Time ``op`` over ``sizes`` and fit the model: the rows, the fit and its errors.
     ``stat``: which per-operation statistic is a size's time (median or mean).
     Collective: every rank calls it; every rank returns the same numbers."""
-    if stat not in ("median", "mean"):
-        raise UsageError(f"unknown statistic {stat!r}: median or mean")
+    _statistic(stat)
     import torch.distributed as dist
     world = dist.get_world_size(group)
     msgs = sorted({message_size(op, s, world) for s in sizes})
@@ -356,6 +355,14 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
     return result
 
 
+def _statistic(stat: str):
+    """The function of ``--stat`` (median or mean) over a list of times."""
+    import statistics
+    if stat not in ("median", "mean"):
+        raise UsageError(f"unknown statistic {stat!r}: median or mean")
+    return statistics.median if stat == "median" else statistics.fmean
+
+
 def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5,
                   iters: int = 20, stat: str = "median", network: str | None = None,
                   log=None) -> dict:
@@ -364,8 +371,7 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
     rounds of each, then ``iters`` timed rounds alternating the two; a round's time is the
     slowest rank's, the result each mode's ``stat`` (median or mean) over its rounds.
     Collective: every rank calls it alike."""
-    import statistics
-
+    center = _statistic(stat)
     import torch
     import torch.distributed as dist
 
@@ -392,9 +398,6 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
             engine.synchronize(device)
             if k >= warmup:
                 times[name].append(time.perf_counter() - start)
-    if stat not in ("median", "mean"):
-        raise UsageError(f"unknown statistic {stat!r}: median or mean")
-    center = statistics.median if stat == "median" else statistics.fmean
     rounds = _slowest_rank([times["one_at_a_time"], times["burst"]], device, group)
     one, all_at_once = (center(row) for row in rounds)
     result = {"op": "burst", "nworkers": dist.get_world_size(group),
@@ -415,7 +418,8 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
 def format_burst(r: dict) -> str:
     ratio = f"x{r['ratio']:.2f}" if r["ratio"] is not None else "x-"
     return (f"# burst, P = {r['nworkers']}: {r['messages']} all-reduces, "
-            f"{r['bytes'] / 1e6:.2f} MB, {r.get('stat', 'median')} of {r['iters']} rounds (the slowest rank's): "
+            f"{r['bytes'] / 1e6:.2f} MB, {r.get('stat', 'median')} of {r['iters']} rounds "
+            f"(the slowest rank's): "
             f"one at a time {r['one_at_a_time_s'] * 1e3:.2f} ms, all started at once "
             f"{r['burst_s'] * 1e3:.2f} ms ({ratio}; "
             f"{r['excess_per_message_s'] * 1e3:+.3f} ms a message)")

@@ -59,6 +59,8 @@ def ring_link(op: str, alpha: float, beta: float, world: int) -> dict | None:
 # two to exactly the same collectives.
 
 COMPRESSOR_IDS = ("none", "fp16", "topk", "eftopk", "signum", "efsignum", "powersgd")
+# the compressors whose collectives are all-gathers (``compressed_messages``)
+ALLGATHER_COMPRESSORS = ("topk", "eftopk", "signum", "efsignum")
 INDEX_BYTES = 4   # TopK's indices are int32
 WORD_BYTES = 4    # signs travel 32 per int32 word
 HALF_BYTES = 2    # fp16 sends half precision whatever the gradient's dtype

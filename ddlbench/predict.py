@@ -34,6 +34,7 @@ import sys
 import time
 
 from . import simulate, timeline, topology
+from .costs import ALLGATHER_COMPRESSORS
 from .costs import COMPRESSOR_IDS as COMPRESSORS
 from .errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
 from .measure.profile_file import read_profile
@@ -297,7 +298,7 @@ def run_one(method: str, work, setting: Setting, codec, settings: dict):
         from dataclasses import replace
         codec = replace(codec, nworkers=setting.nworkers,
                         allgather=setting.allgather() if codec.compressor in
-                        ("topk", "eftopk", "signum", "efsignum") else None)
+                        ALLGATHER_COMPRESSORS else None)
     return simulate.predict(method, work, setting.link, codec=codec,
                             nworkers=setting.nworkers, **settings)
 
@@ -422,7 +423,7 @@ def run(args) -> int:
     for setting in settings:
         if any(m in simulate.PS_METHODS for m in names):
             setting.servers(args.nservers)
-        if args.compressor in ("topk", "eftopk", "signum", "efsignum"):
+        if args.compressor in ALLGATHER_COMPRESSORS:
             setting.allgather()
     unit = "img" if "image_size" in (prof.get("workload") or {}) else "sen"
     where = (network.describe() if network is not None else

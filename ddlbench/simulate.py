@@ -327,17 +327,17 @@ class _AllReduce:
         self.free = [(0.0, i) for i in range(max(1, channels))]
         self.events: list = []
 
-    def late(self, shapes) -> list[tuple[str, int]]:
-        """The collectives ``send_late`` runs for a message of ``shapes``."""
-        return self.codec.phases(shapes)[1] if self.defer else []
-
-    def send_late(self, ready: float, shapes, label: str | None) -> tuple[float, float, int]:
+    def send_late(self, ready: float, shapes, label: str | None) -> tuple[float, int] | None:
         """A message's collectives issued when it is waited for, on the first free channel
-        (behind everything handed over before): (taken, done, payload bytes)."""
+        (behind everything handed over before): (done, payload bytes); None when it has none
+        (or the transport does not defer them)."""
+        late = self.codec.phases(shapes)[1] if self.defer else []
+        if not late:
+            return None
         free, lane = heapq.heappop(self.free)
-        t, payload = self._run(self.late(shapes), max(ready, free), free > ready, lane, label)
+        t, payload = self._run(late, max(ready, free), free > ready, lane, label)
         heapq.heappush(self.free, (t, lane))
-        return t, t, payload
+        return t, payload
 
     def _run(self, ops, t: float, queued: bool, lane: int, label) -> tuple[float, int]:
         """Run ``ops`` one after another on channel ``lane`` from ``t``: (end, payload)."""
@@ -730,12 +730,14 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     def send_late(i, start):
         """When the collectives group ``i`` issues when waited for, from ``start``, are done
         (None: it issues none); their bytes join its size."""
-        shapes = [s for b in groups[i] for s in _shapes(work, b)]
-        if servers is not None or not transport.late(shapes):
+        if servers is not None:
             return None
-        _, end, size = transport.send_late(start, shapes, label_of(groups[i]))
-        sizes[i] += size
-        return end
+        sent = transport.send_late(start, [s for b in groups[i] for s in _shapes(work, b)],
+                                   label_of(groups[i]))
+        if sent is None:
+            return None
+        sizes[i] += sent[1]
+        return sent[0]
 
     main = timeline.MAIN
     if work.interferes if cosim is None else cosim:
@@ -800,23 +802,21 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, send_late, trans
     spans: list = []
     handed = [0]
 
-    def hand_over(g):
-        _, done = send(g, sim.v)
+    def in_flight(done, key):
+        """Communication until ``done`` (communication clock); ``key`` signalled then."""
         sim.sent(done)
-        key = ("done", handed[0])
-        handed[0] += 1
         sim.at(done, lambda: sim.signal(key))
+        return key
+
+    def hand_over(g):
+        in_flight(send(g, sim.v)[1], ("done", handed[0]))
+        handed[0] += 1
 
     def hand_over_late(i):
         """Send group ``i``'s collectives issued when waited for; the key to wait for (None:
         it has none)."""
         done = send_late(i, sim.v)
-        if done is None:
-            return None
-        sim.sent(done)
-        key = ("late", i)
-        sim.at(done, lambda: sim.signal(key))
-        return key
+        return None if done is None else in_flight(done, ("late", i))
 
     def host_work(name, seconds):
         t0 = sim.t

@@ -1,11 +1,11 @@
 """Probes of an emulated cluster: a TCP stream between two hosts, Gloo all-reduces over all.
 
-Before a run, a short TCP stream from host 1 to host 0 measures the achieved rate (recorded;
-a warning when it is more than 10% off the profile; one more than 10% slow is probed again, up
-to 3 times, keeping the fastest: ``spawner.probe_best``). ``python -m ddlbench.netem probe`` does the
-same by hand, and with ``--allreduce`` times Gloo all-reduces over all hosts (bus bandwidth as in
-nccl-tests: algbw x 2(P-1)/P). Each end runs as a helper process on its host
-(``python -m ddlbench.netem _recv|_send|_allreduce``, ``helper.py``).
+Before a run, a short TCP stream from host 1 to host 0 measures the achieved rate (recorded; a
+warning when it is more than 10% off the profile; one more than 10% slow is probed again, up to
+3 times, keeping the fastest: ``spawner.probe_best``). ``python -m ddlbench.netem probe`` does
+the same by hand, and with ``--allreduce`` times Gloo all-reduces over all hosts (bus bandwidth
+as in nccl-tests: algbw x 2(P-1)/P). Each end runs as a helper process on its host (``python -m
+ddlbench.netem _recv|_send|_allreduce``, ``helper.py``).
 """
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ import json
 import os
 
 from .. import predict, simulate, survey, topology
+from ..costs import ALLGATHER_COMPRESSORS
 from ..errors import UsageError
 from ..options import BATCHES_PER_ITER
 from ..measure.profile_file import read_profile
@@ -144,8 +145,8 @@ class Predictor:
         else:
             codec = simulate.Codec(
                 compressor, P, float(m.get("density", 0.001)), int(m.get("powersgd_rank", 4)),
-                enc, dec, net.link("allgather", P) if compressor in
-                ("topk", "eftopk", "signum", "efsignum") else None,
+                enc, dec, net.link("allgather", P) if compressor in ALLGATHER_COMPRESSORS
+                else None,
                 encode_at_wait_s_per_element=enc_wait)
             if mid == "mgwfbp" and m.get("mgwfbp_ab") == "table":
                 # the original planned with its own tables, whatever the network
