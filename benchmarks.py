@@ -137,6 +137,9 @@ def run_main(argv: list[str]) -> int:
             left = [j.name for j in jobs if j.name not in done]
             print(f"calibrate: {_n(len(left), 'job')} to run before the tries"
                   + (f" ({', '.join(left)})" if left else ""))
+            if sweep.pace:
+                print(f"pace: a short profiler run before each of the "
+                      f"{_n(len(execute.jobs(p.todo)), 'job')} (not counted below)")
         for job in execute.jobs(p.todo):
             t = job[0]
             record = "<record>.json" if len(job) == 1 else "<records>/{method}.json"

@@ -218,12 +218,21 @@ def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate
     """``work`` with every compute time scaled so one worker trains ``throughput`` samples/s
     (its iteration ``batch / throughput``); the shape of the profile, the per-tensor forward
     and the interference slowdowns are kept."""
+    return scaled(work, batch / throughput / work.compute_s)
+
+
+def scaled(work: simulate.Workload, f: float, host: bool = False) -> simulate.Workload:
+    """``work`` with every compute time ``f`` times as long (and, with ``host``, its host
+    copies and divides too: the whole machine's pace, as a sweep's pace probe measures it);
+    the shape of the profile and the interference slowdowns are kept."""
     from dataclasses import replace
-    f = batch / throughput / work.compute_s
     shares = work.forward_tensor_s
+    h = work.host
     return replace(work, forward_s=work.forward_s * f, backward_s=[x * f for x in work.backward_s],
                    optimizer_s=work.optimizer_s * f,
-                   forward_tensor_s=None if shares is None else [x * f for x in shares])
+                   forward_tensor_s=None if shares is None else [x * f for x in shares],
+                   host=simulate.Host(h.copy_s_per_byte * f, h.divide_s_per_byte * f)
+                   if host else h)
 
 
 def _codec_times(path: str | None, model: str,

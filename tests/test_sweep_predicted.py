@@ -110,6 +110,45 @@ def _comm_record(P, alpha, beta, op="allreduce", **extra):
         {"op": op, "nworkers": P, "fit": {"alpha_s": alpha, "beta_s_per_byte": beta}, **extra}]}
 
 
+# each network's all-reduce fit, and its burst: one at a time c1 a message over the line, all
+# at once c2 more for each message that waited
+FITS = {"loopback": (1e-4, 1e-9), "1gbit": (2e-4, 8e-9)}
+BURST_COSTS = {"loopback": (1e-3, 2e-3), "1gbit": (3e-3, -1e-3)}
+
+
+def _calibrated(folder, jobs) -> dict:
+    """The calibration ``jobs``' files in ``folder``, as the profiler, compression.bench and
+    comm_bench write them, each with its ok line in the store; returns the profile."""
+    (folder / "calibration").mkdir(parents=True)
+    prof = json.loads(open(PROFILE).read())
+    prof.update(model="resnet18", workload={"batch_size": 8, "image_size": 32},
+                optimizer_s=0.004)
+    fits, costs = FITS, BURST_COSTS
+    burst_sizes = [4096, 8192, 4096]
+    for j in jobs:
+        net = j.network.name
+        if j.kind == "profile":
+            body = prof
+        elif j.kind == "codec":     # as compression.bench --output writes it
+            body = {"models": {"resnet18": {"compressors": {"powersgd": {
+                "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}
+        elif j.kind == "comm":
+            body = _comm_record(2, *fits[net])
+        elif j.kind == "burst":
+            a, b = fits[net]
+            one = sum(a + b * m for m in burst_sizes) + 3 * costs[net][0]
+            body = {"kind": "comm_bench", "nworkers": 2, "results": [
+                {"op": "burst", "nworkers": 2, "sizes": burst_sizes, "one_at_a_time_s": one,
+                 "burst_s": one + 2 * costs[net][1]}]}
+        else:
+            body = _comm_record(2, fits[net][0], 2 * fits[net][1], op="pushpull", nservers=1,
+                                partition_bytes=4096000, ps_clients="machine", pushers=[0, 1])
+        (folder / "calibration" / f"{j.name}.json").write_text(json.dumps(body))
+        store.append(store.store_path(str(folder)), {"kind": "calibration", "job": j.name,
+                                                     "status": "ok"})
+    return prof
+
+
 def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkeypatch, capsys):
     """calibrate: true: the jobs a sweep needs (a profile per network, task and workers;
     a compressor's codec time per task, workers and settings; comm_bench per network and
@@ -162,36 +201,7 @@ logs: {tmp_path / 'logs'}
     assert cmd[cmd.index("--sizes") + 1] == "4096000"
     # the calibration files, as the profiler and comm_bench write them, already there
     folder = results / "2026-01-01-cal"
-    (folder / "calibration").mkdir(parents=True)
-    prof = json.loads(open(PROFILE).read())
-    prof.update(model="resnet18", workload={"batch_size": 8, "image_size": 32},
-                optimizer_s=0.004)
-    fits = {"loopback": (1e-4, 1e-9), "1gbit": (2e-4, 8e-9)}
-    # each network's burst: one at a time c1 a message over the line, all at once c2 more
-    # for each message that waited
-    burst_sizes = [4096, 8192, 4096]
-    costs = {"loopback": (1e-3, 2e-3), "1gbit": (3e-3, -1e-3)}
-    for j in jobs:
-        net = j.network.name
-        if j.kind == "profile":
-            body = prof
-        elif j.kind == "codec":     # as compression.bench --output writes it
-            body = {"models": {"resnet18": {"compressors": {"powersgd": {
-                "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}
-        elif j.kind == "comm":
-            body = _comm_record(2, *fits[net])
-        elif j.kind == "burst":
-            a, b = fits[net]
-            one = sum(a + b * m for m in burst_sizes) + 3 * costs[net][0]
-            body = {"kind": "comm_bench", "nworkers": 2, "results": [
-                {"op": "burst", "nworkers": 2, "sizes": burst_sizes, "one_at_a_time_s": one,
-                 "burst_s": one + 2 * costs[net][1]}]}
-        else:
-            body = _comm_record(2, fits[net][0], 2 * fits[net][1], op="pushpull", nservers=1,
-                                partition_bytes=4096000, ps_clients="machine", pushers=[0, 1])
-        (folder / "calibration" / f"{j.name}.json").write_text(json.dumps(body))
-        store.append(store.store_path(str(folder)), {"kind": "calibration", "job": j.name,
-                                                     "status": "ok"})
+    prof = _calibrated(folder, jobs)
     assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet",
                             "--only", "network=loopback|1gbit"]) == 0
     entries, bad = store.read(store.store_path(str(folder)))
@@ -201,6 +211,7 @@ logs: {tmp_path / 'logs'}
     # nothing calibrated again; the predictions come before every try
     assert kinds.count("calibration") == len(jobs) and len(preds) == 6
     assert max(i for i, k in enumerate(kinds) if k == "prediction") < kinds.index("try")
+    fits, costs = FITS, BURST_COSTS
     work = predict.workload_of(prof, 0.004)
     for e in preds:
         cell = next(c for c in cells if c.hash == e["hash"])
@@ -234,3 +245,106 @@ logs: {tmp_path / 'logs'}
     assert os.path.exists(os.path.join(folder_s, "plots", "predicted_vs_measured.png"))
     header = open(os.path.join(folder_s, "results.csv")).readline().strip()
     assert header.endswith(",predicted,predicted_error")
+
+
+def test_a_paced_sweep_predicts_each_try_at_the_probes_pace(tmp_path, monkeypatch):
+    """pace: true: before each job of tries a pace probe (the profiler, briefly, at the job's
+    task and workers) whose compute over the calibration profile's is the machine's pace; each
+    of the job's cells gets that try's prediction from the same files with every compute time
+    scaled by it, in the store before the try. A failed probe costs that try its paced
+    prediction, never the try; a cell's paced figure needs every try's. README and CSV show
+    both predictions."""
+    import csv
+    from ddlbench.sweep import calibrate, config as sweep_config
+    monkeypatch.setenv(sweep_config.PROGRAM_ENV, "tests.fake_train")
+    monkeypatch.setattr(calibrate, "PROFILER", "tests.fake_profiler")
+    monkeypatch.setenv("FAKE_PACE", json.dumps({"wfbp_n2_try0": 1.5, "wfbp_n2_try1": 0.8,
+                                                "fusion_n2_try0": 2.0,
+                                                "fusion_n2_try1": "fail"}))
+    path = _sweep(tmp_path, f"""
+name: paced
+networks: [loopback]
+tasks: [{{model: resnet18, batch_size: 8, image_size: 32}}]
+methods: [wfbp, fusion]
+nworkers: [2]
+tries: 2
+calibrate: true
+pace: true
+results: {tmp_path / 'results'}
+logs: {tmp_path / 'logs'}
+""")
+    sweep = sweep_config.load(path, runs=False)
+    assert sweep.pace
+    cells = sweep.cells()
+    folder = tmp_path / "results" / "2026-01-01-paced"
+    prof = _calibrated(folder, calibrate.jobs(cells)[0])
+    monkeypatch.setenv("FAKE_PROFILE", str(folder / "calibration" /
+                                           "resnet18-bs8-px32_n2.profile.json"))
+    # the probe's command: the profiler at the job's placement, briefly, compute alone
+    cmd = calibrate.pace_job([cells[0]], 1).command("OUT")
+    assert cmd[1:3] == ["-m", "tests.fake_profiler"]
+    assert cmd[cmd.index("--iters") + 1] == "4" and "--no-interference" in cmd
+    assert cmd[cmd.index("--nworkers") + 1] == "2" and cmd[cmd.index("--model") + 1] == \
+        "resnet18"
+    assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet"]) == 0
+    entries, bad = store.read(store.store_path(str(folder)))
+    assert bad == 0
+    probes = {e["job"]: e for e in entries if e["kind"] == "calibration"
+              and e["job"].endswith(".pace")}
+    assert sorted(probes) == [f"loopback_resnet18-bs8-px32_{m}_n2_try{i}.pace"
+                              for m in ("fusion", "wfbp") for i in (0, 1)]
+    assert probes["loopback_resnet18-bs8-px32_fusion_n2_try1.pace"]["status"] == "failed"
+    assert probes["loopback_resnet18-bs8-px32_wfbp_n2_try0.pace"]["pace"] == \
+        pytest.approx(1.5, rel=1e-12)
+    tries = {(e["cell"].split("_")[-2], e["try"]): e for e in entries if e["kind"] == "try"}
+    assert len(tries) == 4 and all(e["status"] == "ok" for e in tries.values())
+    paced = {(e["cell"].split("_")[-2], e["try"]): e for e in entries
+             if e["kind"] == "prediction" and "try" in e}
+    assert sorted(paced) == [("fusion", 0), ("wfbp", 0), ("wfbp", 1)]
+    kinds = [(e["kind"], e.get("cell"), e.get("try")) for e in entries]
+    a, b = FITS["loopback"]
+    link = simulate.Link(a, b, per_message_s=BURST_COSTS["loopback"][0],
+                         queued_s=BURST_COSTS["loopback"][1])
+    work = predict.workload_of(prof, 0.004)
+    for (method, i), e in paced.items():
+        pace = {("wfbp", 0): 1.5, ("wfbp", 1): 0.8, ("fusion", 0): 2.0}[(method, i)]
+        assert e["pace"] == pytest.approx(pace, rel=1e-12) and e["attempt"] == 1
+        expected = simulate.predict(method, predict.scaled(work, pace, host=True), link)
+        assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-9)
+        # before its try, after the probe
+        assert kinds.index(("prediction", e["cell"], i)) < kinds.index(("try", e["cell"], i))
+    assert paced[("wfbp", 0)]["throughput"] < paced[("wfbp", 1)]["throughput"]
+    # the prediction before the tries is unpaced, one per cell
+    static = [e for e in entries if e["kind"] == "prediction" and "try" not in e]
+    assert len(static) == 2 and all(e["predicted"]["pace"] == 1.0 for e in static)
+    # reports: the wfbp cell's paced figure is the mean of its tries' (the sweep's statistic)
+    readme = open(folder / "README.md").read()
+    table = readme[readme.index("## Predicted vs measured"):].splitlines()
+    row = next(x for x in table if x.startswith("| ResNet-18") and "| wfbp |" in x)
+    measured = (tries[("wfbp", 0)]["throughput"] + tries[("wfbp", 1)]["throughput"]) / 2
+    q = (paced[("wfbp", 0)]["throughput"] + paced[("wfbp", 1)]["throughput"]) / 2
+    assert f"| {q:.1f} | {100 * (q - measured) / measured:+.1f}% |" in row
+    row = next(x for x in table if x.startswith("| ResNet-18") and "| fusion |" in x)
+    assert "| - |  |" in row                  # a try without a paced prediction
+    assert f"Paced: median |error| {100 * abs(q - measured) / measured:.1f}% over 1 cell" \
+        in readme
+    rows = list(csv.DictReader(open(folder / "results.csv")))
+    by = {(r["method"], int(r["try"])): r for r in rows}
+    assert float(by[("wfbp", 0)]["pace"]) == pytest.approx(1.5)
+    assert float(by[("wfbp", 0)]["paced_predicted"]) == pytest.approx(
+        paced[("wfbp", 0)]["throughput"], rel=1e-4)
+    assert by[("fusion", 1)]["paced_predicted"] == "" and by[("fusion", 1)]["predicted"]
+
+
+def test_pace_needs_calibrate(tmp_path, capsys):
+    path = _sweep(tmp_path, """
+name: nocal
+networks: [loopback]
+tasks: [{model: resnet18, batch_size: 8}]
+methods: [wfbp]
+nworkers: [2]
+pace: true
+""")
+    assert benchmarks.main(["--config", path, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "pace: true needs calibrate: true" in err and err.count("\n") == 1, err

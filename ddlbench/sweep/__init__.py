@@ -47,6 +47,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
       device_throughput: survey          # or {model: samples/s}: rescale one worker's compute
     calibrate: false           # true: profiler and comm_bench first (local networks), then
                                #   every cell predicted beside its measurement
+    pace: false                # true (with calibrate): a short profiler run before each job
+                               #   and each try predicted again at the machine's pace then
     seed: 12345                # the tries run round-robin (try 0 of every cell, then try 1,
                                #   ...), each round shuffled by this seed; default: the one
                                #   the store recorded, else chosen when the store starts

@@ -118,6 +118,7 @@ class Table:
     superseded: int         # tries of other configurations of the same cells, left out
     unreadable: int = 0
     predictions: dict = field(default_factory=dict)   # hash -> a calibrated sweep's prediction
+    paced: dict = field(default_factory=dict)   # (hash, try, attempt) -> a try's paced one
 
 
 def aggregate(values: list[float], how: str) -> tuple[float, float, bool]:
@@ -351,9 +352,29 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
     counts = sorted({n for r in ordered for n in r.cells})
     nouns = {e.get("noun") for e in used if e.get("noun")}
     noun = "GPU" if "GPU" in nouns else "CPU" if nouns else "GPU"
-    predictions = {e["hash"]: e for e in entries if e.get("kind") == "prediction"}
+    predictions = {e["hash"]: e for e in entries
+                   if e.get("kind") == "prediction" and "try" not in e}
+    paced = {(e["hash"], e["try"], e.get("attempt", 1)): e for e in entries
+             if e.get("kind") == "prediction" and "try" in e}
     return Table(ordered, counts, noun, how, min_ok, tries, header, used, superseded,
-                 unreadable, predictions)
+                 unreadable, predictions, paced)
+
+
+def paced_of(t: Table, e: dict) -> float | None:
+    """A try's paced prediction (``pace: true``), None without one."""
+    line = t.paced.get((e["hash"], e["try"], e.get("attempt", 1)))
+    return line.get("throughput") if line else None
+
+
+def paced_prediction(t: Table, h: str) -> float | None:
+    """A cell's paced prediction: the table's statistic (``aggregate``) over the paced
+    predictions of the tries its measured figure is made of; None unless every one has one."""
+    ok = [e for e in t.tries_used if e["hash"] == h and e.get("status") == "ok"
+          and e.get("throughput") is not None]
+    values = [paced_of(t, e) for e in ok]
+    if not values or any(v is None for v in values):
+        return None
+    return aggregate(values, t.aggregate)[0]
 
 
 def predicted_vs_measured(t: Table) -> list[tuple]:

@@ -28,6 +28,14 @@ the model predicts a mean iteration, and on 2 workers pinned to a core each a sm
 all-reduce takes 0.3 ms most times and 4 ms (a scheduler turn) some, so its mean was twice
 its median (BERT-Tiny's sizes: 1.6 ms against 0.7).
 
+With ``pace: true`` (``pace``), a probe also runs before each job of tries: the profiler,
+briefly (``PACE_ITERS``: compute alone, a few iterations), at the job's task and worker count.
+Its compute over the calibration profile's is the machine's pace then (a shared 2-core VM ran
+up to 40% faster 50 minutes into a sweep than when it was calibrated), and each of the job's
+cells gets a second prediction for that try, from the same files with every compute, codec
+and host time scaled by the pace (the network's fits are not: they are links, measured once).
+The reports show both (README "paced", results.csv ``pace``, ``paced_predicted``).
+
 Each job runs like a try (its own session, the sweep's timeout, a log in the logs folder) and
 leaves ``calibration/<job>.json`` in the results folder and one ``kind: calibration`` line in
 the store; a job already done is not run again. Then, before any try, each cell's prediction
@@ -48,13 +56,17 @@ from .config import task_key
 CALIBRATION = "calibration"
 COMM_ITERS = ("--warmup", "2", "--iters", "10", "--stat", "mean")
 PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
+# A pace probe: the compute alone, briefly (no all-reduce fit, no interference timing)
+PACE_ITERS = ("--warmup", "2", "--iters", "4", "--no-interference", "--alpha", "0",
+              "--beta", "0")
+PROFILER = "ddlbench.profiler"      # the module profiles and pace probes run (tests swap it)
 CODEC_ITERS = "3"
 CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str                 # profile, comm, pushpull, burst or codec
+    kind: str                 # profile, comm, pushpull, burst, codec or pace
     network: object           # config.Network
     nworkers: int
     task: dict | None = None
@@ -65,11 +77,14 @@ class Job:
     partition_bytes: int | None = None   # pushpull: the cells' (None: the default)
     compressor: str | None = None        # codec: the compressor and its settings
     codec_options: tuple = ()            # ((name, value), ...)
+    tag: str | None = None               # pace: the job and try it runs before
 
     @property
     def name(self) -> str:
         # A profile is of the compute under the run's placement, the same on every network
         # (the profiler runs its workers on this machine either way): one per task and workers.
+        if self.kind == "pace":     # a probe of the compute before one job of tries
+            return f"{self.tag}.pace"
         parts = [] if self.kind in ("profile", "codec") else [self.network.name]
         if self.task is not None:
             parts.append(task_key(self.task))
@@ -98,10 +113,11 @@ class Job:
             for k, v in self.codec_options:
                 cmd += [f"--{k.replace('_', '-')}", str(v)]
             return cmd + ["--output", output]
-        if self.kind == "profile":
+        if self.kind in ("profile", "pace"):
             t = self.task
-            cmd = [sys.executable, "-m", "ddlbench.profiler", "--model", t["model"],
-                   "--batch-size", str(t["batch_size"]), *PROFILE_ITERS, *place]
+            cmd = [sys.executable, "-m", PROFILER, "--model", t["model"],
+                   "--batch-size", str(t["batch_size"]),
+                   *(PACE_ITERS if self.kind == "pace" else PROFILE_ITERS), *place]
             if self.threads is not None:
                 cmd += ["--threads", str(self.threads)]
             cmd += _shape_flags(t)
@@ -212,7 +228,6 @@ def done(entries: list[dict], folder: str) -> set[str]:
 
 def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none") -> dict:
     """Run the jobs not done yet; each one store line. Returns {status: count}."""
-    from .runner import run_command
     path = store.store_path(folder)
     todo, notes = jobs(cells)
     for note in notes:
@@ -220,69 +235,135 @@ def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none"
             print(f"benchmarks.py: {note}", file=sys.stderr)
     finished = done(store.read(path)[0], folder)
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
-    os.makedirs(os.path.join(folder, CALIBRATION), exist_ok=True)
     for job in todo:
         if job.name in finished:
             counts["skipped"] += 1
             continue
-        out = job.path(folder)
-        if os.path.exists(out):
-            os.unlink(out)
-        cmd = job.command(out)
-        if mode != "none":
-            print(f"calibrate: {job.name}", file=sys.stderr, flush=True)
-        res = run_command(sweep, cmd, {}, os.path.join(logs, f"{job.name}.log"), inflight,
-                          job.name)
-        status = res["status"]
-        if status == "ok" and not os.path.exists(out):
-            status, res["reason"] = "failed", "no output file"
-        entry = {"kind": "calibration", "job": job.name, "status": status,
-                 "file": os.path.relpath(out, folder), "seconds": res["seconds"],
-                 "command": res["command"], "log": res["log"]}
-        if status != "ok":
-            entry["reason"] = res.get("reason")
-            entry["log_tail"] = res.get("log_tail")
+        entry = _run(sweep, job, folder, logs, inflight, mode)
         store.append(path, entry)
-        counts[status] = counts.get(status, 0) + 1
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
     return counts
+
+
+def _run(sweep, job: Job, folder: str, logs: str, inflight, mode: str) -> dict:
+    """Run one job as a try is run; its store line."""
+    from .runner import run_command
+    os.makedirs(os.path.join(folder, CALIBRATION), exist_ok=True)
+    out = job.path(folder)
+    if os.path.exists(out):
+        os.unlink(out)
+    if mode != "none":
+        print(f"calibrate: {job.name}", file=sys.stderr, flush=True)
+    res = run_command(sweep, job.command(out), {}, os.path.join(logs, f"{job.name}.log"),
+                      inflight, job.name)
+    status = res["status"]
+    if status == "ok" and not os.path.exists(out):
+        status, res["reason"] = "failed", "no output file"
+    entry = {"kind": "calibration", "job": job.name, "status": status,
+             "file": os.path.relpath(out, folder), "seconds": res["seconds"],
+             "command": res["command"], "log": res["log"]}
+    if status != "ok":
+        entry["reason"] = res.get("reason")
+        entry["log_tail"] = res.get("log_tail")
+    return entry
+
+
+def pace_job(job_cells: list, try_index: int, attempt: int = 1) -> Job:
+    """The pace probe before try ``try_index`` (its ``attempt``) of the job of ``job_cells``
+    (named as the job's log is)."""
+    from .config import job_name
+    cell = job_cells[0]
+    return Job("pace", cell.network, cell.nworkers, task=cell.task, threads=cell.sweep.threads,
+               tag=f"{job_name(job_cells)}_try{try_index}"
+               + (f"_attempt{attempt}" if attempt > 1 else ""))
+
+
+def compute_s(path: str) -> float:
+    """A profile's compute per iteration (forward, backward and optimizer step), seconds."""
+    from ..measure.profile_file import read_profile
+    prof = read_profile(path)
+    return float(prof["forward_s"]) + sum(float(x) for x in prof["backward_s"]) + \
+        float(prof.get("optimizer_s") or 0.0)
+
+
+def pace(sweep, cells: list, job_cells: list, try_index: int, attempt: int, folder: str,
+         logs: str, inflight, mode: str = "none") -> list[dict]:
+    """A sweep's pace probe (``pace: true``) before one job: the profiler, briefly, at the
+    job's placement (``PACE_ITERS``); the machine's pace is its compute over the calibration
+    profile's, and each of the job's cells gets a prediction for this try from the same files
+    with every compute time scaled by it. Returns the store lines: the probe's, then one
+    ``kind: prediction`` line per cell with its ``try``, ``attempt`` and ``pace`` (none when
+    the probe failed; the cell keeps its prediction from before the tries)."""
+    from ..errors import UsageError, first_line
+    local = [c for c in job_cells if c.network.kind == "net" and c.engine == "torch"]
+    if not local:
+        return []
+    finished = done(store.read(store.store_path(folder))[0], folder)
+    first = local[0]
+    prof = Job("profile", first.network, first.nworkers, task=first.task,
+               threads=first.sweep.threads)
+    if prof.name not in finished:
+        return []
+    job = pace_job(job_cells, try_index, attempt)
+    entry = _run(sweep, job, folder, logs, inflight, mode)
+    lines = [entry]
+    if entry["status"] != "ok":
+        return lines
+    try:
+        factor = compute_s(job.path(folder)) / compute_s(prof.path(folder))
+    except (UsageError, ValueError, TypeError, KeyError, ZeroDivisionError) as err:
+        entry.update(status="failed", reason=f"unreadable probe: {first_line(err)}")
+        return lines
+    entry["pace"] = factor
+    by_net = _network_files(cells, finished, folder)
+    for c in local:
+        line = _prediction(sweep, c, folder, finished, by_net, factor)
+        line.update({"try": try_index, "attempt": attempt, "pace": factor})
+        lines.append(line)
+    return lines
+
+
+def _network_files(cells: list, finished: set, folder: str) -> dict:
+    """network name -> its finished comm and push/pull files."""
+    by_net: dict = {}
+    for job in jobs(cells)[0]:
+        if job.kind in ("comm", "pushpull") and job.name in finished:
+            by_net.setdefault(job.network.name, []).append(job.path(folder))
+    return by_net
 
 
 def predictions(sweep, cells: list, folder: str) -> list[dict]:
     """Each local cell's prediction from the calibration files alone (one store line each;
     a cell whose files are missing gets a line saying which)."""
+    finished = done(store.read(store.store_path(folder))[0], folder)
+    by_net = _network_files(cells, finished, folder)
+    return [_prediction(sweep, c, folder, finished, by_net) for c in cells
+            if c.network.kind == "net" and c.engine == "torch"]
+
+
+def _prediction(sweep, c, folder: str, finished: set, by_net: dict, pace: float = 1.0) -> dict:
+    """One cell's prediction line (``pace``: its compute this many times the profile's)."""
     from ..errors import UsageError, first_line
     from .predicted import Predictor
-    path = store.store_path(folder)
-    finished = done(store.read(path)[0], folder)
-    by_net: dict = {}
-    for job in jobs(cells)[0]:
-        if job.kind in ("comm", "pushpull") and job.name in finished:
-            by_net.setdefault(job.network.name, []).append(job.path(folder))
-    lines = []
-    for c in cells:
-        if c.network.kind != "net" or c.engine != "torch":
-            continue
-        prof = Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads)
-        codec = codec_job(c)
-        burst = burst_job(c)
-        files = by_net.get(c.network.name, []) + (
-            [burst.path(folder)] if burst.name in finished else [])
-        line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
-        missing = [j.name for j in (prof, codec) if j is not None and j.name not in finished]
-        if missing:
-            line["reason"] = f"calibration job {missing[0]} did not finish"
-        else:
-            p = Predictor(sweep, profile=prof.path(folder),
-                          network=",".join(files) or None,
-                          codec=codec.path(folder) if codec is not None else None)
-            try:
-                e = p.predict(c)
-            except UsageError as err:
-                line["reason"] = str(err)
-            except Exception as err:  # noqa: BLE001 - a prediction never takes the sweep down
-                line["reason"] = f"the model failed: {type(err).__name__}: {first_line(err)}"
-            else:
-                line.update(throughput=e["throughput"], predicted=e["predicted"],
-                            metrics=e["record"]["timeline"]["mean"])
-        lines.append(line)
-    return lines
+    prof = Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads)
+    codec = codec_job(c)
+    burst = burst_job(c)
+    files = by_net.get(c.network.name, []) + (
+        [burst.path(folder)] if burst.name in finished else [])
+    line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
+    missing = [j.name for j in (prof, codec) if j is not None and j.name not in finished]
+    if missing:
+        line["reason"] = f"calibration job {missing[0]} did not finish"
+        return line
+    p = Predictor(sweep, profile=prof.path(folder), network=",".join(files) or None,
+                  codec=codec.path(folder) if codec is not None else None, pace=pace)
+    try:
+        e = p.predict(c)
+    except UsageError as err:
+        line["reason"] = str(err)
+    except Exception as err:  # noqa: BLE001 - a prediction never takes the sweep down
+        line["reason"] = f"the model failed: {type(err).__name__}: {first_line(err)}"
+    else:
+        line.update(throughput=e["throughput"], predicted=e["predicted"],
+                    metrics=e["record"]["timeline"]["mean"])
+    return line

@@ -37,7 +37,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "seed", "skip",
+        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "pace", "seed", "skip",
         "threads", "shared_jobs", "adaptive"}
 ADAPTIVE_KEYS = {"target", "max_tries"}
 ENGINES = methods.ENGINES
@@ -296,6 +296,9 @@ class Sweep:
     predict: dict = field(default_factory=dict)
     # Run the profiler and comm_bench first and predict every cell (ddlbench/sweep/calibrate.py)
     calibrate: bool = False
+    # With calibrate: before each job, a short profiler run at its placement (the machine's
+    # pace), and each try's cells predicted again with their compute scaled by it
+    pace: bool = False
     # The order of each round of tries (ddlbench/sweep/execute.py); None: the store's, or one
     # chosen when the store starts
     seed: int | None = None
@@ -337,7 +340,7 @@ class Sweep:
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
                 "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
-                "calibrate": self.calibrate, "seed": self.seed,
+                "calibrate": self.calibrate, "pace": self.pace, "seed": self.seed,
                 "shared_jobs": self.shared_jobs, "adaptive": self.adaptive}
 
 
@@ -460,6 +463,13 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     if not isinstance(calibrate, bool):
         problems.append(f"calibrate must be true or false, got {calibrate!r}")
         calibrate = False
+    pace = raw.get("pace", False)
+    if not isinstance(pace, bool):
+        problems.append(f"pace must be true or false, got {pace!r}")
+        pace = False
+    elif pace and not calibrate:
+        problems.append("pace: true needs calibrate: true (the probe is compared with the "
+                        "calibration's profile)")
     seed = raw.get("seed")
     if seed is not None and not (_is_int(seed) and seed >= 0):
         problems.append(f"seed must be an integer >= 0, got {seed!r}")
@@ -486,7 +496,7 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate, seed=seed, skip=skip, threads=threads,
+                  calibrate=calibrate, pace=pace, seed=seed, skip=skip, threads=threads,
                   shared_jobs=shared_jobs, adaptive=adaptive)
     if networks and tasks and methods and nworkers and not sweep.cells():
         problems.append("skip leaves no cell to run")

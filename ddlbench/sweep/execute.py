@@ -328,7 +328,8 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
         if sweep.calibrate:
             calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode)
             known = {e["hash"] for e in store.read(path)[0]
-                     if e.get("kind") == "prediction" and e.get("throughput") is not None}
+                     if e.get("kind") == "prediction" and e.get("throughput") is not None
+                     and e.get("try") is None}
             for line in calibrate.predictions(sweep, [c for c in p.cells
                                                       if c.hash not in known], p.folder):
                 store.append(path, line)
@@ -343,6 +344,11 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                 for job in jobs(todo):
                     progress.start(job)
                     first = job[0]
+                    if sweep.pace:    # the machine's pace just before the job
+                        for line in calibrate.pace(sweep, p.cells, [t.cell for t in job],
+                                                   first.try_index, first.attempt, p.folder,
+                                                   p.logs, inflight, mode):
+                            store.append(path, line)
                     entries = runner.run_job(sweep, [t.cell for t in job], first.try_index,
                                              first.attempt, p.folder, p.logs, inflight)
                     for t, entry in zip(job, entries):

@@ -48,10 +48,15 @@ class Predictor:
     """Predictions of one sweep's cells; profiles and networks read once."""
 
     def __init__(self, sweep, profile: str | None = None, network: str | None = None,
-                 codec: str | None = None):
+                 codec: str | None = None, pace: float = 1.0):
         """``profile``, ``network`` and ``codec``: use these for every cell (a calibrated
-        sweep's own files) instead of the sweep file's ``predict:`` and the defaults."""
-        self.sweep = sweep
+        sweep's own files) instead of the sweep file's ``predict:`` and the defaults.
+        ``pace``: the machine's compute takes this many times the profile's (a calibrated
+        sweep's pace probe, ddlbench/sweep/calibrate.py): every compute, codec and host time
+        is scaled by it, the network's fits are not."""
+        if not 0 < pace < float("inf"):
+            raise UsageError(f"a pace must be a positive number, got {pace!r}")
+        self.sweep, self.pace = sweep, pace
         self.conf = sweep.predict or {}
         self.given_profile, self.given_network, self.given_codec = profile, network, codec
         self._profiles: dict = {}
@@ -123,11 +128,14 @@ class Predictor:
         rate = self.device_throughput(cell)
         if rate:
             work = predict.rescaled(work, batch, rate)
+        if self.pace != 1.0:
+            work = predict.scaled(work, self.pace, host=True)
         P = cell.nworkers
         compressor = m.get("compressor", "none")
         codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
                                           else None)
-        enc, dec, enc_wait = predict._codec_times(codec_file, prof["model"], compressor)
+        enc, dec, enc_wait = (x * self.pace for x in predict._codec_times(
+            codec_file, prof["model"], compressor))
         settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
                                       "partition_bytes") if k in m}
         # the run's timing round (a method whose next forward overlaps the last step's tail,
@@ -169,7 +177,8 @@ class Predictor:
                 "predicted": {"profile": os.path.relpath(path, REPO) if path.startswith(REPO)
                               else path, "network": spec,
                               "codec": codec_file if compressor != "none" else None,
-                              "device_throughput": rate, "iteration_s": p.iteration_s,
+                              "device_throughput": rate, "pace": self.pace,
+                              "iteration_s": p.iteration_s,
                               "messages": len(p.message_bytes), "bottleneck": p.bottleneck},
                 "record": {"timeline": {"mean": p.metrics, "comm_observed": True}}}
 

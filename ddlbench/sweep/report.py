@@ -19,8 +19,8 @@ import statistics
 
 from . import store
 from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, alone_the_same,
-                        breakdown, build, groups, noise_floor, predicted_vs_measured, ranking,
-                        timeline_of, too_wide)
+                        breakdown, build, groups, noise_floor, paced_prediction,
+                        predicted_vs_measured, ranking, timeline_of, too_wide)
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
                "engine", "nworkers", "try", "attempt", "status", "throughput",
@@ -511,6 +511,8 @@ def csv_text(t: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     # a calibrated sweep: each try also gets its cell's prediction and the try's error
     extra = ["predicted", "predicted_error"] if t.predictions else []
+    if t.paced:   # pace: true: the try's own prediction, its compute at the probe's pace
+        extra += ["pace", "paced_predicted", "paced_error"]
     w.writerow(CSV_COLUMNS + extra)
     rows_by_hash = {h: r for r in t.rows for h in r.hashes.values()}
     mark = marks(t)
@@ -524,6 +526,11 @@ def csv_text(t: Table) -> str:
             pred = (t.predictions.get(e["hash"]) or {}).get("throughput")
             thr = e.get("throughput")
             cells = [_num(pred), _num((pred - thr) / thr) if pred is not None and thr else ""]
+            if t.paced:
+                line = t.paced.get((e["hash"], e["try"], e.get("attempt", 1))) or {}
+                paced = line.get("throughput")
+                cells += [_num(line.get("pace")), _num(paced),
+                          _num((paced - thr) / thr) if paced is not None and thr else ""]
         w.writerow([r.network, r.connection, r.model, r.batch_size, r.label, r.architecture,
                     r.engine, e["config"]["nworkers"], e["try"], e.get("attempt", 1),
                     e.get("status"), _num(e.get("throughput")), _num(e.get("throughput_std")),
@@ -538,15 +545,20 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
     pairs = predicted_vs_measured(t)
     if not pairs:
         return []
+    paced = bool(t.paced)
     out = ["## Predicted vs measured", "",
            "Each cell predicted before any try ran, from this sweep's calibration alone "
            "(`calibration/`: the profiler's layer-wise profile at the cell's worker count, "
            "comm_bench's alpha-beta fits on its network; ddlbench/sweep/calibrate.py): "
-           "error = (predicted - measured) / measured.", "",
+           "error = (predicted - measured) / measured."
+           + (" Paced: each try predicted again just before it ran, every compute time "
+              "scaled by a pace probe (a short profiler run at its placement, over the "
+              "calibration's profile), the same statistic over the tries." if paced else ""),
+           "",
            _md(["DNN", "BS", "CONNECTION", "METHOD", "workers", "measured", "predicted",
-                "error", "bound by"]),
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    errors = []
+                "error", *(("paced", "paced error") if paced else ()), "bound by"]),
+           "|" + " --- |" * (11 if paced else 9)]
+    errors, paced_errors = [], []
     for r, n, measured, line in pairs:
         pred = line.get("throughput")
         if pred is None:
@@ -557,18 +569,31 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
             err = (pred - measured) / measured
             errors.append(abs(err))
             cells = [f"{measured:.1f}", f"{pred:.1f}", f"{100 * err:+.1f}%"]
+        if paced:
+            q = paced_prediction(t, r.hashes[n])
+            if q is None or measured is None:
+                cells += ["-", ""]
+            else:
+                paced_errors.append(abs(q - measured) / measured)
+                cells += [f"{q:.1f}", f"{100 * (q - measured) / measured:+.1f}%"]
         bound = ((line.get("predicted") or {}).get("bottleneck") or "") if pred else ""
         out.append(_md([r.dnn, str(r.batch_size), r.connection, r.method, str(n), *cells,
                         bound]))
     out.append("")
-    if errors:
-        ranked = sorted(errors)
-        p90 = ranked[min(len(ranked) - 1, math.ceil(0.9 * len(ranked)) - 1)]
-        out += [f"Median |error| {100 * statistics.median(errors):.1f}% over "
-                f"{_plural('cell', len(errors))}, 90th percentile {100 * p90:.1f}%.", ""]
+    for label, errs in (("", errors), ("Paced: median ", paced_errors)):
+        if errs:
+            out += [f"{label or 'Median '}|error| {_error_summary(errs)}.", ""]
     if image:
         out += [f"![predicted vs measured]({image})", ""]
     return out
+
+
+def _error_summary(errors: list[float]) -> str:
+    """``x% over N cells, 90th percentile y%`` of absolute relative errors."""
+    ranked = sorted(errors)
+    p90 = ranked[min(len(ranked) - 1, math.ceil(0.9 * len(ranked)) - 1)]
+    return (f"{100 * statistics.median(errors):.1f}% over {_plural('cell', len(errors))}, "
+            f"90th percentile {100 * p90:.1f}%")
 
 
 def _timeline_cells(e: dict) -> list[str]:

@@ -4,7 +4,9 @@ Lines are of two kinds: ``{"kind": "sweep", ...}`` written each time a sweep sta
 store (its definition, so reports need nothing else), and ``{"kind": "try", "hash": ...,
 "try": i, "attempt": k, "status": ok|failed|timeout, ...}`` written once a try has finished;
 a calibrated sweep (``calibrate: true``) adds ``{"kind": "calibration", "job": ...}`` per
-calibration job and ``{"kind": "prediction", "hash": ..., "throughput": ...}`` per cell.
+calibration job and ``{"kind": "prediction", "hash": ..., "throughput": ...}`` per cell;
+with ``pace: true`` also a pace probe's calibration line before each job and a prediction line
+per try of its cells (with ``try``, ``attempt`` and ``pace``).
 Each line is written with a single ``write`` on a file opened for appending, then flushed and
 fsynced before the next run starts; a line cut short (power loss) is skipped when reading and
 the next append starts on a fresh line. A try is identified by (cell hash, try index); when a
@@ -115,9 +117,13 @@ def _well_formed_model(e: dict) -> bool:
     if e["kind"] == "calibration":
         return isinstance(e.get("job"), str) and isinstance(e.get("status"), str)
     throughput = e.get("throughput")
+    pace = e.get("pace", 1.0)
     return isinstance(e.get("hash"), str) and (
         (isinstance(throughput, (int, float)) and not isinstance(throughput, bool))
-        or (throughput is None and isinstance(e.get("reason"), str)))
+        or (throughput is None and isinstance(e.get("reason"), str))) and (
+        # a try's paced prediction (calibrate.pace): its try, attempt and pace
+        "try" not in e or (_is_int(e["try"]) and _is_int(e.get("attempt", 1))
+                           and isinstance(pace, (int, float)) and not isinstance(pace, bool)))
 
 
 def has_cell(e: dict) -> bool:

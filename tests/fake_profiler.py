@@ -1,0 +1,37 @@
+"""A stand-in for ``python -m ddlbench.profiler`` in the pace-probe tests (calibrate.PROFILER).
+
+Takes the profiler's flags, imports no torch, and writes (``--output``) the profile named by
+FAKE_PROFILE with every compute time times a factor: FAKE_PACE is a JSON object from a part of
+the output file's name to its factor, or to "fail" (exit 1, no file). A name no key matches
+gets factor 1.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--output", required=True)
+    args, _ = ap.parse_known_args()
+    name = os.path.basename(args.output)
+    factor = next((v for k, v in json.loads(os.environ.get("FAKE_PACE", "{}")).items()
+                   if k in name), 1.0)
+    if factor == "fail":
+        print("RuntimeError: the fake profiler was told to fail", file=sys.stderr)
+        return 1
+    with open(os.environ["FAKE_PROFILE"]) as f:
+        prof = json.load(f)
+    prof["forward_s"] *= factor
+    prof["backward_s"] = [x * factor for x in prof["backward_s"]]
+    prof["optimizer_s"] = (prof.get("optimizer_s") or 0.0) * factor
+    if prof.get("forward_tensor_s"):
+        prof["forward_tensor_s"] = [x * factor for x in prof["forward_tensor_s"]]
+    with open(args.output, "w") as f:
+        json.dump(prof, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
