@@ -348,3 +348,11 @@ pace: true
     assert benchmarks.main(["--config", path, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "pace: true needs calibrate: true" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("pace", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_pace_must_be_a_positive_number(pace):
+    from ddlbench.errors import UsageError
+    from ddlbench.sweep.predicted import Predictor
+    with pytest.raises(UsageError, match="a pace must be a positive number"):
+        Predictor(None, pace=pace)
