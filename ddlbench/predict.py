@@ -214,6 +214,18 @@ def workload_of(prof: dict, optimizer_s: float = 0.0,
                              **slowdowns)
 
 
+def slowest_rank(prof: dict, nworkers: int) -> float:
+    """How many times rank 0's compute the slowest rank's is, in a profile measured at
+    ``nworkers`` ranks (``rank_compute_s``; every rank profiling at once, the run's placement):
+    in a synchronous step the others wait for the slowest (docs/DESIGN.md section 3). 1 for a
+    profile without it or measured at another worker count (the spread of P ranks says nothing
+    of another P's)."""
+    ranks = prof.get("rank_compute_s")
+    if not ranks or len(ranks) != nworkers or nworkers < 2:
+        return 1.0
+    return max(1.0, max(ranks) / ranks[0])
+
+
 def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate.Workload:
     """``work`` with every compute time scaled so one worker trains ``throughput`` samples/s
     (its iteration ``batch / throughput``); the shape of the profile, the per-tensor forward
@@ -233,6 +245,14 @@ def scaled(work: simulate.Workload, f: float, host: bool = False) -> simulate.Wo
                    forward_tensor_s=None if shares is None else [x * f for x in shares],
                    host=simulate.Host(h.copy_s_per_byte * f, h.divide_s_per_byte * f)
                    if host else h)
+
+
+def _scaled_codec(codec: simulate.Codec, f: float) -> simulate.Codec:
+    """``codec`` with its encode and decode ``f`` times as long."""
+    from dataclasses import replace
+    return replace(codec, encode_s_per_element=codec.encode_s_per_element * f,
+                   decode_s_per_element=codec.decode_s_per_element * f,
+                   encode_at_wait_s_per_element=codec.encode_at_wait_s_per_element * f)
 
 
 def _codec_times(path: str | None, model: str,
@@ -447,10 +467,17 @@ def run(args) -> int:
               f"compute (--no-interference: without)")
     out, matrix = [], {}
     began = time.perf_counter()
+    mean_work, mean_codec = work, codec
     for setting in settings:
         nworkers = setting.nworkers
         print(f"\n{nworkers} worker(s): all-reduce alpha {setting.link.alpha * 1e6:.2f} us, "
               f"beta {setting.link.beta * 1e9:.4f} ns/B")
+        work, codec = mean_work, mean_codec
+        slow = slowest_rank(prof, nworkers)
+        if slow != 1.0:
+            work, codec = scaled(work, slow, host=True), _scaled_codec(codec, slow)
+            print(f"the slowest of the profile's {nworkers} ranks computes x{slow:.3f} rank "
+                  f"0's: the replay takes its pace")
         if args.advise:
             ranked = advise(names, work, setting, codec, batch)
             rows = [[r["method"], _describe(r["settings"], r["method"]), f"{r['throughput']:.1f}",
@@ -461,7 +488,7 @@ def run(args) -> int:
                                    left=(0, 1, 4, 5))))
             for r in ranked:
                 matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
-            out.append({"nworkers": nworkers, "advice": ranked})
+            out.append({"nworkers": nworkers, "slowest_rank": slow, "advice": ranked})
             continue
         rows = []
         for name in names:
@@ -475,7 +502,7 @@ def run(args) -> int:
             matrix.setdefault(name, {})[nworkers] = p.throughput(batch, nworkers)
             out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
                         "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
-                        "iteration_s": p.iteration_s,
+                        "iteration_s": p.iteration_s, "slowest_rank": slow,
                         "throughput": p.throughput(batch, nworkers), "metrics": m,
                         "bottleneck": p.bottleneck})
             if args.traces:
@@ -492,6 +519,7 @@ def run(args) -> int:
         rows = [[name, *(f"{matrix[name][c]:.1f}" for c in counts)] for name in matrix]
         print("\n".join(_table(["method", *(f"{c} workers" for c in counts)], rows)))
     print(f"\n({time.perf_counter() - began:.2f} s to predict)")
+    work = mean_work
     if args.output:
         with open(args.output, "w") as f:
             json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,

@@ -515,6 +515,11 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
                             device=device, warmup=comm_warmup, iters=comm_iters)
     else:
         fit = {"alpha_s": float(alpha), "beta_s_per_byte": float(beta), "given": True}
+    # every rank's compute (forward and backward), rank order: the others wait for the
+    # slowest in a synchronous step, and the model takes that (predict.slowest_rank)
+    ranks = [None] * dist.get_world_size(group)
+    dist.all_gather_object(ranks, float(measured["forward_s"]) + sum(measured["backward_s"]),
+                           group=group)
     prof = None
     if dist.get_rank(group) == 0:
         order = measured["order"]
@@ -532,6 +537,7 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
             "network": network,
             "iterations": {"warmup": warmup, "measured": iters},
             "comm_fit": fit,
+            "rank_compute_s": ranks,
         }
     box = [prof]
     dist.broadcast_object_list(box, src=_global_rank0(group), group=group)

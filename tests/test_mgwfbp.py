@@ -532,9 +532,15 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
                for e in ("word", "position", "token_type"))
     assert "# forward by tensor: " in proc.stdout
     assert work.forward_tensor_s == shares
+    bad = tmp_path / "bad.json"
+    # every rank's compute (one here: rank 0's, the profile's own)
+    assert prof["rank_compute_s"] == pytest.approx([prof["forward_s"] + sum(prof["backward_s"])])
+    assert predict.slowest_rank(prof, 1) == 1.0
+    bad.write_text(json.dumps({**prof, "rank_compute_s": [0.0]}))
+    with pytest.raises(UsageError, match=r"malformed 'rank_compute_s' \(one time > 0 per rank\)$"):
+        profile_file.read_profile(str(bad))
     assert predict.rescaled(work, 4, 4 / work.compute_s / 2).forward_tensor_s == \
         pytest.approx([2 * x for x in shares])
-    bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**prof, "forward_tensor_s": [prof["forward_s"]] * n}))
     with pytest.raises(UsageError, match=r"^MG-WFBP profile .*: malformed 'forward_tensor_s' "
                                          r"\(one time >= 0 per tensor, summing to at most "
@@ -558,3 +564,18 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
                    f"run trains resnet18; write one for it with python -m ddlbench.profiler "
                    f"--model resnet18 --output FILE"], describe(proc)
     assert "verify" not in proc.stdout
+
+
+def test_the_profiler_records_every_ranks_compute(tmp_path, load_json):
+    """Every rank profiles at once and the profile holds each one's forward and backward
+    seconds in rank order (rank 0's are the profile's own); the model replays the slowest."""
+    path = tmp_path / "two.json"
+    proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "2",
+                "--warmup", "0", "--iters", "1", "--no-interference", "--alpha", "0", "--beta",
+                "0", "--timeout", "60", "--output", str(path)], timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    prof = load_json(path)
+    ranks = prof["rank_compute_s"]
+    assert prof["nworkers"] == 2 and len(ranks) == 2 and all(x > 0 for x in ranks)
+    assert ranks[0] == pytest.approx(prof["forward_s"] + sum(prof["backward_s"]))
+    assert predict.slowest_rank(prof, 2) == pytest.approx(max(1.0, ranks[1] / ranks[0]))

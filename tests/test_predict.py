@@ -103,6 +103,27 @@ def test_the_profiles_optimizer_step_counts_unless_given(tmp_path, capsys):
     assert _rows(capsys.readouterr().out)[0][2] == "24.00"
 
 
+def test_the_slowest_rank_sets_the_pace_at_the_profiles_worker_count(tmp_path, capsys):
+    """A profile of every rank's compute (``rank_compute_s``, rank 0's the profile's own):
+    predicted at its own worker count, every compute time is the slowest rank's (the others
+    wait for it in a synchronous step); at another worker count, or with rank 0 the slowest,
+    nothing changes."""
+    assert predict.slowest_rank({"rank_compute_s": [0.02, 0.025]}, 2) == pytest.approx(1.25)
+    assert predict.slowest_rank({"rank_compute_s": [0.02, 0.015]}, 2) == 1.0
+    assert predict.slowest_rank({"rank_compute_s": [0.02, 0.025]}, 4) == 1.0
+    assert predict.slowest_rank({}, 2) == 1.0
+    path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005,
+                       rank_compute_s=[0.023, 0.0276, 0.02])
+    assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
+                         "--beta", "0", "--nworkers", "2,3"]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert rows[0][2] == "28.00"                    # at 2: another count's spread, none
+    assert rows[1][2] == "33.60"                    # at 3: (23 + 5) ms x 1.2
+    assert "the slowest of the profile's 3 ranks computes x1.200 rank 0's" in out
+    assert out.count("the slowest of the profile's") == 1
+
+
 def test_another_link_worker_counts_and_device(tmp_path, capsys):
     path, _ = _profile(tmp_path)
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",

@@ -278,8 +278,12 @@ logs: {tmp_path / 'logs'}
     cells = sweep.cells()
     folder = tmp_path / "results" / "2026-01-01-paced"
     prof = _calibrated(folder, calibrate.jobs(cells)[0])
-    monkeypatch.setenv("FAKE_PROFILE", str(folder / "calibration" /
-                                           "resnet18-bs8-px32_n2.profile.json"))
+    # the calibration profile of both ranks: rank 1 computes 1.1 times as long
+    rank0 = prof["forward_s"] + sum(prof["backward_s"])
+    prof["rank_compute_s"] = [rank0, 1.1 * rank0]
+    profile = folder / "calibration" / "resnet18-bs8-px32_n2.profile.json"
+    profile.write_text(json.dumps(prof))
+    monkeypatch.setenv("FAKE_PROFILE", str(profile))
     # the probe's command: the profiler at the job's placement, briefly, compute alone
     cmd = calibrate.pace_job([cells[0]], 1).command("OUT")
     assert cmd[1:3] == ["-m", "tests.fake_profiler"]
@@ -309,7 +313,9 @@ logs: {tmp_path / 'logs'}
     for (method, i), e in paced.items():
         pace = {("wfbp", 0): 1.5, ("wfbp", 1): 0.8, ("fusion", 0): 2.0}[(method, i)]
         assert e["pace"] == pytest.approx(pace, rel=1e-12) and e["attempt"] == 1
-        expected = simulate.predict(method, predict.scaled(work, pace, host=True), link)
+        # the probe's pace, and the calibration's slowest rank (the probe's own spread, the
+        # same here, does not count twice)
+        expected = simulate.predict(method, predict.scaled(work, pace * 1.1, host=True), link)
         assert e["throughput"] == pytest.approx(expected.throughput(8, 2), rel=1e-9)
         # before its try, after the probe
         assert kinds.index(("prediction", e["cell"], i)) < kinds.index(("try", e["cell"], i))
@@ -317,6 +323,10 @@ logs: {tmp_path / 'logs'}
     # the prediction before the tries is unpaced, one per cell
     static = [e for e in entries if e["kind"] == "prediction" and "try" not in e]
     assert len(static) == 2 and all(e["predicted"]["pace"] == 1.0 for e in static)
+    assert all(e["predicted"]["slowest_rank"] == pytest.approx(1.1) for e in static)
+    assert static[0]["throughput"] == pytest.approx(simulate.predict(
+        static[0]["cell"].split("_")[-2], predict.scaled(work, 1.1, host=True),
+        link).throughput(8, 2), rel=1e-9)
     # reports: the wfbp cell's paced figure is the mean of its tries' (the sweep's statistic)
     readme = open(folder / "README.md").read()
     table = readme[readme.index("## Predicted vs measured"):].splitlines()

@@ -4,7 +4,8 @@ A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name a
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
 ``backend``, ``device``, ``network``); optionally ``forward_tensor_s``, each tensor's share of
-the forward (same order, summing to at most ``forward_s``).
+the forward (same order, summing to at most ``forward_s``), and ``rank_compute_s``, every
+rank's forward and backward seconds (rank order; the others are rank 0's).
 """
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ def read_profile(path: str) -> dict:
             and sum(shares) <= prof["forward_s"] + 1e-9):
         raise UsageError(f"{where}: malformed 'forward_tensor_s' (one time >= 0 per tensor, "
                          f"summing to at most forward_s)")
+    ranks = prof.get("rank_compute_s")
+    if ranks is not None and not (
+            isinstance(ranks, list) and ranks
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                    and math.isfinite(x) and x > 0 for x in ranks)):
+        raise UsageError(f"{where}: malformed 'rank_compute_s' (one time > 0 per rank)")
     return prof
 
 

@@ -128,13 +128,16 @@ class Predictor:
         rate = self.device_throughput(cell)
         if rate:
             work = predict.rescaled(work, batch, rate)
-        if self.pace != 1.0:
-            work = predict.scaled(work, self.pace, host=True)
         P = cell.nworkers
+        # the machine's pace, and the slowest rank's, whose compute the others wait for
+        slow = predict.slowest_rank(prof, P)
+        pace = self.pace * slow
+        if pace != 1.0:
+            work = predict.scaled(work, pace, host=True)
         compressor = m.get("compressor", "none")
         codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
                                           else None)
-        enc, dec, enc_wait = (x * self.pace for x in predict._codec_times(
+        enc, dec, enc_wait = (x * pace for x in predict._codec_times(
             codec_file, prof["model"], compressor))
         settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
                                       "partition_bytes") if k in m}
@@ -178,6 +181,7 @@ class Predictor:
                               else path, "network": spec,
                               "codec": codec_file if compressor != "none" else None,
                               "device_throughput": rate, "pace": self.pace,
+                              "slowest_rank": slow,
                               "iteration_s": p.iteration_s,
                               "messages": len(p.message_bytes), "bottleneck": p.bottleneck},
                 "record": {"timeline": {"mean": p.metrics, "comm_observed": True}}}
