@@ -360,10 +360,14 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
                  unreadable, predictions, paced)
 
 
+def paced_line(t: Table, e: dict) -> dict:
+    """A try's paced prediction line (``pace: true``), {} without one."""
+    return t.paced.get((e["hash"], e["try"], e.get("attempt", 1))) or {}
+
+
 def paced_of(t: Table, e: dict) -> float | None:
-    """A try's paced prediction (``pace: true``), None without one."""
-    line = t.paced.get((e["hash"], e["try"], e.get("attempt", 1)))
-    return line.get("throughput") if line else None
+    """A try's paced prediction, None without one."""
+    return paced_line(t, e).get("throughput")
 
 
 def paced_prediction(t: Table, h: str) -> float | None:

@@ -19,7 +19,7 @@ import statistics
 
 from . import store
 from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, alone_the_same,
-                        breakdown, build, groups, noise_floor, paced_prediction,
+                        breakdown, build, groups, noise_floor, paced_line, paced_prediction,
                         predicted_vs_measured, ranking, timeline_of, too_wide)
 
 CSV_COLUMNS = ["network", "connection", "model", "batch_size", "method", "architecture",
@@ -527,7 +527,7 @@ def csv_text(t: Table) -> str:
             thr = e.get("throughput")
             cells = [_num(pred), _num((pred - thr) / thr) if pred is not None and thr else ""]
             if t.paced:
-                line = t.paced.get((e["hash"], e["try"], e.get("attempt", 1))) or {}
+                line = paced_line(t, e)
                 paced = line.get("throughput")
                 cells += [_num(line.get("pace")), _num(paced),
                           _num((paced - thr) / thr) if paced is not None and thr else ""]
