@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from ddlbench import netem
+from ddlbench.netem import cli as netem_command
 from ddlbench.costs import bus_factor
 from ddlbench.errors import UsageError
 
@@ -162,7 +163,7 @@ def test_names_fit_the_kernel_and_carry_the_run_id():
         netem.Cluster(netem.MAX_HOSTS + 1, netem.resolve("1gbit"))
 
 
-def test_probe_warns_when_more_than_10_percent_off(monkeypatch):
+def test_probe_warns_when_more_than_10_percent_off(monkeypatch, tmp_path, capsys):
     """A probe more than 10% slow is probed again (a busy machine only measures a shaped link
     slower), up to 3 in all, keeping the fastest; one too fast or within 10% stands; a warning
     when the kept one is more than 10% off."""
@@ -189,6 +190,18 @@ def test_probe_warns_when_more_than_10_percent_off(monkeypatch):
         info = json.loads(cluster.env(1)["DDLBENCH_NET_INFO"])
         assert info["probe"]["wire_rate_bps"] == kept and info["rate_bps"] == 1e9
         assert info["probe"]["probes"] == probes
+        # python -m ddlbench.netem probe keeps the same probe (a CI run's 3-host stream came
+        # out 19% slow on a busy machine when the command probed only once).
+        left = list(rates)
+        monkeypatch.setattr(netem_command, "require", lambda: None)
+        out = tmp_path / f"probe{len(rates)}_{kept}.json"
+        assert netem_command.main(["probe", "--net", "1gbit", "--json", str(out)]) == 0
+        assert not left, rates
+        stream = json.loads(out.read_text())["stream"]
+        assert stream["wire_rate_bps"] == kept and stream["probes"] == probes
+        printed = capsys.readouterr().out
+        assert ("warning" in printed) == warned, printed
+        assert (f"the fastest of {probes} probes" in printed) == (probes > 1), printed
 
 
 def test_unavailable_reasons(monkeypatch):
@@ -225,13 +238,20 @@ def test_not_root_is_one_line():
 @needs_netem
 @pytest.mark.parametrize("hosts", [2, 3])
 def test_allreduce_bus_bandwidth_at_1gbit(hosts, tmp_path, netem_runs):
+    """A shaped link never carries more than its rate, and a machine busy elsewhere only
+    measures it slower (CI ran a 3-host stream 19% slow; the same probe on the idle machine,
+    back to back: all-reduces 6% to 33% slow): a probe more than 15% slow is run again, up to
+    3 in all, and the last one is checked."""
     out = tmp_path / "probe.json"
-    proc = netem_cli("probe", "--net", "1gbit", "--hosts", str(hosts), "--allreduce",
-                     "--bytes", "16M", "--iters", "4", "--seconds", "1", "--json", str(out))
-    netem_runs += run_ids(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, describe(proc)
-    res = json.loads(out.read_text())
-    ar, stream = res["allreduce"], res["stream"]
+    for _ in range(3):
+        proc = netem_cli("probe", "--net", "1gbit", "--hosts", str(hosts), "--allreduce",
+                         "--bytes", "16M", "--iters", "4", "--seconds", "1", "--json", str(out))
+        netem_runs += run_ids(proc.stdout + proc.stderr)
+        assert proc.returncode == 0, describe(proc)
+        res = json.loads(out.read_text())
+        ar, stream = res["allreduce"], res["stream"]
+        if min(ar["busbw_bps"] / GBIT - 1, stream["deviation"]) >= -0.15:
+            break
     assert ar["bytes"] == 16 << 20 and len(ar["times_s"]) == 4
     assert abs(ar["busbw_bps"] / GBIT - 1) <= 0.15, ar
     # The tbf limits frames (IP packet and Ethernet header): payload is at most MSS/(MTU+14).
@@ -240,7 +260,7 @@ def test_allreduce_bus_bandwidth_at_1gbit(hosts, tmp_path, netem_runs):
     assert stream["deviation"] == round(stream["wire_rate_bps"] / GBIT - 1, 4)
     assert abs(stream["deviation"]) <= 0.15, stream
     assert res["net"]["hosts"] == hosts and res["net"]["rate_bps"] == GBIT
-    assert not leftovers(res["net"]["run_id"])
+    assert res["net"]["run_id"] == netem_runs[-1] and not any(map(leftovers, netem_runs))
 
 
 @needs_netem

@@ -10,8 +10,9 @@ from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 from . import helper
 from .cluster import Cluster
 from .links import require
-from .probe import PROBE_TOLERANCE, probe_allreduce, probe_line, probe_stream
+from .probe import PROBE_TOLERANCE, probe_allreduce, probe_line
 from .profiles import load_profiles, resolve
+from .spawner import probe_best
 from .state import _owner_alive, _read_states, cleanup_stale, reap
 from .units import format_rate, parse_size
 
@@ -169,7 +170,7 @@ def _cmd_probe(args) -> int:
               else f"netem: {args.hosts} processes on this machine's loopback (no emulation)",
               flush=True)
         if args.seconds > 0:
-            cluster.probe = probe_stream(cluster, args.seconds)
+            cluster.probe = probe_best(cluster, args.seconds)
             results["stream"] = cluster.probe
             print(f"netem: {probe_line(cluster)}", flush=True)
             if not cluster.probe["within_tolerance"]:

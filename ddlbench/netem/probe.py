@@ -106,6 +106,8 @@ def probe_line(cluster: Cluster) -> str:
     if p.get("configured_bps"):
         text += (f" (profile {cluster.profile.name}: {format_rate(p['configured_bps'])}, "
                  f"{p['deviation'] * 100:+.1f}%)")
+    if p.get("probes", 1) > 1:
+        text += f", the fastest of {p['probes']} probes"
     return text
 
 
