@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -216,24 +215,13 @@ def workload_of(prof: dict, optimizer_s: float = 0.0,
 
 
 def slowest_rank(prof: dict, nworkers: int) -> float:
-    """How many times rank 0's compute a synchronous step's slowest rank takes, in a profile
-    measured at ``nworkers`` ranks (every rank profiling at once, the run's placement): in a
-    synchronous step the others wait for the slowest (docs/DESIGN.md section 3). From every
-    rank's per-iteration compute (``rank_step_s``): the mean over iterations of the slowest
-    rank's i-th iteration, over rank 0's mean (a step waits for the slowest of that step, not
-    for the rank slowest on average, and many iterations average out what one mean per rank
-    cannot); from one mean per rank (``rank_compute_s``) in older profiles. At least 1; 1 for a
-    profile without either or measured at another worker count (the spread of P ranks says
-    nothing of another P's)."""
-    if nworkers < 2:
-        return 1.0
-    steps = prof.get("rank_step_s")
-    if steps and len(steps) == nworkers:
-        n = min(len(r) for r in steps)
-        slowest = statistics.fmean(max(r[i] for r in steps) for i in range(n))
-        return max(1.0, slowest / statistics.fmean(steps[0][:n]))
+    """How many times rank 0's compute the slowest rank's is, in a profile measured at
+    ``nworkers`` ranks (``rank_compute_s``; every rank profiling at once, the run's placement):
+    in a synchronous step the others wait for the slowest (docs/DESIGN.md section 3). 1 for a
+    profile without it or measured at another worker count (the spread of P ranks says nothing
+    of another P's)."""
     ranks = prof.get("rank_compute_s")
-    if not ranks or len(ranks) != nworkers:
+    if not ranks or len(ranks) != nworkers or nworkers < 2:
         return 1.0
     return max(1.0, max(ranks) / ranks[0])
 

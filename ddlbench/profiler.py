@@ -191,8 +191,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     Returns ``{"order": parameter indices (of the trainable parameters, in
     ``model.parameters()`` order) in backward order, "backward_s": seconds per tensor in that
     order, "forward_s": seconds, "forward_tensor_s": each tensor's share of the forward, same
-    order, "step_s": each iteration's forward and backward, the iterations whose forward
-    was timed}``. Parameters that never got a gradient come last, at 0 s.
+    order}``. Parameters that never got a gradient come last, at 0 s.
 
     The shares (``_ForwardSplit``) come from every other measured iteration (the only one if
     there is one), with forward hooks on every module owning parameters: each tensor's median
@@ -260,7 +259,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
                     m.register_forward_hook(module_post)]
     from . import compat
     handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
-    forward, ready_at, orders, fractions, steps = [], [[] for _ in range(n)], [], [], []
+    forward, ready_at, orders, fractions = [], [[] for _ in range(n)], [], []
     with _leaving_no_trace(model, device), _removed_after(handles):
         for it in range(warmup + iters):
             for p in params:
@@ -278,10 +277,9 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             span = cur["f1"] - cur["f0"]
             if split_here:
                 fractions.append([x / span if span > 0 else 0.0 for x in cur["split"].spent])
-            start = cur.get("b0", cur["f1"])
             if not split_here or iters == 1:
                 forward.append(span)
-                steps.append(span + max((t - start for _, t in cur["ready"]), default=0.0))
+            start = cur.get("b0", cur["f1"])
             orders.append([i for i, _ in cur["ready"]])
             for i, t in cur["ready"]:
                 ready_at[i].append(t - start)
@@ -307,7 +305,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     attributed = min(1.0, statistics.median(sum(f) for f in fractions))
     scale = forward_s * (attributed / sum(share) if sum(share) > 0 else 0.0)
     return {"order": order, "backward_s": backward, "forward_s": forward_s,
-            "forward_tensor_s": [share[i] * scale for i in order], "step_s": steps}
+            "forward_tensor_s": [share[i] * scale for i in order]}
 
 
 def interference_bytes(nbytes: list[int]) -> int:
@@ -517,12 +515,11 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
                             device=device, warmup=comm_warmup, iters=comm_iters)
     else:
         fit = {"alpha_s": float(alpha), "beta_s_per_byte": float(beta), "given": True}
-    # every rank's compute (forward and backward; its mean and each iteration's), rank
-    # order: the others wait for the slowest in a synchronous step, and the model takes
-    # that (predict.slowest_rank)
+    # every rank's compute (forward and backward), rank order: the others wait for the
+    # slowest in a synchronous step, and the model takes that (predict.slowest_rank)
     ranks = [None] * dist.get_world_size(group)
-    dist.all_gather_object(ranks, (float(measured["forward_s"]) + sum(measured["backward_s"]),
-                                   [float(x) for x in measured["step_s"]]), group=group)
+    dist.all_gather_object(ranks, float(measured["forward_s"]) + sum(measured["backward_s"]),
+                           group=group)
     prof = None
     if dist.get_rank(group) == 0:
         order = measured["order"]
@@ -540,8 +537,7 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
             "network": network,
             "iterations": {"warmup": warmup, "measured": iters},
             "comm_fit": fit,
-            "rank_compute_s": [mean for mean, _ in ranks],
-            "rank_step_s": [steps for _, steps in ranks],
+            "rank_compute_s": ranks,
         }
     box = [prof]
     dist.broadcast_object_list(box, src=_global_rank0(group), group=group)

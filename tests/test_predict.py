@@ -112,14 +112,6 @@ def test_the_slowest_rank_sets_the_pace_at_the_profiles_worker_count(tmp_path, c
     assert predict.slowest_rank({"rank_compute_s": [0.02, 0.015]}, 2) == 1.0
     assert predict.slowest_rank({"rank_compute_s": [0.02, 0.025]}, 4) == 1.0
     assert predict.slowest_rank({}, 2) == 1.0
-    # Every rank's iterations: a step waits for that step's slowest. Equal means (no rank
-    # slowest on average), yet the slowest of each iteration is 0.02 and 0.025 s.
-    steps = {"rank_compute_s": [0.02, 0.02], "rank_step_s": [[0.02, 0.02], [0.015, 0.025]]}
-    assert predict.slowest_rank(steps, 2) == pytest.approx(0.0225 / 0.02)
-    assert predict.slowest_rank(steps, 3) == 1.0
-    assert predict.slowest_rank({"rank_step_s": [[0.02, 0.03, 0.04], [0.01]]}, 2) == 1.0
-    assert predict.slowest_rank({"rank_step_s": [[0.02, 0.01], [0.03]]}, 2) == \
-        pytest.approx(1.5)                          # as many iterations as every rank has
     path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005,
                        rank_compute_s=[0.023, 0.0276, 0.02])
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",

@@ -4,9 +4,8 @@ A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name a
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
 ``backend``, ``device``, ``network``); optionally ``forward_tensor_s``, each tensor's share of
-the forward (same order, summing to at most ``forward_s``), ``rank_compute_s``, every
-rank's forward and backward seconds (rank order; the others are rank 0's), and
-``rank_step_s``, every rank's forward and backward seconds per iteration (rank order).
+the forward (same order, summing to at most ``forward_s``), and ``rank_compute_s``, every
+rank's forward and backward seconds (rank order; the others are rank 0's).
 """
 from __future__ import annotations
 
@@ -58,15 +57,6 @@ def read_profile(path: str) -> dict:
             and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                     and math.isfinite(x) and x > 0 for x in ranks)):
         raise UsageError(f"{where}: malformed 'rank_compute_s' (one time > 0 per rank)")
-    steps = prof.get("rank_step_s")
-    if steps is not None and not (
-            isinstance(steps, list) and steps
-            and (ranks is None or len(steps) == len(ranks))
-            and all(isinstance(r, list) and r
-                    and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                            and math.isfinite(x) and x > 0 for x in r) for r in steps)):
-        raise UsageError(f"{where}: malformed 'rank_step_s' (per rank, as many as "
-                         f"rank_compute_s, a list of times > 0)")
     return prof
 
 
