@@ -183,7 +183,7 @@ def test_probe_warns_when_more_than_10_percent_off(monkeypatch, tmp_path, capsys
             return {"kind": "tcp stream host 1 -> host 0", "seconds": 1.0, "bytes": 0,
                     "rate_bps": m * 1448 / 1514, "wire_rate_bps": m, "configured_bps": 1e9,
                     "deviation": m / 1e9 - 1, "within_tolerance": abs(m / 1e9 - 1) <= 0.1}
-        monkeypatch.setattr(netem.spawner, "probe_stream", probe)
+        monkeypatch.setattr(netem.probe, "probe_stream", probe)
         cluster = netem.start(2, "1gbit", log=lines.append)
         assert not left, rates                  # every probe it was given, and no more
         assert any("warning" in ln for ln in lines) == warned, lines

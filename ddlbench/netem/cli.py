@@ -10,9 +10,8 @@ from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 from . import helper
 from .cluster import Cluster
 from .links import require
-from .probe import PROBE_TOLERANCE, probe_allreduce, probe_line
+from .probe import PROBE_TOLERANCE, probe_allreduce, probe_best, probe_line
 from .profiles import load_profiles, resolve
-from .spawner import probe_best
 from .state import _owner_alive, _read_states, cleanup_stale, reap
 from .units import format_rate, parse_size
 

@@ -2,7 +2,7 @@
 
 Before a run, a short TCP stream from host 1 to host 0 measures the achieved rate (recorded; a
 warning when it is more than 10% off the profile; one more than 10% slow is probed again, up to
-3 times, keeping the fastest: ``spawner.probe_best``). ``python -m ddlbench.netem probe`` does
+3 times, keeping the fastest: ``probe_best``). ``python -m ddlbench.netem probe`` does
 the same by hand, and with ``--allreduce`` times Gloo all-reduces over all hosts (bus bandwidth
 as in nccl-tests: algbw x 2(P-1)/P). Each end runs as a helper process on its host (``python -m
 ddlbench.netem _recv|_send|_allreduce``, ``helper.py``).
@@ -24,6 +24,7 @@ from .profiles import REPO
 from .units import format_rate
 
 PROBE_TOLERANCE = 0.10      # warn when the probe is further than this from the profile's rate
+PROBE_TRIES = 3     # stream probes at most, while each comes out slower than the tolerance
 ETHERNET_HEADER = 14        # bytes a veth frame adds to an IP packet (the tbf counts them)
 
 
@@ -97,6 +98,21 @@ def probe_stream(cluster: Cluster, seconds: float = 1.0, src: int = 1, dst: int 
     else:
         out.update(configured_bps=None, deviation=None, within_tolerance=True)
     return out
+
+
+def probe_best(cluster: Cluster, seconds: float, tries: int = PROBE_TRIES) -> dict:
+    """The fastest of up to ``tries`` stream probes, probing again only while the best so far
+    is more than the tolerance below the profile's rate: a shaped link never carries more than
+    its rate, while a machine busy elsewhere (both cores of a 2-core machine under a test
+    suite) measures it slower than it is. A probe too fast, or within the tolerance, stands.
+    ``probes``: how many it took."""
+    best, n = probe_stream(cluster, seconds), 1
+    while n < tries and (best.get("deviation") or 0.0) < -PROBE_TOLERANCE:
+        again = probe_stream(cluster, seconds)
+        n += 1
+        if again["wire_rate_bps"] > best["wire_rate_bps"]:
+            best = again
+    return {**best, "probes": n}
 
 
 def probe_line(cluster: Cluster) -> str:

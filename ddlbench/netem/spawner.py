@@ -6,26 +6,9 @@ import os
 
 from ..errors import UsageError
 from .cluster import Cluster, _stderr
-from .probe import PROBE_TOLERANCE, probe_line, probe_stream
+from .probe import probe_best, probe_line
 from .profiles import resolve
 from .units import format_rate
-
-PROBE_TRIES = 3     # stream probes at most, while each comes out slower than the tolerance
-
-
-def probe_best(cluster: Cluster, seconds: float, tries: int = PROBE_TRIES) -> dict:
-    """The fastest of up to ``tries`` stream probes, probing again only while the best so far
-    is more than the tolerance below the profile's rate: a shaped link never carries more than
-    its rate, while a machine busy elsewhere (both cores of a 2-core machine under a test
-    suite) measures it slower than it is. A probe too fast, or within the tolerance, stands.
-    ``probes``: how many it took."""
-    best, n = probe_stream(cluster, seconds), 1
-    while n < tries and (best.get("deviation") or 0.0) < -PROBE_TOLERANCE:
-        again = probe_stream(cluster, seconds)
-        n += 1
-        if again["wire_rate_bps"] > best["wire_rate_bps"]:
-            best = again
-    return {**best, "probes": n}
 
 
 def start(nhosts: int, spec: str, log=None) -> Cluster | None:
