@@ -25,7 +25,12 @@ What it measures, on the rank's own batch:
   ``--no-interference``, null on one worker): forward-backward passes and all-reduces of the
   model's largest gradient timed alone and beside each other, every rank at once; compute
   beside communication takes ``1 + compute_slowdown`` times as long, communication beside
-  compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them);
+  compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them).
+  Both are of the network the workers run over (``--net``, as the training script's): on
+  this 2-core machine ResNet-18's compute took +62-76% beside loopback all-reduces of its
+  largest gradient, +13-45% beside the same over an emulated 1 Gbit/s link, and the
+  all-reduces +87-124% beside compute over loopback, +3-5% over 1 Gbit/s (where the link,
+  not the cores, sets their pace);
 - what the methods' own handling of the gradients costs (``host``, ``measure_host``): every
   gradient copied into one flat buffer and back, and the buffer divided in place, per byte,
   every rank at once.
@@ -40,10 +45,11 @@ The profile file (JSON, ``"format": "ddlbench-mgwfbp-profile"``): the model name
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``forward_tensor_s`` (per tensor, same order; sum <= ``forward_s``), ``alpha_s``,
 ``beta_s_per_byte``, and where they were measured (``nworkers``, ``backend``, ``device``,
-``network``), the optimizer's step (``optimizer_s``) and ``interference``
-(``compute_slowdown``, ``comm_slowdown``, the all-reduce's ``bytes``, the ``iters`` of each
-phase, the mean times behind them, ``per_rank``; or null) and ``host`` (``copy_s_per_byte``,
-``divide_s_per_byte``, the gradient ``bytes`` and ``iters`` they were timed with).
+``network``, and ``net``: the emulated link as a run's record has it), the optimizer's step
+(``optimizer_s``) and ``interference`` (``compute_slowdown``, ``comm_slowdown``, the
+all-reduce's ``bytes``, the ``iters`` of each phase, the mean times behind them, ``per_rank``;
+or null) and ``host`` (``copy_s_per_byte``, ``divide_s_per_byte``, the gradient ``bytes`` and
+``iters`` they were timed with).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
 this one.
 """
@@ -589,7 +595,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"))
+    p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
+                   help="label of the network, for the record")
+    p.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
+                   metavar="PROFILE",
+                   help="emulated network between the local workers (as the training "
+                        "script's --net; env DDLBENCH_NET): the all-reduce fit and the CPU "
+                        "interference are of that network (a Gloo all-reduce over a 1 Gbit/s "
+                        "link takes the cores far less than over loopback)")
     return p.parse_args(argv)
 
 
@@ -601,6 +614,8 @@ def check(args) -> None:
                         "--seed", "--momentum", "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
+    from . import netem
+    netem.check(args.net)
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
     import models
@@ -618,6 +633,7 @@ def main(argv=None) -> int:
 def worker(args, placement) -> int:
     from . import engine
     from .measure.workload import learning_rate, make_optimizer, replica
+    from .netem import run_info
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
                       timeout_s=args.timeout, threads=args.threads)
     try:
@@ -631,8 +647,9 @@ def worker(args, placement) -> int:
                             warmup=args.warmup, iters=args.iters, comm_warmup=args.comm_warmup,
                             comm_iters=args.comm_iters, alpha=args.alpha, beta=args.beta,
                             network=args.network, workload=workload)
-        # CPU interference, for the performance model: every rank at once, as in training;
-        # nothing to interfere with on one worker
+        prof["net"] = run_info(args.net)       # the emulated link, as a run's record has it
+        # CPU interference, for the performance model: every rank at once, as in training,
+        # over the network the run uses; nothing to interfere with on one worker
         prof["interference"] = None
         if ctx.size > 1 and not args.no_interference:
             nbytes = interference_bytes([t["bytes"] for t in prof["tensors"]])

@@ -99,8 +99,10 @@ def test_bad_net_is_one_line_exit_2(spec, words):
     assert words in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_training_script_refuses_bad_net():
-    proc = train(*TINY_BERT, "--nworkers", "2", "--net", "rate=0mbit", timeout=120)
+@pytest.mark.parametrize("module", ["ddlbench.train", "ddlbench.profiler"])
+def test_training_script_and_profiler_refuse_bad_net(module):
+    proc = run([sys.executable, "-m", module, *TINY_BERT, "--nworkers", "2",
+                "--net", "rate=0mbit"], timeout=120)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().count("\n") == 0, describe(proc)
     assert proc.stderr.startswith("ddlbench: error: rate must be positive"), describe(proc)
@@ -295,6 +297,31 @@ def test_ps_per_machine_over_1gbit(tmp_path, netem_runs):
     assert server["pushes_received"] == 2 * rec["method"]["partitions"] * steps
     assert server["bytes_received"] == 2 * rec["model"]["gradient_bytes"] * steps
     assert len(netem_runs) == 1 and not any(leftovers(r) for r in netem_runs)
+
+
+@needs_netem
+def test_profiler_measures_the_interference_over_the_emulated_link(tmp_path, netem_runs,
+                                                                   load_json):
+    """The profiler's workers run as emulated hosts with --net, as the training script's do:
+    the CPU interference's all-reduces cross the 1 Gbit/s link (alone and beside compute,
+    none faster than the link carries a ring's share of their bytes beyond the shaper's
+    burst; over loopback they take a tenth of that), and the profile records the link."""
+    out = tmp_path / "prof.json"
+    proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "2",
+                "--net", "1gbit", "--network", "lan", "--warmup", "0", "--iters", "1",
+                "--comm-iters", "2", "--interference-iters", "1", "--timeout", "60",
+                "--output", str(out)], timeout=240, DDLBENCH_NET_PROBE_S="0.3")
+    netem_runs += run_ids(proc.stderr)
+    assert proc.returncode == 0, describe(proc)
+    prof = load_json(out)
+    net, x = prof["net"], prof["interference"]
+    assert (net["profile"], net["emulated"], net["hosts"], prof["network"]) == \
+        ("1gbit", True, 2, "lan")
+    assert x["bytes"] == max(t["bytes"] for t in prof["tensors"])   # the word embeddings
+    floor = (bus_factor("allreduce", 2) * x["bytes"] - net["burst_bytes"]) * 8 / GBIT
+    assert floor > 0.002
+    assert x["comm_s"] >= floor and x["comm_beside_compute_s"] >= floor, (x, floor)
+    assert len(netem_runs) == 1 and not leftovers(netem_runs[0])
 
 
 @needs_netem

@@ -580,7 +580,7 @@ def test_threads_reach_every_run_and_profile_and_the_cell_hash(tmp_path):
         assert c_one.hash != c_plain.hash
     profiles = [j for j in calibrate.jobs(one.cells())[0] if j.kind == "profile"]
     assert [j.name for j in profiles] == ["resnet18-bs4-px32_n1_t1.profile",
-                                          "resnet18-bs4-px32_n2_t1.profile"]
+                                          "loopback_resnet18-bs4-px32_n2_t1.profile"]
     for cmd in (j.command("p.json") for j in profiles):
         assert cmd[cmd.index("--threads") + 1] == "1", cmd
     for bad in (0, "two", True):

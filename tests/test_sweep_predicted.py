@@ -114,21 +114,29 @@ def _comm_record(P, alpha, beta, op="allreduce", **extra):
 # at once c2 more for each message that waited
 FITS = {"loopback": (1e-4, 1e-9), "1gbit": (2e-4, 8e-9)}
 BURST_COSTS = {"loopback": (1e-3, 2e-3), "1gbit": (3e-3, -1e-3)}
+# the CPU interference each network's profile measured (over loopback the cores carry the
+# all-reduces; over 1 Gbit/s the link sets their pace)
+INTERFERENCE = {"loopback": (0.7, 0.9), "1gbit": (0.3, 0.04)}
 
 
 def _calibrated(folder, jobs) -> dict:
     """The calibration ``jobs``' files in ``folder``, as the profiler, compression.bench and
-    comm_bench write them, each with its ok line in the store; returns the profile."""
+    comm_bench write them, each with its ok line in the store; returns the profile of the
+    first network (each network's has that network's ``INTERFERENCE``)."""
     (folder / "calibration").mkdir(parents=True)
     prof = json.loads(open(PROFILE).read())
     prof.update(model="resnet18", workload={"batch_size": 8, "image_size": 32},
                 optimizer_s=0.004)
     fits, costs = FITS, BURST_COSTS
     burst_sizes = [4096, 8192, 4096]
+    first = None
     for j in jobs:
         net = j.network.name
         if j.kind == "profile":
-            body = prof
+            kappa, mu = INTERFERENCE[net]
+            body = dict(prof, network=net, interference={
+                "compute_slowdown": kappa, "comm_slowdown": mu, "bytes": 4096})
+            first = first or body
         elif j.kind == "codec":     # as compression.bench --output writes it
             body = {"models": {"resnet18": {"compressors": {"powersgd": {
                 "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}
@@ -146,7 +154,7 @@ def _calibrated(folder, jobs) -> dict:
         (folder / "calibration" / f"{j.name}.json").write_text(json.dumps(body))
         store.append(store.store_path(str(folder)), {"kind": "calibration", "job": j.name,
                                                      "status": "ok"})
-    return prof
+    return first
 
 
 def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkeypatch, capsys):
@@ -175,27 +183,34 @@ logs: {tmp_path / 'logs'}
     cells = sweep.cells()
     jobs, notes = calibrate.jobs(cells)
     assert [j.name for j in jobs] == [
-        "resnet18-bs8-px32_n2.profile", "resnet18-bs8-px32_n2_powersgd-powersgd_rank2.codec",
+        "loopback_resnet18-bs8-px32_n2.profile", "1gbit_resnet18-bs8-px32_n2.profile",
+        "resnet18-bs8-px32_n2_powersgd-powersgd_rank2.codec",
         "loopback_n2.comm", "1gbit_n2.comm",
         "loopback_resnet18-bs8-px32_n2.burst", "1gbit_resnet18-bs8-px32_n2.burst",
         "loopback_n2_kdefault-machine.pushpull", "1gbit_n2_kdefault-machine.pushpull"]
     assert "rdma0 are a real cluster's" in notes[0]
-    cmd = jobs[1].command("OUT")
+    # a profile per network: its workers run over that network (the CPU interference is
+    # the network's), with 8 passes each alone and beside all-reduces
+    over = [jobs[i].command("OUT") for i in (0, 1)]
+    assert [c[c.index("--network") + 1] for c in over] == ["loopback", "1gbit"]
+    assert "--net" not in over[0] and over[1][over[1].index("--net") + 1] == "1gbit"
+    assert all(c[c.index("--interference-iters") + 1] == "8" for c in over)
+    cmd = jobs[2].command("OUT")
     assert cmd[1:] == ["-m", "compression.bench", "--model", "resnet18", "--compressor",
                        "powersgd", "--nworkers", "2", "--iters", "3", "--threads", "1",
                        "--powersgd-rank", "2", "--output", "OUT"]
-    cmd = jobs[3].command("OUT")
+    cmd = jobs[4].command("OUT")
     assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
     assert cmd[cmd.index("--stat") + 1] == "mean"
     # the burst: the task's model and input shape on the network
-    cmd = jobs[5].command("OUT")
+    cmd = jobs[6].command("OUT")
     assert (cmd[cmd.index("--ops") + 1], cmd[cmd.index("--model") + 1],
             cmd[cmd.index("--image-size") + 1], cmd[cmd.index("--net") + 1]) == \
         ("burst", "resnet18", "32", "1gbit")
     assert cmd[cmd.index("--stat") + 1] == "mean"     # like the per-size rows it corrects
     # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition
-    cmd = jobs[7].command("OUT")
+    cmd = jobs[8].command("OUT")
     assert cmd[cmd.index("--ops") + 1] == "pushpull" and "--partition-bytes" not in cmd
     assert cmd[cmd.index("--max-bytes") + 1] == str(2 << 20)
     assert cmd[cmd.index("--sizes") + 1] == "4096000"
@@ -212,9 +227,12 @@ logs: {tmp_path / 'logs'}
     assert kinds.count("calibration") == len(jobs) and len(preds) == 6
     assert max(i for i, k in enumerate(kinds) if k == "prediction") < kinds.index("try")
     fits, costs = FITS, BURST_COSTS
-    work = predict.workload_of(prof, 0.004)
     for e in preds:
         cell = next(c for c in cells if c.hash == e["hash"])
+        # the cell's network's profile: its interference
+        kappa, mu = INTERFERENCE[cell.network.name]
+        work = predict.workload_of(dict(prof, interference={
+            "compute_slowdown": kappa, "comm_slowdown": mu}), 0.004)
         a, b = fits[cell.network.name]
         link = simulate.Link(a, b, per_message_s=costs[cell.network.name][0],
                              queued_s=costs[cell.network.name][1])
@@ -281,7 +299,7 @@ logs: {tmp_path / 'logs'}
     # the calibration profile of both ranks: rank 1 computes 1.1 times as long
     rank0 = prof["forward_s"] + sum(prof["backward_s"])
     prof["rank_compute_s"] = [rank0, 1.1 * rank0]
-    profile = folder / "calibration" / "resnet18-bs8-px32_n2.profile.json"
+    profile = folder / "calibration" / "loopback_resnet18-bs8-px32_n2.profile.json"
     profile.write_text(json.dumps(prof))
     monkeypatch.setenv("FAKE_PROFILE", str(profile))
     # the probe's command: the profiler at the job's placement, briefly, compute alone

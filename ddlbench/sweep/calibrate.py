@@ -7,8 +7,12 @@ cluster's ``rdma`` networks are calibrated by hand, with the same two commands u
 launcher):
 
 - ``profile``: ``python -m ddlbench.profiler`` with the task's model and batch on the cell's
-  worker count (every rank profiling at once, the placement of the run to predict; the same
-  for every network: one per task and worker count);
+  worker count and network (every rank profiling at once, the placement of the run to
+  predict, over its ``--net``: one per task, network and worker count). The network matters
+  to the CPU interference: on 2 cores ResNet-18's compute took +62-76% beside loopback
+  all-reduces and +13-45% beside 1 Gbit/s ones, the all-reduces +87-124% beside compute
+  over loopback and +3-5% over 1 Gbit/s, and a profile over loopback for every network put
+  wfbp 14% too slow against BSP in two model-check runs (README, the performance model);
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
@@ -55,7 +59,10 @@ from .config import task_key
 
 CALIBRATION = "calibration"
 COMM_ITERS = ("--warmup", "2", "--iters", "10", "--stat", "mean")
-PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3")
+# 8 passes each alone and beside all-reduces for the interference (the default 4 gave ResNet-
+# 18's compute +13%, +28% and +45% over 1 Gbit/s in three runs back to back)
+PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3",
+                 "--interference-iters", "8")
 # A pace probe: the compute alone, briefly (no all-reduce fit, no interference timing)
 PACE_ITERS = ("--warmup", "2", "--iters", "4", "--no-interference", "--alpha", "0",
               "--beta", "0")
@@ -80,12 +87,19 @@ class Job:
     tag: str | None = None               # pace: the job and try it runs before
 
     @property
+    def _networked(self) -> bool:
+        """Whether the job's workers talk over its network."""
+        return self.kind != "codec" and (self.nworkers > 1 or self.kind not in ("profile",
+                                                                                "pace"))
+
+    @property
     def name(self) -> str:
-        # A profile is of the compute under the run's placement, the same on every network
-        # (the profiler runs its workers on this machine either way): one per task and workers.
+        # A profile is of the compute and its CPU interference with the communication under
+        # the run's placement and network: one per task, network and workers (one worker
+        # sends nothing: one per task).
         if self.kind == "pace":     # a probe of the compute before one job of tries
             return f"{self.tag}.pace"
-        parts = [] if self.kind in ("profile", "codec") else [self.network.name]
+        parts = [] if self.kind == "codec" or not self._networked else [self.network.name]
         if self.task is not None:
             parts.append(task_key(self.task))
         parts.append(f"n{self.nworkers}")
@@ -124,6 +138,8 @@ class Job:
             if t.get("args"):
                 import shlex
                 cmd += shlex.split(t["args"])
+            if net.profile != "loopback" and self._networked:
+                cmd += ["--net", str(net.profile)]
             return cmd + ["--network", net.name, "--output", output]
         cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place,
                *COMM_ITERS,
