@@ -53,7 +53,6 @@ the sum of the per-size medians; unpinned about as long or less.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -61,7 +60,7 @@ from .costs import bus_factor, ring_link
 from .planning import (DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES,
                        DEFAULT_PS_CLIENTS, PS_CLIENTS)
 from .errors import ArgumentParser, UsageError, check_writable
-from .options import check_flags
+from .options import add_network_flags, check_flags
 
 OPS = ("allreduce", "allgather", "pushpull", "latency", "burst")
 KIB = 1024
@@ -507,12 +506,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
-                   help="label of the network, for the record")
-    p.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
-                   metavar="PROFILE",
-                   help="emulated network between the local workers (as the training "
-                        "script's --net; env DDLBENCH_NET)")
+    add_network_flags(p)
     p.add_argument("--nservers", type=int, default=None,
                    help="parameter servers for --ops pushpull (default on one machine: one "
                         "per 4 workers)")

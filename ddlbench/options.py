@@ -220,6 +220,21 @@ LIMITS = {"--batch-size": 1 << 16, "--sentence-len": 1 << 14, "--image-size": 1 
           "--seed": (1 << 32) - 1, "--timeout": 1e7}
 
 
+def add_network_flags(parser, *, label: str = "label of the network, for the record",
+                      net: str = "") -> None:
+    """``--network`` (a label, env DDLBENCH_NETWORK) and ``--net`` (the emulated network the
+    local workers run over, ``ddlbench.netem``; env DDLBENCH_NET), as every job command that
+    spawns workers takes them; ``net`` ends the help of ``--net``."""
+    parser.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
+                        help=label)
+    parser.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
+                        metavar="PROFILE",
+                        help="emulated network between the local workers (env DDLBENCH_NET): "
+                             "loopback, 1gbit, 2.5gbit, 5gbit, ... (configs/networks.yaml), "
+                             "rate=R[,burst=B] or target=R,speedup=S; needs root and iproute2"
+                             + net)
+
+
 def check_flags(args, positive=(), nonneg=()) -> None:
     """One line for the first of the named flags (``--batch-size``, the attribute
     ``batch_size``) whose value is not a finite number, not positive (``positive``) or not

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -65,7 +64,7 @@ from contextlib import contextmanager
 
 from .errors import ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
-from .options import check_flags
+from .options import add_network_flags, check_flags
 from .planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
@@ -595,14 +594,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
-                   help="label of the network, for the record")
-    p.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
-                   metavar="PROFILE",
-                   help="emulated network between the local workers (as the training "
-                        "script's --net; env DDLBENCH_NET): the all-reduce fit and the CPU "
-                        "interference are of that network (a Gloo all-reduce over a 1 Gbit/s "
-                        "link takes the cores far less than over loopback)")
+    add_network_flags(p, net="; the all-reduce fit and the CPU interference are of that "
+                             "network (a Gloo all-reduce over a 1 Gbit/s link takes the cores "
+                             "far less than over loopback)")
     return p.parse_args(argv)
 
 

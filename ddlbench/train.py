@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 
 import compression
@@ -28,7 +27,7 @@ from .errors import ArgumentParser, UsageError, check_writable, say
 from .hosts.placement import dmlc_workers, launcher_rank
 from . import timeline
 from .measure import overlap, workload
-from .options import BATCHES_PER_ITER, add_flags, check_flags
+from .options import BATCHES_PER_ITER, add_flags, add_network_flags, check_flags
 
 ENGINES = methods.ENGINES
 
@@ -91,13 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     r.add_argument("--no-cuda", action="store_true", help="run on the CPU even if CUDA exists")
     r.add_argument("--seed", type=int, default=42)
     r.add_argument("--output", default=None, help="write the JSON run record here (rank 0)")
-    r.add_argument("--network", default=os.environ.get("DDLBENCH_NETWORK", "local"),
-                   help="label of the network this run uses, for the record and tables")
-    r.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback",
-                   metavar="PROFILE",
-                   help="emulated network between the local processes (env DDLBENCH_NET): "
-                        "loopback, 1gbit, 2.5gbit, 5gbit, ... (configs/networks.yaml), "
-                        "rate=R[,burst=B] or target=R,speedup=S; needs root and iproute2")
+    add_network_flags(r, label="label of the network this run uses, for the record and tables")
     r.add_argument("--slots", type=int, default=None, metavar="S",
                    help="workers per emulated host (default: one process per host under "
                         "--net, one machine on the loopback): a host's workers share its link "
