@@ -174,6 +174,15 @@ def check(args) -> list[str]:
     return names
 
 
+def measured_over(prof: dict) -> str:
+    """The network a profile's all-reduces crossed: its emulated link (``net``), else its
+    label."""
+    net = prof.get("net")
+    if isinstance(net, dict) and net.get("profile"):
+        return f"{net['profile']}{' (emulated)' if net.get('emulated') else ''}"
+    return str(prof.get("network", "an unnamed network"))
+
+
 def workload_of(prof: dict, optimizer_s: float = 0.0,
                 interference: bool = True) -> simulate.Workload:
     """The simulator's workload from a profile; with ``interference`` its CPU interference
@@ -462,9 +471,10 @@ def run(args) -> int:
           f"on one worker), {len(work.nbytes)} tensors, {sum(work.nbytes) / 1e6:.3f} MB; "
           f"compressor {args.compressor}; network: {where}")
     if work.compute_slowdown or work.comm_slowdown:
-        print(f"CPU interference (the profile's): compute x{1 + work.compute_slowdown:.2f} "
-              f"beside communication, communication x{1 + work.comm_slowdown:.2f} beside "
-              f"compute (--no-interference: without)")
+        print(f"CPU interference (the profile's, measured over {measured_over(prof)}): compute "
+              f"x{1 + work.compute_slowdown:.2f} beside communication, communication "
+              f"x{1 + work.comm_slowdown:.2f} beside compute (it is the network's: profile "
+              f"over the one you predict, the profiler's --net; --no-interference: without)")
     out, matrix = [], {}
     began = time.perf_counter()
     mean_work, mean_codec = work, codec

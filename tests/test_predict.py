@@ -124,6 +124,20 @@ def test_the_slowest_rank_sets_the_pace_at_the_profiles_worker_count(tmp_path, c
     assert out.count("the slowest of the profile's") == 1
 
 
+def test_the_interference_line_names_the_network_it_was_measured_over(tmp_path, capsys):
+    """CPU interference is the network's (docs/DESIGN.md section 3): the line that shows the
+    profile's names the link its all-reduces crossed (the profiler's --net), else the label."""
+    x = {"compute_slowdown": 0.4, "comm_slowdown": 0.05}
+    for extra, over in (({"net": {"profile": "1gbit", "emulated": True}}, "1gbit (emulated)"),
+                        ({"network": "lab"}, "lab")):
+        path, _ = _profile(tmp_path, interference=x, **extra)
+        assert predict.main(["--profile", str(path), "--method", "wfbp", "--alpha", "0",
+                             "--beta", "0"]) == 0
+        out = capsys.readouterr().out
+        assert f"CPU interference (the profile's, measured over {over}): compute x1.40 " \
+               f"beside communication, communication x1.05 beside compute" in out, out
+
+
 def test_another_link_worker_counts_and_device(tmp_path, capsys):
     path, _ = _profile(tmp_path)
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
