@@ -99,7 +99,7 @@ class Job:
         # sends nothing: one per task).
         if self.kind == "pace":     # a probe of the compute before one job of tries
             return f"{self.tag}.pace"
-        parts = [] if self.kind == "codec" or not self._networked else [self.network.name]
+        parts = [self.network.name] if self._networked else []
         if self.task is not None:
             parts.append(task_key(self.task))
         parts.append(f"n{self.nworkers}")
