@@ -26,11 +26,9 @@ What it measures, on the rank's own batch:
   model's largest gradient timed alone and beside each other, every rank at once; compute
   beside communication takes ``1 + compute_slowdown`` times as long, communication beside
   compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them).
-  Both are of the network the workers run over (``--net``, as the training script's): on
-  this 2-core machine ResNet-18's compute took +62-76% beside loopback all-reduces of its
-  largest gradient, +13-45% beside the same over an emulated 1 Gbit/s link, and the
-  all-reduces +87-124% beside compute over loopback, +3-5% over 1 Gbit/s (where the link,
-  not the cores, sets their pace);
+  Both are of the network the workers run over (``--net``, as the training script's): over
+  loopback the cores carry every byte, over an emulated link the shaper sets the pace
+  (docs/DESIGN.md section 3 has the figures);
 - what the methods' own handling of the gradients costs (``host``, ``measure_host``): every
   gradient copied into one flat buffer and back, and the buffer divided in place, per byte,
   every rank at once.

@@ -8,11 +8,9 @@ launcher):
 
 - ``profile``: ``python -m ddlbench.profiler`` with the task's model and batch on the cell's
   worker count and network (every rank profiling at once, the placement of the run to
-  predict, over its ``--net``: one per task, network and worker count). The network matters
-  to the CPU interference: on 2 cores ResNet-18's compute took +62-76% beside loopback
-  all-reduces and +13-45% beside 1 Gbit/s ones, the all-reduces +87-124% beside compute
-  over loopback and +3-5% over 1 Gbit/s, and a profile over loopback for every network put
-  wfbp 14% too slow against BSP in two model-check runs (README, the performance model);
+  predict, over its ``--net``: one per task, network and worker count). The CPU
+  interference is the network's (docs/DESIGN.md section 3: a loopback profile for every
+  network put wfbp 14% too slow against BSP in two model-check runs);
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
@@ -59,8 +57,8 @@ from .config import task_key
 
 CALIBRATION = "calibration"
 COMM_ITERS = ("--warmup", "2", "--iters", "10", "--stat", "mean")
-# 8 passes each alone and beside all-reduces for the interference (the default 4 gave ResNet-
-# 18's compute +13%, +28% and +45% over 1 Gbit/s in three runs back to back)
+# 8 passes each alone and beside all-reduces for the interference (the default 4 scattered
+# widely from one run to the next: docs/DESIGN.md section 3)
 PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3",
                  "--interference-iters", "8")
 # A pace probe: the compute alone, briefly (no all-reduce fit, no interference timing)
@@ -138,14 +136,12 @@ class Job:
             if t.get("args"):
                 import shlex
                 cmd += shlex.split(t["args"])
-            if net.profile != "loopback" and self._networked:
-                cmd += ["--net", str(net.profile)]
+            if self._networked:
+                cmd += net.net_args()
             return cmd + ["--network", net.name, "--output", output]
         cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place,
                *COMM_ITERS,
-               "--network", net.name, "--output", output]
-        if net.profile != "loopback":
-            cmd += ["--net", str(net.profile)]
+               "--network", net.name, "--output", output, *net.net_args()]
         if self.kind == "burst":
             return cmd + ["--ops", "burst", "--model", self.task["model"],
                           *_shape_flags(self.task)]

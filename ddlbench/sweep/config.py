@@ -107,6 +107,16 @@ class Network:
     def config(self) -> dict:
         return {"name": self.name, "kind": self.kind, "profile": self.profile}
 
+    @property
+    def emulated(self) -> bool:
+        """An emulated network of the local launcher (not the loopback, not a real
+        cluster's)."""
+        return self.kind == "net" and self.profile != "loopback"
+
+    def net_args(self) -> list[str]:
+        """The local launcher's ``--net`` for this network (none unless ``emulated``)."""
+        return ["--net", str(self.profile)] if self.emulated else []
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -890,7 +900,7 @@ def _preflight(sweep: Sweep) -> list[str]:
     for cell in sweep.cells():
         args = train_args(sweep, cell, record)
         if cell.engine == "horovod":
-            if cell.network.kind == "net" and cell.network.profile != "loopback":
+            if cell.network.emulated:
                 problems.setdefault(f"engine horovod runs over the loopback or a real cluster, "
                                     f"not the emulated network {cell.network.name}",
                                     []).append(cell.name)
@@ -907,9 +917,7 @@ def _preflight(sweep: Sweep) -> list[str]:
                 problems.setdefault(horovod_env, []).append(cell.name)
                 continue
         if cell.network.kind == "net" and cell.engine == "torch":
-            args = ["--nworkers", str(cell.nworkers), *args]
-            if cell.network.profile != "loopback":
-                args += ["--net", str(cell.network.profile)]
+            args = ["--nworkers", str(cell.nworkers), *args, *cell.network.net_args()]
         key = tuple(args)
         if key in seen:
             continue

@@ -51,9 +51,7 @@ def job_command(sweep: Sweep, cells: list[Cell], record_path: str) -> tuple[list
     elif local:
         program = os.environ.get(PROGRAM_ENV) or TRAIN_MODULE
         cmd = [sys.executable, "-m", program, "--nworkers", str(cell.nworkers),
-               "--network", cell.network.name, *args]
-        if cell.network.profile != "loopback":
-            cmd += ["--net", str(cell.network.profile)]
+               "--network", cell.network.name, *args, *cell.network.net_args()]
         return cmd, {}
     t, m = cell.task, cell.method
     script = shell_launcher(m["method"])
