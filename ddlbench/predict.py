@@ -225,14 +225,30 @@ def workload_of(prof: dict, optimizer_s: float = 0.0,
 
 def slowest_rank(prof: dict, nworkers: int) -> float:
     """How many times rank 0's compute the slowest rank's is, in a profile measured at
-    ``nworkers`` ranks (``rank_compute_s``; every rank profiling at once, the run's placement):
-    in a synchronous step the others wait for the slowest (docs/DESIGN.md section 3). 1 for a
-    profile without it or measured at another worker count (the spread of P ranks says nothing
-    of another P's)."""
+    ``nworkers`` ranks (every rank profiling at once, the run's placement): in a synchronous
+    step the others wait for the slowest (docs/DESIGN.md section 3). From every rank's passes
+    (``rank_passes_s``, the ranks meeting before each, as a run's steps do): the mean of each
+    step's slowest over rank 0's mean; from a profile with only each rank's mean
+    (``rank_compute_s``), the slowest mean over rank 0's. At least 1; 1 for a profile without
+    them or measured at another worker count (the spread of P ranks says nothing of another
+    P's)."""
+    if nworkers < 2:
+        return 1.0
+    passes = _step_passes(prof, nworkers)
+    if passes:
+        n = min(len(p) for p in passes)
+        return max(1.0, sum(max(p[i] for p in passes) for i in range(n))
+                   / sum(passes[0][:n]))
     ranks = prof.get("rank_compute_s")
-    if not ranks or len(ranks) != nworkers or nworkers < 2:
+    if not ranks or len(ranks) != nworkers:
         return 1.0
     return max(1.0, max(ranks) / ranks[0])
+
+
+def _step_passes(prof: dict, nworkers: int) -> list | None:
+    """Every rank's passes (``rank_passes_s``) in a profile of ``nworkers`` ranks, else None."""
+    passes = prof.get("rank_passes_s")
+    return passes if passes and len(passes) == nworkers else None
 
 
 def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate.Workload:
@@ -486,8 +502,9 @@ def run(args) -> int:
         slow = slowest_rank(prof, nworkers)
         if slow != 1.0:
             work, codec = scaled(work, slow, host=True), _scaled_codec(codec, slow)
-            print(f"the slowest of the profile's {nworkers} ranks computes x{slow:.3f} rank "
-                  f"0's: the replay takes its pace")
+            who = "each step's slowest" if _step_passes(prof, nworkers) else "the slowest"
+            print(f"{who} of the profile's {nworkers} ranks computes x{slow:.3f} rank 0's: the "
+                  f"replay takes its pace")
         if args.advise:
             ranked = advise(names, work, setting, codec, batch)
             rows = [[r["method"], _describe(r["settings"], r["method"]), f"{r['throughput']:.1f}",

@@ -34,8 +34,11 @@ What it measures, on the rank's own batch:
   every rank at once.
 
 Every rank runs the same forward/backward iterations at the same time (so the device and the
-cores are as busy as in training), but only rank 0's timings are kept and broadcast: every rank
-ends up with rank 0's profile. Gradients are cleared before each iteration (set to None, as the
+cores are as busy as in training), meeting before each (a barrier, as a synchronous step's
+ranks meet at its collectives), but only rank 0's timings are kept and broadcast: every rank
+ends up with rank 0's profile, which adds each rank's mean compute (``rank_compute_s``) and
+each of its passes (``rank_passes_s``), from which the model takes each step's slowest
+(``predict.slowest_rank``). Gradients are cleared before each iteration (set to None, as the
 training loop leaves them), and the model's buffers (BatchNorm statistics) and the random
 generators are restored afterwards, so profiling leaves no trace on the run.
 
@@ -188,13 +191,15 @@ class _ForwardSplit:
 
 
 def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
-                   iters: int = DEFAULT_ITERS) -> dict:
+                   iters: int = DEFAULT_ITERS, step=None) -> dict:
     """This rank's per-tensor backward times and forward time (module docstring).
 
     Returns ``{"order": parameter indices (of the trainable parameters, in
     ``model.parameters()`` order) in backward order, "backward_s": seconds per tensor in that
     order, "forward_s": seconds, "forward_tensor_s": each tensor's share of the forward, same
-    order}``. Parameters that never got a gradient come last, at 0 s.
+    order, "passes_s": each measured pass's forward and backward (to its last gradient), in
+    order}``. Parameters that never got a gradient come last, at 0 s. ``step``, if given, runs
+    before every pass, warm-up too (``make_profile``: the ranks' barrier).
 
     The shares (``_ForwardSplit``) come from every other measured iteration (the only one if
     there is one), with forward hooks on every module owning parameters: each tensor's median
@@ -262,9 +267,11 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
                     m.register_forward_hook(module_post)]
     from . import compat
     handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
-    forward, ready_at, orders, fractions = [], [[] for _ in range(n)], [], []
+    forward, ready_at, orders, fractions, passes = [], [[] for _ in range(n)], [], [], []
     with _leaving_no_trace(model, device), _removed_after(handles):
         for it in range(warmup + iters):
+            if step is not None:
+                step()
             for p in params:
                 p.grad = None
             split_here = it >= warmup and ((it - warmup) % 2 == 1 or iters == 1)
@@ -283,6 +290,8 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             if not split_here or iters == 1:
                 forward.append(span)
             start = cur.get("b0", cur["f1"])
+            # the pass: its forward and its backward, to the last gradient
+            passes.append(span + max((t for _, t in cur["ready"]), default=start) - start)
             orders.append([i for i, _ in cur["ready"]])
             for i, t in cur["ready"]:
                 ready_at[i].append(t - start)
@@ -308,7 +317,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     attributed = min(1.0, statistics.median(sum(f) for f in fractions))
     scale = forward_s * (attributed / sum(share) if sum(share) > 0 else 0.0)
     return {"order": order, "backward_s": backward, "forward_s": forward_s,
-            "forward_tensor_s": [share[i] * scale for i in order]}
+            "forward_tensor_s": [share[i] * scale for i in order], "passes_s": passes}
 
 
 def interference_bytes(nbytes: list[int]) -> int:
@@ -512,7 +521,11 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
     given."""
     import torch.distributed as dist
     named = trainable(model)
-    measured = measure_layers(model, forward_backward, device=device, warmup=warmup, iters=iters)
+    # the ranks meet before every pass, as a synchronous step's do (each waits for the
+    # slowest: the per-step spread the model takes, predict.slowest_rank)
+    meet = (lambda: dist.barrier(group=group)) if dist.get_world_size(group) > 1 else None
+    measured = measure_layers(model, forward_backward, device=device, warmup=warmup, iters=iters,
+                              step=meet)
     if alpha is None or beta is None:
         fit = fit_allreduce([p.numel() * p.element_size() for _, p in named], group=group,
                             device=device, warmup=comm_warmup, iters=comm_iters)
@@ -523,6 +536,8 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
     ranks = [None] * dist.get_world_size(group)
     dist.all_gather_object(ranks, float(measured["forward_s"]) + sum(measured["backward_s"]),
                            group=group)
+    passes = [None] * len(ranks)
+    dist.all_gather_object(passes, [float(x) for x in measured["passes_s"]], group=group)
     prof = None
     if dist.get_rank(group) == 0:
         order = measured["order"]
@@ -541,6 +556,7 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
             "iterations": {"warmup": warmup, "measured": iters},
             "comm_fit": fit,
             "rank_compute_s": ranks,
+            "rank_passes_s": passes,
         }
     box = [prof]
     dist.broadcast_object_list(box, src=_global_rank0(group), group=group)

@@ -332,8 +332,12 @@ def test_profiler_measures_in_backward_order_and_leaves_no_trace():
 
     buffers = [b.clone() for b in net.buffers()]
     rng = torch.get_rng_state()
-    m = profiler.measure_layers(net, forward_backward, warmup=2, iters=3)
-    assert len(calls) == 5
+    steps = []
+    m = profiler.measure_layers(net, forward_backward, warmup=2, iters=3,
+                                step=lambda: steps.append(len(calls)))
+    assert len(calls) == 5 and steps == [0, 1, 2, 3, 4]     # the ranks meet before each pass
+    # each measured pass: its forward and its backward to the last gradient
+    assert len(m["passes_s"]) == 3 and all(t > 0 for t in m["passes_s"])
     # Parameters: conv.w 0, conv.b 1, bn.w 2, bn.b 3, fc.w 4, fc.b 5; autograd reaches the fc
     # first and the conv last.
     assert sorted(m["order"][:2]) == [4, 5] and sorted(m["order"][4:]) == [0, 1]
@@ -535,7 +539,14 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     bad = tmp_path / "bad.json"
     # every rank's compute (one here: rank 0's, the profile's own)
     assert prof["rank_compute_s"] == pytest.approx([prof["forward_s"] + sum(prof["backward_s"])])
+    assert len(prof["rank_passes_s"]) == 1 and len(prof["rank_passes_s"][0]) == \
+        prof["iterations"]["measured"] and all(x > 0 for x in prof["rank_passes_s"][0])
     assert predict.slowest_rank(prof, 1) == 1.0
+    for passes in ([[0.1, 0.0]], [0.1], [[0.1], [0.1, 0.2]], [["x"]], []):
+        bad.write_text(json.dumps({**prof, "rank_passes_s": passes}))
+        with pytest.raises(UsageError, match=r"malformed 'rank_passes_s' \(per rank, its passes' "
+                                             r"times > 0, as many for every rank\)$"):
+            profile_file.read_profile(str(bad))
     bad.write_text(json.dumps({**prof, "rank_compute_s": [0.0]}))
     with pytest.raises(UsageError, match=r"malformed 'rank_compute_s' \(one time > 0 per rank\)$"):
         profile_file.read_profile(str(bad))
@@ -578,4 +589,8 @@ def test_the_profiler_records_every_ranks_compute(tmp_path, load_json):
     ranks = prof["rank_compute_s"]
     assert prof["nworkers"] == 2 and len(ranks) == 2 and all(x > 0 for x in ranks)
     assert ranks[0] == pytest.approx(prof["forward_s"] + sum(prof["backward_s"]))
-    assert predict.slowest_rank(prof, 2) == pytest.approx(max(1.0, ranks[1] / ranks[0]))
+    # and every rank's passes (one here): rank 0's is its forward and backward
+    passes = prof["rank_passes_s"]
+    assert [len(p) for p in passes] == [1, 1] and passes[0][0] == pytest.approx(ranks[0])
+    assert predict.slowest_rank(prof, 2) == pytest.approx(max(passes[0][0], passes[1][0])
+                                                          / passes[0][0])

@@ -112,6 +112,15 @@ def test_the_slowest_rank_sets_the_pace_at_the_profiles_worker_count(tmp_path, c
     assert predict.slowest_rank({"rank_compute_s": [0.02, 0.015]}, 2) == 1.0
     assert predict.slowest_rank({"rank_compute_s": [0.02, 0.025]}, 4) == 1.0
     assert predict.slowest_rank({}, 2) == 1.0
+    # Every rank's passes, the ranks meeting before each (``rank_passes_s``): the mean of each
+    # step's slowest over rank 0's mean, which the means alone miss when the slowest moves
+    # (here each rank's mean is 0.11 s; the steps' slowest sum to 0.35 s against rank 0's 0.33),
+    # over the passes every rank has; it takes the place of ``rank_compute_s``.
+    both = {"rank_passes_s": [[0.10, 0.12, 0.11], [0.12, 0.10, 0.11, 0.5]],
+            "rank_compute_s": [0.02, 0.025]}
+    assert predict.slowest_rank(both, 2) == pytest.approx(0.35 / 0.33)
+    assert predict.slowest_rank({"rank_passes_s": [[0.2, 0.2], [0.1, 0.1]]}, 2) == 1.0
+    assert predict.slowest_rank(both, 3) == 1.0 and predict.slowest_rank(both, 1) == 1.0
     path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005,
                        rank_compute_s=[0.023, 0.0276, 0.02])
     assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
@@ -122,6 +131,13 @@ def test_the_slowest_rank_sets_the_pace_at_the_profiles_worker_count(tmp_path, c
     assert rows[1][2] == "33.60"                    # at 3: (23 + 5) ms x 1.2
     assert "the slowest of the profile's 3 ranks computes x1.200 rank 0's" in out
     assert out.count("the slowest of the profile's") == 1
+    path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005,
+                       rank_passes_s=[[0.02, 0.03], [0.03, 0.02]])
+    assert predict.main(["--profile", str(path), "--method", "bspa2a", "--alpha", "0",
+                         "--beta", "0", "--nworkers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert _rows(out)[0][2] == "33.60"              # (23 + 5) ms x 0.06 / 0.05
+    assert "each step's slowest of the profile's 2 ranks computes x1.200 rank 0's" in out
 
 
 def test_the_interference_line_names_the_network_it_was_measured_over(tmp_path, capsys):

@@ -4,8 +4,10 @@ A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name a
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``alpha_s``, ``beta_s_per_byte``, and where they were measured (``nworkers``,
 ``backend``, ``device``, ``network``); optionally ``forward_tensor_s``, each tensor's share of
-the forward (same order, summing to at most ``forward_s``), and ``rank_compute_s``, every
-rank's forward and backward seconds (rank order; the others are rank 0's).
+the forward (same order, summing to at most ``forward_s``), ``rank_compute_s``, every
+rank's forward and backward seconds (rank order; the others are rank 0's), and
+``rank_passes_s``, every rank's measured passes, each its forward and backward (rank order,
+as many per rank; the ranks met before each).
 """
 from __future__ import annotations
 
@@ -57,6 +59,14 @@ def read_profile(path: str) -> dict:
             and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                     and math.isfinite(x) and x > 0 for x in ranks)):
         raise UsageError(f"{where}: malformed 'rank_compute_s' (one time > 0 per rank)")
+    passes = prof.get("rank_passes_s")
+    if passes is not None and not (
+            isinstance(passes, list) and passes
+            and all(isinstance(p, list) and p and len(p) == len(passes[0])
+                    and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                            and math.isfinite(x) and x > 0 for x in p) for p in passes)):
+        raise UsageError(f"{where}: malformed 'rank_passes_s' (per rank, its passes' times > 0, "
+                         f"as many for every rank)")
     return prof
 
 
