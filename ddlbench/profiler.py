@@ -531,13 +531,13 @@ def make_profile(model, model_name: str, forward_backward, *, device=None, group
                             device=device, warmup=comm_warmup, iters=comm_iters)
     else:
         fit = {"alpha_s": float(alpha), "beta_s_per_byte": float(beta), "given": True}
-    # every rank's compute (forward and backward), rank order: the others wait for the
-    # slowest in a synchronous step, and the model takes that (predict.slowest_rank)
-    ranks = [None] * dist.get_world_size(group)
-    dist.all_gather_object(ranks, float(measured["forward_s"]) + sum(measured["backward_s"]),
-                           group=group)
-    passes = [None] * len(ranks)
-    dist.all_gather_object(passes, [float(x) for x in measured["passes_s"]], group=group)
+    # every rank's compute (forward and backward; its mean and each pass), rank order: the
+    # others wait for the slowest in a synchronous step, and the model takes that
+    # (predict.slowest_rank)
+    gathered = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, (float(measured["forward_s"]) + sum(measured["backward_s"]),
+                                      [float(x) for x in measured["passes_s"]]), group=group)
+    ranks, passes = [r for r, _ in gathered], [p for _, p in gathered]
     prof = None
     if dist.get_rank(group) == 0:
         order = measured["order"]

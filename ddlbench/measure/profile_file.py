@@ -47,27 +47,28 @@ def read_profile(path: str) -> dict:
         raise UsageError(f"{where}: times, alpha and beta must be numbers >= 0")
     shares = prof.get("forward_tensor_s")
     if shares is not None and not (
-            isinstance(shares, list) and len(shares) == len(tensors)
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                    and math.isfinite(x) and x >= 0 for x in shares)
+            _times(shares, zero=True) and len(shares) == len(tensors)
             and sum(shares) <= prof["forward_s"] + 1e-9):
         raise UsageError(f"{where}: malformed 'forward_tensor_s' (one time >= 0 per tensor, "
                          f"summing to at most forward_s)")
     ranks = prof.get("rank_compute_s")
-    if ranks is not None and not (
-            isinstance(ranks, list) and ranks
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                    and math.isfinite(x) and x > 0 for x in ranks)):
+    if ranks is not None and not (_times(ranks) and ranks):
         raise UsageError(f"{where}: malformed 'rank_compute_s' (one time > 0 per rank)")
     passes = prof.get("rank_passes_s")
     if passes is not None and not (
             isinstance(passes, list) and passes
-            and all(isinstance(p, list) and p and len(p) == len(passes[0])
-                    and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                            and math.isfinite(x) and x > 0 for x in p) for p in passes)):
+            and all(_times(p) and p and len(p) == len(passes[0]) for p in passes)):
         raise UsageError(f"{where}: malformed 'rank_passes_s' (per rank, its passes' times > 0, "
                          f"as many for every rank)")
     return prof
+
+
+def _times(xs, zero: bool = False) -> bool:
+    """Whether ``xs`` is a list of finite numbers (not booleans), each > 0 (>= 0 with
+    ``zero``)."""
+    return isinstance(xs, list) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        and (x > 0 or (zero and x == 0)) for x in xs)
 
 
 def match_profile(prof: dict, model, model_name: str | None, path: str) -> list[int]:
