@@ -33,7 +33,9 @@ Sizes: powers of two from ``--min-bytes`` to ``--max-bytes``, plus ``--sizes``, 
 ``--threshold`` (whole gradient at the 64 MiB default for small models), plus, with
 ``--mgwfbp-profile``, the MG-WFBP groups planned from that profile. ``--ops pushpull`` (with
 ``--nservers``) measures push/pull through parameter servers: each message cut into the
-servers' ``--partition-bytes`` partitions, pushed and its sum pulled back. ``--ops latency``
+servers' ``--partition-bytes`` partitions, all pushed at once and their sums pulled back; the fit
+is of the messages up to one partition, and the larger ones give the performance model its
+queueing cost for partitions in flight together (``topology.Measured``). ``--ops latency``
 is the original's OSU test (``osu_latency``): ping-pong between ranks 0 and 1, the time of a
 size being half the round trip (one-way latency), with the same table and fit (the
 point-to-point alpha and beta); the other ranks wait.

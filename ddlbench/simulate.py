@@ -210,16 +210,27 @@ class ServerLinks:
     ``server_beta * m`` for each of the ``pushers`` copies; a pull the reverse; each costs
     ``alpha`` on top. From a comm_bench push/pull fit (``alpha_f + beta_f * M`` for push and
     pull of M bytes, incast included): ``alpha = alpha_f / 2``, ``worker_beta = beta_f / 2``,
-    ``server_beta = 0``."""
+    ``server_beta = 0``.
+
+    ``queued_s_per_byte``: what a partition whose push waits behind another's on its pusher's
+    uplink costs there beyond ``worker_beta``, per byte (the push/pull of a message of several
+    partitions, all in flight, beyond the pipeline of its one-partition times: on one 2-core
+    machine the pushes, pulls and sums share the cores and hardly pipeline; from comm_bench's
+    rows beyond one partition, ``topology.Measured``). Never negative: the pipeline already
+    overlaps every push with the pull before it, the fastest the links allow."""
     alpha: float
     worker_beta: float
     server_beta: float
     nservers: int = 1
     pushers: int = 1
+    queued_s_per_byte: float = 0.0
 
     def __post_init__(self):
         if not (self.alpha >= 0 and self.worker_beta >= 0 and self.server_beta >= 0):
             raise UsageError("push/pull alpha and betas must be >= 0")
+        if not 0 <= self.queued_s_per_byte < math.inf:
+            raise UsageError(f"a push's queueing cost must be a number >= 0, got "
+                             f"{self.queued_s_per_byte!r}")
         if self.nservers < 1 or self.pushers < 1:
             raise UsageError(f"need at least one server and one pusher, got {self.nservers} "
                              f"and {self.pushers}")
@@ -228,6 +239,12 @@ class ServerLinks:
         """One push (or pull) of ``nbytes`` with nothing else on the links."""
         return self.alpha + max(self.worker_beta * nbytes,
                                 self.server_beta * nbytes * self.pushers)
+
+    def message(self, nbytes: int, partition_bytes: int) -> float:
+        """One message of ``nbytes`` cut into ``partition_bytes`` partitions, all pushed at
+        once and pulled back, alone on the links: when its last pull is done (``_PushPull``)."""
+        pp = _PushPull(self, partition_bytes, None)
+        return pp.send(0.0, pp.parts(int(nbytes), 0), None)[1]
 
 
 @dataclass
@@ -386,14 +403,16 @@ class _PushPull:
     machine's local sum (``local``, one client per machine) comes before the push and after
     the pull. Pushes, sums and pulls of different partitions overlap as the links allow, so a
     large message costs ``max(M * worker_beta, M * pushers * server_beta / k)`` per direction
-    (docs/DESIGN.md section 3). Servers sum in arrival order (FIFO); their summing time and
-    server-side priority scheduling are not modelled."""
+    (docs/DESIGN.md section 3); a push that waits behind another's for the uplink holds it
+    ``queued_s_per_byte * m`` longer. Servers sum in arrival order (FIFO); their summing time
+    and server-side priority scheduling are not modelled."""
 
     def __init__(self, servers: ServerLinks, partition_bytes: int, local: Link | None):
         if partition_bytes <= 0:
             raise UsageError(f"partition bytes must be positive, got {partition_bytes}")
         self.s, self.partition, self.local = servers, int(partition_bytes), local
         self.up = self.down = 0.0
+        self.last_push = -math.inf             # when the last push took the uplink
         self.sdown = [0.0] * servers.nservers
         self.sup = [0.0] * servers.nservers
         self.events: list = []
@@ -416,7 +435,9 @@ class _PushPull:
             srv = key % s.nservers
             t0 = ready + (self.local.time(m) if self.local else 0.0)
             up0 = max(t0, self.up)
-            self.up = up0 + s.worker_beta * m
+            behind = self.up > t0 or self.last_push >= t0   # waits behind another's push
+            self.last_push = up0
+            self.up = up0 + s.worker_beta * m + (s.queued_s_per_byte * m if behind else 0.0)
             sd0 = max(up0, self.sdown[srv])
             self.sdown[srv] = sd0 + s.server_beta * m * s.pushers
             pushed = max(self.up, self.sdown[srv]) + s.alpha

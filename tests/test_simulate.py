@@ -375,6 +375,30 @@ def test_push_and_pull_pipeline_by_hand():
     assert q.iteration_s == 8 * 0.25 + 0.25
 
 
+def test_a_push_queued_behind_another_costs_its_queueing_cost():
+    """queued_s_per_byte: a push that waits for the uplink behind another's holds it that much
+    longer per byte; the first of a burst, and a push whose uplink is free when its gradient
+    is ready, do not. One pusher, fast servers, 1 KiB partitions of 0.25 s each way: 4
+    partitions at once are 5 stages (1.25 s) and 3 queued pushes (3 x 0.125 s); the same 4
+    handed over 1 s apart (wfbpps, each tensor's gradient 1 s after the one before) queue
+    nothing: each ends 0.5 s after its gradient."""
+    comm_only = sim.Workload(0.0, [0.0], [4 * 1024])
+    plain = sim.ServerLinks(0.0, 2 ** -12, 0.0)
+    queued = sim.ServerLinks(0.0, 2 ** -12, 0.0, queued_s_per_byte=2 ** -13)
+    assert sim.predict("bspps", comm_only, None, servers=plain,
+                       partition_bytes=1024).iteration_s == 1.25
+    assert sim.predict("bspps", comm_only, None, servers=queued,
+                       partition_bytes=1024).iteration_s == 1.25 + 3 * 0.125
+    assert queued.message(4 * 1024, 1024) == 1.25 + 3 * 0.125
+    spaced = sim.Workload(0.0, [1.0] * 4, [1024] * 4)
+    for servers in (plain, queued):
+        assert sim.predict("wfbpps", spaced, None, servers=servers,
+                           partition_bytes=1024).iteration_s == 4.5
+    for bad in (-1e-9, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="queueing cost must be a number >= 0"):
+            sim.ServerLinks(0.0, 0.0, 0.0, queued_s_per_byte=bad)
+
+
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_ps_large_messages_cost_the_section_3_formula(k):
     """max(M/B, n M/(k B)) per direction: with small partitions the iteration of bspps on a

@@ -117,6 +117,8 @@ BURST_COSTS = {"loopback": (1e-3, 2e-3), "1gbit": (3e-3, -1e-3)}
 # the CPU interference each network's profile measured (over loopback the cores carry the
 # all-reduces; over 1 Gbit/s the link sets their pace)
 INTERFERENCE = {"loopback": (0.7, 0.9), "1gbit": (0.3, 0.04)}
+# each network's push/pull queueing cost per byte of a partition waiting behind another
+QUEUED = {"loopback": 1e-9, "1gbit": 2e-10}
 
 
 def _calibrated(folder, jobs) -> dict:
@@ -148,8 +150,11 @@ def _calibrated(folder, jobs) -> dict:
             body = {"kind": "comm_bench", "nworkers": 2, "results": [
                 {"op": "burst", "nworkers": 2, "sizes": burst_sizes, "one_at_a_time_s": one,
                  "burst_s": one + 2 * costs[net][1]}]}
-        else:
-            body = _comm_record(2, fits[net][0], 2 * fits[net][1], op="pushpull", nservers=1,
+        else:   # its two partitions in flight took QUEUED's cost per byte of the second
+            a, b = fits[net]
+            pipeline = simulate.ServerLinks(a / 2, b, 0.0, 1, 2).message(8192000, 4096000)
+            rows = [{"size_bytes": 8192000, "time_s": pipeline + QUEUED[net] * 4096000}]
+            body = _comm_record(2, a, 2 * b, op="pushpull", nservers=1, rows=rows,
                                 partition_bytes=4096000, ps_clients="machine", pushers=[0, 1])
         (folder / "calibration" / f"{j.name}.json").write_text(json.dumps(body))
         store.append(store.store_path(str(folder)), {"kind": "calibration", "job": j.name,
@@ -209,11 +214,12 @@ logs: {tmp_path / 'logs'}
             cmd[cmd.index("--image-size") + 1], cmd[cmd.index("--net") + 1]) == \
         ("burst", "resnet18", "32", "1gbit")
     assert cmd[cmd.index("--stat") + 1] == "mean"     # like the per-size rows it corrects
-    # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition
+    # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition,
+    # then two partitions and the task's gradient (ResNet-18's 46.8 MB), all in flight at once
     cmd = jobs[8].command("OUT")
     assert cmd[cmd.index("--ops") + 1] == "pushpull" and "--partition-bytes" not in cmd
     assert cmd[cmd.index("--max-bytes") + 1] == str(2 << 20)
-    assert cmd[cmd.index("--sizes") + 1] == "4096000"
+    assert cmd[cmd.index("--sizes") + 1] == "4096000,8192000,46800000"
     # the calibration files, as the profiler and comm_bench write them, already there
     folder = results / "2026-01-01-cal"
     prof = _calibrated(folder, jobs)
@@ -238,8 +244,14 @@ logs: {tmp_path / 'logs'}
                              queued_s=costs[cell.network.name][1])
         if cell.method["method"] == "bspps":
             expected = simulate.predict("bspps", work, None,
-                                        servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
+                                        servers=simulate.ServerLinks(
+                                            a / 2, b, 0.0, 1, 2,
+                                            queued_s_per_byte=QUEUED[cell.network.name]),
                                         local=simulate.Link(0.0, 0.0))
+            # the queueing cost is in: without it the prediction differs
+            assert e["throughput"] != pytest.approx(simulate.predict(
+                "bspps", work, None, servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
+                local=simulate.Link(0.0, 0.0)).throughput(8, 2))
         elif cell.method["method"] == "fusion":     # the codec's times in the prediction
             expected = simulate.predict("fusion", work, link,
                                         codec=simulate.Codec("powersgd", 2, 0.001, 2, 2e-9,

@@ -351,6 +351,48 @@ def test_a_burst_gives_the_link_its_per_message_and_queueing_costs(tmp_path):
         pytest.approx(((4e-3 + 4e-3) / 6, (6e-3 - 4e-3) / 4), rel=1e-9)
 
 
+def test_pushpull_rows_beyond_a_partition_give_the_push_queueing_cost(tmp_path):
+    """The fit is of the messages up to one partition (alpha_f + beta_f M; the replay's
+    alpha = alpha_f / 2, worker_beta = beta_f / 2); a message of several partitions, all in
+    flight, took longer than the replay's pipeline of them: the link's queued_s_per_byte is
+    what makes the replay of those messages take as long in all as measured. By hand: 3
+    partitions of m = 4096 B pipeline in 4 worker_beta m + 2 alpha; 2 of them queued, at q a
+    byte, 2 q m more. With a short last partition the pulls may wait (not linear in q): the
+    sum of replays still equals the sum measured. A message faster than the pipeline gives
+    0; messages of one partition or less give 0."""
+    alpha_f, beta_f, m, q = 2e-4, 2e-9, 4096, 5e-10
+    pipeline = 4 * (beta_f / 2) * m + 2 * (alpha_f / 2)
+
+    def write(rows, name="pp.json"):
+        res = _result("pushpull", 2, alpha_f, beta_f, nservers=1, partition_bytes=m,
+                      ps_clients="machine", pushers=[0, 1])
+        res["rows"] += [{**res["rows"][0], "size_bytes": s, "time_s": t} for s, t in rows]
+        path = tmp_path / name
+        path.write_text(json.dumps(_record(2, [res])))
+        return topology.load(str(path)).ps(2)
+
+    plain = simulate.ServerLinks(alpha_f / 2, beta_f / 2, 0.0, 1, 2)
+    assert plain.message(3 * m, m) == pytest.approx(pipeline, rel=1e-12)
+    links = write([(3 * m, pipeline + 2 * q * m)])
+    assert links.queued_s_per_byte == pytest.approx(q, rel=1e-9)
+    assert (links.alpha, links.worker_beta, links.pushers) == (alpha_f / 2, beta_f / 2, 2)
+    # two messages, the second's last partition a quarter: pooled
+    rows = [(3 * m, pipeline + 2 * q * m), (2 * m + m // 4, 3e-4)]
+    links = write(rows)
+    assert links.queued_s_per_byte > 0
+    assert sum(links.message(s, m) for s, _ in rows) == \
+        pytest.approx(sum(t for _, t in rows), rel=1e-9)
+    assert write([(3 * m, pipeline * 0.9)]).queued_s_per_byte == 0.0
+    assert write([]).queued_s_per_byte == 0.0
+    res = _result("pushpull", 2, alpha_f, beta_f, nservers=1, partition_bytes=0,
+                  ps_clients="machine", pushers=[0, 1])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_record(2, [res])))
+    with pytest.raises(UsageError, match=r"results\[0\]: partition_bytes must be a whole "
+                                         r"number > 0, got 0$"):
+        topology.load(str(bad))
+
+
 @pytest.mark.parametrize("change,message", [
     (dict(sizes=None), "a burst needs its message sizes"),
     (dict(sizes=[1024, 0]), "a burst needs its message sizes"),

@@ -14,7 +14,11 @@ launcher):
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
-  to one partition (what comm_bench fits push/pull to: the model pipelines partitions itself);
+  to one partition (what comm_bench fits push/pull to: the model pipelines partitions
+  itself), then two partitions and the network's largest parameter-server task's gradient,
+  all partitions in flight at once: what those cost beyond the model's pipeline is the
+  servers' queueing cost (``topology.Measured``; over loopback, where the pushes, pulls and
+  sums share the 2 cores, ResNet-18's 12 partitions took 2.2 times the pipeline);
 - ``burst``: ``--ops burst --model M`` per task, network and worker count of the all-to-all
   cells: the task's gradient tensors all-reduced one at a time and all at once, from which
   the model's link takes a per-message and a queueing cost (``topology.Measured``); it joins
@@ -156,8 +160,12 @@ class Job:
         part = self.partition_bytes or DEFAULT_PARTITION_BYTES
         if self.partition_bytes is not None:
             cmd += ["--partition-bytes", str(part)]
-        # powers of two up to one partition, and the partition itself
-        return cmd + ["--max-bytes", str(1 << (part.bit_length() - 1)), "--sizes", str(part)]
+        # powers of two up to one partition, and the partition itself (what the fit takes);
+        # then two partitions and the largest task's gradient, all their partitions in flight
+        # at once (what the model's pipeline of partitions costs beyond the fit)
+        sizes = [part] + [m for m in (2 * part, self.max_bytes or 0) if m > part]
+        return cmd + ["--max-bytes", str(1 << (part.bit_length() - 1)),
+                      "--sizes", ",".join(map(str, sorted(set(sizes))))]
 
 
 def _shape_flags(task: dict) -> list[str]:
@@ -208,11 +216,17 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
     for c in local:
         if c.nworkers > 1 and c.architecture != "ps":
             add(burst_job(c))
+    gradient: dict = {}
+    for c in local:
+        if c.architecture == "ps":
+            gradient[c.network.name] = max(gradient.get(c.network.name, 0),
+                                           _gradient_bytes(c.task["model"]))
     for c in local:
         if c.architecture == "ps":
             add(Job("pushpull", c.network, c.nworkers, nservers=c.method.get("nservers"),
                     ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]),
-                    partition_bytes=c.method.get("partition_bytes")))
+                    partition_bytes=c.method.get("partition_bytes"),
+                    max_bytes=gradient[c.network.name]))
     return out, notes
 
 
