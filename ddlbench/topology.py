@@ -373,6 +373,22 @@ def _points(rows, where: str) -> tuple[tuple[float, float], ...] | None:
     rows."""
     if rows is None or rows == []:
         return None
+    by_size = _mean_by_size(rows, where)
+    sizes = sorted(by_size)
+    blocks: list[list[float]] = []         # [sum, count] of pooled neighbours
+    for s in sizes:
+        blocks.append([by_size[s], 1])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    times = [total / count for total, count in blocks for _ in range(int(count))]
+    return tuple((float(s), t) for s, t in zip(sizes, times))
+
+
+def _mean_by_size(rows, where: str) -> dict[int, float]:
+    """comm_bench's rows as their mean time (seconds) per message size (bytes); malformed
+    rows are one line."""
     if not isinstance(rows, list) or not all(
             isinstance(r, dict) and isinstance(r.get("size_bytes"), int)
             and not isinstance(r.get("size_bytes"), bool) and r["size_bytes"] > 0
@@ -382,16 +398,7 @@ def _points(rows, where: str) -> tuple[tuple[float, float], ...] | None:
     by_size: dict[int, list[float]] = {}
     for r in rows:
         by_size.setdefault(r["size_bytes"], []).append(float(r["time_s"]))
-    sizes = sorted(by_size)
-    blocks: list[list[float]] = []         # [sum, count] of pooled neighbours
-    for s in sizes:
-        blocks.append([sum(by_size[s]) / len(by_size[s]), 1])
-        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
-            total, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    times = [total / count for total, count in blocks for _ in range(int(count))]
-    return tuple((float(s), t) for s, t in zip(sizes, times))
+    return {s: sum(t) / len(t) for s, t in by_size.items()}
 
 
 def _queueing(links: simulate.ServerLinks, partition: int, rows) -> float:
@@ -427,13 +434,8 @@ def _beyond_partition(r: dict, where: str) -> tuple[int | None, tuple]:
         return None, ()
     if not isinstance(part, int) or isinstance(part, bool) or part <= 0:
         raise UsageError(f"{where}: partition_bytes must be a whole number > 0, got {part!r}")
-    rows = r.get("rows") or []
-    _points(rows, where)                    # one line if malformed
-    by_size: dict[int, list[float]] = {}
-    for row in rows:
-        if row["size_bytes"] > part:
-            by_size.setdefault(row["size_bytes"], []).append(float(row["time_s"]))
-    return part, tuple((s, sum(t) / len(t)) for s, t in sorted(by_size.items()))
+    by_size = _mean_by_size(r.get("rows") or [], where)
+    return part, tuple((s, t) for s, t in sorted(by_size.items()) if s > part)
 
 
 def _burst(r: dict, where: str) -> tuple[list[int], float, float]:

@@ -185,6 +185,15 @@ def _gradient_bytes(model: str) -> int:
     return known.get(model, 256 << 20)
 
 
+def _largest_gradient(cells: list) -> dict[str, int]:
+    """Per network, the largest gradient bytes (``_gradient_bytes``) of ``cells``' tasks."""
+    largest: dict[str, int] = {}
+    for c in cells:
+        largest[c.network.name] = max(largest.get(c.network.name, 0),
+                                      _gradient_bytes(c.task["model"]))
+    return largest
+
+
 def jobs(cells: list) -> tuple[list[Job], list[str]]:
     """The calibration jobs ``cells`` need, in order (profiles first), and notes."""
     out, notes, seen = [], [], set()
@@ -205,10 +214,7 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
         job = codec_job(c)
         if job is not None:
             add(job)
-    largest: dict = {}
-    for c in local:
-        largest[c.network.name] = max(largest.get(c.network.name, 0),
-                                      _gradient_bytes(c.task["model"]))
+    largest = _largest_gradient(local)
     for c in local:
         if c.nworkers > 1:
             top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
@@ -216,11 +222,7 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
     for c in local:
         if c.nworkers > 1 and c.architecture != "ps":
             add(burst_job(c))
-    gradient: dict = {}
-    for c in local:
-        if c.architecture == "ps":
-            gradient[c.network.name] = max(gradient.get(c.network.name, 0),
-                                           _gradient_bytes(c.task["model"]))
+    gradient = _largest_gradient([c for c in local if c.architecture == "ps"])
     for c in local:
         if c.architecture == "ps":
             add(Job("pushpull", c.network, c.nworkers, nservers=c.method.get("nservers"),
