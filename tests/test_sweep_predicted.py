@@ -396,3 +396,168 @@ def test_a_pace_must_be_a_positive_number(pace):
     from ddlbench.sweep.predicted import Predictor
     with pytest.raises(UsageError, match="a pace must be a positive number"):
         Predictor(None, pace=pace)
+
+
+def test_the_calibration_check_times_the_calibration_again_after_the_tries(
+        tmp_path, monkeypatch, capsys):
+    """calibration_check (on with calibrate, tolerance 0.3): after the tries each profile and
+    comm job this session ran is timed again at its placement (the compute alone, as a pace
+    probe; the all-reduce at 1-16 MiB); its time over the calibration's is in the store, a
+    probe more than 30% off either way is marked and said on stderr, a failed probe says why
+    and breaks nothing; jobs done before this session are not probed. Every job's and try's
+    line carries the CPU time the hypervisor stole meanwhile."""
+    import psutil
+    from ddlbench.sweep import calibrate, config as sweep_config
+    monkeypatch.setenv(sweep_config.PROGRAM_ENV, "tests.fake_train")
+    monkeypatch.setattr(calibrate, "PROFILER", "tests.fake_profiler")
+    monkeypatch.setattr(calibrate, "COMM_BENCH", "tests.fake_comm_bench")
+    path = _sweep(tmp_path, f"""
+name: checked
+networks: [loopback, {{net: 1gbit}}]
+tasks: [{{model: resnet18, batch_size: 8, image_size: 32}}]
+methods: [wfbp]
+nworkers: [2]
+tries: 1
+calibrate: true
+results: {tmp_path / 'results'}
+logs: {tmp_path / 'logs'}
+""")
+    sweep = sweep_config.load(path, runs=False)
+    assert sweep.calibration_check == 0.3
+    cells = sweep.cells()
+    jobs = calibrate.jobs(cells)[0]
+    folder = tmp_path / "results" / "2026-01-01-checked"
+    _calibrated(folder, jobs)
+    # the bursts were calibrated before (their lines stay); profiles and links run now
+    store_file = store.store_path(str(folder))
+    kept = [ln for ln in open(store_file) if ".burst" in ln]
+    open(store_file, "w").writelines(kept)
+    template = tmp_path / "profile.json"
+    template.write_text((folder / "calibration" /
+                         "loopback_resnet18-bs8-px32_n2.profile.json").read_text())
+    monkeypatch.setenv("FAKE_PROFILE", str(template))
+    monkeypatch.setenv("FAKE_FITS", json.dumps(FITS))
+    # after the tries: loopback's link 1.2 times as slow (inside 30%), 1gbit's twice as
+    # fast (off: the calibration ran slow); loopback's compute 1.1, 1gbit's probe fails
+    monkeypatch.setenv("FAKE_LINK", json.dumps({"loopback_n2.comm.check": 1.2,
+                                                "1gbit_n2.comm.check": 0.5}))
+    monkeypatch.setenv("FAKE_PACE", json.dumps({
+        "loopback_resnet18-bs8-px32_n2.profile.check": 1.1,
+        "1gbit_resnet18-bs8-px32_n2.profile.check": "fail"}))
+    # the probes' commands: the compute alone at the profile's placement and network; the
+    # all-reduce at the powers of two from 1 to 16 MiB (at most the comm job's largest)
+    by = {j.name: j for j in jobs}
+    cmd = calibrate.Job("check", by["1gbit_n2.comm"].network, 2,
+                        of=by["1gbit_n2.comm"]).command("OUT")
+    assert cmd[1:3] == ["-m", "tests.fake_comm_bench"] and cmd[-4:] == [
+        "--max-bytes", str(16 << 20), "--min-bytes", str(1 << 20)]
+    assert cmd[cmd.index("--ops") + 1] == "allreduce" and cmd[cmd.index("--net") + 1] == \
+        "1gbit"
+    small = calibrate.Job("check", by["1gbit_n2.comm"].network, 2,
+                          of=calibrate.Job("comm", by["1gbit_n2.comm"].network, 2,
+                                           max_bytes=1 << 16)).command("OUT")
+    assert small[-4:] == ["--max-bytes", str(1 << 16), "--min-bytes", str(1 << 16)]
+    prof = by["1gbit_resnet18-bs8-px32_n2.profile"]
+    cmd = calibrate.Job("check", prof.network, 2, of=prof).command("OUT")
+    assert cmd == calibrate.Job("pace", prof.network, 2, task=prof.task,
+                                tag="x").command("OUT")
+    assert "--no-interference" in cmd and cmd[cmd.index("--net") + 1] == "1gbit"
+
+    assert benchmarks.main(["--config", path, "--results", str(folder),
+                            "--progress", "lines"]) == 0
+    err = capsys.readouterr().err
+    entries, bad = store.read(store_file)
+    assert bad == 0
+    kinds = [(e["kind"], e.get("job")) for e in entries]
+    probes = {e["checks"]: e for e in entries if e.get("checks")}
+    assert sorted(probes) == ["1gbit_n2.comm", "1gbit_resnet18-bs8-px32_n2.profile",
+                              "loopback_n2.comm", "loopback_resnet18-bs8-px32_n2.profile"]
+    # after the tries
+    last_try = max(i for i, (k, _) in enumerate(kinds) if k == "try")
+    assert all(kinds.index(("calibration", e["job"])) > last_try for e in probes.values())
+    assert all(e["job"] == f"{e['checks']}.check" for e in probes.values())
+    ratios = {k: e.get("ratio") for k, e in probes.items()}
+    assert ratios["loopback_n2.comm"] == pytest.approx(1.2, rel=1e-12)
+    assert ratios["1gbit_n2.comm"] == pytest.approx(0.5, rel=1e-12)
+    assert ratios["loopback_resnet18-bs8-px32_n2.profile"] == pytest.approx(1.1, rel=1e-12)
+    assert probes["loopback_n2.comm"]["sizes"] == [1 << k for k in range(20, 25)]
+    a, b = FITS["1gbit"]
+    assert probes["1gbit_n2.comm"]["calibrated_s"] == pytest.approx(
+        sum(a + b * (1 << k) for k in range(20, 25)), rel=1e-12)
+    assert [k for k, e in probes.items() if e.get("off")] == ["1gbit_n2.comm"]
+    failed = probes["1gbit_resnet18-bs8-px32_n2.profile"]
+    assert failed["status"] == "failed" and "ratio" not in failed
+    assert [ln for ln in err.splitlines() if "calibration check" in ln] == [
+        "benchmarks.py: calibration check: 1gbit_n2.comm took 0.50 times as long after the "
+        "tries as in the calibration: the predictions that use it are suspect"]
+    # the hypervisor's steal on every command's line (None where the kernel has none)
+    ran = [e for e in entries if e["kind"] == "try" or (
+        e["kind"] == "calibration" and ".burst" not in e["job"])]
+    assert len(ran) == 2 + 4 + 4 and all("cpu_steal" in e for e in ran)
+    has_steal = hasattr(psutil.cpu_times(), "steal")
+    assert all((0 <= e["cpu_steal"] <= 1) if has_steal else e["cpu_steal"] is None
+               for e in ran)
+    readme = open(folder / "README.md").read()
+    section = readme[readme.index("## Calibration check"):]
+    section = section[:section.index("\n## ")]
+    assert "| 1gbit_n2.comm | " in section and "| 0.50 | **off** |" in section
+    assert "| loopback_n2.comm | " in section and "| 1.20 |  |" in section
+    assert "| 1gbit_resnet18-bs8-px32_n2.profile | - | none: exit code 1 |" in section
+    assert "1 of 3 probes off by more than 30%." in section
+    assert ("CPU time stolen by the hypervisor" in section) == has_steal
+    # a session that calibrates nothing probes nothing
+    assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet"]) == 0
+    assert sum(bool(e.get("checks")) for e in store.read(store_file)[0]) == 4
+
+
+def test_steal_is_the_share_of_all_cpu_time_given_to_other_guests():
+    from collections import namedtuple
+    from ddlbench.sweep.runner import steal_share
+    T = namedtuple("T", "user nice system idle iowait irq softirq steal guest guest_nice")
+    before = T(100, 0, 50, 800, 0, 0, 0, 10, 5, 0)
+    # 200 jiffies passed, 20 of them stolen; guest time (inside user) is not counted twice
+    after = T(160, 0, 70, 900, 0, 0, 0, 30, 45, 0)
+    assert steal_share(before, after) == 0.1
+    assert steal_share(before, before) is None
+    Old = namedtuple("Old", "user system idle")      # a kernel that does not say
+    assert steal_share(Old(1, 1, 1), Old(2, 2, 2)) is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("calibrate: true\ncalibration_check: -0.1", "calibration_check must be false or a "
+                                                  "fraction >= 0"),
+    ("calibrate: true\ncalibration_check: yes please", "calibration_check must be false"),
+    ("calibrate: true\ncalibration_check: true", "calibration_check must be false"),
+    ("calibration_check: 0.2", "calibration_check needs calibrate: true"),
+])
+def test_a_bad_calibration_check_is_one_line(tmp_path, capsys, text, message):
+    path = _sweep(tmp_path, f"""
+name: badcheck
+networks: [loopback]
+tasks: [{{model: resnet18, batch_size: 8}}]
+methods: [wfbp]
+nworkers: [2]
+{text}
+""")
+    assert benchmarks.main(["--config", path, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("text, tolerance", [
+    ("calibrate: true", 0.3), ("calibrate: true\ncalibration_check: false", 0.0),
+    ("calibrate: true\ncalibration_check: 0.5", 0.5), ("calibrate: false", 0.0),
+    ("calibration_check: false", 0.0)])
+def test_the_calibration_check_is_on_with_calibrate(tmp_path, text, tolerance):
+    from ddlbench.sweep import config as sweep_config
+    path = _sweep(tmp_path, f"""
+name: check
+networks: [loopback]
+tasks: [{{model: resnet18, batch_size: 8}}]
+methods: [wfbp]
+nworkers: [2]
+{text}
+""")
+    sweep = sweep_config.load(path, runs=False)
+    assert sweep.calibration_check == tolerance
+    assert sweep.header()["calibration_check"] == tolerance

@@ -119,6 +119,7 @@ class Table:
     unreadable: int = 0
     predictions: dict = field(default_factory=dict)   # hash -> a calibrated sweep's prediction
     paced: dict = field(default_factory=dict)   # (hash, try, attempt) -> a try's paced one
+    calibration: list = field(default_factory=list)   # the calibration jobs' and probes' lines
 
 
 def aggregate(values: list[float], how: str) -> tuple[float, float, bool]:
@@ -356,8 +357,9 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
                    if e.get("kind") == "prediction" and "try" not in e}
     paced = {(e["hash"], e["try"], e.get("attempt", 1)): e for e in entries
              if e.get("kind") == "prediction" and "try" in e}
+    calibration = [e for e in entries if e.get("kind") == "calibration"]
     return Table(ordered, counts, noun, how, min_ok, tries, header, used, superseded,
-                 unreadable, predictions, paced)
+                 unreadable, predictions, paced, calibration)
 
 
 def paced_line(t: Table, e: dict) -> dict:

@@ -42,6 +42,15 @@ cells gets a second prediction for that try, from the same files with every comp
 and host time scaled by the pace (the network's fits are not: they are links, measured once).
 The reports show both (README "paced", results.csv ``pace``, ``paced_predicted``).
 
+With ``calibration_check`` (on with calibrate, tolerance 0.3; ``check``), after the tries each
+profile and comm job this session ran is timed again briefly at its placement: the profile's
+compute alone (a pace probe), the comm job's all-reduce at 1-16 MiB. A probe further than the
+tolerance from the calibration, either way, is marked off in the README and on stderr: one
+calibration on this VM was taken in a slow minute (a loopback all-reduce 2-5 times its usual
+time, every prediction 15% too slow) and nothing said so. Every job's and try's store line
+also carries ``cpu_steal``, the share of all CPUs' time the hypervisor gave other guests
+meanwhile (/proc/stat), which the README sums up beside the probes.
+
 Each job runs like a try (its own session, the sweep's timeout, a log in the logs folder) and
 leaves ``calibration/<job>.json`` in the results folder and one ``kind: calibration`` line in
 the store; a job already done is not run again. Then, before any try, each cell's prediction
@@ -51,9 +60,11 @@ the measured throughput (README, results.csv, ``plots/predicted_vs_measured.png`
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..planning import DEFAULT_PARTITION_BYTES, PS_CLIENTS
 from . import store
@@ -69,7 +80,11 @@ PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3",
 PACE_ITERS = ("--warmup", "2", "--iters", "4", "--no-interference", "--alpha", "0",
               "--beta", "0")
 PROFILER = "ddlbench.profiler"      # the module profiles and pace probes run (tests swap it)
+COMM_BENCH = "ddlbench.comm_bench"  # the module the comm, push/pull and burst jobs run (too)
 CODEC_ITERS = "3"
+# The calibration check's all-reduce sizes (powers of two, bytes): from where a loopback
+# all-reduce stops being a scheduler turn (~2 ms) to where an emulated link takes ~0.15 s
+CHECK_BYTES = (1 << 20, 16 << 20)
 CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
 
 
@@ -87,10 +102,13 @@ class Job:
     compressor: str | None = None        # codec: the compressor and its settings
     codec_options: tuple = ()            # ((name, value), ...)
     tag: str | None = None               # pace: the job and try it runs before
+    of: "Job | None" = None              # check: the profile or comm job it times again
 
     @property
     def _networked(self) -> bool:
         """Whether the job's workers talk over its network."""
+        if self.kind == "check":
+            return self.of._networked
         return self.kind != "codec" and (self.nworkers > 1 or self.kind not in ("profile",
                                                                                 "pace"))
 
@@ -101,6 +119,8 @@ class Job:
         # sends nothing: one per task).
         if self.kind == "pace":     # a probe of the compute before one job of tries
             return f"{self.tag}.pace"
+        if self.kind == "check":    # a probe of a profile's or comm job's after the tries
+            return f"{self.of.name}.check"
         parts = [self.network.name] if self._networked else []
         if self.task is not None:
             parts.append(task_key(self.task))
@@ -120,6 +140,13 @@ class Job:
         return os.path.join(folder, CALIBRATION, f"{self.name}.json")
 
     def command(self, output: str) -> list[str]:
+        if self.kind == "check" and self.of.kind == "profile":   # the compute, as pace does
+            return replace(self.of, kind="pace").command(output)
+        if self.kind == "check":    # the all-reduce at CHECK_BYTES (sizes the fit has)
+            top = self.of.max_bytes or CHECK_BYTES[1]
+            cmd = replace(self.of, max_bytes=min(CHECK_BYTES[1], top)).command(output)
+            cmd[cmd.index("--ops") + 1] = "allreduce"
+            return cmd + ["--min-bytes", str(min(CHECK_BYTES[0], top))]
         net = self.network
         place = ["--nworkers", str(self.nworkers)]
         if self.kind == "codec":
@@ -143,7 +170,7 @@ class Job:
             if self._networked:
                 cmd += net.net_args()
             return cmd + ["--network", net.name, "--output", output]
-        cmd = [sys.executable, "-m", "ddlbench.comm_bench", *place,
+        cmd = [sys.executable, "-m", COMM_BENCH, *place,
                *COMM_ITERS,
                "--network", net.name, "--output", output, *net.net_args()]
         if self.kind == "burst":
@@ -254,8 +281,10 @@ def done(entries: list[dict], folder: str) -> set[str]:
             and os.path.exists(os.path.join(folder, CALIBRATION, f"{e['job']}.json"))}
 
 
-def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none") -> dict:
-    """Run the jobs not done yet; each one store line. Returns {status: count}."""
+def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none",
+        ran: set | None = None) -> dict:
+    """Run the jobs not done yet; each one store line. Returns {status: count}; the names of
+    those that ran and finished go into ``ran``."""
     path = store.store_path(folder)
     todo, notes = jobs(cells)
     for note in notes:
@@ -270,6 +299,8 @@ def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none"
         entry = _run(sweep, job, folder, logs, inflight, mode)
         store.append(path, entry)
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+        if ran is not None and entry["status"] == "ok":
+            ran.add(job.name)
     return counts
 
 
@@ -289,7 +320,7 @@ def _run(sweep, job: Job, folder: str, logs: str, inflight, mode: str) -> dict:
         status, res["reason"] = "failed", "no output file"
     entry = {"kind": "calibration", "job": job.name, "status": status,
              "file": os.path.relpath(out, folder), "seconds": res["seconds"],
-             "command": res["command"], "log": res["log"]}
+             "command": res["command"], "log": res["log"], "cpu_steal": res["cpu_steal"]}
     if status != "ok":
         entry["reason"] = res.get("reason")
         entry["log_tail"] = res.get("log_tail")
@@ -348,6 +379,60 @@ def pace(sweep, cells: list, job_cells: list, try_index: int, attempt: int, fold
         line = _prediction(sweep, c, folder, finished, by_net, factor)
         line.update({"try": try_index, "attempt": attempt, "pace": factor})
         lines.append(line)
+    return lines
+
+
+def link_s(path: str) -> dict[int, float]:
+    """A comm_bench file's all-reduce: size in bytes -> its time, seconds."""
+    from ..errors import UsageError
+    with open(path) as f:
+        body = json.load(f)
+    out = {int(r["size_bytes"]): float(r["time_s"]) for res in body.get("results", [])
+           if res.get("op") == "allreduce" for r in res.get("rows", [])}
+    if not out or not all(math.isfinite(t) and t > 0 for t in out.values()):
+        raise UsageError(f"{path}: no all-reduce times (each > 0)")
+    return out
+
+
+def check(sweep, cells: list, ran: set, folder: str, logs: str, inflight,
+          mode: str = "none") -> list[dict]:
+    """The calibration check (``calibration_check``), after the tries: each profile and comm
+    job that ran in this session (``ran``) timed again briefly, at the same placement and
+    network: a profile's compute alone (as a pace probe), a comm job's all-reduce at its
+    power-of-two sizes within ``CHECK_BYTES``. A probe's ``ratio`` is its time over the
+    calibration's (the sum over the sizes both have); ``off`` when it is further than the
+    tolerance either way (a calibration taken in a slow or a fast minute: its cells'
+    predictions share it).
+    Returns the probes' store lines (a failed probe says why, and checks nothing)."""
+    from ..errors import UsageError, first_line
+    tol = sweep.calibration_check
+    lines = []
+    for job in jobs(cells)[0]:
+        if not tol or job.name not in ran or job.kind not in ("profile", "comm"):
+            continue
+        probe = Job("check", job.network, job.nworkers, of=job)
+        entry = _run(sweep, probe, folder, logs, inflight, mode)
+        entry["checks"] = job.name
+        lines.append(entry)
+        if entry["status"] != "ok":
+            continue
+        try:
+            if job.kind == "profile":
+                was, now = compute_s(job.path(folder)), compute_s(probe.path(folder))
+            else:
+                before, after = link_s(job.path(folder)), link_s(probe.path(folder))
+                both = sorted(set(before) & set(after))
+                if not both:
+                    raise UsageError("no all-reduce size in both files")
+                was, now = sum(before[m] for m in both), sum(after[m] for m in both)
+                entry["sizes"] = both
+            ratio = now / was
+        except (OSError, UsageError, ValueError, TypeError, KeyError,
+                ZeroDivisionError) as err:
+            entry.update(status="failed", reason=f"unreadable probe: {first_line(err)}")
+            continue
+        entry.update(calibrated_s=was, now_s=now, ratio=ratio,
+                     off=not 1 / (1 + tol) <= ratio <= 1 + tol)
     return lines
 
 

@@ -37,11 +37,14 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
                 "iters": "--num-iters"}
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "pace", "seed", "skip",
-        "threads", "shared_jobs", "adaptive"}
+        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "pace",
+        "calibration_check", "seed", "skip", "threads", "shared_jobs", "adaptive"}
 ADAPTIVE_KEYS = {"target", "max_tries"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
+# calibration_check's default: how far a probe after the tries may move from the calibration
+# (a slow minute during calibration put the loopback links 2-5 times too slow: DESIGN section 15)
+CHECK_TOLERANCE = 0.3
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
 MODEL_NAMES = {"resnet50": "ResNet-50", "bert": "BERT-Large", "bert_base": "BERT-Base",
                "bert_tiny": "BERT-Tiny", "resnet18": "ResNet-18", "vgg16": "VGG-16",
@@ -309,6 +312,9 @@ class Sweep:
     # With calibrate: before each job, a short profiler run at its placement (the machine's
     # pace), and each try's cells predicted again with their compute scaled by it
     pace: bool = False
+    # With calibrate: after the tries, the calibration's link and compute timed again briefly;
+    # a probe that moved by more than this fraction either way is reported (0: no probes)
+    calibration_check: float = 0.0
     # The order of each round of tries (ddlbench/sweep/execute.py); None: the store's, or one
     # chosen when the store starts
     seed: int | None = None
@@ -350,7 +356,8 @@ class Sweep:
                 "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
                 "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
                 "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
-                "calibrate": self.calibrate, "pace": self.pace, "seed": self.seed,
+                "calibrate": self.calibrate, "pace": self.pace,
+                "calibration_check": self.calibration_check, "seed": self.seed,
                 "shared_jobs": self.shared_jobs, "adaptive": self.adaptive}
 
 
@@ -480,6 +487,17 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     elif pace and not calibrate:
         problems.append("pace: true needs calibrate: true (the probe is compared with the "
                         "calibration's profile)")
+    check = raw.get("calibration_check", CHECK_TOLERANCE if calibrate else 0)
+    if check is False:
+        check = 0
+    if isinstance(check, bool) or not isinstance(check, (int, float)) or \
+            not 0 <= check < float("inf"):
+        problems.append(f"calibration_check must be false or a fraction >= 0 (how far a probe "
+                        f"may move), got {check!r}")
+        check = 0
+    elif check and not calibrate:
+        problems.append("calibration_check needs calibrate: true (its probes are compared "
+                        "with the calibration)")
     seed = raw.get("seed")
     if seed is not None and not (_is_int(seed) and seed >= 0):
         problems.append(f"seed must be an integer >= 0, got {seed!r}")
@@ -506,7 +524,8 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
                   results_root=_root(raw.get("results"), "results"),
                   logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
                   notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate, pace=pace, seed=seed, skip=skip, threads=threads,
+                  calibrate=calibrate, pace=pace, calibration_check=float(check), seed=seed,
+                  skip=skip, threads=threads,
                   shared_jobs=shared_jobs, adaptive=adaptive)
     if networks and tasks and methods and nworkers and not sweep.cells():
         problems.append("skip leaves no cell to run")

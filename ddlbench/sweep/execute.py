@@ -325,8 +325,9 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
         if os.environ.get(PROGRAM_ENV):
             header["program"] = os.environ[PROGRAM_ENV]
         store.append(path, header)
+        ran: set = set()     # calibration jobs run in this session: checked after the tries
         if sweep.calibrate:
-            calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode)
+            calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode, ran)
             known = {e["hash"] for e in store.read(path)[0]
                      if e.get("kind") == "prediction" and e.get("throughput") is not None
                      and e.get("try") is None}
@@ -359,6 +360,13 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                 todo = extra_round(sweep, p.cells, store.read(path)[0], seed)
                 progress.more(len(todo))
                 counts["extra"] = counts.get("extra", 0) + len(todo)
+            for line in calibrate.check(sweep, p.cells, ran, p.folder, p.logs, inflight, mode):
+                store.append(path, line)
+                if line.get("off") and mode != "none":
+                    print(f"benchmarks.py: calibration check: {line['checks']} took "
+                          f"{line['ratio']:.2f} times as long after the tries as in the "
+                          f"calibration: the predictions that use it are suspect",
+                          file=sys.stderr, flush=True)
         finally:
             signal.signal(signal.SIGTERM, old)
             progress.close()

@@ -471,6 +471,7 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
                 speedup_table(t).rstrip("\n"), ""]
     else:
         out += ["No speedups: this sweep has no 1-worker cells to measure them against.", ""]
+    out += check_section(t)
     times = time_table(t)
     if times:
         out += ["## Where the time goes", "",
@@ -586,6 +587,55 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
     if image:
         out += [f"![predicted vs measured]({image})", ""]
     return out
+
+
+def check_section(t: Table) -> list[str]:
+    """README lines: the calibration check's probes (``calibration_check``) against the
+    calibration, and the CPU time the hypervisor stole during the calibration and the tries."""
+    probes = [e for e in t.calibration if e.get("checks")]
+    if not probes:
+        return []
+    tol = float((t.header or {}).get("calibration_check") or 0)
+    out = ["## Calibration check", "",
+           "After the tries, each profile's compute (forward, backward and step, alone) and "
+           "each network's all-reduce (the sum over its 1-16 MiB sizes) timed again at the "
+           "calibration's placement: the time after the tries over the calibration's. A probe "
+           f"more than {100 * tol:.0f}% off either way is marked: the calibration (or the "
+           "probe) ran in a slow or a fast minute, and the predictions that use it share it.",
+           "", _md(["calibration job", "calibrated", "after the tries", "ratio", ""]),
+           "|" + " --- |" * 5]
+    off = 0
+    for e in probes:
+        if e.get("ratio") is None:
+            out.append(_md([e["checks"], "-", f"none: {e.get('reason') or e.get('status')}",
+                            "", ""]))
+            continue
+        off += bool(e.get("off"))
+        out.append(_md([e["checks"], f"{1e3 * e['calibrated_s']:.1f} ms",
+                        f"{1e3 * e['now_s']:.1f} ms", f"{e['ratio']:.2f}",
+                        "**off**" if e.get("off") else ""]))
+    timed = sum(e.get("ratio") is not None for e in probes)
+    out += ["", f"{off} of {_plural('probe', timed)} off by more than {100 * tol:.0f}%."
+            + (" The cells whose predictions use them are suspect." if off else "")]
+    steal = _steal_line(t)
+    return out + ([steal] if steal else []) + [""]
+
+
+def _steal_line(t: Table) -> str | None:
+    """The hypervisor's steal during the calibration jobs and the tries (median, max)."""
+    parts = []
+    for what, lines in (("the calibration jobs", [
+            e for e in t.calibration
+            if not e.get("checks") and not str(e.get("job")).endswith(".pace")]),
+                        ("the tries", t.tries_used)):
+        vals = [float(e["cpu_steal"]) for e in lines if e.get("cpu_steal") is not None]
+        if vals:
+            parts.append(f"{what} a median {100 * statistics.median(vals):.1f}% "
+                         f"(max {100 * max(vals):.1f}%)")
+    if not parts:
+        return None
+    return ("CPU time stolen by the hypervisor (of all CPUs' time, /proc/stat): during "
+            + " and during ".join(parts) + ".")
 
 
 def _error_summary(errors: list[float]) -> str:

@@ -226,6 +226,7 @@ def run_job(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folde
                             "seconds": round(seconds, 3),
                             "status": res["status"], "reason": res.get("reason")}
         after = time.monotonic() - res["ended"]
+        entry["cpu_steal"] = res["steal"]
         entry["timing"] = {"spawn_s": round(res["spawn_s"], 4), **res["marks"].times,
                            "bookkeeping_s": round(after, 4),
                            "overhead_s": round((res["launch"] - t0) + res["spawn_s"] + after,
@@ -296,6 +297,7 @@ def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: 
         out.write(f"# {shown}\n")
         out.flush()
         started_epoch = time.time()
+        cpu = psutil.cpu_times()
         launch = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL,
@@ -340,7 +342,19 @@ def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: 
     inflight.clear()
     marks.poll(launch)
     return {"status": status, "reason": reason, "launch": launch, "ended": ended,
-            "leftovers": leftovers, "spawn_s": spawn_s, "marks": marks, "command": shown}
+            "leftovers": leftovers, "spawn_s": spawn_s, "marks": marks, "command": shown,
+            "steal": steal_share(cpu, psutil.cpu_times())}
+
+
+def steal_share(before, after) -> float | None:
+    """The share of all CPUs' time between two ``psutil.cpu_times()`` that the hypervisor gave
+    to other guests (steal: a shared VM's slow minutes; None where the kernel does not say)."""
+    if not hasattr(before, "steal"):
+        return None
+    # guest time is already counted in user and nice
+    total = sum(b - a for f, a, b in zip(before._fields, before, after)
+                if f not in ("guest", "guest_nice"))
+    return round((after.steal - before.steal) / total, 4) if total > 0 else None
 
 
 def run_command(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str,
@@ -351,7 +365,7 @@ def run_command(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str,
     res = _run(sweep, cmd, extra_env, logfile, inflight, {"cell": name, "try": 0})
     out = {"status": res["status"], "reason": res["reason"],
            "seconds": round(res["ended"] - res["launch"], 3), "command": res["command"],
-           "log": _rel(logfile)}
+           "log": _rel(logfile), "cpu_steal": res["steal"]}
     if res["status"] != "ok":
         out["log_tail"] = tail(logfile, LOG_TAIL_LINES)
     return out
