@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+from tests.fake_profiler import factor_for
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -21,9 +23,7 @@ def main() -> int:
     ap.add_argument("--min-bytes", type=int, default=1024)
     ap.add_argument("--max-bytes", type=int, required=True)
     args, _ = ap.parse_known_args()
-    name = os.path.basename(args.output)
-    factor = next((v for k, v in json.loads(os.environ.get("FAKE_LINK", "{}")).items()
-                   if k in name), 1.0)
+    factor = factor_for("FAKE_LINK", args.output)
     if factor == "fail":
         print("RuntimeError: the fake comm_bench was told to fail", file=sys.stderr)
         return 1

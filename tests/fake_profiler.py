@@ -11,13 +11,19 @@ import os
 import sys
 
 
+def factor_for(variable: str, output: str):
+    """The factor (or "fail") the JSON object in ``variable`` gives the first of its keys that
+    is part of ``output``'s file name; 1 where none is."""
+    name = os.path.basename(output)
+    return next((v for k, v in json.loads(os.environ.get(variable, "{}")).items()
+                 if k in name), 1.0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--output", required=True)
     args, _ = ap.parse_known_args()
-    name = os.path.basename(args.output)
-    factor = next((v for k, v in json.loads(os.environ.get("FAKE_PACE", "{}")).items()
-                   if k in name), 1.0)
+    factor = factor_for("FAKE_PACE", args.output)
     if factor == "fail":
         print("RuntimeError: the fake profiler was told to fail", file=sys.stderr)
         return 1

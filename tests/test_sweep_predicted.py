@@ -523,6 +523,18 @@ def test_steal_is_the_share_of_all_cpu_time_given_to_other_guests():
     assert steal_share(Old(1, 1, 1), Old(2, 2, 2)) is None
 
 
+def _one_cell(tmp_path, text: str) -> str:
+    """A sweep file of one wfbp cell with ``text``'s keys."""
+    return _sweep(tmp_path, f"""
+name: check
+networks: [loopback]
+tasks: [{{model: resnet18, batch_size: 8}}]
+methods: [wfbp]
+nworkers: [2]
+{text}
+""")
+
+
 @pytest.mark.parametrize("text, message", [
     ("calibrate: true\ncalibration_check: -0.1", "calibration_check must be false or a "
                                                   "fraction >= 0"),
@@ -531,14 +543,7 @@ def test_steal_is_the_share_of_all_cpu_time_given_to_other_guests():
     ("calibration_check: 0.2", "calibration_check needs calibrate: true"),
 ])
 def test_a_bad_calibration_check_is_one_line(tmp_path, capsys, text, message):
-    path = _sweep(tmp_path, f"""
-name: badcheck
-networks: [loopback]
-tasks: [{{model: resnet18, batch_size: 8}}]
-methods: [wfbp]
-nworkers: [2]
-{text}
-""")
+    path = _one_cell(tmp_path, text)
     assert benchmarks.main(["--config", path, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
@@ -550,14 +555,6 @@ nworkers: [2]
     ("calibration_check: false", 0.0)])
 def test_the_calibration_check_is_on_with_calibrate(tmp_path, text, tolerance):
     from ddlbench.sweep import config as sweep_config
-    path = _sweep(tmp_path, f"""
-name: check
-networks: [loopback]
-tasks: [{{model: resnet18, batch_size: 8}}]
-methods: [wfbp]
-nworkers: [2]
-{text}
-""")
-    sweep = sweep_config.load(path, runs=False)
+    sweep = sweep_config.load(_one_cell(tmp_path, text), runs=False)
     assert sweep.calibration_check == tolerance
     assert sweep.header()["calibration_check"] == tolerance
