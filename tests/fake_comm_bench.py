@@ -3,9 +3,9 @@
 
 Takes comm_bench's flags, imports no torch, and writes (``--output``) an all-reduce record:
 rows at the powers of two from ``--min-bytes`` to ``--max-bytes``, each ``alpha + beta m``
-times a factor, and that fit. FAKE_FITS is a JSON object from a ``--network`` to its
-[alpha, beta]; FAKE_LINK one from a part of the output file's name to its factor, or to
-"fail" (exit 1, no file). A name no key matches gets factor 1.
+times a factor, and that fit (alpha and beta times the factor). FAKE_FITS is a JSON object
+from a ``--network`` to its [alpha, beta]; FAKE_LINK one from a part of the output file's
+name to its factor, or to "fail" (exit 1, no file). A name no key matches gets factor 1.
 """
 import argparse
 import json
@@ -36,7 +36,7 @@ def main() -> int:
     with open(args.output, "w") as f:
         json.dump({"kind": "comm_bench", "nworkers": args.nworkers, "results": [
             {"op": "allreduce", "nworkers": args.nworkers, "rows": rows,
-             "fit": {"alpha_s": alpha, "beta_s_per_byte": beta}}]}, f)
+             "fit": {"alpha_s": factor * alpha, "beta_s_per_byte": factor * beta}}]}, f)
     return 0
 
 

@@ -400,10 +400,10 @@ def test_a_pace_must_be_a_positive_number(pace):
 
 def test_the_calibration_check_times_the_calibration_again_after_the_tries(
         tmp_path, monkeypatch, capsys):
-    """calibration_check (on with calibrate, tolerance 0.3): after the tries each profile and
+    """calibration_check (on with calibrate, tolerance 0.2): after the tries each profile and
     comm job this session ran is timed again at its placement (the compute alone, as a pace
     probe; the all-reduce at 1-16 MiB); its time over the calibration's is in the store, a
-    probe more than 30% off either way is marked and said on stderr, a failed probe says why
+    probe more than 20% off either way is marked and said on stderr, a failed probe says why
     and breaks nothing; jobs done before this session are not probed. Every job's and try's
     line carries the CPU time the hypervisor stole meanwhile."""
     import psutil
@@ -423,7 +423,7 @@ results: {tmp_path / 'results'}
 logs: {tmp_path / 'logs'}
 """)
     sweep = sweep_config.load(path, runs=False)
-    assert sweep.calibration_check == 0.3
+    assert sweep.calibration_check == 0.2
     cells = sweep.cells()
     jobs = calibrate.jobs(cells)[0]
     folder = tmp_path / "results" / "2026-01-01-checked"
@@ -437,9 +437,9 @@ logs: {tmp_path / 'logs'}
                          "loopback_resnet18-bs8-px32_n2.profile.json").read_text())
     monkeypatch.setenv("FAKE_PROFILE", str(template))
     monkeypatch.setenv("FAKE_FITS", json.dumps(FITS))
-    # after the tries: loopback's link 1.2 times as slow (inside 30%), 1gbit's twice as
+    # after the tries: loopback's link 1.15 times as slow (inside 20%), 1gbit's twice as
     # fast (off: the calibration ran slow); loopback's compute 1.1, 1gbit's probe fails
-    monkeypatch.setenv("FAKE_LINK", json.dumps({"loopback_n2.comm.check": 1.2,
+    monkeypatch.setenv("FAKE_LINK", json.dumps({"loopback_n2.comm.check": 1.15,
                                                 "1gbit_n2.comm.check": 0.5}))
     monkeypatch.setenv("FAKE_PACE", json.dumps({
         "loopback_resnet18-bs8-px32_n2.profile.check": 1.1,
@@ -477,7 +477,7 @@ logs: {tmp_path / 'logs'}
     assert all(kinds.index(("calibration", e["job"])) > last_try for e in probes.values())
     assert all(e["job"] == f"{e['checks']}.check" for e in probes.values())
     ratios = {k: e.get("ratio") for k, e in probes.items()}
-    assert ratios["loopback_n2.comm"] == pytest.approx(1.2, rel=1e-12)
+    assert ratios["loopback_n2.comm"] == pytest.approx(1.15, rel=1e-12)
     assert ratios["1gbit_n2.comm"] == pytest.approx(0.5, rel=1e-12)
     assert ratios["loopback_resnet18-bs8-px32_n2.profile"] == pytest.approx(1.1, rel=1e-12)
     assert probes["loopback_n2.comm"]["sizes"] == [1 << k for k in range(20, 25)]
@@ -489,7 +489,9 @@ logs: {tmp_path / 'logs'}
     assert failed["status"] == "failed" and "ratio" not in failed
     assert [ln for ln in err.splitlines() if "calibration check" in ln] == [
         "benchmarks.py: calibration check: 1gbit_n2.comm took 0.50 times as long after the "
-        "tries as in the calibration: the predictions that use it are suspect"]
+        "tries as in the calibration: the predictions that use it are suspect (delete "
+        "calibration/1gbit_n2.comm.json and run the sweep again to calibrate it and predict "
+        "them again)"]
     # the hypervisor's steal on every command's line (None where the kernel has none)
     ran = [e for e in entries if e["kind"] == "try" or (
         e["kind"] == "calibration" and ".burst" not in e["job"])]
@@ -501,13 +503,34 @@ logs: {tmp_path / 'logs'}
     section = readme[readme.index("## Calibration check"):]
     section = section[:section.index("\n## ")]
     assert "| 1gbit_n2.comm | " in section and "| 0.50 | **off** |" in section
-    assert "| loopback_n2.comm | " in section and "| 1.20 |  |" in section
+    assert "| loopback_n2.comm | " in section and "| 1.15 |  |" in section
     assert "| 1gbit_resnet18-bs8-px32_n2.profile | - | none: exit code 1 |" in section
-    assert "1 of 3 probes off by more than 30%." in section
+    assert "1 of 3 probes off by more than 20%." in section
     assert ("CPU time stolen by the hypervisor" in section) == has_steal
-    # a session that calibrates nothing probes nothing
+    # a session that calibrates nothing probes nothing, and predicts nothing again
     assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet"]) == 0
-    assert sum(bool(e.get("checks")) for e in store.read(store_file)[0]) == 4
+    entries = store.read(store_file)[0]
+    assert sum(bool(e.get("checks")) for e in entries) == 4
+    first = {e["cell"]: e for e in entries if e["kind"] == "prediction"}
+    assert len(first) == 2 and sum(e["kind"] == "prediction" for e in entries) == 2
+    # the link off, calibrated again: its file deleted, the next session runs the job (the
+    # link now twice as fast, as its probe found), probes it and predicts the cells that read
+    # it again (the 1gbit cell; not loopback's), the latest prediction the one reported
+    os.unlink(folder / "calibration" / "1gbit_n2.comm.json")
+    monkeypatch.setenv("FAKE_LINK", json.dumps({"1gbit_n2.comm": 0.5}))
+    assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet"]) == 0
+    entries = store.read(store_file)[0]
+    again = [e for e in entries[len(entries) - 3:]]
+    assert [(e["kind"], e.get("job") or e.get("cell")) for e in again] == [
+        ("calibration", "1gbit_n2.comm"), ("prediction", "1gbit_resnet18-bs8-px32_wfbp_n2"),
+        ("calibration", "1gbit_n2.comm.check")]
+    assert again[2]["ratio"] == pytest.approx(1.0, rel=1e-12) and not again[2]["off"]
+    new = again[1]["throughput"]
+    assert new > first["1gbit_resnet18-bs8-px32_wfbp_n2"]["throughput"]
+    readme = open(folder / "README.md").read()
+    table = readme[readme.index("## Predicted vs measured"):].splitlines()
+    row = next(x for x in table if "| 1gbit (emulated) |" in x)
+    assert f"| {new:.1f} |" in row, row
 
 
 def test_steal_is_the_share_of_all_cpu_time_given_to_other_guests():
@@ -550,7 +573,7 @@ def test_a_bad_calibration_check_is_one_line(tmp_path, capsys, text, message):
 
 
 @pytest.mark.parametrize("text, tolerance", [
-    ("calibrate: true", 0.3), ("calibrate: true\ncalibration_check: false", 0.0),
+    ("calibrate: true", 0.2), ("calibrate: true\ncalibration_check: false", 0.0),
     ("calibrate: true\ncalibration_check: 0.5", 0.5), ("calibrate: false", 0.0),
     ("calibration_check: false", 0.0)])
 def test_the_calibration_check_is_on_with_calibrate(tmp_path, text, tolerance):

@@ -42,7 +42,7 @@ cells gets a second prediction for that try, from the same files with every comp
 and host time scaled by the pace (the network's fits are not: they are links, measured once).
 The reports show both (README "paced", results.csv ``pace``, ``paced_predicted``).
 
-With ``calibration_check`` (on with calibrate, tolerance 0.3; ``check``), after the tries each
+With ``calibration_check`` (on with calibrate, tolerance 0.2; ``check``), after the tries each
 profile and comm job this session ran is timed again briefly at its placement: the profile's
 compute alone (a pace probe), the comm job's all-reduce at 1-16 MiB. A probe further than the
 tolerance from the calibration, either way, is marked off in the README and on stderr: one
@@ -452,6 +452,16 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
     by_net = _network_files(cells, finished, folder)
     return [_prediction(sweep, c, folder, finished, by_net) for c in cells
             if c.network.kind == "net" and c.engine == "torch"]
+
+
+def uses(cell, ran: list) -> bool:
+    """Whether a cell's prediction reads any of the calibration jobs ``ran``: its profile,
+    codec and burst, or its network's comm and push/pull files (``_network_files``)."""
+    own = {j.name for j in (Job("profile", cell.network, cell.nworkers, task=cell.task,
+                                threads=cell.sweep.threads), codec_job(cell), burst_job(cell))
+           if j is not None}
+    return any(j.name in own or (j.kind in ("comm", "pushpull")
+                                 and j.network.name == cell.network.name) for j in ran)
 
 
 def _prediction(sweep, c, folder: str, finished: set, by_net: dict, pace: float = 1.0) -> dict:

@@ -44,7 +44,7 @@ ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 # calibration_check's default: how far a probe after the tries may move from the calibration
 # (a slow minute during calibration put the loopback links 2-5 times too slow: DESIGN section 15)
-CHECK_TOLERANCE = 0.3
+CHECK_TOLERANCE = 0.2
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
 MODEL_NAMES = {"resnet50": "ResNet-50", "bert": "BERT-Large", "bert_base": "BERT-Base",
                "bert_tiny": "BERT-Tiny", "resnet18": "ResNet-18", "vgg16": "VGG-16",

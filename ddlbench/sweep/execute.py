@@ -331,8 +331,10 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
             known = {e["hash"] for e in store.read(path)[0]
                      if e.get("kind") == "prediction" and e.get("throughput") is not None
                      and e.get("try") is None}
-            for line in calibrate.predictions(sweep, [c for c in p.cells
-                                                      if c.hash not in known], p.folder):
+            # a cell is predicted again when a job it reads ran again (its file deleted)
+            again = [j for j in calibrate.jobs(p.cells)[0] if j.name in ran]
+            for line in calibrate.predictions(sweep, [c for c in p.cells if c.hash not in known
+                                                      or calibrate.uses(c, again)], p.folder):
                 store.append(path, line)
             counts["calibration"] = calibrated
         if not todo:   # every planned try is done: adaptive tries may be left
@@ -365,7 +367,9 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                 if line.get("off") and mode != "none":
                     print(f"benchmarks.py: calibration check: {line['checks']} took "
                           f"{line['ratio']:.2f} times as long after the tries as in the "
-                          f"calibration: the predictions that use it are suspect",
+                          f"calibration: the predictions that use it are suspect (delete "
+                          f"calibration/{line['checks']}.json and run the sweep again to "
+                          f"calibrate it and predict them again)",
                           file=sys.stderr, flush=True)
         finally:
             signal.signal(signal.SIGTERM, old)
