@@ -13,10 +13,18 @@ import sys
 
 def factor_for(variable: str, output: str):
     """The factor (or "fail") the JSON object in ``variable`` gives the first of its keys that
-    is part of ``output``'s file name; 1 where none is."""
+    is part of ``output``'s file name; 1 where none is. A list gives its first item to the
+    first run writing that file, the next to the next (counted in FAKE_CALLS, a folder)."""
     name = os.path.basename(output)
-    return next((v for k, v in json.loads(os.environ.get(variable, "{}")).items()
-                 if k in name), 1.0)
+    value = next((v for k, v in json.loads(os.environ.get(variable, "{}")).items()
+                  if k in name), 1.0)
+    if isinstance(value, list):
+        count = os.path.join(os.environ["FAKE_CALLS"], name)
+        n = int(open(count).read()) if os.path.exists(count) else 0
+        with open(count, "w") as f:
+            f.write(str(n + 1))
+        value = value[n]
+    return value
 
 
 def main() -> int:

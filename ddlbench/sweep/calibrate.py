@@ -436,6 +436,36 @@ def check(sweep, cells: list, ran: set, folder: str, logs: str, inflight,
     return lines
 
 
+def recalibrate(sweep, cells: list, probes: list[dict], folder: str, logs: str, inflight,
+                mode: str = "none") -> list[dict]:
+    """Each job whose probe was off (``check``) run once more, now, and the cells that read it
+    predicted again (``recalibrated``: those jobs; the latest prediction is the one reported).
+    The calibration it replaces is kept beside it (``<job>.before-check.json``) and put back
+    if the new run fails: its cells keep their predictions. Appends the store lines (each
+    job's, then the predictions) and returns them."""
+    off = {p["checks"] for p in probes if p.get("off")}
+    path = store.store_path(folder)
+    lines, again = [], []
+    for job in (j for j in jobs(cells)[0] if j.name in off):
+        out = job.path(folder)
+        kept = out[:-len(".json")] + ".before-check.json"
+        os.replace(out, kept)
+        entry = dict(_run(sweep, job, folder, logs, inflight, mode), recalibrated=True)
+        if entry["status"] == "ok":
+            again.append(job)
+        else:
+            os.replace(kept, out)
+        store.append(path, entry)
+        lines.append(entry)
+    names = [j.name for j in again]
+    for line in predictions(sweep, [c for c in cells if uses(c, again)], folder) if again \
+            else []:
+        line["recalibrated"] = names
+        store.append(path, line)
+        lines.append(line)
+    return lines
+
+
 def _network_files(cells: list, finished: set, folder: str) -> dict:
     """network name -> its finished comm and push/pull files."""
     by_net: dict = {}

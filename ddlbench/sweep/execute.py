@@ -362,15 +362,23 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                 todo = extra_round(sweep, p.cells, store.read(path)[0], seed)
                 progress.more(len(todo))
                 counts["extra"] = counts.get("extra", 0) + len(todo)
-            for line in calibrate.check(sweep, p.cells, ran, p.folder, p.logs, inflight, mode):
+            probes = calibrate.check(sweep, p.cells, ran, p.folder, p.logs, inflight, mode)
+            for line in probes:
                 store.append(path, line)
                 if line.get("off") and mode != "none":
                     print(f"benchmarks.py: calibration check: {line['checks']} took "
-                          f"{line['ratio']:.2f} times as long after the tries as in the "
-                          f"calibration: the predictions that use it are suspect (delete "
-                          f"calibration/{line['checks']}.json and run the sweep again to "
-                          f"calibrate it and predict them again)",
-                          file=sys.stderr, flush=True)
+                          f"{line['ratio']:.2f} times as long now as in the calibration: "
+                          f"calibrating it again", file=sys.stderr, flush=True)
+            redone = calibrate.recalibrate(sweep, p.cells, probes, p.folder, p.logs, inflight,
+                                           mode)
+            if redone and mode != "none":
+                failed = [e["job"] for e in redone if e.get("kind") == "calibration"
+                          and e["status"] != "ok"]
+                print(f"benchmarks.py: calibration check: "
+                      f"{sum(e['kind'] == 'prediction' for e in redone)} cell(s) predicted "
+                      f"again" + (f"; calibrating {', '.join(failed)} again failed (its "
+                                  f"first calibration stands)" if failed else ""),
+                      file=sys.stderr, flush=True)
         finally:
             signal.signal(signal.SIGTERM, old)
             progress.close()
