@@ -51,7 +51,8 @@ A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)
                                #   and each try predicted again at the machine's pace then
     calibration_check: 0.2     # with calibrate: after the tries, each network's all-reduce
                                #   (1-16 MiB) and each profile's compute timed again; a probe
-                               #   more than 20% off the calibration is reported (false: none)
+                               #   more than 20% off the calibration is reported, its job
+                               #   run again and its cells predicted again (false: none)
     seed: 12345                # the tries run round-robin (try 0 of every cell, then try 1,
                                #   ...), each round shuffled by this seed; default: the one
                                #   the store recorded, else chosen when the store starts

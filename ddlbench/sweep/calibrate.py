@@ -45,7 +45,8 @@ The reports show both (README "paced", results.csv ``pace``, ``paced_predicted``
 With ``calibration_check`` (on with calibrate, tolerance 0.2; ``check``), after the tries each
 profile and comm job this session ran is timed again briefly at its placement: the profile's
 compute alone (a pace probe), the comm job's all-reduce at 1-16 MiB. A probe further than the
-tolerance from the calibration, either way, is marked off in the README and on stderr: one
+tolerance from the calibration, either way, is marked off in the README and on stderr, its job
+runs once more and the cells that read it are predicted again (``recalibrate``): one
 calibration on this VM was taken in a slow minute (a loopback all-reduce 2-5 times its usual
 time, every prediction 15% too slow) and nothing said so. Every job's and try's store line
 also carries ``cpu_steal``, the share of all CPUs' time the hypervisor gave other guests

@@ -313,7 +313,8 @@ class Sweep:
     # pace), and each try's cells predicted again with their compute scaled by it
     pace: bool = False
     # With calibrate: after the tries, the calibration's link and compute timed again briefly;
-    # a probe that moved by more than this fraction either way is reported (0: no probes)
+    # a probe that moved by more than this fraction either way is reported and its job run
+    # again (0: no probes)
     calibration_check: float = 0.0
     # The order of each round of tries (ddlbench/sweep/execute.py); None: the store's, or one
     # chosen when the store starts
