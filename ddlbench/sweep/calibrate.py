@@ -237,7 +237,7 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             seen.add(job.name)
             out.append(job)
     for c in local:
-        add(Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads))
+        add(profile_job(c))
     for c in local:
         job = codec_job(c)
         if job is not None:
@@ -258,6 +258,12 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
                     partition_bytes=c.method.get("partition_bytes"),
                     max_bytes=gradient[c.network.name]))
     return out, notes
+
+
+def profile_job(cell) -> Job:
+    """The profile of the cell's task on its network and worker count (the sweep's threads)."""
+    return Job("profile", cell.network, cell.nworkers, task=cell.task,
+               threads=cell.sweep.threads)
 
 
 def burst_job(cell) -> Job:
@@ -283,9 +289,9 @@ def done(entries: list[dict], folder: str) -> set[str]:
 
 
 def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none",
-        ran: set | None = None) -> dict:
-    """Run the jobs not done yet; each one store line. Returns {status: count}; the names of
-    those that ran and finished go into ``ran``."""
+        ran: list | None = None) -> dict:
+    """Run the jobs not done yet; each one store line. Returns {status: count}; those that
+    ran and finished are appended to ``ran``."""
     path = store.store_path(folder)
     todo, notes = jobs(cells)
     for note in notes:
@@ -301,7 +307,7 @@ def run(sweep, cells: list, folder: str, logs: str, inflight, mode: str = "none"
         store.append(path, entry)
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
         if ran is not None and entry["status"] == "ok":
-            ran.add(job.name)
+            ran.append(job)
     return counts
 
 
@@ -360,8 +366,7 @@ def pace(sweep, cells: list, job_cells: list, try_index: int, attempt: int, fold
         return []
     finished = done(store.read(store.store_path(folder))[0], folder)
     first = local[0]
-    prof = Job("profile", first.network, first.nworkers, task=first.task,
-               threads=first.sweep.threads)
+    prof = profile_job(first)
     if prof.name not in finished:
         return []
     job = pace_job(job_cells, try_index, attempt)
@@ -395,7 +400,7 @@ def link_s(path: str) -> dict[int, float]:
     return out
 
 
-def check(sweep, cells: list, ran: set, folder: str, logs: str, inflight,
+def check(sweep, ran: list, folder: str, logs: str, inflight,
           mode: str = "none") -> list[dict]:
     """The calibration check (``calibration_check``), after the tries: each profile and comm
     job that ran in this session (``ran``) timed again briefly, at the same placement and
@@ -408,8 +413,8 @@ def check(sweep, cells: list, ran: set, folder: str, logs: str, inflight,
     from ..errors import UsageError, first_line
     tol = sweep.calibration_check
     lines = []
-    for job in jobs(cells)[0]:
-        if not tol or job.name not in ran or job.kind not in ("profile", "comm"):
+    for job in ran if tol else []:
+        if job.kind not in ("profile", "comm"):
             continue
         probe = Job("check", job.network, job.nworkers, of=job)
         entry = _run(sweep, probe, folder, logs, inflight, mode)
@@ -488,8 +493,7 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
 def uses(cell, ran: list) -> bool:
     """Whether a cell's prediction reads any of the calibration jobs ``ran``: its profile,
     codec and burst, or its network's comm and push/pull files (``_network_files``)."""
-    own = {j.name for j in (Job("profile", cell.network, cell.nworkers, task=cell.task,
-                                threads=cell.sweep.threads), codec_job(cell), burst_job(cell))
+    own = {j.name for j in (profile_job(cell), codec_job(cell), burst_job(cell))
            if j is not None}
     return any(j.name in own or (j.kind in ("comm", "pushpull")
                                  and j.network.name == cell.network.name) for j in ran)
@@ -499,7 +503,7 @@ def _prediction(sweep, c, folder: str, finished: set, by_net: dict, pace: float 
     """One cell's prediction line (``pace``: its compute this many times the profile's)."""
     from ..errors import UsageError, first_line
     from .predicted import Predictor
-    prof = Job("profile", c.network, c.nworkers, task=c.task, threads=c.sweep.threads)
+    prof = profile_job(c)
     codec = codec_job(c)
     burst = burst_job(c)
     files = by_net.get(c.network.name, []) + (

@@ -325,16 +325,15 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
         if os.environ.get(PROGRAM_ENV):
             header["program"] = os.environ[PROGRAM_ENV]
         store.append(path, header)
-        ran: set = set()     # calibration jobs run in this session: checked after the tries
+        ran: list = []     # calibration jobs run in this session: checked after the tries
         if sweep.calibrate:
             calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode, ran)
             known = {e["hash"] for e in store.read(path)[0]
                      if e.get("kind") == "prediction" and e.get("throughput") is not None
                      and e.get("try") is None}
             # a cell is predicted again when a job it reads ran again (its file deleted)
-            again = [j for j in calibrate.jobs(p.cells)[0] if j.name in ran]
             for line in calibrate.predictions(sweep, [c for c in p.cells if c.hash not in known
-                                                      or calibrate.uses(c, again)], p.folder):
+                                                      or calibrate.uses(c, ran)], p.folder):
                 store.append(path, line)
             counts["calibration"] = calibrated
         if not todo:   # every planned try is done: adaptive tries may be left
@@ -362,7 +361,7 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                 todo = extra_round(sweep, p.cells, store.read(path)[0], seed)
                 progress.more(len(todo))
                 counts["extra"] = counts.get("extra", 0) + len(todo)
-            probes = calibrate.check(sweep, p.cells, ran, p.folder, p.logs, inflight, mode)
+            probes = calibrate.check(sweep, ran, p.folder, p.logs, inflight, mode)
             for line in probes:
                 store.append(path, line)
                 if line.get("off") and mode != "none":
