@@ -183,25 +183,46 @@ def measured_over(prof: dict) -> str:
     return str(prof.get("network", "an unnamed network"))
 
 
-def workload_of(prof: dict, optimizer_s: float = 0.0,
-                interference: bool = True) -> simulate.Workload:
-    """The simulator's workload from a profile; with ``interference`` its CPU interference
-    where the profiler measured one (a slowdown measured below 0, noise, counts as 0)."""
-    shapes = [tuple(t["shape"]) if t.get("shape") else (max(1, t["bytes"] // 4),)
-              for t in prof["tensors"]]
-    measured = prof.get("interference") if interference else None
+def interference_of(prof: dict, ps: bool = False) -> dict:
+    """The profile's CPU interference as ``Workload``'s slowdowns (a slowdown measured below
+    0, noise, counts as 0; none where the profiler measured none). With ``ps`` (a
+    parameter-server method) the one beside push/pulls where the profile has it
+    (``interference_ps``: the servers sum on the workers' cores), else the all-reduces'. Of
+    push/pulls through one client per machine the compute slowdown is rank 0's, a machine's
+    leader (docs/DESIGN.md section 3: it sums its machine's gradients and pushes them on its
+    own cores while it computes, and the others wait for its pulls): over loopback on 2
+    workers the leader's backward took 287 ms beside WFBP-PS's push/pulls, the other's 201."""
+    measured = prof.get("interference_ps") if ps else None
+    measured = prof.get("interference") if measured is None else measured
     if measured is not None and not isinstance(measured, dict):
         raise UsageError(f"the profile's interference must be an object or null, got "
                          f"{measured!r}")
+    measured = dict(measured or {})
+    ranks = measured.get("per_rank")
+    if measured.get("op") == "pushpull" and measured.get("ps_clients") == "machine" and ranks:
+        if not (isinstance(ranks[0], list) and ranks[0]):
+            raise UsageError(f"the profile's interference_ps per_rank must list each rank's "
+                             f"slowdowns, got {ranks!r}")
+        measured["compute_slowdown"] = ranks[0][0]
     slowdowns = {}
     for key in ("compute_slowdown", "comm_slowdown"):
-        x = (measured or {}).get(key)      # None: not measured
+        x = measured.get(key)      # None: not measured
         if x is None:
             continue
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not -1 < x < float("inf"):
             raise UsageError(f"the profile's interference {key} must be a number above -1, "
                              f"got {x!r}")
         slowdowns[key] = max(0.0, float(x))
+    return slowdowns
+
+
+def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
+                ps: bool = False) -> simulate.Workload:
+    """The simulator's workload from a profile; with ``interference`` its CPU interference
+    (``interference_of``; ``ps``: a parameter-server method's)."""
+    shapes = [tuple(t["shape"]) if t.get("shape") else (max(1, t["bytes"] // 4),)
+              for t in prof["tensors"]]
+    slowdowns = interference_of(prof, ps) if interference else {}
     # each tensor's share of the forward (ByteScheduler's replay), where the profiler timed it
     shares = prof.get("forward_tensor_s")
     host = prof.get("host")              # the methods' copies and divides, where measured
@@ -316,6 +337,9 @@ class Setting:
         else:
             self.link = simulate.Link(prof["alpha_s"], prof["beta_s_per_byte"])
         self._servers = {}
+        # the PS methods' CPU interference (``interference_of``), where the profile has one
+        self.ps_interference = ({} if getattr(args, "no_interference", False)
+                                else interference_of(prof, ps=True))
 
     def allgather(self):
         return self.network.link("allgather", self.nworkers) if self.network else self.link
@@ -346,6 +370,10 @@ def run_one(method: str, work, setting: Setting, codec, settings: dict):
     nservers = settings.pop("nservers", None)
     if method in simulate.PS_METHODS:
         servers, local = setting.servers(nservers)
+        if work.interferes or setting.ps_interference:
+            from dataclasses import replace
+            work = replace(work, **{"compute_slowdown": 0.0, "comm_slowdown": 0.0,
+                                    **setting.ps_interference})
         return simulate.predict(method, work, None, servers=servers, local=local,
                                 nworkers=setting.nworkers, **settings)
     if codec.compressor != "none":
@@ -491,6 +519,11 @@ def run(args) -> int:
               f"x{1 + work.compute_slowdown:.2f} beside communication, communication "
               f"x{1 + work.comm_slowdown:.2f} beside compute (it is the network's: profile "
               f"over the one you predict, the profiler's --net; --no-interference: without)")
+    x = settings[0].ps_interference
+    if prof.get("interference_ps") and x and any(m in simulate.PS_METHODS for m in names):
+        print(f"CPU interference beside push/pulls (the PS methods'): compute "
+              f"x{1 + x.get('compute_slowdown', 0.0):.2f}, communication "
+              f"x{1 + x.get('comm_slowdown', 0.0):.2f}")
     out, matrix = [], {}
     began = time.perf_counter()
     mean_work, mean_codec = work, codec

@@ -29,6 +29,14 @@ What it measures, on the rank's own batch:
   Both are of the network the workers run over (``--net``, as the training script's): over
   loopback the cores carry every byte, over an emulated link the shaper sets the pace
   (docs/DESIGN.md section 3 has the figures);
+- with parameter servers (``--nservers S``, extra processes that only sum, as the training
+  script's), the same beside the servers' push/pull (``interference_ps``): every gradient
+  tensor cut into the servers' ``--partition-bytes`` partitions, all pushed at once and
+  their sums pulled back (``--ps-clients`` as the method's). The servers, and with one
+  client per machine its leader's local sums, take the workers' cores: over loopback
+  ResNet-18's compute on 2 workers and one server took x3.41 on rank 0 (the leader) and
+  x2.72 on rank 1 beside push/pulls, x1.66 and x1.86 beside all-reduces (one run); the PS
+  methods' replay takes this one (``predict.interference_of``);
 - what the methods' own handling of the gradients costs (``host``, ``measure_host``): every
   gradient copied into one flat buffer and back, and the buffer divided in place, per byte,
   every rank at once.
@@ -49,8 +57,10 @@ the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, 
 ``network``, and ``net``: the emulated link as a run's record has it), the optimizer's step
 (``optimizer_s``) and ``interference`` (``compute_slowdown``, ``comm_slowdown``, the
 all-reduce's ``bytes``, the ``iters`` of each phase, the mean times behind them, ``per_rank``;
-or null) and ``host`` (``copy_s_per_byte``, ``divide_s_per_byte``, the gradient ``bytes`` and
-``iters`` they were timed with).
+or null), ``interference_ps`` (the same beside push/pulls, with ``op: "pushpull"``,
+``nservers``, ``ps_clients`` and ``partition_bytes``; absent without servers) and ``host``
+(``copy_s_per_byte``, ``divide_s_per_byte``, the gradient ``bytes`` and ``iters`` they were
+timed with).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
 this one.
 """
@@ -66,7 +76,8 @@ from contextlib import contextmanager
 from .errors import ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
 from .options import add_network_flags, check_flags
-from .planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
+from .planning import (DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
+                       DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS)
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
 DEFAULT_WARMUP = 5
@@ -329,7 +340,8 @@ def interference_bytes(nbytes: list[int]) -> int:
 def measure_interference(model, forward_backward, nbytes: int, *, group=None, device=None,
                          iters: int = DEFAULT_INTERFERENCE_ITERS,
                          comm_iters: int = DEFAULT_COMM_ITERS,
-                         max_allreduces: int = MAX_INTERFERENCE_ALLREDUCES) -> dict:
+                         max_allreduces: int = MAX_INTERFERENCE_ALLREDUCES, ps=None,
+                         ps_bytes: list[int] | None = None) -> dict:
     """How much compute and communication slow each other down when they run at once
     (docs/DESIGN.md section 3: on CPUs a Gloo collective needs the cores the backward uses).
 
@@ -344,7 +356,12 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
     third phase: compute runs throughout). The means are the ranks' means; ``per_rank`` has
     each rank's two slowdowns. On a GPU the compute is timed on its stream and each all-reduce
     on a stream of its own, so that neither waits for the other. Gradients are cleared and
-    buffers and random generators restored afterwards."""
+    buffers and random generators restored afterwards.
+
+    ``ps`` (a job's parameter-server client, ``engine.Context.ps``): the communication is a
+    push/pull instead, of ``ps_bytes`` (each gradient tensor's bytes; default one message of
+    ``nbytes``), every tensor cut into the servers' partitions, all pushed at once and their
+    sums pulled back; ``op`` in the result says which."""
     import threading
 
     import torch
@@ -368,9 +385,20 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
             torch.cuda.current_stream(device).synchronize()
         return t0, time.perf_counter()
 
-    def allreduce():
+    parts = None
+    if ps is not None:       # every gradient tensor's partitions, at once, as WFBP-PS sends
+        sizes = [max(1, b // 4) for b in (ps_bytes or [buf.numel() * 4])]
+        buf = torch.zeros(sum(sizes), dtype=torch.float32, device=device)
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        parts = [(p, off) for unit, off in zip(ps.open([(n, torch.float32) for n in sizes]),
+                                               offsets) for p in unit]
+
+    def communicate():
         t0 = time.perf_counter()
-        if cuda:
+        if parts is not None:
+            for h in [ps.push_pull(p, buf[off + p.start:off + p.end]) for p, off in parts]:
+                h.wait()
+        elif cuda:
             with torch.cuda.stream(side):
                 dist.all_reduce(buf, group=group)
             side.synchronize()
@@ -388,9 +416,9 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
 
     with _leaving_no_trace(model, device):
         compute()                                  # warm: the layer timing ran before
-        allreduce()
+        communicate()
         dist.barrier(group=group)
-        comm_alone = seconds(allreduce() for _ in range(comm_iters))
+        comm_alone = seconds(communicate() for _ in range(comm_iters))
         dist.barrier(group=group)
         compute_alone = seconds(compute() for _ in range(iters))
         window = (iters + 1) * slowest(statistics.fmean(compute_alone))
@@ -401,7 +429,7 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
         def background():
             try:
                 for _ in range(count):
-                    comm_spans.append(allreduce())
+                    comm_spans.append(communicate())
             except BaseException as e:     # re-raised on the profiler's thread
                 failed.append(e)
             finally:
@@ -416,6 +444,8 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
         thread.join()
         if failed:
             raise failed[0]
+        if parts is not None:
+            ps.close()
     end = comm_spans[-1][1]
     beside = seconds(s for s in compute_spans if s[1] <= end)
     mine = [statistics.fmean(compute_alone), statistics.fmean(beside) if beside else math.nan,
@@ -429,7 +459,8 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
     def ratio(a, b):
         return None if math.isnan(a) else a / b - 1.0
 
-    return {"compute_slowdown": ratio(means[1], means[0]),
+    return {"op": "allreduce" if parts is None else "pushpull",
+            "compute_slowdown": ratio(means[1], means[0]),
             "comm_slowdown": ratio(means[3], means[2]),
             "bytes": int(buf.numel() * 4),
             "iters": {"compute_alone": iters, "comm_alone": comm_iters,
@@ -601,6 +632,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "interference the performance model takes; a few seconds)")
     p.add_argument("--interference-iters", type=int, default=DEFAULT_INTERFERENCE_ITERS,
                    help="forward-backward passes alone and beside all-reduces")
+    p.add_argument("--nservers", type=int, default=0,
+                   help="parameter servers (extra processes): also time the interference "
+                        "beside their push/pull (interference_ps), as a PS method's run has it")
+    p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
+                   help="with --nservers: the servers' partition size in bytes")
+    p.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS,
+                   help="with --nservers: one client per machine (its workers sum locally "
+                        "first) or per worker")
     p.add_argument("--output", default=None, help="write the profile here (rank 0)")
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--no-cuda", action="store_true")
@@ -617,9 +656,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def check(args) -> None:
     check_flags(args, positive=("--batch-size", "--iters", "--comm-iters", "--sentence-len",
                                 "--num-classes", "--timeout", "--image-size", "--nworkers",
-                                "--threads", "--interference-iters"),
-                nonneg=("--warmup", "--comm-warmup", "--min-group", "--alpha", "--beta",
-                        "--seed", "--momentum", "--weight-decay", "--lr"))
+                                "--threads", "--interference-iters", "--partition-bytes"),
+                nonneg=("--nservers", "--warmup", "--comm-warmup", "--min-group", "--alpha",
+                        "--beta", "--seed", "--momentum", "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
     from . import netem
@@ -642,8 +681,11 @@ def worker(args, placement) -> int:
     from . import engine
     from .measure.workload import learning_rate, make_optimizer, replica
     from .netem import run_info
+    if engine.is_server(placement, args.nservers):
+        return engine.serve(placement, args.nservers, timeout_s=args.timeout)
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
-                      timeout_s=args.timeout, threads=args.threads)
+                      timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
+                      partition_bytes=args.partition_bytes, ps_clients=args.ps_clients)
     try:
         work, batch = replica(args, ctx)
 
@@ -664,6 +706,13 @@ def worker(args, placement) -> int:
             prof["interference"] = measure_interference(
                 work.model, forward_backward, nbytes, device=ctx.device,
                 iters=args.interference_iters, comm_iters=args.comm_iters)
+            if ctx.ps is not None:      # and beside the servers' push/pull (PS methods)
+                prof["interference_ps"] = {**measure_interference(
+                    work.model, forward_backward, nbytes, device=ctx.device,
+                    iters=args.interference_iters, comm_iters=args.comm_iters, ps=ctx.ps,
+                    ps_bytes=[t["bytes"] for t in prof["tensors"]]),
+                    "nservers": args.nservers, "ps_clients": args.ps_clients,
+                    "partition_bytes": args.partition_bytes}
         # The methods' own copies and divides, every rank at once, as in training
         prof["host"] = measure_host(work.model, forward_backward, device=ctx.device)
         # Last, as it changes the parameters: the optimizer's step, for the performance model
@@ -681,7 +730,7 @@ def worker(args, placement) -> int:
                 print(f"profile written to {args.output}", flush=True)
         return 0
     finally:
-        engine.shutdown()
+        engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
 
 
 def time_optimizer(optimizer, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
@@ -708,7 +757,8 @@ def _interference_lines(x: dict | None) -> list[str]:
 
     def pct(v):
         return "-" if v is None else f"{100 * v:+.1f}%"
-    return [f"# interference: compute {pct(x['compute_slowdown'])} beside all-reduces of "
+    what = "push/pulls" if x.get("op") == "pushpull" else "all-reduces"
+    return [f"# interference: compute {pct(x['compute_slowdown'])} beside {what} of "
             f"{x['bytes'] / 1e6:.2f} MB, communication {pct(x['comm_slowdown'])} beside "
             f"compute ({x['compute_s'] * 1e3:.1f} -> "
             f"{(x['compute_beside_comm_s'] or math.nan) * 1e3:.1f} ms, "
@@ -749,6 +799,7 @@ def format_profile(prof: dict, min_group: int) -> str:
                 if prof.get("optimizer_s") is not None else ""),
              *_forward_lines(prof),
              *_interference_lines(prof.get("interference")),
+             *_interference_lines(prof.get("interference_ps")),
              *_host_lines(prof.get("host")),
              f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
     for k, (t, x) in enumerate(zip(prof["tensors"], tb)):

@@ -579,13 +579,23 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
 
 def test_the_profiler_records_every_ranks_compute(tmp_path, load_json):
     """Every rank profiles at once and the profile holds each one's forward and backward
-    seconds in rank order (rank 0's are the profile's own); the model replays the slowest."""
+    seconds in rank order (rank 0's are the profile's own); the model replays the slowest.
+    With a parameter server (an extra process) the interference is timed beside all-reduces
+    and beside push/pulls of every gradient tensor through it (``interference_ps``)."""
     path = tmp_path / "two.json"
     proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "2",
-                "--warmup", "0", "--iters", "1", "--no-interference", "--alpha", "0", "--beta",
-                "0", "--timeout", "60", "--output", str(path)], timeout=300)
+                "--nservers", "1", "--partition-bytes", "65536", "--warmup", "0", "--iters",
+                "1", "--interference-iters", "1", "--comm-iters", "1", "--alpha", "0",
+                "--beta", "0", "--timeout", "60", "--output", str(path)], timeout=300)
     assert proc.returncode == 0, describe(proc)
     prof = load_json(path)
+    x, ps = prof["interference"], prof["interference_ps"]
+    assert x["op"] == "allreduce" and ps["op"] == "pushpull"
+    assert (ps["nservers"], ps["ps_clients"], ps["partition_bytes"]) == (1, "machine", 65536)
+    assert ps["bytes"] == sum(t["bytes"] for t in prof["tensors"])
+    assert ps["iters"]["compute_alone"] == 1 and ps["iters"]["comm_alone"] == 1
+    assert len(ps["per_rank"]) == 2 and ps["comm_s"] > 0 and ps["compute_s"] > 0
+    assert "beside push/pulls of" in proc.stdout
     ranks = prof["rank_compute_s"]
     assert prof["nworkers"] == 2 and len(ranks) == 2 and all(x > 0 for x in ranks)
     assert ranks[0] == pytest.approx(prof["forward_s"] + sum(prof["backward_s"]))

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from ddlbench import predict, simulate, timeline
+from ddlbench import predict, simulate, timeline, topology
+from ddlbench.errors import UsageError
 from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
 
 from .conftest import REPO
@@ -172,6 +173,57 @@ def test_another_link_worker_counts_and_device(tmp_path, capsys):
     p = json.loads(out_json.read_text())["predictions"][0]
     assert p["throughput"] == pytest.approx(500, rel=1e-12)
     assert p["metrics"]["compute_s"] == pytest.approx(8 / 500)
+
+
+def test_the_ps_methods_take_the_interference_beside_push_pulls(tmp_path, capsys):
+    """A profile measured with servers has ``interference_ps``: the PS methods replay with
+    it (one client per machine: the leader's, rank 0's, compute slowdown; one per process:
+    the ranks' mean), the all-reduce methods with ``interference``; without it the PS
+    methods take ``interference``. Slowdowns below 0 count as 0; --no-interference drops
+    both."""
+    from dataclasses import replace
+    a2a = {"compute_slowdown": 0.5, "comm_slowdown": 0.25, "bytes": 4096}
+    beside = {"op": "pushpull", "ps_clients": "machine", "nservers": 1,
+              "compute_slowdown": 1.5, "comm_slowdown": -0.1,
+              "per_rank": [[2.0, -0.1], [1.0, -0.1]]}
+    path, prof = _profile(tmp_path, optimizer_s=0.002, interference=a2a,
+                          interference_ps=beside)
+    assert predict.interference_of(prof) == {"compute_slowdown": 0.5, "comm_slowdown": 0.25}
+    assert predict.interference_of(prof, ps=True) == {"compute_slowdown": 2.0,
+                                                      "comm_slowdown": 0.0}
+    assert predict.interference_of({**prof, "interference_ps": dict(
+        beside, ps_clients="process")}, ps=True) == {"compute_slowdown": 1.5,
+                                                     "comm_slowdown": 0.0}
+    assert predict.interference_of({**prof, "interference_ps": None}, ps=True) == \
+        predict.interference_of(prof)
+    assert predict.workload_of(prof, ps=True).compute_slowdown == 2.0
+    with pytest.raises(UsageError, match="per_rank must list each rank"):
+        predict.interference_of({**prof, "interference_ps": dict(beside, per_rank=[3])},
+                                ps=True)
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text(TOPOLOGY)
+    out = tmp_path / "pred.json"
+    got = {}
+    for name, flags in (("both", []), ("none", ["--no-interference"])):
+        assert predict.main(["--profile", str(path), "--network", str(net_file),
+                             "--method", "wfbp,wfbpps", "--nworkers", "2",
+                             "--output", str(out), *flags]) == 0
+        text = capsys.readouterr().out
+        assert ("beside push/pulls (the PS methods'): compute x3.00, communication x1.00"
+                in text) == (name == "both")
+        got[name] = {p["method"]: p["iteration_s"]
+                     for p in json.loads(out.read_text())["predictions"]}
+    net = topology.load(str(net_file))
+    work = predict.workload_of(prof, 0.002)
+    assert got["both"]["wfbp"] == simulate.predict("wfbp", work,
+                                                   net.link("allreduce", 2)).iteration_s
+    ps_work = replace(work, compute_slowdown=2.0, comm_slowdown=0.0)
+    expected = simulate.predict("wfbpps", ps_work, None, servers=net.ps(2),
+                                local=net.local_reduce(2)).iteration_s
+    assert got["both"]["wfbpps"] == expected
+    assert expected != simulate.predict("wfbpps", work, None, servers=net.ps(2),
+                                        local=net.local_reduce(2)).iteration_s
+    assert got["none"]["wfbpps"] < got["both"]["wfbpps"]
 
 
 def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):

@@ -2,6 +2,7 @@
 (ddlbench/sweep/predicted.py), stored and reported like measured tries, nothing run."""
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -121,10 +122,11 @@ INTERFERENCE = {"loopback": (0.7, 0.9), "1gbit": (0.3, 0.04)}
 QUEUED = {"loopback": 1e-9, "1gbit": 2e-10}
 
 
-def _calibrated(folder, jobs) -> dict:
+def _calibrated(folder, jobs, ps_interference: dict | None = None) -> dict:
     """The calibration ``jobs``' files in ``folder``, as the profiler, compression.bench and
     comm_bench write them, each with its ok line in the store; returns the profile of the
-    first network (each network's has that network's ``INTERFERENCE``)."""
+    first network (each network's has that network's ``INTERFERENCE``, and where
+    ``ps_interference`` names the network, that ``interference_ps``)."""
     (folder / "calibration").mkdir(parents=True)
     prof = json.loads(open(PROFILE).read())
     prof.update(model="resnet18", workload={"batch_size": 8, "image_size": 32},
@@ -138,6 +140,8 @@ def _calibrated(folder, jobs) -> dict:
             kappa, mu = INTERFERENCE[net]
             body = dict(prof, network=net, interference={
                 "compute_slowdown": kappa, "comm_slowdown": mu, "bytes": 4096})
+            if net in (ps_interference or {}):
+                body["interference_ps"] = ps_interference[net]
             first = first or body
         elif j.kind == "codec":     # as compression.bench --output writes it
             body = {"models": {"resnet18": {"compressors": {"powersgd": {
@@ -177,7 +181,7 @@ def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkey
 name: cal
 networks: [loopback, {{net: 1gbit}}, {{rdma: 0}}]
 tasks: [{{model: resnet18, batch_size: 8, image_size: 32}}]
-methods: [wfbp, bspps, {{method: fusion, compressor: powersgd, powersgd_rank: 2}}]
+methods: [wfbp, wfbpps, {{method: fusion, compressor: powersgd, powersgd_rank: 2}}]
 nworkers: [2]
 tries: 1
 calibrate: true
@@ -200,6 +204,16 @@ logs: {tmp_path / 'logs'}
     assert [c[c.index("--network") + 1] for c in over] == ["loopback", "1gbit"]
     assert "--net" not in over[0] and over[1][over[1].index("--net") + 1] == "1gbit"
     assert all(c[c.index("--interference-iters") + 1] == "8" for c in over)
+    # the task has a PS cell: its servers (one on 2 workers), clients and default partition,
+    # for the interference beside their push/pull; the compute probes start no servers
+    assert all(c[c.index("--nservers"):c.index("--nservers") + 4] == [
+        "--nservers", "1", "--ps-clients", "machine"] for c in over)
+    assert not any("--partition-bytes" in c for c in over)
+    assert "--nservers" not in calibrate.Job("check", jobs[0].network, 2,
+                                             of=jobs[0]).command("OUT")
+    a2a = next(c for c in cells if c.architecture != "ps")
+    assert "--nservers" not in calibrate.profile_job(a2a).command("OUT")
+    assert calibrate.profile_job(a2a).name == jobs[0].name
     cmd = jobs[2].command("OUT")
     assert cmd[1:] == ["-m", "compression.bench", "--model", "resnet18", "--compressor",
                        "powersgd", "--nworkers", "2", "--iters", "3", "--threads", "1",
@@ -222,7 +236,11 @@ logs: {tmp_path / 'logs'}
     assert cmd[cmd.index("--sizes") + 1] == "4096000,8192000,46800000"
     # the calibration files, as the profiler and comm_bench write them, already there
     folder = results / "2026-01-01-cal"
-    prof = _calibrated(folder, jobs)
+    # loopback's profile measured the interference beside push/pulls too: the leader (rank
+    # 0) slowed more than the other rank
+    beside_ps = {"op": "pushpull", "ps_clients": "machine", "compute_slowdown": 1.5,
+                 "comm_slowdown": 0.2, "per_rank": [[2.0, 0.2], [1.0, 0.2]]}
+    prof = _calibrated(folder, jobs, {"loopback": beside_ps})
     assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet",
                             "--only", "network=loopback|1gbit"]) == 0
     entries, bad = store.read(store.store_path(str(folder)))
@@ -242,16 +260,20 @@ logs: {tmp_path / 'logs'}
         a, b = fits[cell.network.name]
         link = simulate.Link(a, b, per_message_s=costs[cell.network.name][0],
                              queued_s=costs[cell.network.name][1])
-        if cell.method["method"] == "bspps":
-            expected = simulate.predict("bspps", work, None,
-                                        servers=simulate.ServerLinks(
-                                            a / 2, b, 0.0, 1, 2,
-                                            queued_s_per_byte=QUEUED[cell.network.name]),
-                                        local=simulate.Link(0.0, 0.0))
+        if cell.method["method"] == "wfbpps":
+            servers = simulate.ServerLinks(a / 2, b, 0.0, 1, 2,
+                                           queued_s_per_byte=QUEUED[cell.network.name])
+            local = simulate.Link(0.0, 0.0)
+            if cell.network.name == "loopback":   # beside push/pulls: the leader's compute
+                ps_work = replace(work, compute_slowdown=2.0, comm_slowdown=0.2)
+                assert e["throughput"] != pytest.approx(simulate.predict(
+                    "wfbpps", work, None, servers=servers, local=local).throughput(8, 2))
+                work = ps_work
+            expected = simulate.predict("wfbpps", work, None, servers=servers, local=local)
             # the queueing cost is in: without it the prediction differs
             assert e["throughput"] != pytest.approx(simulate.predict(
-                "bspps", work, None, servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
-                local=simulate.Link(0.0, 0.0)).throughput(8, 2))
+                "wfbpps", work, None, servers=simulate.ServerLinks(a / 2, b, 0.0, 1, 2),
+                local=local).throughput(8, 2))
         elif cell.method["method"] == "fusion":     # the codec's times in the prediction
             expected = simulate.predict("fusion", work, link,
                                         codec=simulate.Codec("powersgd", 2, 0.001, 2, 2e-9,

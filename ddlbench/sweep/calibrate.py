@@ -67,7 +67,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
-from ..planning import DEFAULT_PARTITION_BYTES, PS_CLIENTS
+from ..planning import DEFAULT_PARTITION_BYTES, PS_CLIENTS, default_nservers
 from . import store
 from .config import task_key
 
@@ -170,6 +170,11 @@ class Job:
                 cmd += shlex.split(t["args"])
             if self._networked:
                 cmd += net.net_args()
+            if self.kind == "profile" and self.ps_clients is not None:
+                # the task has parameter-server cells: the interference beside their push/pull
+                cmd += ["--nservers", str(self.nservers), "--ps-clients", self.ps_clients]
+                if self.partition_bytes is not None:
+                    cmd += ["--partition-bytes", str(self.partition_bytes)]
             return cmd + ["--network", net.name, "--output", output]
         cmd = [sys.executable, "-m", COMM_BENCH, *place,
                *COMM_ITERS,
@@ -236,8 +241,15 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
         if job.name not in seen:
             seen.add(job.name)
             out.append(job)
+    # one profile per name: the first cell's, with servers where any of its cells has them
+    # (the first such cell's: its interference beside push/pulls, ``interference_ps``)
+    profiles: dict = {}
     for c in local:
-        add(profile_job(c))
+        job = profile_job(c)
+        if job.name not in profiles or (job.ps_clients and not profiles[job.name].ps_clients):
+            profiles[job.name] = job
+    for job in profiles.values():
+        add(job)
     for c in local:
         job = codec_job(c)
         if job is not None:
@@ -261,9 +273,19 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
 
 
 def profile_job(cell) -> Job:
-    """The profile of the cell's task on its network and worker count (the sweep's threads)."""
+    """The profile of the cell's task on its network and worker count (the sweep's threads);
+    a parameter-server cell's with its servers (their count as the training script takes it
+    on one machine), clients and partition: the profiler also times the interference beside
+    their push/pull. Either is the same job by name (``jobs`` runs the one with servers)."""
+    if cell.architecture != "ps" or cell.nworkers < 2:
+        return Job("profile", cell.network, cell.nworkers, task=cell.task,
+                   threads=cell.sweep.threads)
+    m = cell.method
     return Job("profile", cell.network, cell.nworkers, task=cell.task,
-               threads=cell.sweep.threads)
+               threads=cell.sweep.threads,
+               nservers=m.get("nservers") or default_nservers(cell.nworkers),
+               ps_clients=m.get("ps_clients", PS_CLIENTS[0]),
+               partition_bytes=m.get("partition_bytes"))
 
 
 def burst_job(cell) -> Job:

@@ -124,7 +124,8 @@ class Predictor:
         m = cell.method
         mid = m["method"]
         batch = int(cell.task["batch_size"])
-        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0))
+        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0),
+                                   ps=mid in simulate.PS_METHODS)
         rate = self.device_throughput(cell)
         if rate:
             work = predict.rescaled(work, batch, rate)
