@@ -10,7 +10,10 @@ launcher):
   worker count and network (every rank profiling at once, the placement of the run to
   predict, over its ``--net``: one per task, network and worker count). The CPU
   interference is the network's (docs/DESIGN.md section 3: a loopback profile for every
-  network put wfbp 14% too slow against BSP in two model-check runs);
+  network put wfbp 14% too slow against BSP in two model-check runs). Where the task has a
+  parameter-server cell there, the profile starts that cell's servers (``--nservers``,
+  ``--ps-clients``, ``--partition-bytes``) and also times the interference beside their
+  push/pull (``interference_ps``, which the PS cells' predictions take);
 - ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
