@@ -59,10 +59,9 @@ import sys
 import time
 
 from .costs import bus_factor, ring_link
-from .planning import (DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES,
-                       DEFAULT_PS_CLIENTS, PS_CLIENTS)
+from .planning import DEFAULT_MIN_GROUP_ELEMENTS
 from .errors import ArgumentParser, UsageError, check_writable
-from .options import add_network_flags, check_flags
+from .options import add_network_flags, add_ps_flags, check_flags
 
 OPS = ("allreduce", "allgather", "pushpull", "latency", "burst")
 KIB = 1024
@@ -509,14 +508,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--timeout", type=float, default=300.0)
     add_network_flags(p)
-    p.add_argument("--nservers", type=int, default=None,
-                   help="parameter servers for --ops pushpull (default on one machine: one "
-                        "per 4 workers)")
-    p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
-                   help="pushpull: the servers' partition size in bytes")
-    p.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS,
-                   help="pushpull: one client per machine (its workers sum locally first, as "
-                        "BytePS) or per worker")
+    add_ps_flags(p, nservers_default=None, what="pushpull: ",
+                 nservers_help="parameter servers for --ops pushpull (default on one machine: "
+                               "one per 4 workers)")
     p.add_argument("--slots", type=int, default=None, metavar="S",
                    help="workers per emulated host, as the training script's --slots")
     p.add_argument("--output", default=None, help="write the JSON record here (rank 0)")

@@ -235,6 +235,19 @@ def add_network_flags(parser, *, label: str = "label of the network, for the rec
                              + net)
 
 
+def add_ps_flags(parser, *, nservers_default, nservers_help: str, what: str) -> None:
+    """``--nservers``, ``--partition-bytes`` and ``--ps-clients``: the parameter-server setting
+    as the training script has it, for the commands that start servers or model them
+    (profiler, comm_bench, predict); ``what`` begins the help of the last two."""
+    from .planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
+    parser.add_argument("--nservers", type=int, default=nservers_default, help=nservers_help)
+    parser.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
+                        help=f"{what}the servers' partition size in bytes")
+    parser.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS,
+                        help=f"{what}one client per machine (its workers sum locally first, "
+                             "as BytePS) or per worker")
+
+
 def check_flags(args, positive=(), nonneg=()) -> None:
     """One line for the first of the named flags (``--batch-size``, the attribute
     ``batch_size``) whose value is not a finite number, not positive (``positive``) or not

@@ -37,10 +37,11 @@ from . import simulate, timeline, topology
 from .costs import ALLGATHER_COMPRESSORS
 from .costs import COMPRESSOR_IDS as COMPRESSORS
 from .errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
+from .options import add_ps_flags
 from .measure.profile_file import read_profile
 from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
                        DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
-                       DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS)
+                       DEFAULT_PARTITION_BYTES)
 
 MIB = 1024 * 1024
 
@@ -86,11 +87,9 @@ def parse_args(argv=None):
                    help="predict a timing round of the training script's protocol (STEPS "
                         "steps, then synchronize: ByteScheduler's next forward loses its "
                         "overlap there) to compare with a run; default: steady state")
-    p.add_argument("--nservers", type=int, default=None,
-                   help="parameter servers (default: the network's, one per worker machine)")
-    p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
-                   help="the PS methods' partition")
-    p.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS)
+    add_ps_flags(p, nservers_default=None, what="the PS methods: ",
+                 nservers_help="parameter servers (default: the network's, one per worker "
+                               "machine)")
     p.add_argument("--compressor", default="none", help=f"one of {', '.join(COMPRESSORS)}")
     p.add_argument("--density", type=float, default=0.001, help="TopK's density")
     p.add_argument("--powersgd-rank", type=int, default=4)

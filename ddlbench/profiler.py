@@ -75,9 +75,8 @@ from contextlib import contextmanager
 
 from .errors import ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
-from .options import add_network_flags, check_flags
-from .planning import (DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
-                       DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS)
+from .options import add_network_flags, add_ps_flags, check_flags
+from .planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
 from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
 DEFAULT_WARMUP = 5
@@ -632,14 +631,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "interference the performance model takes; a few seconds)")
     p.add_argument("--interference-iters", type=int, default=DEFAULT_INTERFERENCE_ITERS,
                    help="forward-backward passes alone and beside all-reduces")
-    p.add_argument("--nservers", type=int, default=0,
-                   help="parameter servers (extra processes): also time the interference "
-                        "beside their push/pull (interference_ps), as a PS method's run has it")
-    p.add_argument("--partition-bytes", type=int, default=DEFAULT_PARTITION_BYTES,
-                   help="with --nservers: the servers' partition size in bytes")
-    p.add_argument("--ps-clients", default=DEFAULT_PS_CLIENTS, choices=PS_CLIENTS,
-                   help="with --nservers: one client per machine (its workers sum locally "
-                        "first) or per worker")
+    add_ps_flags(p, nservers_default=0, what="with --nservers: ",
+                 nservers_help="parameter servers (extra processes): also time the interference "
+                               "beside their push/pull (interference_ps), as a PS method's run "
+                               "has it")
     p.add_argument("--output", default=None, help="write the profile here (rank 0)")
     p.add_argument("--nworkers", type=int, default=None)
     p.add_argument("--no-cuda", action="store_true")
