@@ -10,8 +10,10 @@ DEFAULT_PARTITION_BYTES = 4_096_000   # BytePS's partition size
 BSP_PS_THRESHOLD = 536_870_912
 # fusion's buffer: Horovod's HOROVOD_FUSION_THRESHOLD default, in bytes
 HOROVOD_DEFAULT_THRESHOLD = 64 * 1024 * 1024
-# torch DDP's bucket_cap_mb default
+# torch DDP's bucket_cap_mb default, and the first bucket's cap it rebuilds with at that default
+# (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 DDP_DEFAULT_BUCKET_MB = 25.0
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
 # ByteScheduler's published runs' settings, in elements (docs/DESIGN.md section 5)
 BYTESCHEDULER_PARTITION = 4_000_000
 BYTESCHEDULER_CREDIT = 16_000_000
@@ -102,6 +104,36 @@ def plan_buckets(nbytes: list[int], threshold: float, keys: list | None = None) 
     if current:
         groups.append(current)
     return groups
+
+
+def ddp_buckets(nbytes: list[int], cap_bytes: float,
+                first_bytes: float | None = None) -> list[list[int]]:
+    """torch DDP's rebuilt buckets of positions 0..n-1 (gradient-ready order), by its rule
+    (``_compute_bucket_assignment_by_size``): a tensor joins the open bucket, which closes
+    once it holds at least its limit, so the tensor that crosses the limit is in it (unlike
+    ``plan_buckets``). The first bucket's limit is ``first_bytes`` (default ``cap_bytes``),
+    every later one's ``cap_bytes``. One dtype and device throughout, as the suite's models."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, n in enumerate(nbytes):
+        current.append(i)
+        total += n
+        limit = cap_bytes if groups or first_bytes is None else first_bytes
+        if total >= limit:
+            groups.append(current)
+            current, total = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def ddp_first_bucket_bytes(cap_mb: float) -> float:
+    """The first bucket's cap of a DDP built with ``bucket_cap_mb=cap_mb`` as the suite's
+    ``ddp`` builds it (``methods.ddp``: torch's defaults at the default cap), by the rule of
+    torch 2.14: 1 MiB at the default cap, ``cap_mb`` otherwise (a cap given explicitly covers
+    the first bucket too)."""
+    return DDP_FIRST_BUCKET_BYTES if cap_mb == DDP_DEFAULT_BUCKET_MB else cap_mb * 1024 * 1024
 
 
 def _comm_starts(ready: list[float], tc: list[float]) -> list[float]:

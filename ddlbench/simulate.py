@@ -19,9 +19,10 @@ a trace that ``python -m ddlbench.timeline`` reads beside a measured one.
 
 **Methods** (``GROUPINGS``): ``bspa2a`` one message after the backward; ``wfbp`` one per tensor;
 ``fusion`` buckets of at most ``threshold`` bytes (``planning.plan_buckets``, as the method
-packs them); ``ddp`` buckets of ``bucket_cap_mb`` (DDP's rebuilt buckets, in gradient order; its
-first-iteration order ignored); ``mgwfbp`` the suite's own ``planning.merge_groups`` on the same
-inputs. With one channel the iteration is exactly ``forward_s + planning.schedule_time(...) +
+packs them); ``ddp`` DDP's rebuilt buckets (``planning.ddp_buckets``, in gradient order:
+each closes once it holds ``bucket_cap_mb``, the first 1 MiB at the default cap; its
+first-iteration order ignored); ``mgwfbp`` the suite's own ``planning.merge_groups`` on the
+same inputs. With one channel the iteration is exactly ``forward_s + planning.schedule_time(...) +
 optimizer_s`` (the section 3 recurrences). ``bytescheduler`` (``bytescheduler()``) replays
 several iterations in steady state: chunks, priority, credit, per-tensor updates on a completer
 thread and the next forward waiting per module.
@@ -73,7 +74,7 @@ from .planning import BYTESCHEDULER_PARTITION as BS_PARTITION
 from .costs import compressed_messages, issued_at_wait
 from .planning import (BSP_PS_THRESHOLD, DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
                        DEFAULT_PARTITION_BYTES, HOROVOD_DEFAULT_THRESHOLD, chunk_table,
-                       merge_groups, plan_buckets)
+                       ddp_buckets, ddp_first_bucket_bytes, merge_groups, plan_buckets)
 
 MIB = 1024 * 1024
 # MG-WFBP's small-group merge: the original's elements, of fp32
@@ -599,7 +600,7 @@ def _fusion(work, link, settings):
 
 def _ddp(work, link, settings):
     cap_mb = float(settings.get("bucket_cap_mb", DDP_DEFAULT_BUCKET_MB))
-    return plan_buckets(work.nbytes, cap_mb * MIB)
+    return ddp_buckets(work.nbytes, cap_mb * MIB, ddp_first_bucket_bytes(cap_mb))
 
 
 def _mgwfbp(work, link, settings):

@@ -8,7 +8,7 @@ import pytest
 from ddlbench import simulate as sim
 from ddlbench import timeline
 from ddlbench.errors import UsageError
-from ddlbench.planning import merge_groups, plan_buckets, schedule_time
+from ddlbench.planning import ddp_buckets, merge_groups, plan_buckets, schedule_time
 
 from .traces import check_trace
 
@@ -45,13 +45,44 @@ def test_each_method_sends_the_groups_it_would():
     assert sim.groups_of("wfbp", work, link) == [[b] for b in range(n)]
     assert sim.groups_of("fusion", work, link, threshold=1 << 21) == \
         plan_buckets(work.nbytes, 1 << 21)
+    # DDP's rule: a bucket closes once it holds the cap (the crossing tensor in it); a cap
+    # given explicitly caps the first bucket too
     assert sim.groups_of("ddp", work, link, bucket_cap_mb=1.5) == \
-        plan_buckets(work.nbytes, 1.5 * 1024 * 1024)
+        ddp_buckets(work.nbytes, 1.5 * 1024 * 1024)
     assert sim.groups_of("mgwfbp", work, link) == \
         merge_groups(work.backward_s, work.nbytes, link.alpha, link.beta, 8192 * 4)
-    # the defaults: Horovod's 64 MiB buffer and DDP's 25 MB hold this model in one message
-    assert sim.groups_of("fusion", work, link) == sim.groups_of("ddp", work, link) == \
-        [list(range(n))]
+    # the defaults: Horovod's 64 MiB buffer holds this model in one message; DDP's 25 MiB
+    # too, after torch's first bucket of 1 MiB
+    assert sim.groups_of("fusion", work, link) == [list(range(n))]
+    assert sim.groups_of("ddp", work, link) == ddp_buckets(work.nbytes, 25 << 20, 1 << 20)
+    assert len(sim.groups_of("ddp", work, link)) == 2
+
+
+def test_ddp_buckets_are_torchs():
+    """planning.ddp_buckets against torch's own assignment (the one DDP's reducer rebuilds its
+    buckets with) on random sizes and caps, and against what a 2-worker DDP run of ResNet-18
+    formed (its rebuilt bucket sizes, torch 2.14, at the default cap and at 25 MiB given)."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    rng = random.Random(7)
+    for _ in range(200):
+        sizes = [4 * rng.choice([1, 100, 1000, 10_000, 100_000, 1_000_000]) * rng.randint(1, 5)
+                 for _ in range(rng.randint(1, 30))]
+        cap, first = rng.choice([1, 2, 25]) << 20, rng.choice([None, 1 << 18, 1 << 20])
+        limits = [cap] if first is None else [first, cap]
+        ref, _ = dist._compute_bucket_assignment_by_size(
+            [torch.empty(n // 4) for n in sizes], limits, [False] * len(sizes),
+            list(range(len(sizes))))
+        assert ddp_buckets(sizes, cap, first) == ref, (sizes, limits)
+    # ResNet-18's gradients in the order they are ready (its parameters reversed)
+    torchvision = pytest.importorskip("torchvision")
+    sizes = [p.numel() * 4 for p in torchvision.models.resnet18().parameters()][::-1]
+
+    def bucket_bytes(groups):
+        return [sum(sizes[i] for i in g) for g in groups]
+    assert bucket_bytes(ddp_buckets(sizes, 25 << 20, 1 << 20)) == [2052000, 28852224, 15853824]
+    assert bucket_bytes(ddp_buckets(sizes, 25 << 20)) == [30904224, 15853824]
+    assert bucket_bytes(plan_buckets(sizes, 25 << 20)) != [30904224, 15853824]
 
 
 def test_bsp_by_hand():

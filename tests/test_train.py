@@ -103,7 +103,12 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(shared_jo
                             "bytes_in": model["gradient_bytes"]}] * 4
     if method in ("fusion", "ddp"):   # one per bucket
         assert len(traces.collectives(rows, 0)) == 4 * rec["method"]["buckets"] > 4
-    if method == "ddp":   # its end-of-backward wait for the all-reduces: a wait, in backward
+    if method == "ddp":   # torch's default buckets: 1 MiB first, then 25 MiB (the simulator's
+        # planning.ddp_buckets: each closes once it holds its cap, test_simulate)
+        assert rec["method"]["first_bucket_bytes"] == 1 << 20
+        assert [b for _, _, b in traces.collectives(rows, 0)] == \
+            [2052000, 28852224, 15853824] * 4
+        # its end-of-backward wait for the all-reduces: a wait, in backward
         main = rows[(0, traces.MAIN)]
         waits = [e for e in main if e["name"] == "all-reduces"]
         backwards = [e for e in main if e["name"] == "backward"]

@@ -1,7 +1,8 @@
 """torch DistributedDataParallel: the baseline a user would otherwise pick.
 
-DDP owns its buckets (``bucket_cap_mb``, default 25 MiB as in torch), overlaps their all-reduce
-with the backward pass and averages the gradients itself; ``step()`` only applies the optimizer.
+DDP owns its buckets (``bucket_cap_mb``, default 25 MiB as in torch, and at that default torch's
+first bucket of 1 MiB), overlaps their all-reduce with the backward pass and averages the
+gradients itself; ``step()`` only applies the optimizer.
 
 With ``--compressor`` other than none, DDP keeps its buckets, their order and its overlap, and a
 comm hook (``register_comm_hook``) hands each bucket to the suite's compressor instead of DDP's
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..options import POSITIVE, Options, option
-from ..planning import DDP_DEFAULT_BUCKET_MB
+from ..planning import DDP_DEFAULT_BUCKET_MB, DDP_FIRST_BUCKET_BYTES
 from ..timeline import tensors_label
 from .base import AFTER_STEP, BucketPlan, Method
 from .threads import QueueWorker
@@ -59,7 +60,9 @@ def _weak_hook(bound):
 
 @dataclass(frozen=True)
 class DDPOptions(Options):
-    bucket_cap_mb: float = option(DDP_DEFAULT_BUCKET_MB, POSITIVE, "DDP bucket size")
+    bucket_cap_mb: float = option(DDP_DEFAULT_BUCKET_MB, POSITIVE,
+                                  "DDP bucket size in MiB (the default: torch's, first bucket "
+                                  "1 MiB)")
 
 
 class DDP(Method):
@@ -80,12 +83,19 @@ class DDP(Method):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         self.bucket_cap_mb = float(self.options.bucket_cap_mb)
         device = next(model.parameters()).device
+        # At the default cap DDP gets torch's defaults, as `DistributedDataParallel(model)`
+        # builds it: in torch 2.14 a cap given explicitly also caps the first bucket, which
+        # torch's default keeps at 1 MiB (planning.ddp_buckets, the simulator's rule)
+        default = self.bucket_cap_mb == DDP_DEFAULT_BUCKET_MB
         self.ddp = DistributedDataParallel(
             model,
             device_ids=[device] if device.type == "cuda" else None,
-            bucket_cap_mb=self.bucket_cap_mb,
+            bucket_cap_mb=None if default else self.bucket_cap_mb,
             process_group=comm.group,
         )
+        config = getattr(self.ddp, "_bucket_config", None)   # older torch: always 1 MiB
+        self.first_bucket_bytes = int(getattr(config, "first_bucket_bytes_cap",
+                                              DDP_FIRST_BUCKET_BYTES))
         self._step_groups: list[list[int]] = []
         self._last_groups: list[list[int]] = []
         self._exchange = None
@@ -173,7 +183,8 @@ class DDP(Method):
 
     def describe(self) -> dict:
         d = super().describe()
-        d.update({"bucket_cap_mb": self.bucket_cap_mb})
+        d.update({"bucket_cap_mb": self.bucket_cap_mb,
+                  "first_bucket_bytes": self.first_bucket_bytes})
         if self._observed:
             d.update({"comm_hook": "ddlbench all-reduce (--timeline)",
                       "buckets": len(self._last_groups)})
