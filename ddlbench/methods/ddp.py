@@ -31,6 +31,7 @@ rebuild run in forward, after the queue has drained), so sharing the group is sa
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 from dataclasses import dataclass
 
@@ -86,7 +87,11 @@ class DDP(Method):
         # At the default cap DDP gets torch's defaults, as `DistributedDataParallel(model)`
         # builds it: in torch 2.14 a cap given explicitly also caps the first bucket, which
         # torch's default keeps at 1 MiB (planning.ddp_buckets, the simulator's rule)
-        default = self.bucket_cap_mb == DDP_DEFAULT_BUCKET_MB
+        # (older torch, e.g. the Horovod lane's 2.0.1, takes no None: its default is 25 and its
+        # first bucket always 1 MiB)
+        torch_default = inspect.signature(DistributedDataParallel.__init__).parameters[
+            "bucket_cap_mb"].default
+        default = self.bucket_cap_mb == DDP_DEFAULT_BUCKET_MB and torch_default is None
         self.ddp = DistributedDataParallel(
             model,
             device_ids=[device] if device.type == "cuda" else None,
