@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..options import POSITIVE, Options, option
-from ..planning import DDP_DEFAULT_BUCKET_MB, DDP_FIRST_BUCKET_BYTES
+from ..planning import DDP_DEFAULT_BUCKET_MB
 from ..timeline import tensors_label
 from .base import AFTER_STEP, BucketPlan, Method
 from .threads import QueueWorker
@@ -80,6 +80,7 @@ class DDP(Method):
         return None
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         self.bucket_cap_mb = float(self.options.bucket_cap_mb)
@@ -98,9 +99,9 @@ class DDP(Method):
             bucket_cap_mb=None if default else self.bucket_cap_mb,
             process_group=comm.group,
         )
-        config = getattr(self.ddp, "_bucket_config", None)   # older torch: always 1 MiB
+        config = getattr(self.ddp, "_bucket_config", None)   # older torch: always its default
         self.first_bucket_bytes = int(getattr(config, "first_bucket_bytes_cap",
-                                              DDP_FIRST_BUCKET_BYTES))
+                                              dist._DEFAULT_FIRST_BUCKET_BYTES))
         self._step_groups: list[list[int]] = []
         self._last_groups: list[list[int]] = []
         self._exchange = None
