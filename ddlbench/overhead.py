@@ -6,8 +6,14 @@
 Both loops run in this one process on the same model, data and optimizer settings, with
 their timing rounds interleaved (bare, method, method, bare, ...) so that the machine's drift
 hits both alike. The bare loop is forward, backward, ``optimizer.step()``,
-``zero_grad(set_to_none=True)`` and nothing else. Prints, per method, the ratio of throughputs
-(method / bare; 1.0 means no overhead) with the median over rounds.
+``zero_grad(set_to_none=True)`` and nothing else. Prints, per method, the bare loop's throughput
+and the ratio of throughputs (method / bare; 1.0 means no overhead), medians over rounds.
+``--cuda`` runs both on GPU 0 (NCCL), each round timed to its last kernel; ``--optimizer`` is
+the training script's (default: SGD with momentum 0.9, ``--optimizer auto`` as a benchmark has
+it). So on a GPU one command gives the plain loop's throughput and each method's cost beside it:
+
+    python -m ddlbench.overhead --cuda --model bert --batch-size 8 --optimizer auto \
+        --methods wfbp,ddp --rounds 6
 
 ``--timeline`` measures instead what the timeline costs a method (docs/DESIGN.md section 8):
 one model and method, its timed rounds rotating through three modes in every order: nothing
@@ -18,11 +24,13 @@ Prints the throughput ratios counters / nothing and full / nothing, medians over
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
 
 from .errors import EXIT_USAGE, ArgumentParser, UsageError
+from .measure.workload import OPTIMIZERS
 
 
 def main(argv=None) -> int:
@@ -35,6 +43,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--batches", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                   help="as the training script's (auto: SGD for CNNs, AdamW for BERT)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD's")
+    p.add_argument("--cuda", action="store_true", help="run on GPU 0 with NCCL")
     p.add_argument("--timeline", action="store_true",
                    help="measure the timeline's cost (nothing / counters / full trace) "
                         "instead of the method's against a bare loop")
@@ -58,14 +70,22 @@ def run(args) -> int:
     names = [m for m in args.methods.split(",") if m]
     for name in names:
         methods.lookup(name)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if args.cuda and not torch.cuda.is_available():
+        raise UsageError("--cuda: torch sees no CUDA GPU here")
+    args.device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
+    if args.cuda:
+        torch.cuda.set_device(args.device)
+    dist.init_process_group("nccl" if args.cuda else "gloo", store=dist.HashStore(), rank=0,
+                            world_size=1)
+    where = torch.cuda.get_device_name(args.device) if args.cuda \
+        else f"threads {torch.get_num_threads()}"
     print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
-          f"{args.batches} batches, threads {torch.get_num_threads()}")
+          f"{args.batches} batches, {where}")
     if args.timeline:
         print(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
     else:
-        print(f"{'method':>10} {'bare s/round':>13} {'method s/round':>15} "
-              f"{'ratio (median)':>15}")
+        print(f"{'method':>10} {'bare s/round':>13} {'bare samples/s':>15} "
+              f"{'method s/round':>15} {'ratio (median)':>15}")
     try:
         for name in names:
             compare = _timeline_cost if args.timeline else _compare
@@ -79,19 +99,27 @@ def _build(args):
     import torch
 
     import models
+
+    from .measure import workload
     torch.manual_seed(0)
     work = models.build(args.model, image_size=args.image_size, sentence_len=args.sentence_len)
-    work.model.train()
-    batch = work.make_batch(args.batch_size, torch.device("cpu"),
-                            torch.Generator().manual_seed(0))
-    opt = torch.optim.SGD(work.model.parameters(), lr=0.01, momentum=0.9)
+    work.model.to(args.device).train()
+    batch = work.make_batch(args.batch_size, args.device, torch.Generator().manual_seed(0))
+    settings = argparse.Namespace(model=args.model, optimizer=args.optimizer, lr=None,
+                                  momentum=args.momentum, weight_decay=0.0)
+    opt = workload.make_optimizer(settings, work.model.parameters(),
+                                  workload.learning_rate(settings, 1))
     return work, batch, opt
 
 
-def _timed(step, n) -> float:
+def _timed(step, n, device) -> float:
+    """Seconds for ``n`` steps, to the last kernel on a GPU."""
+    from .engine import synchronize
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(n):
         step()
+    synchronize(device)
     return time.perf_counter() - start
 
 
@@ -115,7 +143,7 @@ def _timeline_cost(args, name, cls, comm) -> None:
             with tl.iteration():
                 run.train_step()
 
-        _timed(step, args.warmup)
+        _timed(step, args.warmup, args.device)
         method.synchronize()
         times = {m: [] for m in MODES}
         orders = list(itertools.permutations(MODES))
@@ -125,7 +153,7 @@ def _timeline_cost(args, name, cls, comm) -> None:
                 handles = tl.watch_gradients(work.model) if mode == "full" else []
                 if mode != "none":
                     tl.start()
-                t = _timed(step, args.batches)
+                t = _timed(step, args.batches, args.device)
                 with tl.span("synchronize", timeline.WAIT):
                     method.synchronize()
                 times[mode].append(t)
@@ -157,21 +185,23 @@ def _compare(args, name, cls, comm) -> None:
             method.step()
             method.zero_grad()
 
-        _timed(bare_step, args.warmup)
-        _timed(method_step, args.warmup)
+        _timed(bare_step, args.warmup, args.device)
+        _timed(method_step, args.warmup, args.device)
         method.synchronize()
         bare_t, method_t = [], []
         for r in range(args.rounds):
             # Alternate which loop goes first, so neither always inherits the other's caches.
             if r % 2 == 0:
-                bare_t.append(_timed(bare_step, args.batches))
-            method_t.append(_timed(method_step, args.batches))
+                bare_t.append(_timed(bare_step, args.batches, args.device))
+            method_t.append(_timed(method_step, args.batches, args.device))
             method.synchronize()
             if r % 2 == 1:
-                bare_t.append(_timed(bare_step, args.batches))
+                bare_t.append(_timed(bare_step, args.batches, args.device))
         ratios = [b / m for b, m in zip(bare_t, method_t)]  # throughput ratio method/bare
-        print(f"{name:>10} {statistics.median(bare_t):13.4f} {statistics.median(method_t):15.4f} "
-              f"{statistics.median(ratios):15.3f}", flush=True)
+        bare = statistics.median(bare_t)
+        print(f"{name:>10} {bare:13.4f} {args.batches * args.batch_size / bare:15.1f} "
+              f"{statistics.median(method_t):15.4f} {statistics.median(ratios):15.3f}",
+              flush=True)
 
 
 if __name__ == "__main__":

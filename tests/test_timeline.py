@@ -105,6 +105,24 @@ def test_cost_benchmark_rotates_the_three_modes():
         and 0.3 < float(full) < 3, lines
 
 
+def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optimizer():
+    proc = run([sys.executable, "-m", "ddlbench.overhead", "--model", "bert_tiny",
+                "--sentence-len", "16", "--batch-size", "2", "--optimizer", "auto",
+                "--methods", "wfbp", "--rounds", "2", "--batches", "3", "--warmup", "1"],
+               timeout=200)
+    assert proc.returncode == 0, describe(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[1].split() == ["method", "bare", "s/round", "bare", "samples/s", "method",
+                                "s/round", "ratio", "(median)"]
+    name, bare, rate, seconds, ratio = lines[2].split()
+    assert name == "wfbp" and float(seconds) > 0 and 0.2 < float(ratio) < 5, lines
+    assert float(rate) == pytest.approx(3 * 2 / float(bare), rel=1e-3, abs=0.1)
+    if not torch.cuda.is_available():  # --cuda on a machine without a GPU: one line, exit 2
+        proc = run([sys.executable, "-m", "ddlbench.overhead", "--cuda"], timeout=100)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            "ddlbench: error: --cuda: torch sees no CUDA GPU here"], describe(proc)
+
+
 def test_no_communication_has_no_overlap_ratio():
     m = tl.iteration_metrics([span("forward", "compute", 0, 10)], 0.0, 10.0)
     assert m["overlap"] is None and m["comm_s"] == 0 and m["exposed_s"] == 0
