@@ -224,10 +224,11 @@ def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
     slowdowns = interference_of(prof, ps) if interference else {}
     # each tensor's share of the forward (ByteScheduler's replay), where the profiler timed it
     shares = prof.get("forward_tensor_s")
-    host = prof.get("host")              # the methods' copies and divides, where measured
+    host = prof.get("host")    # the methods' copies, divides and issues, where measured
     if host is not None and not isinstance(host, dict):
         raise UsageError(f"the profile's host must be an object or null, got {host!r}")
-    rates = {k: (host or {}).get(k) for k in ("copy_s_per_byte", "divide_s_per_byte")}
+    rates = {k: (host or {}).get(k) for k in ("copy_s_per_byte", "divide_s_per_byte",
+                                              "issue_s")}
     for k, x in rates.items():
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
             raise UsageError(f"the profile's host {k} must be a number, got {x!r}")
@@ -280,7 +281,7 @@ def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate
 
 def scaled(work: simulate.Workload, f: float, host: bool = False) -> simulate.Workload:
     """``work`` with every compute time ``f`` times as long (and, with ``host``, its host
-    copies and divides too: the whole machine's pace, as a sweep's pace probe measures it);
+    copies, divides and issues too: the whole machine's pace, as a sweep's pace probe measures it);
     the shape of the profile and the interference slowdowns are kept."""
     from dataclasses import replace
     shares = work.forward_tensor_s
@@ -288,8 +289,8 @@ def scaled(work: simulate.Workload, f: float, host: bool = False) -> simulate.Wo
     return replace(work, forward_s=work.forward_s * f, backward_s=[x * f for x in work.backward_s],
                    optimizer_s=work.optimizer_s * f,
                    forward_tensor_s=None if shares is None else [x * f for x in shares],
-                   host=simulate.Host(h.copy_s_per_byte * f, h.divide_s_per_byte * f)
-                   if host else h)
+                   host=simulate.Host(h.copy_s_per_byte * f, h.divide_s_per_byte * f,
+                                      h.issue_s * f) if host else h)
 
 
 def _scaled_codec(codec: simulate.Codec, f: float) -> simulate.Codec:

@@ -39,7 +39,7 @@ What it measures, on the rank's own batch:
   methods' replay takes this one (``predict.interference_of``);
 - what the methods' own handling of the gradients costs (``host``, ``measure_host``): every
   gradient copied into one flat buffer and back, and the buffer divided in place, per byte,
-  every rank at once.
+  and the issue of one collective (``measure_issue``), every rank at once.
 
 Every rank runs the same forward/backward iterations at the same time (so the device and the
 cores are as busy as in training), meeting before each (a barrier, as a synchronous step's
@@ -60,7 +60,7 @@ all-reduce's ``bytes``, the ``iters`` of each phase, the mean times behind them,
 or null), ``interference_ps`` (the same beside push/pulls, with ``op: "pushpull"``,
 ``nservers``, ``ps_clients`` and ``partition_bytes``; absent without servers) and ``host``
 (``copy_s_per_byte``, ``divide_s_per_byte``, the gradient ``bytes`` and ``iters`` they were
-timed with).
+timed with, ``issue_s`` and its ``issue_iters``).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
 this one.
 """
@@ -85,6 +85,7 @@ DEFAULT_COMM_WARMUP = 2
 DEFAULT_COMM_ITERS = 10
 DEFAULT_INTERFERENCE_ITERS = 4
 DEFAULT_HOST_ITERS = 5
+DEFAULT_ISSUE_ITERS = 50
 MAX_INTERFERENCE_ALLREDUCES = 10000
 
 
@@ -518,7 +519,42 @@ def measure_host(model, forward_backward, *, device=None,
         copies = timed(copy)
         divide = timed(lambda: flat.div_(2))
     return {"copy_s_per_byte": copies / (2 * nbytes), "divide_s_per_byte": divide / nbytes,
-            "bytes": nbytes, "iters": iters}
+            "bytes": nbytes, "iters": iters, **measure_issue(device=device)}
+
+
+def measure_issue(*, device=None, group=None, iters: int = DEFAULT_ISSUE_ITERS) -> dict:
+    """What the training thread spends issuing one collective as the bucketed all-reduce
+    methods do (``simulate.Host.issue_s``): one element started as a bucket's launch starts
+    it (the uncompressed compressor's ``reduce_async`` on the suite's counted collectives,
+    ``engine.comm.Comm``, its timeline recording as in a benchmark's timed rounds), every
+    rank at once on ``group``; the median of ``iters`` after five untimed, each waited for
+    outside its time. Mostly the process group's own enqueue: on a GPU with NCCL, host time a
+    launch-bound backward cannot hide."""
+    import torch
+    import torch.distributed as dist
+
+    import compression
+
+    from . import engine
+    from .engine.comm import Comm
+    comm = Comm(dist.get_rank(group), dist.get_world_size(group), group=group)
+    one = torch.zeros(1, device=device)
+    codec = compression.NoCompression()
+    times = []
+    comm.timeline.start()
+    try:
+        for k in range(iters + 5):
+            engine.synchronize(one.device)
+            start = time.perf_counter()
+            with comm.about(lambda: "issue"):
+                pending = codec.reduce_async((0,), one, comm, shapes=[one.shape])
+            elapsed = time.perf_counter() - start
+            pending.wait()
+            if k >= 5:
+                times.append(elapsed)
+    finally:
+        comm.timeline.stop()
+    return {"issue_s": statistics.median(times), "issue_iters": iters}
 
 
 def calibration_sizes(nbytes: list[int]) -> list[int]:
@@ -767,8 +803,9 @@ def _host_lines(x: dict | None) -> list[str]:
 
     def rate(s_per_byte):
         return f"{1e-9 / s_per_byte:.2f} GB/s" if s_per_byte > 0 else "-"
+    issue = f", {x['issue_s'] * 1e6:.1f} us to issue a collective" if "issue_s" in x else ""
     return [f"# the methods' own work on {x['bytes'] / 1e6:.2f} MB of gradients: copy "
-            f"{rate(x['copy_s_per_byte'])}, divide {rate(x['divide_s_per_byte'])}"]
+            f"{rate(x['copy_s_per_byte'])}, divide {rate(x['divide_s_per_byte'])}{issue}"]
 
 
 def _forward_lines(prof: dict) -> list[str]:

@@ -51,6 +51,8 @@ into its buckets and divides before each all-reduce and copies back once all are
 ByteScheduler's completer divides each tensor before its update. Each piece is a ``codec``
 span on the training thread, named for what it does: inside the backward when a hook does it
 (compute there), inside the step otherwise (exposed, as the run's timeline has its divide).
+The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collective they start
+(an ``issue`` span after the pack and encode, before the message; docs/DESIGN.md section 3).
 
 **CPU interference** (``Workload.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
 profiler's ``interference``): with either non-zero the replay is a co-simulation (``_CoSim``)
@@ -86,16 +88,20 @@ class Host:
     """What a method's own handling of the gradients costs the training thread (docs/DESIGN.md
     section 3; the profiler's ``host``): seconds per byte to copy gradients into or out of a
     flat buffer (a bucket's pack and unpack, DDP's copies in and out of its buckets) and to
-    divide a summed gradient by the number of workers in place. Zero: free (a profile that did
-    not measure them)."""
+    divide a summed gradient by the number of workers in place, and seconds to issue one
+    collective (``issue_s``: the suite's counted call and the process group's enqueue, what a
+    bucketed all-reduce method's hook or step spends per collective it starts). Zero: free (a
+    profile that did not measure them)."""
     copy_s_per_byte: float = 0.0
     divide_s_per_byte: float = 0.0
+    issue_s: float = 0.0
 
     def __post_init__(self):
         if not all(0 <= x < float("inf") for x in (self.copy_s_per_byte,
-                                                     self.divide_s_per_byte)):
-            raise UsageError(f"host copy and divide times must be finite and >= 0, got "
-                             f"{self.copy_s_per_byte!r} and {self.divide_s_per_byte!r}")
+                                                     self.divide_s_per_byte, self.issue_s)):
+            raise UsageError(f"host copy, divide and issue times must be finite and >= 0, got "
+                             f"{self.copy_s_per_byte!r}, {self.divide_s_per_byte!r} and "
+                             f"{self.issue_s!r}")
 
 
 NO_HOST = Host()
@@ -648,14 +654,20 @@ class _HostWork:
     ByteScheduler's completer divides each tensor as the bucketed methods divide a message
     (``div``). A compressor's encode done only when a bucket is waited for (PowerSGD's Q:
     ``Codec.encode_at_wait_s_per_element``) is done in the step, once the bucket's first
-    collectives are, before the ones it then issues (``at_wait``)."""
+    collectives are, before the ones it then issues (``at_wait``). The bucketed all-reduce
+    methods issue each collective from the training thread too (``Host.issue_s`` apiece,
+    after the pack and encode, before the message starts); DDP's reducer issues from C++ and
+    the PS methods through their client, whose costs are not measured (zero)."""
 
-    def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int):
+    def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int,
+                 issues: bool = False):
         h = work.host
         self.work = work
+        self.codec = codec
         self.copy = h.copy_s_per_byte
         self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
         self.ddp = method == "ddp"
+        self.issue = h.issue_s if issues and not self.ddp else 0.0
         late = codec.encode_at_wait_s_per_element
         self.enc = 0.0 if self.ddp else codec.encode_s_per_element - late
         self.enc_wait = 0.0 if self.ddp else late
@@ -673,14 +685,22 @@ class _HostWork:
         return (sum(self.work.nbytes[b] for b in g),
                 sum(_numel(s) for b in g for s in _shapes(self.work, b)))
 
+    def _issued(self, g) -> tuple[int, int]:
+        """How many collectives group ``g`` issues (when handed over, when waited for)."""
+        if not self.issue:
+            return 0, 0
+        first, late = self.codec.phases([s for b in g for s in _shapes(self.work, b)])
+        return len(first), len(late)
+
     def pack(self, g) -> float:
         nbytes, elements = self._sizes(g)
         if self.ddp:
             return (self.copy + self.div) * nbytes
-        return (self.copy * nbytes if len(g) > 1 else 0.0) + self.enc * elements
+        return ((self.copy * nbytes if len(g) > 1 else 0.0) + self.enc * elements
+                + self.issue * self._issued(g)[0])
 
     def at_wait(self, g) -> float:
-        return self.enc_wait * self._sizes(g)[1]
+        return self.enc_wait * self._sizes(g)[1] + self.issue * self._issued(g)[1]
 
     def finish(self, g) -> float:
         if self.ddp:
@@ -696,7 +716,12 @@ class _HostWork:
         if self.ddp:
             return "copy into bucket" + (", divide" if self.div else "")
         return ", ".join(w for w, on in (("pack", len(g) > 1 and self.copy),
-                                          ("encode", self.enc)) if on)
+                                          ("encode", self.enc),
+                                          ("issue", self._issued(g)[0])) if on)
+
+    def at_wait_name(self, g) -> str:
+        return ", ".join(w for w, on in (("encode", self.enc_wait),
+                                          ("issue", self._issued(g)[1])) if on)
 
     def finish_name(self, g) -> str:
         return ", ".join(w for w, on in (("decode", self.dec), ("divide", self.div),
@@ -721,7 +746,7 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
-    host = _HostWork(method, work, codec, nworkers)
+    host = _HostWork(method, work, codec, nworkers, issues=servers is None)
     if servers is not None:
         transport = _PushPull(servers, partition_bytes, local)
     elif link is None:
@@ -787,7 +812,7 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
             hand_over(g)
         for i, (g, d) in enumerate(zip(groups, done)):
             t = max(t, d)
-            host_work("encode", host.at_wait(g))
+            host_work(host.at_wait_name(g), host.at_wait(g))
             late = send_late(i, t)
             t = t if late is None else max(t, late)
             host_work(host.finish_name(g), host.finish(g))
@@ -863,7 +888,7 @@ def _replay_cosim(work: Workload, groups, wait_all: bool, send, send_late, trans
             hand_over(g)
         for i, g in enumerate(groups):
             yield WAIT, ("done", i)
-            yield from host_work("encode", host.at_wait(g))
+            yield from host_work(host.at_wait_name(g), host.at_wait(g))
             key = hand_over_late(i)
             if key is not None:
                 yield WAIT, key

@@ -518,10 +518,14 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     host = prof["host"]
     assert host["bytes"] == sum(t["bytes"] for t in prof["tensors"]) and host["iters"] == 5
     assert 0 < host["copy_s_per_byte"] < 1e-6 and 0 < host["divide_s_per_byte"] < 1e-6
-    assert "# the methods' own work on " in proc.stdout
+    # and the issue of one collective (a bucket's launch: tens of microseconds here)
+    assert 0 < host["issue_s"] < 0.01 and host["issue_iters"] == 50
+    assert "# the methods' own work on " in proc.stdout and " us to issue a collective" \
+        in proc.stdout
     # the performance model replays it as written
     work = predict.workload_of(prof, prof["optimizer_s"])
-    assert work.host == simulate.Host(host["copy_s_per_byte"], host["divide_s_per_byte"])
+    assert work.host == simulate.Host(host["copy_s_per_byte"], host["divide_s_per_byte"],
+                                      host["issue_s"])
     assert work.compute_s == pytest.approx(prof["forward_s"] + sum(prof["backward_s"])
                                            + prof["optimizer_s"])
     # each tensor's share of the forward (ByteScheduler's replay), in the same order: every
@@ -557,8 +561,9 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
                                          r"\(one time >= 0 per tensor, summing to at most "
                                          r"forward_s\)$"):
         profile_file.read_profile(str(bad))
+    # an instant network: the compute and the issue of each tensor's all-reduce
     assert simulate.predict("wfbp", work, simulate.Link(0.0, 0.0)).iteration_s == \
-        pytest.approx(work.compute_s)
+        pytest.approx(work.compute_s + n * host["issue_s"])
     # The printed groups are the rule's on the written profile.
     nbytes = [t["bytes"] for t in prof["tensors"]]
     groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"], prof["beta_s_per_byte"],

@@ -860,6 +860,55 @@ def test_the_codec_runs_where_the_method_calls_its_compressor():
         [("encode", "allreduce"), ("decode", "allreduce")]
 
 
+def test_issuing_each_collective_by_hand():
+    """The bucketed all-reduce methods issue each collective from the training thread, 1/16 s
+    apiece here, after the pack, before the message starts (the hand-made workload above: a
+    message of M bytes costs 0.5 + M/1024 s). DDP (its reducer) and the PS methods do not."""
+    work = _hosted(sim.Workload(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
+                                optimizer_s=0.125), sim.Host(issue_s=0.0625))
+    link = sim.Link(0.5, 2 ** -10)
+    # wfbp: t0 ready at 0.75 s, issued to 0.8125, its message to 2.3125; t1's backward from
+    # 0.8125 to 0.9375, issued to 1.0, its message 2.3125-4.8125; t2's to 1.25, issued to
+    # 1.3125, its message to 6.3125; the optimizer
+    w = sim.predict("wfbp", work, link)
+    assert _spans(w) == [(0.8125, 2.3125), (2.3125, 4.8125), (4.8125, 6.3125)]
+    assert _spans(w, timeline.CODEC) == [(0.75, 0.8125), (0.9375, 1.0), (1.25, 1.3125)]
+    assert {e[0] for e in w.events if e[1] == timeline.CODEC} == {"issue"}
+    assert [e[4] / 1e6 for e in w.events if e[0] == "backward"] == [1.3125]
+    assert w.iteration_s == 6.3125 + 0.125
+    # bspa2a: one message, issued in the step after the backward
+    assert sim.predict("bspa2a", work, link).iteration_s == 1.125 + 0.0625 + 4.5 + 0.125
+    free = dataclasses.replace(work, host=sim.NO_HOST)
+    assert sim.predict("ddp", work, link).iteration_s == \
+        sim.predict("ddp", free, link).iteration_s
+    servers = sim.ServerLinks(0.0, 2 ** -11, 0.0)
+    for method in ("bspps", "wfbpps"):
+        assert sim.predict(method, work, None, servers=servers).iteration_s == \
+            sim.predict(method, free, None, servers=servers).iteration_s
+
+
+@pytest.mark.parametrize("compressor", ["none", "fp16", "powersgd", "topk"])
+def test_an_instant_network_costs_the_issues_alone(compressor):
+    """All compute, an instant link: every bucketed method's iteration is the compute plus
+    the issue of each collective its compressor starts (PowerSGD's Q too, issued when the
+    bucket is waited for), on one channel and on two, with or without interference; DDP's
+    is the compute alone."""
+    work = _hosted(_work(1, n=6), sim.Host(issue_s=1e-4))
+    work = dataclasses.replace(work, shapes=[(8, 4), (32,), (4, 4), (16, 2), (3,), (4, 8)],
+                               nbytes=[128, 128, 64, 128, 12, 128])
+    instant = sim.Link(0.0, 0.0)
+    codec = sim.Codec(compressor, 2, allgather=instant)
+    for method in METHODS:
+        groups = sim.groups_of(method, work, instant, threshold=256)
+        for channels, cosim in ((1, False), (2, False), (1, True)):
+            p = sim.replay(work, instant, groups, channels, method, codec=codec, cosim=cosim,
+                           nworkers=2)
+            issued = 0 if method == "ddp" else sum(
+                len(codec.collectives([work.shapes[b] for b in g])) for g in groups)
+            assert p.iteration_s == pytest.approx(work.compute_s + 1e-4 * issued, rel=1e-12), \
+                (method, channels, cosim)
+
+
 def test_without_the_host_rates_nothing_changes():
     """A workload without host rates (a profile that did not measure them) predicts what the
     model did before: the section 3 recurrence, whatever the workers."""
@@ -957,13 +1006,17 @@ def test_predict_takes_the_profiles_host(tmp_path, capsys):
                         for i, n in enumerate(sizes)],
             "backward_s": [0.002, 0.004, 0.001, 0.006], "forward_s": 0.01,
             "alpha_s": 1e-3, "beta_s_per_byte": 1e-9, "nworkers": 2,
-            "host": {"copy_s_per_byte": 2e-10, "divide_s_per_byte": 1e-10, "bytes": 1}}
-    assert predict.workload_of(prof).host == sim.Host(2e-10, 1e-10)
+            "host": {"copy_s_per_byte": 2e-10, "divide_s_per_byte": 1e-10, "bytes": 1,
+                     "issue_s": 1e-3}}
+    assert predict.workload_of(prof).host == sim.Host(2e-10, 1e-10, 1e-3)
+    assert predict.scaled(predict.workload_of(prof), 2.0, host=True).host == \
+        sim.Host(4e-10, 2e-10, 2e-3)
+    assert predict.scaled(predict.workload_of(prof), 2.0).host == sim.Host(2e-10, 1e-10, 1e-3)
     assert predict.workload_of({**prof, "host": None}).host == sim.NO_HOST
     with pytest.raises(UsageError, match="^the profile's host copy_s_per_byte must be a "
                                          "number, got 'x'$"):
         predict.workload_of({**prof, "host": {"copy_s_per_byte": "x"}})
-    with pytest.raises(UsageError, match="host copy and divide times must be finite"):
+    with pytest.raises(UsageError, match="host copy, divide and issue times must be finite"):
         predict.workload_of({**prof, "host": {"divide_s_per_byte": -1.0}})
     out = {}
     for key, host in (("with", prof["host"]), ("without", None)):
@@ -973,12 +1026,15 @@ def test_predict_takes_the_profiles_host(tmp_path, capsys):
                              "--output", str(tmp_path / "p.json")]) == 0
         capsys.readouterr()
         out[key] = json.loads((tmp_path / "p.json").read_text())["predictions"][0]
+    # and the issue of its one message
     assert out["with"]["iteration_s"] - out["without"]["iteration_s"] == \
-        pytest.approx(sum(sizes) * (2e-10 + 1e-10 + 2e-10), rel=1e-9)
+        pytest.approx(sum(sizes) * (2e-10 + 1e-10 + 2e-10) + 1e-3, rel=1e-9)
 
 
-@pytest.mark.parametrize("copy,divide", [(-1e-9, 0.0), (0.0, float("nan")),
-                                         (float("inf"), 0.0)])
-def test_host_rates_must_be_finite_and_not_negative(copy, divide):
-    with pytest.raises(UsageError, match="host copy and divide times must be finite and >= 0"):
-        sim.Host(copy, divide)
+@pytest.mark.parametrize("copy,divide,issue", [(-1e-9, 0.0, 0.0), (0.0, float("nan"), 0.0),
+                                               (float("inf"), 0.0, 0.0), (0.0, 0.0, -1e-6),
+                                               (0.0, 0.0, float("inf"))])
+def test_host_rates_must_be_finite_and_not_negative(copy, divide, issue):
+    with pytest.raises(UsageError, match="^host copy, divide and issue times must be finite "
+                                         "and >= 0, got "):
+        sim.Host(copy, divide, issue)
