@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 from . import simulate, timeline, topology
 from .costs import ALLGATHER_COMPRESSORS
@@ -73,6 +74,10 @@ def parse_args(argv=None):
                         "slowing each other)")
     p.add_argument("--optimizer-ms", type=float, default=None,
                    help="the optimizer's step per iteration (default: the profile's, else 0)")
+    p.add_argument("--issue-us", type=float, default=None,
+                   help="the training thread's time to issue one collective, in us (the "
+                        "bucketed all-reduce methods'; default: the profile's host.issue_s, "
+                        "else 0)")
     p.add_argument("--threshold", type=float, default=None,
                    help="fusion's (and the PS methods') buffer in bytes (default: each "
                         "method's)")
@@ -124,6 +129,7 @@ def check(args) -> list[str]:
         raise UsageError("--alpha/--beta or --network, not both")
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta),
                         ("--optimizer-ms", args.optimizer_ms), ("--threshold", args.threshold),
+                        ("--issue-us", args.issue_us),
                         ("--min-group", args.min_group)):
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
@@ -492,6 +498,8 @@ def run(args) -> int:
     optimizer_s = (args.optimizer_ms / 1e3 if args.optimizer_ms is not None
                    else float(prof.get("optimizer_s") or 0.0))
     work = workload_of(prof, optimizer_s, interference=not args.no_interference)
+    if args.issue_us is not None:
+        work = replace(work, host=replace(work.host, issue_s=args.issue_us / 1e6))
     batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
     if args.device_throughput:
         work = rescaled(work, batch, args.device_throughput)

@@ -1029,6 +1029,20 @@ def test_predict_takes_the_profiles_host(tmp_path, capsys):
     # and the issue of its one message
     assert out["with"]["iteration_s"] - out["without"]["iteration_s"] == \
         pytest.approx(sum(sizes) * (2e-10 + 1e-10 + 2e-10) + 1e-3, rel=1e-9)
+    # --issue-us gives a profile without host rates an issue time (wfbp: one per tensor, the
+    # network instant), or replaces the profile's
+    path = tmp_path / "without.json"
+    for issue_us, expected in ((None, 0.0), ("250", 4 * 250e-6)):
+        flags = ["--issue-us", issue_us] if issue_us else []
+        assert predict.main(["--profile", str(path), "--method", "wfbp", "--alpha", "0",
+                             "--beta", "0", *flags, "--output", str(tmp_path / "p.json")]) == 0
+        capsys.readouterr()
+        got = json.loads((tmp_path / "p.json").read_text())["predictions"][0]["iteration_s"]
+        assert got == pytest.approx(0.01 + 0.013 + expected, rel=1e-12), issue_us
+    for bad, message in (("-1", "--issue-us must be >= 0, got -1.0"),
+                         ("inf", "host copy, divide and issue times must be finite")):
+        assert predict.main(["--profile", str(path), "--issue-us", bad]) == 2
+        assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("copy,divide,issue", [(-1e-9, 0.0, 0.0), (0.0, float("nan"), 0.0),
