@@ -32,7 +32,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from . import simulate, timeline, topology
 from .costs import ALLGATHER_COMPRESSORS
@@ -233,8 +233,7 @@ def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
     host = prof.get("host")    # the methods' copies, divides and issues, where measured
     if host is not None and not isinstance(host, dict):
         raise UsageError(f"the profile's host must be an object or null, got {host!r}")
-    rates = {k: (host or {}).get(k) for k in ("copy_s_per_byte", "divide_s_per_byte",
-                                              "issue_s")}
+    rates = {f.name: (host or {}).get(f.name) for f in fields(simulate.Host)}
     for k, x in rates.items():
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
             raise UsageError(f"the profile's host {k} must be a number, got {x!r}")
@@ -287,16 +286,15 @@ def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate
 
 def scaled(work: simulate.Workload, f: float, host: bool = False) -> simulate.Workload:
     """``work`` with every compute time ``f`` times as long (and, with ``host``, its host
-    copies, divides and issues too: the whole machine's pace, as a sweep's pace probe measures it);
-    the shape of the profile and the interference slowdowns are kept."""
-    from dataclasses import replace
+    copies, divides and issues too: the whole machine's pace, as a sweep's pace probe measures
+    it); the shape of the profile and the interference slowdowns are kept."""
     shares = work.forward_tensor_s
     h = work.host
     return replace(work, forward_s=work.forward_s * f, backward_s=[x * f for x in work.backward_s],
                    optimizer_s=work.optimizer_s * f,
                    forward_tensor_s=None if shares is None else [x * f for x in shares],
-                   host=simulate.Host(h.copy_s_per_byte * f, h.divide_s_per_byte * f,
-                                      h.issue_s * f) if host else h)
+                   host=simulate.Host(*(getattr(h, x.name) * f for x in fields(h)))
+                   if host else h)
 
 
 def _scaled_codec(codec: simulate.Codec, f: float) -> simulate.Codec:
