@@ -406,13 +406,16 @@ class _PushPull:
     """Push and pull through parameter servers (``ServerLinks``). Per partition of m bytes on
     server s = key mod k: the push holds the pusher's uplink ``worker_beta * m`` (in push
     order) and server s's downlink ``server_beta * m * pushers`` (every pusher's copy), then
-    costs ``alpha``; the pull then holds s's uplink and the pusher's downlink likewise. The
-    machine's local sum (``local``, one client per machine) comes before the push and after
-    the pull. Pushes, sums and pulls of different partitions overlap as the links allow, so a
-    large message costs ``max(M * worker_beta, M * pushers * server_beta / k)`` per direction
-    (docs/DESIGN.md section 3); a push that waits behind another's for the uplink holds it
-    ``queued_s_per_byte * m`` longer. Servers sum in arrival order (FIFO); their summing time
-    and server-side priority scheduling are not modelled."""
+    costs ``alpha``; the pull then holds s's uplink and the pusher's downlink likewise. Under
+    one client per machine, ``local`` (``topology.local_reduce``) is one way through the
+    leader's intra-node link with its local workers' copies: a partition crosses it inward
+    before its push (the copies in, for the local sum) and outward after its pull (the total
+    back), each direction a FIFO of its own. Pushes, sums and pulls of different partitions
+    overlap as the links allow, so a large message costs ``max(M * worker_beta, M * pushers *
+    server_beta / k, M * local beta)`` per direction (docs/DESIGN.md section 3); a push that
+    waits behind another's for the uplink holds it ``queued_s_per_byte * m`` longer. Servers
+    sum in arrival order (FIFO); their summing time and server-side priority scheduling are
+    not modelled."""
 
     def __init__(self, servers: ServerLinks, partition_bytes: int, local: Link | None):
         if partition_bytes <= 0:
@@ -422,7 +425,19 @@ class _PushPull:
         self.last_push = -math.inf             # when the last push took the uplink
         self.sdown = [0.0] * servers.nservers
         self.sup = [0.0] * servers.nservers
+        self.lin = self.lout = 0.0             # the leader's intra-node link, in and out
         self.events: list = []
+
+    def _local(self, way: str, t: float, m: int) -> float:
+        """When partition ``m`` has crossed the leader's intra-node link ``way`` (``lin``: the
+        local workers' copies in, ``lout``: the total back out) from ``t``: the link is busy
+        ``local.time(m) - alpha`` per partition, in order, then ``alpha``."""
+        if self.local is None:
+            return t
+        busy = max(0.0, self.local.time(m) - self.local.alpha)
+        free = max(t, getattr(self, way)) + busy
+        setattr(self, way, free)
+        return free + self.local.alpha
 
     def parts(self, nbytes: int, first_key: int) -> list[tuple[int, int]]:
         """(key, bytes) of a unit of ``nbytes`` cut into partitions, keys from ``first_key``."""
@@ -440,7 +455,7 @@ class _PushPull:
         tensor = {"tensor": label} if label is not None else {}
         for key, m in parts:
             srv = key % s.nservers
-            t0 = ready + (self.local.time(m) if self.local else 0.0)
+            t0 = self._local("lin", ready, m)          # the machine's workers hand it in
             up0 = max(t0, self.up)
             behind = self.up > t0 or self.last_push >= t0   # waits behind another's push
             self.last_push = up0
@@ -453,7 +468,7 @@ class _PushPull:
             dn0 = max(su0, self.down)
             self.down = dn0 + s.worker_beta * m
             pulled = max(self.sup[srv], self.down) + s.alpha
-            end = pulled + (self.local.time(m) if self.local else 0.0)
+            end = self._local("lout", pulled, m)       # and get the total back
             args = {"bytes": m, "key": key, "server": srv, **tensor}
             self.events.append(("push", timeline.COMM, "push", up0 * us, pushed * us, args))
             self.events.append(("pull", timeline.COMM, "pull", su0 * us, end * us, dict(args)))

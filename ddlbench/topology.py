@@ -63,9 +63,10 @@ the fullest machine; a and b of the link named):
   pushers, the l of the fullest machine sharing its NIC (``l * b_inter``).
 - ``local_reduce``: under clients ``machine`` the machine's workers first hand their message to
   the leader and get the total back (docs/DESIGN.md section 6: the local workers push to the
-  leader as to a server), a star through the leader's intra-node link: ``alpha = 2 a_intra``,
-  ``beta = 2(l-1) b_intra``; 0 when l == 1. ``ServerLinks`` leaves it out; the simulator adds
-  it.
+  leader as to a server), a star through the leader's intra-node link, one way: ``alpha =
+  a_intra``, ``beta = (l-1) b_intra`` (the l-1 copies in before the push; the same out after
+  the pull); 0 when l == 1. ``ServerLinks`` leaves it out; the simulator charges it each way,
+  on the leader's link (``simulate._PushPull``).
 
 **Measured** (comm_bench ``--output`` files): ``link(op, P)`` is what comm_bench measured at P:
 its rows' times by size (``rows``: ``size_bytes``, ``time_s``; made non-decreasing by isotonic
@@ -176,8 +177,9 @@ class Network:
         raise NotImplementedError
 
     def local_reduce(self, nworkers: int) -> simulate.Link:
-        """Summing one message inside a machine and handing the sum back (clients
-        "machine"; not in ``ps``)."""
+        """One way of a machine's local sum under clients "machine" (not in ``ps``): a
+        message's copies from the machine's other workers into the leader, and likewise the
+        total back out to them; the simulator charges it each way."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -355,7 +357,7 @@ class Topology(Network):
         _, l = self._shape(nworkers)
         if l == 1:
             return _zero()
-        return simulate.Link(2 * self.intra.a, 2 * (l - 1) * self.intra.b)
+        return simulate.Link(self.intra.a, (l - 1) * self.intra.b)
 
     def describe(self) -> str:
         intra = f"intra {self.intra.text()}; " if self.intra is not None else ""

@@ -406,6 +406,34 @@ def test_push_and_pull_pipeline_by_hand():
     assert q.iteration_s == 8 * 0.25 + 0.25
 
 
+def test_the_local_sum_crosses_the_leaders_link_in_order_each_way():
+    """One client per machine: each partition crosses the leader's intra-node link inward
+    (``local``: 0.5 s a KiB, then its 0.125 s latency) before its push and outward after its
+    pull, each way a FIFO of its own. One pusher, fast servers, pushes and pulls 0.25 s: the
+    4 partitions are in at 0.5, 1.0, 1.5, 2.0 s (+0.125), pushed and pulled 0.5 s later, and
+    out in turn, the last at 2.625 + 0.5 + 0.125 = 3.25 s: the leader's link is the
+    bottleneck, M b_local, plus one partition's other stages and both latencies. A large
+    message costs max(M/B, n M/(k B), M b_local) per direction."""
+    comm_only = sim.Workload(0.0, [0.0], [4 * 1024])
+    one = sim.ServerLinks(0.0, 2 ** -12, 0.0)
+    local = sim.Link(0.125, 2 ** -11)
+    p = sim.predict("bspps", comm_only, None, servers=one, local=local, partition_bytes=1024)
+    assert p.iteration_s == 3.25
+    assert sorted(e[3] / 1e6 for e in p.events if e[0] == "push") == [0.625, 1.125, 1.625,
+                                                                      2.125]
+    # without the local sum the uplink is the bottleneck: 4 pushes, then the last pull
+    assert sim.predict("bspps", comm_only, None, servers=one,
+                       partition_bytes=1024).iteration_s == 1.25
+    M, part = 64 << 20, 1 << 16
+    big = sim.Workload(0.0, [0.0], [M])
+    for lb in (5e-10, 2e-9, 8e-9):
+        servers = sim.ServerLinks(0.0, 1e-9, 1e-10, nservers=2, pushers=8)
+        q = sim.predict("bspps", big, None, servers=servers, local=sim.Link(0.0, lb),
+                        partition_bytes=part)
+        bound = max(M * 1e-9, 8 * M * 1e-10 / 2, M * lb)
+        assert bound < q.iteration_s <= bound + 3 * part * max(1e-9, 8e-10, lb) + 1e-12
+
+
 def test_a_push_queued_behind_another_costs_its_queueing_cost():
     """queued_s_per_byte: a push that waits for the uplink behind another's holds it that much
     longer per byte; the first of a burst, and a push whose uplink is free when its gradient
