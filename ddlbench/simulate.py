@@ -425,19 +425,18 @@ class _PushPull:
         self.last_push = -math.inf             # when the last push took the uplink
         self.sdown = [0.0] * servers.nservers
         self.sup = [0.0] * servers.nservers
-        self.lin = self.lout = 0.0             # the leader's intra-node link, in and out
+        self.leader = {"in": 0.0, "out": 0.0}  # when the leader's intra-node link is free
         self.events: list = []
 
     def _local(self, way: str, t: float, m: int) -> float:
-        """When partition ``m`` has crossed the leader's intra-node link ``way`` (``lin``: the
-        local workers' copies in, ``lout``: the total back out) from ``t``: the link is busy
+        """When partition ``m`` has crossed the leader's intra-node link ``way`` ("in": the
+        local workers' copies, "out": the total back to them) from ``t``: the link is busy
         ``local.time(m) - alpha`` per partition, in order, then ``alpha``."""
         if self.local is None:
             return t
         busy = max(0.0, self.local.time(m) - self.local.alpha)
-        free = max(t, getattr(self, way)) + busy
-        setattr(self, way, free)
-        return free + self.local.alpha
+        self.leader[way] = max(t, self.leader[way]) + busy
+        return self.leader[way] + self.local.alpha
 
     def parts(self, nbytes: int, first_key: int) -> list[tuple[int, int]]:
         """(key, bytes) of a unit of ``nbytes`` cut into partitions, keys from ``first_key``."""
@@ -455,7 +454,7 @@ class _PushPull:
         tensor = {"tensor": label} if label is not None else {}
         for key, m in parts:
             srv = key % s.nservers
-            t0 = self._local("lin", ready, m)          # the machine's workers hand it in
+            t0 = self._local("in", ready, m)          # the machine's workers hand it in
             up0 = max(t0, self.up)
             behind = self.up > t0 or self.last_push >= t0   # waits behind another's push
             self.last_push = up0
@@ -468,7 +467,7 @@ class _PushPull:
             dn0 = max(su0, self.down)
             self.down = dn0 + s.worker_beta * m
             pulled = max(self.sup[srv], self.down) + s.alpha
-            end = self._local("lout", pulled, m)       # and get the total back
+            end = self._local("out", pulled, m)       # and get the total back
             args = {"bytes": m, "key": key, "server": srv, **tensor}
             self.events.append(("push", timeline.COMM, "push", up0 * us, pushed * us, args))
             self.events.append(("pull", timeline.COMM, "pull", su0 * us, end * us, dict(args)))
