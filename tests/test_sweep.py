@@ -760,6 +760,36 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     assert "results " in capsys.readouterr().err
 
 
+def test_a_sweep_file_extends_another(tmp_path, capsys):
+    """extends: the base's keys, each replaced whole by the file's own; the name is the file's;
+    a missing base, a non-string one and a chain that comes back are one line and exit 2."""
+    write_config(tmp_path, "base", tries=3, skip=["nworkers=1"])
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\nnworkers: [2, 3]\ntries: 1\n")
+    base, sweep = config.load(str(tmp_path / "base.yaml"), preflight=False), \
+        config.load(str(child), preflight=False)
+    assert (sweep.name, sweep.tries, sweep.nworkers) == ("child", 1, [2, 3])
+    assert [m["method"] for m in sweep.methods] == ["wfbp", "fusion"] and \
+        sweep.timing == base.timing and sweep.tasks == base.tasks
+    assert {c.nworkers for c in sweep.cells()} == {2, 3}    # the base's skip, kept
+    # the shipped one: model-check's matrix at 3 and 4 workers
+    wide = config.load(config.resolve_config("model-check-wide"), runs=False)
+    check = config.load(config.resolve_config("model-check"), runs=False)
+    assert wide.methods == check.methods and wide.tries == 1 and len(wide.cells()) == 204
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("extends: child.yaml\n")
+    for text, words in (("extends: nowhere\n", "extends: sweep config 'nowhere' not found"),
+                        ("extends: [base]\n", "extends must name a sweep file"),
+                        ("extends: loop.yaml\n",
+                         "child.yaml: extends 'loop.yaml' comes back to a file already extended")):
+        child.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(words)):
+            config.load(str(loop), preflight=False)
+    assert benchmarks.main(["--config", str(loop), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "comes back" in err[0]
+
+
 # ------------------------------------------------------------------------------- presets
 
 def test_presets():

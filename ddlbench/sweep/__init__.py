@@ -4,6 +4,8 @@ process group, every finished try one line in a results store, reports made from
 A sweep file (see configs/quick.yaml, configs/emulated.yaml, configs/paper.yaml)::
 
     name: quick
+    extends: model-check       # optional: another sweep file (preset or path) whose keys this
+                               #   file's replace, each whole (name is never inherited)
     networks: [local]          # local / loopback / {net: 5gbit}: the local launcher
                                #   (python -m ddlbench.train --nworkers N [--net PROFILE]);
                                # rdma0 / {rdma: 1}: a real cluster through the shell launchers

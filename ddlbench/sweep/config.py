@@ -38,7 +38,7 @@ TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-bat
 KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
         "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
         "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "pace",
-        "calibration_check", "seed", "skip", "threads", "shared_jobs", "adaptive"}
+        "calibration_check", "seed", "skip", "threads", "shared_jobs", "adaptive", "extends"}
 ADAPTIVE_KEYS = {"target", "max_tries"}
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
@@ -386,6 +386,34 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _read(path: str, within: frozenset = frozenset()) -> dict:
+    """The sweep file's mapping, over the one it ``extends`` (a preset name, or a path
+    relative to this file's folder): every key this file gives replaces the base's whole
+    value; ``name`` is never inherited. A chain that comes back to a file is refused."""
+    from ..yamlfile import load as load_yaml
+    raw = load_yaml(path, "sweep file")
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: a sweep file is a YAML mapping (name, networks, tasks, "
+                         f"methods, nworkers, ...)")
+    base = raw.get("extends")
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base:
+        raise UsageError(f"{path}: extends must name a sweep file (a preset in configs/ or a "
+                         f"path), got {base!r}")
+    here = os.path.realpath(path)
+    nearby = os.path.join(os.path.dirname(path), base)
+    try:
+        base_path = nearby if os.path.isfile(nearby) else resolve_config(base)
+    except UsageError as e:
+        raise UsageError(f"{path}: extends: {e}") from None
+    if os.path.realpath(base_path) in within | {here}:
+        raise UsageError(f"{path}: extends {base!r} comes back to a file already extended")
+    merged = {k: v for k, v in _read(base_path, within | {here}).items() if k != "name"}
+    merged.update((k, v) for k, v in raw.items() if k != "extends")
+    return merged
+
+
 def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     """Parse and check a sweep file. Every problem found is listed in one UsageError, before
     anything starts. ``preflight`` also passes every cell's arguments through the training
@@ -393,11 +421,7 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     refuses, is caught here and not an hour into the sweep). ``runs`` False: the sweep is only
     predicted (``benchmarks.py --predict-only``): its host files need not be usable and its
     cells need not pass the training script (each setting is still checked on its own)."""
-    from ..yamlfile import load as load_yaml
-    raw = load_yaml(path, "sweep file")
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: a sweep file is a YAML mapping (name, networks, tasks, "
-                         f"methods, nworkers, ...)")
+    raw = _read(path)
     problems: list[str] = []
     notes: list[str] = []
     for k in sorted(set(raw) - KEYS, key=str):
