@@ -58,7 +58,7 @@ tail -3 "$log"
 
 for spec in "resnet50 64" "bert 8"; do
     read -r model bs <<<"$spec"
-    step 180 "$log" "$py" -m ddlbench.profiler --model "$model" --batch-size "$bs" \
+    step 180 "$log" "$py" -m ddlbench.measure.profiler --model "$model" --batch-size "$bs" \
         --output "$out/profile_$model.json"
 done
 exit "$status"

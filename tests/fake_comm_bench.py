@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m ddlbench.comm_bench`` in the calibration-check tests
+"""A stand-in for ``python -m ddlbench.measure.comm_bench`` in the calibration-check tests
 (calibrate.COMM_BENCH).
 
 Takes comm_bench's flags, imports no torch, and writes (``--output``) an all-reduce record:

@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m ddlbench.profiler`` in the pace-probe tests (calibrate.PROFILER).
+"""A stand-in for ``python -m ddlbench.measure.profiler`` in the pace-probe tests (calibrate.PROFILER).
 
 Takes the profiler's flags, imports no torch, and writes (``--output``) the profile named by
 FAKE_PROFILE with every compute time times a factor: FAKE_PACE is a JSON object from a part of

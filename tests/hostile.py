@@ -140,11 +140,11 @@ CASES = [
          {"DDLBENCH_NETEM_STATE": "{tmp}/netem"}, files={"netem/run-x.json": "[1, 2, 3]\n"},
          expect="ran"),
     Case("comm_bench --sizes nan",
-         [sys.executable, "-m", "ddlbench.comm_bench", "--sizes", "nan"]),
+         [sys.executable, "-m", "ddlbench.measure.comm_bench", "--sizes", "nan"]),
     Case("comm_bench --repeat -1",
-         [sys.executable, "-m", "ddlbench.comm_bench", "--repeat", "-1"]),
+         [sys.executable, "-m", "ddlbench.measure.comm_bench", "--repeat", "-1"]),
     Case("profiler --batch-size 0",
-         [sys.executable, "-m", "ddlbench.profiler", "--model", "bert_tiny", "--batch-size", "0"]),
+         [sys.executable, "-m", "ddlbench.measure.profiler", "--model", "bert_tiny", "--batch-size", "0"]),
 ]
 
 

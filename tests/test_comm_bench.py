@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from ddlbench import comm_bench as cb
-from ddlbench import simulate, topology
+from ddlbench.measure import comm_bench as cb
+from ddlbench.model import simulate, topology
 from ddlbench.hosts import pinning
 from ddlbench.errors import UsageError
 
@@ -129,7 +129,7 @@ def test_bad_arguments(kw, message):
 
 def test_two_workers_table_json_and_fit(tmp_path, load_json):
     out = tmp_path / "cb.json"
-    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2",
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "2",
                 "--min-bytes", "1K", "--max-bytes", "16K", "--sizes", "3000", "--warmup", "1",
                 "--iters", "3", "--timeout", "60", "--output", str(out)], timeout=300)
     assert proc.returncode == 0, describe(proc)
@@ -187,7 +187,7 @@ def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
 
     import models
     out = tmp_path / "burst.json"
-    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "burst",
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "2", "--ops", "burst",
                 "--model", "bert_tiny", "--sentence-len", "16", "--warmup", "1", "--iters", "3",
                 "--stat", "mean", "--timeout", "60", "--output", str(out)], timeout=300)
     assert proc.returncode == 0, describe(proc)
@@ -215,7 +215,7 @@ def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
 
 
 def test_bad_input_from_the_command_line_is_one_line():
-    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops", "bcast"],
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "2", "--ops", "bcast"],
                timeout=120)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().splitlines() == [
@@ -228,7 +228,7 @@ def test_osu_style_latency_is_a_ping_pong_between_two_ranks(tmp_path, load_json)
     round trip between ranks 0 and 1 (the third rank waits); the echo of known values is
     checked after the timing; a 1-worker job is refused in one line."""
     out = tmp_path / "lat.json"
-    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "3", "--ops",
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "3", "--ops",
                 "latency", "--min-bytes", "4", "--max-bytes", "1K", "--warmup", "1", "--iters",
                 "3", "--timeout", "60", "--output", str(out)], timeout=180)
     assert proc.returncode == 0, describe(proc)
@@ -239,7 +239,7 @@ def test_osu_style_latency_is_a_ping_pong_between_two_ranks(tmp_path, load_json)
     assert res["fit"]["ring_link"] is None
     assert ("# latency, OSU-style ping-pong between ranks 0 and 1 of P = 3: size = bytes each "
             "way; time = one-way latency (half the round trip)") in proc.stdout
-    one = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "1", "--ops",
+    one = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "1", "--ops",
                "latency", "--timeout", "60"], timeout=120)
     assert one.returncode != 0
     assert "--ops latency (ping-pong) needs at least 2 workers" in one.stderr, describe(one)
@@ -250,7 +250,7 @@ def test_push_pull_through_parameter_servers(tmp_path, load_json):
     """--ops pushpull spawns the servers too (one for 2 workers) and times a message cut into
     the servers' partitions: 64 KiB at 16 KiB partitions is 4 pushes and 4 pulls."""
     out = tmp_path / "pp.json"
-    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops",
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "2", "--ops",
                 "pushpull", "--min-bytes", "1K", "--max-bytes", "64K", "--partition-bytes",
                 "16384", "--warmup", "1", "--iters", "5", "--slots", "1", "--output",
                 str(out)], timeout=180)

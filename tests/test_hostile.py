@@ -18,7 +18,8 @@ import psutil
 import pytest
 
 import benchmarks
-from ddlbench import comm_bench, profiler, train
+from ddlbench import train
+from ddlbench.measure import comm_bench, profiler
 from ddlbench.errors import check_writable, UsageError
 from ddlbench.launch import job as job_mod
 from ddlbench.launch import pslaunch

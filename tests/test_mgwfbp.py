@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddlbench import predict, profiler, simulate
+from ddlbench.measure import profiler
+from ddlbench.model import predict, simulate
 from ddlbench.measure import profile_file
 from ddlbench.engine.comm import Comm
 from ddlbench.errors import UsageError
@@ -498,7 +499,7 @@ def test_measured_plan_is_rank0s_on_every_rank(tmp_path):
 def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refuses(
         tmp_path, load_json):
     path = tmp_path / "bert_tiny.json"
-    proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "1",
+    proc = run([sys.executable, "-m", "ddlbench.measure.profiler", *TINY_BERT, "--nworkers", "1",
                 "--warmup", "1", "--iters", "3", "--comm-iters", "2", "--timeout", "60",
                 "--output", str(path)], timeout=300)
     assert proc.returncode == 0, describe(proc)
@@ -577,7 +578,7 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     assert proc.returncode == 2, describe(proc)
     err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert err == [f"ddlbench: error: MG-WFBP profile {path} is for model bert_tiny, but this "
-                   f"run trains resnet18; write one for it with python -m ddlbench.profiler "
+                   f"run trains resnet18; write one for it with python -m ddlbench.measure.profiler "
                    f"--model resnet18 --output FILE"], describe(proc)
     assert "verify" not in proc.stdout
 
@@ -588,7 +589,7 @@ def test_the_profiler_records_every_ranks_compute(tmp_path, load_json):
     With a parameter server (an extra process) the interference is timed beside all-reduces
     and beside push/pulls of every gradient tensor through it (``interference_ps``)."""
     path = tmp_path / "two.json"
-    proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "2",
+    proc = run([sys.executable, "-m", "ddlbench.measure.profiler", *TINY_BERT, "--nworkers", "2",
                 "--nservers", "1", "--partition-bytes", "65536", "--warmup", "0", "--iters",
                 "1", "--interference-iters", "1", "--comm-iters", "1", "--alpha", "0",
                 "--beta", "0", "--timeout", "60", "--output", str(path)], timeout=300)

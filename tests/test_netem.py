@@ -99,7 +99,7 @@ def test_bad_net_is_one_line_exit_2(spec, words):
     assert words in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("module", ["ddlbench.train", "ddlbench.profiler"])
+@pytest.mark.parametrize("module", ["ddlbench.train", "ddlbench.measure.profiler"])
 def test_training_script_and_profiler_refuse_bad_net(module):
     proc = run([sys.executable, "-m", module, *TINY_BERT, "--nworkers", "2",
                 "--net", "rate=0mbit"], timeout=120)
@@ -307,7 +307,7 @@ def test_profiler_measures_the_interference_over_the_emulated_link(tmp_path, net
     none faster than the link carries a ring's share of their bytes beyond the shaper's
     burst; over loopback they take a tenth of that), and the profile records the link."""
     out = tmp_path / "prof.json"
-    proc = run([sys.executable, "-m", "ddlbench.profiler", *TINY_BERT, "--nworkers", "2",
+    proc = run([sys.executable, "-m", "ddlbench.measure.profiler", *TINY_BERT, "--nworkers", "2",
                 "--net", "1gbit", "--network", "lan", "--warmup", "0", "--iters", "1",
                 "--comm-iters", "2", "--interference-iters", "1", "--timeout", "60",
                 "--output", str(out)], timeout=240, DDLBENCH_NET_PROBE_S="0.3")

@@ -1,4 +1,4 @@
-"""python -m ddlbench.predict: a profile file in, each method's predicted iteration out (the
+"""python -m ddlbench.model.predict: a profile file in, each method's predicted iteration out (the
 replay itself: tests/test_simulate.py)."""
 import json
 import subprocess
@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from ddlbench import predict, simulate, timeline, topology
+from ddlbench import timeline
+from ddlbench.model import predict, simulate, topology
 from ddlbench.errors import UsageError
 from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
 
@@ -230,7 +231,7 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
     """--network: each worker count's all-reduce and push/pull costs from the topology; the
     PS methods with one server per machine and the machine's local sum; fp16 halves what the
     all-reduce methods send."""
-    from ddlbench import topology
+    from ddlbench.model import topology
     path, prof = _profile(tmp_path, optimizer_s=0.002)
     net_file = tmp_path / "net.yaml"
     net_file.write_text(TOPOLOGY)
@@ -282,7 +283,7 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
     text = capsys.readouterr().out
     advice = json.loads(out.read_text())["advice"]
     assert [a["nworkers"] for a in advice] == [4, 8]
-    from ddlbench import topology
+    from ddlbench.model import topology
     net, work = topology.load(str(net_file)), predict.workload_of(prof, 0.002)
     for entry in advice:
         ranked = entry["advice"]
@@ -348,7 +349,7 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     ab.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
         {"op": "allreduce", "nworkers": 2, "fit": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}]}))
     args = [str(net_file) if a == "NET" else str(ab) if a == "AB" else a for a in args]
-    proc = subprocess.run([sys.executable, "-m", "ddlbench.predict", "--profile", str(path),
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.model.predict", "--profile", str(path),
                            *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr

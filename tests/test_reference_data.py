@@ -1,5 +1,5 @@
 """Reference data for the performance model (issue 18): the survey's published table
-(configs/reference/survey_results.yaml, read by ddlbench.survey) and the H200 layer-wise profiles
+(configs/reference/survey_results.yaml, read by ddlbench.model.survey) and the H200 layer-wise profiles
 (configs/profiles/h200_*.json), converted from shared/reference/h200-layerwise.json.
 
 The conversion lives here: ``python -m tests.test_reference_data`` rewrites the three profiles
@@ -52,7 +52,7 @@ SPECS = {
 # --------------------------------------------------------------------------- the conversion
 
 def convert(ref: dict, spec: dict, shapes: dict[str, list[int]]) -> dict:
-    """The suite's profile (ddlbench/measure/profile_file.py, as python -m ddlbench.profiler
+    """The suite's profile (ddlbench/measure/profile_file.py, as python -m ddlbench.measure.profiler
     --output writes it) of one key of h200-layerwise.json; ``shapes``: name -> shape."""
     names, numel = ref["order_backward"], ref["numel"]
     batch = spec["workload"]["batch_size"]
@@ -86,9 +86,9 @@ def convert(ref: dict, spec: dict, shapes: dict[str, list[int]]) -> dict:
                           "parameter names and sizes are the reference's exactly (no renaming);"
                           " backward_s = tb_s, forward_s = tf_s",
             "network": "none measured: alpha_s and beta_s_per_byte are 0; give python -m "
-                       "ddlbench.predict --alpha/--beta (or fit them with ddlbench.comm_bench)",
+                       "ddlbench.model.predict --alpha/--beta (or fit them with ddlbench.measure.comm_bench)",
             "optimizer": "the optimizer's step was not measured: no optimizer_s (python -m "
-                         "ddlbench.predict takes --optimizer-ms)",
+                         "ddlbench.model.predict takes --optimizer-ms)",
             "throughput": "whole-step samples/s on the same GPU, plain PyTorch loop: "
                           + spec["throughput_note"],
             "profile_step_s": step_s,
@@ -191,7 +191,7 @@ def test_the_profiles_fit_the_suite_s_models():
 # --------------------------------------------------------------------------- the survey
 
 def _survey():
-    from ddlbench import survey
+    from ddlbench.model import survey
     return survey
 
 

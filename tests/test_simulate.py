@@ -1,11 +1,11 @@
-"""The performance model's replay (ddlbench/simulate.py) against docs/DESIGN.md section 3's
+"""The performance model's replay (ddlbench/model/simulate.py) against docs/DESIGN.md section 3's
 closed forms, on hand-made inputs: exact up to float rounding."""
 import dataclasses
 import random
 
 import pytest
 
-from ddlbench import simulate as sim
+from ddlbench.model import simulate as sim
 from ddlbench import timeline
 from ddlbench.errors import UsageError
 from ddlbench.planning import ddp_buckets, merge_groups, plan_buckets, schedule_time
@@ -696,7 +696,7 @@ def test_predict_takes_the_profiles_interference(tmp_path, capsys):
     overlaps."""
     import json
 
-    from ddlbench import predict
+    from ddlbench.model import predict
     from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
     prof = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "model": "hand-made",
             "workload": {"batch_size": 8},
@@ -1021,11 +1021,11 @@ def test_a_pack_under_interference_is_compute():
 
 def test_predict_takes_the_profiles_host(tmp_path, capsys):
     """predict.workload_of reads the profiler's ``host`` rates (absent or null: free); python
-    -m ddlbench.predict replays with them: bspa2a on 2 workers is slower by exactly the pack,
+    -m ddlbench.model.predict replays with them: bspa2a on 2 workers is slower by exactly the pack,
     the divide and the unpack of every byte."""
     import json
 
-    from ddlbench import predict
+    from ddlbench.model import predict
     from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
     sizes = [4096, 1 << 20, 65536, 4 << 20]
     prof = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "model": "hand-made",

@@ -112,7 +112,7 @@ def test_two_workers_of_a_real_job_are_pinned_and_recorded(tmp_path):
     """A real 2-worker job (comm_bench, the cheapest): each worker's cores, as it read them,
     in the record; one intra-op thread per core it got."""
     rec = tmp_path / "cb.json"
-    proc = run([sys.executable, "-m", "ddlbench.comm_bench", "--nworkers", "2", "--ops",
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "2", "--ops",
                 "allreduce", "--max-bytes", "4K", "--iters", "1", "--warmup", "0",
                 "--output", str(rec)], timeout=120)
     assert proc.returncode == 0, describe(proc)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 import benchmarks
-from ddlbench import predict, simulate, topology
+from ddlbench.model import predict, simulate, topology
 from ddlbench.measure.profile_file import read_profile
 from ddlbench.sweep import store
 
@@ -219,7 +219,7 @@ logs: {tmp_path / 'logs'}
                        "powersgd", "--nworkers", "2", "--iters", "3", "--threads", "1",
                        "--powersgd-rank", "2", "--output", "OUT"]
     cmd = jobs[4].command("OUT")
-    assert cmd[1:3] == ["-m", "ddlbench.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
+    assert cmd[1:3] == ["-m", "ddlbench.measure.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
     assert cmd[cmd.index("--stat") + 1] == "mean"
     # the burst: the task's model and input shape on the network

@@ -1,4 +1,4 @@
-"""The performance model's network descriptions (ddlbench/topology.py): the closed forms on
+"""The performance model's network descriptions (ddlbench/model/topology.py): the closed forms on
 hand-made topology files, the comm_bench route, one-line errors, and the shipped files."""
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 import yaml
 
-from ddlbench import simulate, topology
+from ddlbench.model import simulate, topology
 from ddlbench.errors import UsageError
 
 from .conftest import REPO
@@ -238,7 +238,7 @@ def _result(op, p, alpha, beta, **extra):
 
 
 def _record(p, results):
-    """A ``python -m ddlbench.comm_bench --output`` file (comm_bench.worker's keys)."""
+    """A ``python -m ddlbench.measure.comm_bench --output`` file (comm_bench.worker's keys)."""
     return {"kind": "comm_bench", "nworkers": p, "network": "rdma1", "backend": "nccl",
             "device": "cuda", "warmup": 5, "iters": 20, "config": {}, "results": results,
             "net": None, "environment": {}}

@@ -1,4 +1,4 @@
-"""python -m ddlbench.validation survey: the performance model against the survey's published
+"""python -m ddlbench.model.validation survey: the performance model against the survey's published
 table. Predictions are the simulator's on independently built inputs, the medians those of the
 listed errors, a worker count missing from the original's tables leaves its cells out, bad
 input is one line. No torch."""
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ddlbench import simulate, survey, topology, validation
+from ddlbench.model import simulate, survey, topology, validation
 from ddlbench.planning import ORIGINAL_AB_TABLES
 
 from .conftest import REPO

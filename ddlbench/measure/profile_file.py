@@ -1,4 +1,4 @@
-"""MG-WFBP profile files: the format ``python -m ddlbench.profiler`` writes and MG-WFBP reads.
+"""MG-WFBP profile files: the format ``python -m ddlbench.measure.profiler`` writes and MG-WFBP reads.
 
 A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name and workload,
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
@@ -29,7 +29,7 @@ def read_profile(path: str) -> dict:
     prof = read_json(path, where)
     if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
         raise UsageError(f"{where} is not an MG-WFBP profile (no \"format\": "
-                         f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.profiler")
+                         f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.measure.profiler")
     for key, kind in (("model", str), ("tensors", list), ("backward_s", list),
                       ("forward_s", (int, float)), ("alpha_s", (int, float)),
                       ("beta_s_per_byte", (int, float))):
@@ -77,7 +77,7 @@ def match_profile(prof: dict, model, model_name: str | None, path: str) -> list[
     where = f"MG-WFBP profile {path}"
     if model_name is not None and prof["model"] != model_name:
         raise UsageError(f"{where} is for model {prof['model']}, but this run trains "
-                         f"{model_name}; write one for it with python -m ddlbench.profiler "
+                         f"{model_name}; write one for it with python -m ddlbench.measure.profiler "
                          f"--model {model_name} --output FILE")
     named = trainable(model)
     index = {name: i for i, (name, _) in enumerate(named)}

@@ -4,12 +4,12 @@ The method is the bucketed all-reduce engine of ``allreduce.py`` (buckets starte
 bucket order on every rank) with its buckets planned once, before training, in ``calibrate``:
 
 1. profile: per-tensor backward times and the forward time from gradient hooks
-   (``ddlbench.profiler``; 5 warm-up and 50 measured iterations unless ``--mgwfbp-warmup`` /
+   (``ddlbench.measure.profiler``; 5 warm-up and 50 measured iterations unless ``--mgwfbp-warmup`` /
    ``--mgwfbp-iters`` say otherwise, or the environment's ``DDLBENCH_MGWFBP_WARMUP`` /
    ``DDLBENCH_MGWFBP_ITERS``), and alpha/beta from a short all-reduce micro-benchmark over
    this model's tensor sizes (``--mgwfbp-comm-iters`` timed all-reduces per size, default 10)
    - or all of it read from ``--mgwfbp-profile FILE``
-   (``python -m ddlbench.profiler --output FILE`` writes one), so a plan can be made for
+   (``python -m ddlbench.measure.profiler --output FILE`` writes one), so a plan can be made for
    another cluster; only rank 0 reads it (it need exist only on rank 0's host); a profile of
    another model is refused with one line, on every rank, with a non-zero exit.
    ``--mgwfbp-ab table`` takes alpha and beta instead from the original suite's tables
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import profiler
+from ..measure import profiler
 from ..measure import profile_file
 from ..errors import UsageError
 from ..options import COUNT, COUNT0, NAME, Options, one_of, option

@@ -6,7 +6,7 @@ Jobs (networks of the local launcher only: ``local``, ``loopback``, emulated pro
 cluster's ``rdma`` networks are calibrated by hand, with the same two commands under its
 launcher):
 
-- ``profile``: ``python -m ddlbench.profiler`` with the task's model and batch on the cell's
+- ``profile``: ``python -m ddlbench.measure.profiler`` with the task's model and batch on the cell's
   worker count and network (every rank profiling at once, the placement of the run to
   predict, over its ``--net``: one per task, network and worker count). The CPU
   interference is the network's (docs/DESIGN.md section 3: a loopback profile for every
@@ -14,7 +14,7 @@ launcher):
   parameter-server cell there, the profile starts that cell's servers (``--nservers``,
   ``--ps-clients``, ``--partition-bytes``) and also times the interference beside their
   push/pull (``interference_ps``, which the PS cells' predictions take);
-- ``comm``: ``python -m ddlbench.comm_bench --ops allreduce,allgather`` over the network (its
+- ``comm``: ``python -m ddlbench.measure.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
   to one partition (what comm_bench fits push/pull to: the model pipelines partitions
@@ -83,8 +83,8 @@ PROFILE_ITERS = ("--warmup", "3", "--iters", "10", "--comm-iters", "3",
 # A pace probe: the compute alone, briefly (no all-reduce fit, no interference timing)
 PACE_ITERS = ("--warmup", "2", "--iters", "4", "--no-interference", "--alpha", "0",
               "--beta", "0")
-PROFILER = "ddlbench.profiler"      # the module profiles and pace probes run (tests swap it)
-COMM_BENCH = "ddlbench.comm_bench"  # the module the comm, push/pull and burst jobs run (too)
+PROFILER = "ddlbench.measure.profiler"      # the module profiles and pace probes run (tests swap it)
+COMM_BENCH = "ddlbench.measure.comm_bench"  # the module the comm, push/pull and burst jobs run (too)
 CODEC_ITERS = "3"
 # The calibration check's all-reduce sizes (powers of two, bytes): from where a loopback
 # all-reduce stops being a scheduler turn (~2 ms) to where an emulated link takes ~0.15 s
@@ -236,7 +236,7 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
     rdma = sorted({c.network.name for c in cells if c.network.kind != "net"})
     if rdma:
         notes.append(f"calibrate: network(s) {', '.join(rdma)} are a real cluster's: calibrate "
-                     f"them by hand (python -m ddlbench.profiler and comm_bench under the "
+                     f"them by hand (python -m ddlbench.measure.profiler and comm_bench under the "
                      f"launcher) and name the files under predict:")
     local = [c for c in cells if c.network.kind == "net" and c.engine == "torch"]
 

@@ -28,7 +28,7 @@ import glob
 import json
 import os
 
-from .. import predict, simulate, survey, topology
+from ..model import predict, simulate, survey, topology
 from ..costs import ALLGATHER_COMPRESSORS
 from ..errors import UsageError
 from ..options import BATCHES_PER_ITER
@@ -92,7 +92,7 @@ class Predictor:
                     break
         if path is None:
             raise UsageError(f"cell {cell.name}: no profile of {model} at batch {batch}; "
-                             f"write one with python -m ddlbench.profiler --model {model} "
+                             f"write one with python -m ddlbench.measure.profiler --model {model} "
                              f"--batch-size {batch} --output FILE and name it under predict: "
                              f"profiles:")
         path = _path(path)

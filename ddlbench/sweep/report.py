@@ -435,7 +435,7 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
     out = [f"# Sweep {name}" + (" (predicted)" if predicted else ""), ""]
     if predicted:
         out += ["**Predicted by the performance model, not measured** (`benchmarks.py "
-                "--predict-only`: ddlbench/simulate.py from each task's profile and each "
+                "--predict-only`: ddlbench/model/simulate.py from each task's profile and each "
                 "network's description; every cell's inputs are in results.jsonl under "
                 "`predicted`).", ""]
     tries_text = f"{t.tries} tries per cell" if t.tries else "tries as recorded"

@@ -4,7 +4,7 @@ from a topology file (``Topology``) or from comm_bench measurements (``Measured`
 and 6). Pure: no torch, no job.
 
     net = topology.load("survey-10gbe")         # configs/topology/survey-10gbe.yaml
-    net = topology.load("ab2.json,ab4.json")    # python -m ddlbench.comm_bench --output files
+    net = topology.load("ab2.json,ab4.json")    # python -m ddlbench.measure.comm_bench --output files
     net.link("allreduce", 8)                    # Link(alpha, beta): one all-reduce of M bytes
     net.ps(8, 2, clients="machine")             # ServerLinks for push/pull through 2 servers
     net.local_reduce(8)                         # a machine's local sum under clients machine
@@ -104,12 +104,13 @@ import os
 import re
 from dataclasses import replace
 
-from . import simulate, yamlfile
-from .costs import ring_collective, ring_link
-from .errors import UsageError, read_json
-from .planning import PS_CLIENTS
+from .. import yamlfile
+from . import simulate
+from ..costs import ring_collective, ring_link
+from ..errors import UsageError, read_json
+from ..planning import PS_CLIENTS
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = os.path.join(REPO, "configs", "topology")
 OPS = ("allreduce", "allgather")
 ALGORITHMS = ("ring", "hierarchical")
@@ -455,7 +456,7 @@ def _burst(r: dict, where: str) -> tuple[list[int], float, float]:
 
 
 class Measured(Network):
-    """A network measured by ``python -m ddlbench.comm_bench --output FILE`` at one or more
+    """A network measured by ``python -m ddlbench.measure.comm_bench --output FILE`` at one or more
     worker counts (the module's docstring says what is taken from where)."""
 
     def __init__(self, paths: list[str], extrapolate: bool = False):
@@ -484,7 +485,7 @@ class Measured(Network):
         if not isinstance(rec, dict) or rec.get("kind") != "comm_bench":
             kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
             raise UsageError(f"{path} is not a comm_bench record (kind {kind!r}, expected "
-                             f"'comm_bench': python -m ddlbench.comm_bench --output FILE)")
+                             f"'comm_bench': python -m ddlbench.measure.comm_bench --output FILE)")
         results = rec.get("results")
         if not isinstance(results, list):
             raise UsageError(f"comm_bench file {path} has no results list")

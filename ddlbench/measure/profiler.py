@@ -1,6 +1,6 @@
-"""Layer-wise profiler for MG-WFBP (docs/DESIGN.md section 4): ``python -m ddlbench.profiler``.
+"""Layer-wise profiler for MG-WFBP (docs/DESIGN.md section 4): ``python -m ddlbench.measure.profiler``.
 
-    python -m ddlbench.profiler --model resnet50 --batch-size 64 --nworkers 4 --output prof.json
+    python -m ddlbench.measure.profiler --model resnet50 --batch-size 64 --nworkers 4 --output prof.json
     python -m ddlbench.train --method mgwfbp --mgwfbp-profile prof.json ...
 
 What it measures, on the rank's own batch:
@@ -18,14 +18,14 @@ What it measures, on the rank's own batch:
   synchronised); a module's own time (less its timed descendants') and the time since the
   previous timed module go to the parameters it is the first to own, by bytes; median
   fractions of the pass, times the forward time of the iterations without these hooks;
-- alpha and beta of this cluster: an all-reduce micro-benchmark (``ddlbench.comm_bench``) over
+- alpha and beta of this cluster: an all-reduce micro-benchmark (``ddlbench.measure.comm_bench``) over
   the sizes of the model's gradient tensors and the whole gradient, fitted as
   ``t = alpha + beta * bytes`` (relative least squares);
 - with more than one worker, the CPU interference (``measure_interference``; skipped with
   ``--no-interference``, null on one worker): forward-backward passes and all-reduces of the
   model's largest gradient timed alone and beside each other, every rank at once; compute
   beside communication takes ``1 + compute_slowdown`` times as long, communication beside
-  compute ``1 + comm_slowdown`` times (``python -m ddlbench.predict`` replays with them).
+  compute ``1 + comm_slowdown`` times (``python -m ddlbench.model.predict`` replays with them).
   Both are of the network the workers run over (``--net``, as the training script's): over
   loopback the cores carry every byte, over an emulated link the shaper sets the pace
   (docs/DESIGN.md section 3 has the figures);
@@ -73,11 +73,11 @@ import sys
 import time
 from contextlib import contextmanager
 
-from .errors import ArgumentParser, UsageError, check_writable
-from .measure.workload import OPTIMIZERS
-from .options import add_network_flags, add_ps_flags, check_flags
-from .planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
-from .measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
+from ..errors import ArgumentParser, UsageError, check_writable
+from .workload import OPTIMIZERS
+from ..options import add_network_flags, add_ps_flags, check_flags
+from ..planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
+from .profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
 DEFAULT_WARMUP = 5
 DEFAULT_ITERS = 50
@@ -218,7 +218,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     times ``forward_s``, which the other iterations time without them (on a GPU the hooks
     synchronise the device at every module). The backward is timed in every iteration (the
     forward hooks do not run in it)."""
-    from . import engine
+    from .. import engine
     if iters <= 0 or warmup < 0:
         raise UsageError("profiling needs iterations > 0 and warm-up >= 0")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -276,7 +276,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     for m, own in _param_owners(model, params):
         handles += [m.register_forward_pre_hook(module_pre(own)),
                     m.register_forward_hook(module_post)]
-    from . import compat
+    from .. import compat
     handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
     forward, ready_at, orders, fractions, passes = [], [[] for _ in range(n)], [], [], []
     with _leaving_no_trace(model, device), _removed_after(handles):
@@ -482,7 +482,7 @@ def measure_host(model, forward_backward, *, device=None,
     generators restored afterwards."""
     import torch
 
-    from . import engine
+    from .. import engine
     with _leaving_no_trace(model, device):
         forward_backward()
         grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
@@ -535,8 +535,8 @@ def measure_issue(*, device=None, group=None, iters: int = DEFAULT_ISSUE_ITERS) 
 
     import compression
 
-    from . import engine
-    from .engine.comm import Comm
+    from .. import engine
+    from ..engine.comm import Comm
     comm = Comm(dist.get_rank(group), dist.get_world_size(group), group=group)
     one = torch.zeros(1, device=device)
     codec = compression.NoCompression()
@@ -637,7 +637,7 @@ def _global_rank0(group):
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.profiler", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.measure.profiler", description=__doc__.split("\n")[0],
                        raise_errors=True, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch-size", type=int, default=64)
@@ -692,7 +692,7 @@ def check(args) -> None:
                         "--beta", "--seed", "--momentum", "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
-    from . import netem
+    from .. import netem
     netem.check(args.net)
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
@@ -703,15 +703,15 @@ def check(args) -> None:
 
 
 def main(argv=None) -> int:
-    from .launch.job import run_job
+    from ..launch.job import run_job
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_job(argv, "ddlbench.profiler", parse_args, check, worker)
+    return run_job(argv, "ddlbench.measure.profiler", parse_args, check, worker)
 
 
 def worker(args, placement) -> int:
-    from . import engine
-    from .measure.workload import learning_rate, make_optimizer, replica
-    from .netem import run_info
+    from .. import engine
+    from .workload import learning_rate, make_optimizer, replica
+    from ..netem import run_info
     if engine.is_server(placement, args.nservers):
         return engine.serve(placement, args.nservers, timeout_s=args.timeout)
     ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
@@ -747,7 +747,7 @@ def worker(args, placement) -> int:
         # The methods' own copies and divides, every rank at once, as in training
         prof["host"] = measure_host(work.model, forward_backward, device=ctx.device)
         # Last, as it changes the parameters: the optimizer's step, for the performance model
-        # (python -m ddlbench.predict). Every rank steps at once, as in training.
+        # (python -m ddlbench.model.predict). Every rank steps at once, as in training.
         optimizer = make_optimizer(args, work.model.parameters(),
                                    learning_rate(args, ctx.size))
         seconds = time_optimizer(optimizer, forward_backward, device=ctx.device,
@@ -768,7 +768,7 @@ def time_optimizer(optimizer, forward_backward, *, device=None, warmup: int = DE
                    iters: int = DEFAULT_ITERS) -> float:
     """Mean seconds of ``optimizer.step()`` over every parameter, after ``warmup`` untimed
     steps (the gradients of one ``forward_backward``; it changes the parameters)."""
-    from . import engine
+    from .. import engine
     forward_backward()
     for _ in range(warmup):
         optimizer.step()
@@ -819,7 +819,7 @@ def _forward_lines(prof: dict) -> list[str]:
 
 
 def format_profile(prof: dict, min_group: int) -> str:
-    from .planning import merge_groups, schedule_time
+    from ..planning import merge_groups, schedule_time
     nbytes = [t["bytes"] for t in prof["tensors"]]
     tb = prof["backward_s"]
     a, b = prof["alpha_s"], prof["beta_s_per_byte"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 import os
 
-from . import yamlfile
-from .errors import UsageError
+from .. import yamlfile
+from ..errors import UsageError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PATH = os.path.join(REPO, "configs", "reference", "survey_results.yaml")
 WHAT = "survey results"
 # field -> accepted types, for every cell of the file

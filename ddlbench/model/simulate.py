@@ -69,12 +69,12 @@ import itertools
 import math
 from dataclasses import dataclass, field, replace
 
-from . import timeline
-from .errors import UsageError
-from .planning import BYTESCHEDULER_CREDIT as BS_CREDIT
-from .planning import BYTESCHEDULER_PARTITION as BS_PARTITION
-from .costs import compressed_messages, issued_at_wait
-from .planning import (BSP_PS_THRESHOLD, DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
+from .. import timeline
+from ..errors import UsageError
+from ..planning import BYTESCHEDULER_CREDIT as BS_CREDIT
+from ..planning import BYTESCHEDULER_PARTITION as BS_PARTITION
+from ..costs import compressed_messages, issued_at_wait
+from ..planning import (BSP_PS_THRESHOLD, DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
                        DEFAULT_PARTITION_BYTES, HOROVOD_DEFAULT_THRESHOLD, chunk_table,
                        ddp_buckets, ddp_first_bucket_bytes, merge_groups, plan_buckets)
 

@@ -1,19 +1,19 @@
-"""Predict each method's iteration from a profile: ``python -m ddlbench.predict``.
+"""Predict each method's iteration from a profile: ``python -m ddlbench.model.predict``.
 
-    python -m ddlbench.profiler --model resnet18 --image-size 64 --batch-size 16 \\
+    python -m ddlbench.measure.profiler --model resnet18 --image-size 64 --batch-size 16 \\
         --nworkers 2 --output resnet18.json
-    python -m ddlbench.predict --profile resnet18.json --method all
-    python -m ddlbench.predict --profile configs/profiles/h200_resnet50_bs64.json \\
+    python -m ddlbench.model.predict --profile resnet18.json --method all
+    python -m ddlbench.model.predict --profile configs/profiles/h200_resnet50_bs64.json \\
         --network cloud-100g --nworkers 8,64,1024 --advise
 
 The profile (the profiler's JSON: forward time, per-tensor backward times, shapes and bytes in
 backward order, the optimizer's step, and the alpha and beta it fitted on the all-reduces of the
-run it measured) goes through ``ddlbench.simulate``: one steady-state iteration per method and
+run it measured) goes through ``ddlbench.model.simulate``: one steady-state iteration per method and
 worker count. The network is ``--network``: a topology (``configs/topology/NAME.yaml``, a name of
 one, or any such file: nodes, devices per node, links, ring or hierarchical all-reduce,
-parameter servers) or ``python -m ddlbench.comm_bench --output`` files (comma-separated, one per
+parameter servers) or ``python -m ddlbench.measure.comm_bench --output`` files (comma-separated, one per
 worker count; ``--ops pushpull`` for the PS methods), from which every collective's alpha-beta
-follows per worker count (``ddlbench.topology``). Without it, the profile's own alpha and beta
+follows per worker count (``ddlbench.model.topology``). Without it, the profile's own alpha and beta
 (or ``--alpha``/``--beta``) cost every all-reduce, for the all-reduce methods only.
 
 Prints per worker count and method the predicted iteration, throughput, compute, exposed
@@ -34,13 +34,14 @@ import sys
 import time
 from dataclasses import fields, replace
 
-from . import simulate, timeline, topology
-from .costs import ALLGATHER_COMPRESSORS
-from .costs import COMPRESSOR_IDS as COMPRESSORS
-from .errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
-from .options import add_ps_flags
-from .measure.profile_file import read_profile
-from .planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
+from .. import timeline
+from . import simulate, topology
+from ..costs import ALLGATHER_COMPRESSORS
+from ..costs import COMPRESSOR_IDS as COMPRESSORS
+from ..errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
+from ..options import add_ps_flags
+from ..measure.profile_file import read_profile
+from ..planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
                        DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
                        DEFAULT_PARTITION_BYTES)
 
@@ -48,7 +49,7 @@ MIB = 1024 * 1024
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(prog="python -m ddlbench.predict", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.model.predict", description=__doc__.split("\n")[0],
                        raise_errors=True)
     p.add_argument("--profile", required=True, help="the profiler's JSON (--output FILE)")
     p.add_argument("--model", default=None,

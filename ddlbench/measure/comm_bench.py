@@ -1,8 +1,8 @@
-"""Communication micro-benchmark, and the alpha-beta model fitted to it: ``python -m ddlbench.comm_bench``.
+"""Communication micro-benchmark, and the alpha-beta model fitted to it: ``python -m ddlbench.measure.comm_bench``.
 
-    python -m ddlbench.comm_bench --nworkers 4                      # 1 KiB .. 256 MiB
-    python -m ddlbench.comm_bench --nworkers 2 --model resnet50 --output ab.json
-    nworkers=4 ... mpirun/torchrun/srun ... python -m ddlbench.comm_bench   # joins the job
+    python -m ddlbench.measure.comm_bench --nworkers 4                      # 1 KiB .. 256 MiB
+    python -m ddlbench.measure.comm_bench --nworkers 2 --model resnet50 --output ab.json
+    nworkers=4 ... mpirun/torchrun/srun ... python -m ddlbench.measure.comm_bench   # joins the job
 
 Like the training script, run by hand with ``--nworkers N`` it spawns N local workers; started by
 mpirun, torchrun or srun it joins that job. For each collective and message size it runs
@@ -58,10 +58,10 @@ import argparse
 import sys
 import time
 
-from .costs import bus_factor, ring_link
-from .planning import DEFAULT_MIN_GROUP_ELEMENTS
-from .errors import ArgumentParser, UsageError, check_writable
-from .options import add_network_flags, add_ps_flags, check_flags
+from ..costs import bus_factor, ring_link
+from ..planning import DEFAULT_MIN_GROUP_ELEMENTS
+from ..errors import ArgumentParser, UsageError, check_writable
+from ..options import add_network_flags, add_ps_flags, check_flags
 
 OPS = ("allreduce", "allgather", "pushpull", "latency", "burst")
 KIB = 1024
@@ -122,7 +122,7 @@ def backward_bytes(name: str, image_size=None, sentence_len: int = 64,
 def model_sizes(name: str, image_size=None, sentence_len: int = 64, num_classes: int = 1000,
                 threshold: float = 64 * MIB) -> list[int]:
     """Byte sizes of a model's gradient tensors and of its fusion buckets at ``threshold``."""
-    from .planning import plan_buckets
+    from ..planning import plan_buckets
     backward = backward_bytes(name, image_size, sentence_len, num_classes)
     buckets = [sum(backward[i] for i in g) for g in plan_buckets(backward, threshold)]
     return sorted(set(backward) | set(buckets))
@@ -144,7 +144,7 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     import torch
     import torch.distributed as dist
 
-    from . import engine
+    from .. import engine
     device = device or torch.device("cpu")
     world = dist.get_world_size(group)
     nbytes = message_size(op, nbytes, world)
@@ -157,7 +157,7 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     elif op == "allgather":
         out = torch.zeros(count, dtype=torch.float32, device=device)
         src = torch.zeros(count // world, dtype=torch.float32, device=device)
-        from .engine.comm import all_gather_single as gather
+        from ..engine.comm import all_gather_single as gather
 
         def once():
             gather(out, src, group=group)
@@ -375,7 +375,7 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
     import torch
     import torch.distributed as dist
 
-    from . import engine
+    from .. import engine
     device = device or torch.device("cpu")
     bufs = [torch.zeros(max(1, n // ELEMENT_BYTES), dtype=torch.float32, device=device)
             for n in nbytes]
@@ -475,7 +475,7 @@ def _bandwidth(beta: float) -> str:
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.comm_bench", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.measure.comm_bench", description=__doc__.split("\n")[0],
                        raise_errors=True, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--ops", default="allreduce,allgather",
                    help=f"comma-separated collectives: {', '.join(OPS)}")
@@ -517,8 +517,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.nservers is None:
         # Servers are spawned here only for push/pull, and only with no launcher around.
-        from .hosts.placement import detect
-        from .planning import default_nservers
+        from ..hosts.placement import detect
+        from ..planning import default_nservers
         wants = "pushpull" in args.ops.split(",") and detect() is None
         args.nservers = default_nservers(args.nworkers or 1) if wants else 0
     return args
@@ -541,7 +541,7 @@ def check(args) -> tuple[list[str], list[int]]:
     if "pushpull" in ops and args.nservers == 0:
         raise UsageError("--ops pushpull needs parameter servers: --nservers S (under a "
                          "launcher, S of its processes become servers)")
-    from . import netem
+    from .. import netem
     netem.check(args.net)
     lo, hi = parse_size(args.min_bytes), parse_size(args.max_bytes)
     if lo > hi:
@@ -552,8 +552,8 @@ def check(args) -> tuple[list[str], list[int]]:
         sizes |= set(model_sizes(args.model, args.image_size, args.sentence_len,
                                  args.num_classes, args.threshold))
     if args.mgwfbp_profile:
-        from .measure.profile_file import read_profile
-        from .planning import merge_groups
+        from .profile_file import read_profile
+        from ..planning import merge_groups
         prof = read_profile(args.mgwfbp_profile)
         nbytes = [t["bytes"] for t in prof["tensors"]]
         groups = merge_groups(prof["backward_s"], nbytes, prof["alpha_s"],
@@ -565,15 +565,15 @@ def check(args) -> tuple[list[str], list[int]]:
 
 
 def main(argv=None) -> int:
-    from .launch.job import run_job
+    from ..launch.job import run_job
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_job(argv, "ddlbench.comm_bench", parse_args, check, worker,
+    return run_job(argv, "ddlbench.measure.comm_bench", parse_args, check, worker,
                    check_under_launcher=False)
 
 
 def worker(args, placement) -> int:
-    from . import engine, netem
-    from .measure import record
+    from .. import engine, netem
+    from . import record
     ops, sizes = check(args)
     if engine.is_server(placement, args.nservers):
         return engine.serve(placement, args.nservers, timeout_s=args.timeout)

@@ -1,12 +1,12 @@
 """The performance model against the survey's published table (issue 18):
-``python -m ddlbench.validation survey``.
+``python -m ddlbench.model.validation survey``.
 
-    python -m ddlbench.validation survey                              # topology files
-    python -m ddlbench.validation survey --network-source original --output v.json \\
+    python -m ddlbench.model.validation survey                              # topology files
+    python -m ddlbench.model.validation survey --network-source original --output v.json \\
         --markdown v.md
 
-Every published multi-GPU cell (``configs/reference/survey_results.yaml``, ``ddlbench.survey``)
-is predicted by ``ddlbench.simulate`` and compared with the measurement:
+Every published multi-GPU cell (``configs/reference/survey_results.yaml``, ``ddlbench.model.survey``)
+is predicted by ``ddlbench.model.simulate`` and compared with the measurement:
 
 - **compute**: the model's H200 layer-wise profile (``configs/profiles/``), every time scaled by
   one factor so that one worker runs at the survey's 1-GPU throughput (``predict.rescaled``: the
@@ -57,9 +57,9 @@ import sys
 import time
 
 from . import predict, simulate, survey, topology
-from .errors import ArgumentParser, UsageError, check_writable, run_cli
-from .measure.profile_file import read_profile
-from .planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DEFAULT_MIN_GROUP_ELEMENTS,
+from ..errors import ArgumentParser, UsageError, check_writable, run_cli
+from ..measure.profile_file import read_profile
+from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DEFAULT_MIN_GROUP_ELEMENTS,
                        DEFAULT_PARTITION_BYTES, ORIGINAL_AB_TABLES, original_ab_table)
 
 PROFILE_DIR = os.path.join(survey.REPO, "configs", "profiles")
@@ -497,7 +497,7 @@ def _cell(text: str) -> str:
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(prog="python -m ddlbench.validation",
+    p = ArgumentParser(prog="python -m ddlbench.model.validation",
                        description=__doc__.split("\n")[0], raise_errors=True)
     p.add_argument("command", choices=["survey"],
                    help="survey: every cell of configs/reference/survey_results.yaml")
