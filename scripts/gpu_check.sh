@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks as one script, for a machine with a CUDA GPU (README, "GPU"): first the
+# The GPU checks as one script, for a machine with a CUDA GPU (README "GPU"; figures in docs/RESULTS.md): first the
 # single-GPU throughputs of docs/DESIGN.md section 10 (ResNet-50 bs 64, BERT-Large bs 8, BERT-Base
 # bs 64; run records as train_<model>.json), the plain loop beside the methods (ddlbench.overhead),
 # then tests/test_cuda.py, then layer-wise profiles of

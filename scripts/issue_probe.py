@@ -1,4 +1,4 @@
-"""Where a per-gradient all-reduce's host time goes at one worker (README, "GPU").
+"""Where a per-gradient all-reduce's host time goes at one worker (docs/RESULTS.md, "GPU on a second H200").
 
     python scripts/issue_probe.py MODEL BATCH        (e.g. bert 8, resnet50 64; GPU 0 if any)
 
