@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--num-iters", type=int, default=10, help="timing rounds")
     m = p.add_argument_group("synchronisation (each option: the methods declaring it and "
                              "their defaults)")
-    m.add_argument("--method", default="fusion",
+    m.add_argument("--method", default=methods.DEFAULT,
                    help=f"method id ({', '.join(methods.names())}) or module:Class, or a "
                         f"comma-separated list or 'all': a benchmark then times each in turn "
                         f"in this job ('{{method}}' in --output), --verify verifies each")

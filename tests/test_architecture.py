@@ -199,3 +199,39 @@ def test_the_launchers_ask_the_registry(command, expected):
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout == expected
+
+
+def _string_constants(path: str) -> set[str]:
+    """Every string literal of a module that is a whole value (not a docstring's words)."""
+    tree = ast.parse(open(path).read(), path)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs}
+
+
+def test_method_ids_are_named_only_by_the_method_and_the_registry():
+    """The model, the sweep, the run and the plots read what they need of a method from its
+    declarations (its rule, architecture, hatch): a new method is predicted, plotted and
+    validated from its own file. Only the files declaring a method (on either engine, or a
+    subclass of it) and the registry (its default) name its id; data files (configs/) may."""
+    from ddlbench import methods
+    modules = _modules()
+    registry = modules["ddlbench.methods"]
+    naming = {}
+    for name, path in modules.items():
+        for text in _string_constants(path):
+            if text in methods.names():
+                naming.setdefault(text, set()).add(os.path.relpath(path, REPO))
+    def family(mid):
+        """The files declaring ``mid`` on any engine, or a subclass of such a class."""
+        roots = [methods.registry(e)[mid] for e in methods.ENGINES if mid in methods.registry(e)]
+        return {os.path.relpath(modules[cls.__module__], REPO)
+                for e in methods.ENGINES for cls in methods.registry(e).values()
+                if issubclass(cls, tuple(roots))}
+
+    stray = {mid: sorted(files - family(mid) - {os.path.relpath(registry, REPO)})
+             for mid, files in naming.items()}
+    assert {mid: files for mid, files in stray.items() if files} == {}

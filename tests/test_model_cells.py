@@ -24,9 +24,14 @@ def _same(a, b, where):
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
+def _by_cell(key, rows):
+    """predict's rows by (method, workers): the order of --method all is the registry's."""
+    return sorted(rows, key=lambda r: (r[0], r[1])) if key.startswith("predict/") else rows
+
+
 def test_the_model_gives_the_recorded_figures_on_every_cell():
     expected = json.load(open(DATA))
     got = json.loads(json.dumps(cells()))
     assert sorted(got) == sorted(expected)
     for key in expected:
-        _same(got[key], expected[key], key)
+        _same(_by_cell(key, got[key]), _by_cell(key, expected[key]), key)

@@ -1,5 +1,6 @@
 """The performance model's replay (ddlbench/model/simulate.py) against docs/DESIGN.md section 3's
 closed forms, on hand-made inputs: exact up to float rounding."""
+import contextlib
 import dataclasses
 import random
 
@@ -10,6 +11,7 @@ from ddlbench import timeline
 from ddlbench.errors import UsageError
 from ddlbench.planning import ddp_buckets, merge_groups, plan_buckets, schedule_time
 
+from . import model_reference
 from .traces import check_trace
 
 METHODS = sorted(sim.GROUPINGS)
@@ -205,8 +207,9 @@ def test_powersgds_q_is_encoded_and_all_reduced_in_the_step_by_hand():
         ("decode", 4.0, 4.25), ("encode", 4.25, 4.75), ("decode", 5.25, 5.5)]
     assert wfbp.iteration_s == pytest.approx(5.5)
     assert wfbp.message_bytes == [4 * 8 + 4 * 8] * 2          # P (8 x 1) and Q (8 x 1)
-    assert sim.replay(work, link, wfbp.groups, method="wfbp", codec=codec, nworkers=2,
-                      cosim=True).iteration_s == pytest.approx(5.5)
+    with _recurrences():
+        assert sim.replay(work, link, wfbp.groups, method="wfbp", codec=codec,
+                          nworkers=2).iteration_s == pytest.approx(5.5)
     # without a part at wait the encode is all in the hooks (the backward ends at 4); the
     # first Q waits for the second P (to 4.5), then Q, decode, Q, decode
     whole = dataclasses.replace(codec, encode_at_wait_s_per_element=0.0)
@@ -320,9 +323,10 @@ def test_bytescheduler_timing_round_by_hand():
     assert steady.iteration_s == pytest.approx(8.0)
     two = sim.predict("bytescheduler", work, link, credit=1, batches_per_iter=2)
     assert two.iteration_s == pytest.approx(17.0 / 2)        # synchronize until l1's 17 s
-    # the co-simulation (CPU interference, here none) replays the same round
-    assert sim.bytescheduler(work, link, credit=1, batches_per_iter=2, cosim=True).iteration_s \
-        == pytest.approx(17.0 / 2)
+    # the recurrences without the event engine replay the same round
+    with _recurrences():
+        assert sim.bytescheduler(work, link, credit=1, batches_per_iter=2).iteration_s \
+            == pytest.approx(17.0 / 2)
     assert two.metrics["iteration_s"] == pytest.approx((6 + 8) / 2)
     assert [(e[3] / 1e6, e[4] / 1e6) for e in two.events if e[0] == "synchronize"] == \
         [pytest.approx((14.0, 17.0))]
@@ -639,26 +643,38 @@ def test_more_interference_never_predicts_faster(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_without_interference_the_cosimulation_is_the_replay(seed):
-    """kappa = mu = 0: the co-simulation (forced) gives every method's plain replay, events
-    and all, on random workloads, channels and transports."""
+    """kappa = mu = 0: the event engine gives every method's plain replay (the section 3
+    recurrences, tests/model_reference.py), events and all, on random workloads, channels
+    and transports."""
     work, link = _work(seed), LINKS[seed % 3]
+
+    def both(run):
+        with _recurrences():
+            a = run()
+        _same(a, run())
     for method in sim.GROUPINGS:
         groups = sim.groups_of(method, work, link)
         for channels in (1, 2):
-            a = sim.replay(work, link, groups, channels, method)
-            b = sim.replay(work, link, groups, channels, method, cosim=True)
-            _same(a, b)
+            both(lambda: sim.replay(work, link, groups, channels, method))
     for method in ("bspps", "wfbpps"):
         groups = sim.groups_of(method, work, None)
-        a = sim.replay(work, None, groups, method=method, servers=PS_LINK)
-        b = sim.replay(work, None, groups, method=method, servers=PS_LINK, cosim=True)
-        _same(a, b)
+        both(lambda: sim.replay(work, None, groups, method=method, servers=PS_LINK))
     for partition, credit in ((4_000_000, 16_000_000), (50_000, 100_000), (100_000, 1)):
-        _same(sim.bytescheduler(work, link, partition, credit, channels=1 + seed % 2),
-              sim.bytescheduler(work, link, partition, credit, channels=1 + seed % 2,
-                                cosim=True))
-    _same(sim.bytescheduler(work, None, servers=PS_LINK, credit=1 << 20),
-          sim.bytescheduler(work, None, servers=PS_LINK, credit=1 << 20, cosim=True))
+        both(lambda: sim.bytescheduler(work, link, partition, credit, channels=1 + seed % 2))
+    both(lambda: sim.bytescheduler(work, None, servers=PS_LINK, credit=1 << 20))
+
+
+@contextlib.contextmanager
+def _recurrences():
+    """The schedules by the recurrences without the event engine (tests/model_reference.py)
+    in place of the engine's, for the with block."""
+    saved = sim._training, sim._bytescheduler_threads
+    sim._training = model_reference.training
+    sim._bytescheduler_threads = model_reference.bytescheduler_threads
+    try:
+        yield
+    finally:
+        sim._training, sim._bytescheduler_threads = saved
 
 
 def _same(a, b):
@@ -766,9 +782,10 @@ def test_bytescheduler_forward_by_tensor_by_hand():
         assert [(e[3] / 1e6 - lo, e[4] / 1e6 - lo) for e in p.events
                 if e[0] == "optimizer"] == [pytest.approx((1.5, 2.0)), pytest.approx((2.5, 3.5))]
     assert waits == {7.0: [(0.0, 2.0), (2.5, 3.5)], 6.0: [(0.0, 2.0)]}
-    # the co-simulation (here without interference) takes the same pieces
-    assert sim.predict("bytescheduler", new, link, partition=250, credit=250,
-                       cosim=True).iteration_s == pytest.approx(6.0)
+    # the recurrences without the event engine take the same pieces
+    with _recurrences():
+        assert sim.predict("bytescheduler", new, link, partition=250,
+                           credit=250).iteration_s == pytest.approx(6.0)
     with pytest.raises(UsageError, match="forward_tensor_s"):
         dataclasses.replace(old, forward_tensor_s=[1.5, 1.0])     # more than forward_s
     with pytest.raises(UsageError, match="forward_tensor_s"):
@@ -928,13 +945,14 @@ def test_an_instant_network_costs_the_issues_alone(compressor):
     codec = sim.Codec(compressor, 2, allgather=instant)
     for method in METHODS:
         groups = sim.groups_of(method, work, instant, threshold=256)
-        for channels, cosim in ((1, False), (2, False), (1, True)):
-            p = sim.replay(work, instant, groups, channels, method, codec=codec, cosim=cosim,
-                           nworkers=2)
+        for channels, engine in ((1, False), (2, False), (1, True)):
+            with contextlib.nullcontext() if engine else _recurrences():
+                p = sim.replay(work, instant, groups, channels, method, codec=codec,
+                               nworkers=2)
             issued = 0 if method == "ddp" else sum(
                 len(codec.collectives([work.shapes[b] for b in g])) for g in groups)
             assert p.iteration_s == pytest.approx(work.compute_s + 1e-4 * issued, rel=1e-12), \
-                (method, channels, cosim)
+                (method, channels, engine)
 
 
 def test_without_the_host_rates_nothing_changes():
@@ -973,28 +991,31 @@ def test_bytescheduler_divides_each_tensor_before_its_update(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_cosimulation_does_the_same_host_work(seed):
-    """kappa = mu = 0: the co-simulation (forced) packs, divides and unpacks as the plain
-    replay does, for every method, on one and two channels and on the servers."""
+    """kappa = mu = 0: the event engine packs, divides and unpacks as the plain replay (the
+    recurrences, tests/model_reference.py) does, for every method, on one and two channels and
+    on the servers."""
     work, link = _hosted(_work(seed), sim.Host(2e-10, 1e-10)), LINKS[seed]   # 5 and 10 GB/s
     for method in (*sim.GROUPINGS, "bytescheduler"):
         for channels in (1, 2):
             if method == "bytescheduler":
-                _same(sim.bytescheduler(work, link, channels=channels, nworkers=3),
-                      sim.bytescheduler(work, link, channels=channels, nworkers=3,
-                                        cosim=True))
+                with _recurrences():
+                    plain = sim.bytescheduler(work, link, channels=channels, nworkers=3)
+                _same(plain, sim.bytescheduler(work, link, channels=channels, nworkers=3))
                 continue
             groups = sim.groups_of(method, work, link, threshold=1 << 21)
-            a = sim.replay(work, link, groups, channels, method, nworkers=3)
-            b = sim.replay(work, link, groups, channels, method, cosim=True, nworkers=3)
+            with _recurrences():
+                a = sim.replay(work, link, groups, channels, method, nworkers=3)
+            b = sim.replay(work, link, groups, channels, method, nworkers=3)
             _same(a, b)
             assert a.iteration_s > sim.replay(dataclasses.replace(work, host=sim.NO_HOST),
                                               link, groups, channels, method,
                                               nworkers=3).iteration_s
     for method in ("bspps", "wfbpps"):
         groups = sim.groups_of(method, work, None)
-        _same(sim.replay(work, None, groups, method=method, servers=PS_LINK, nworkers=3),
-              sim.replay(work, None, groups, method=method, servers=PS_LINK, nworkers=3,
-                         cosim=True))
+        with _recurrences():
+            plain = sim.replay(work, None, groups, method=method, servers=PS_LINK, nworkers=3)
+        _same(plain, sim.replay(work, None, groups, method=method, servers=PS_LINK,
+                                nworkers=3))
 
 
 def test_a_pack_under_interference_is_compute():

@@ -25,6 +25,8 @@ from ..options import Spec, collect, from_environment
 from .base import A2A, PS, Method
 
 ENGINES = ("torch", "horovod")
+# the training script's --method when none is given: Horovod's tensor fusion, the original's
+DEFAULT = "fusion"
 PLUGINS_ENV = "DDLBENCH_METHODS"
 
 _registry: dict[str, dict[str, type[Method]]] | None = None

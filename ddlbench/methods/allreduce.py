@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..model import rules
 from ..options import NONNEG, Options, option
 from ..planning import HOROVOD_DEFAULT_THRESHOLD, plan_buckets
 from ..timeline import tensors_label
@@ -196,6 +197,8 @@ class WFBP(BucketedAllReduce):
     id = "wfbp"
     display = "WFBP-A2A"
     summary = "each gradient is all-reduced the moment its hook fires, in backward order"
+    model = rules.Rule(grouping=rules.per_tensor)
+    hatch = "oo"
 
 
 class Fusion(BucketedAllReduce):
@@ -204,6 +207,8 @@ class Fusion(BucketedAllReduce):
     summary = ("gradients packed in backward order into buckets of at most `--threshold` "
                "bytes (Horovod's tensor fusion; 0 = WFBP)")
     Options = FusionOptions
+    model = rules.Rule(grouping=rules.buckets(HOROVOD_DEFAULT_THRESHOLD),
+                       advise=rules.threshold_grid)
 
     def _threshold(self) -> float:
         return float(self.options.threshold)
@@ -214,6 +219,8 @@ class BSPA2A(BucketedAllReduce):
     display = "BSP-A2A"
     summary = "waits for the whole backward, then one all-reduce of every gradient"
     overlap = False
+    model = rules.Rule(grouping=rules.one_message, after_backward=True)
+    hatch = ".."
 
     def _threshold(self) -> float:
         return float("inf")

@@ -11,7 +11,12 @@ A method is one ``Method`` subclass that declares, as class attributes:
   else the reason it cannot;
 - ``plan_known``: whether ``plan()`` (its buckets, as slices of parameters) is known before a
   step or only after it;
-- ``launcher`` (and ``launcher_vars``): the shell launcher a user runs it with on a cluster.
+- ``launcher`` (and ``launcher_vars``): the shell launcher a user runs it with on a cluster;
+- ``model``: how the performance model replays it (a ``ddlbench.model.rules.Rule``: its
+  grouping or ByteScheduler's schedule, BSP or not, its ``--advise`` grid; None: not modelled);
+- ``hatch``: its bars' hatch in the sweep's figures (the original's for its seven methods;
+  the colour is the architecture's); ``baseline``: the method the others are compared with
+  (torch DDP, what users would otherwise pick).
 
 The registry (``ddlbench.methods``) finds every such class; the training script's flags and
 checks, the sweep's tables and checks, ``--method all``, the launchers' arguments and the
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .. import options
+from ..model.rules import Rule
 from ..options import NoOptions
 
 if TYPE_CHECKING:  # annotations only
@@ -89,6 +95,9 @@ class Method:
     launcher: ClassVar[str] = DEFAULT_LAUNCHER
     launcher_vars: ClassVar[dict] = {}  # fixed launcher variables that select this method
     engine: ClassVar[str] = "torch"
+    model: ClassVar[Rule | None] = None
+    hatch: ClassVar[str | None] = None
+    baseline: ClassVar[bool] = False
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:

@@ -36,6 +36,7 @@ import weakref
 from dataclasses import dataclass
 
 from .. import timeline
+from ..model import rules
 from ..options import POSITIVE, Options, option
 from ..planning import DDP_DEFAULT_BUCKET_MB
 from ..timeline import tensors_label
@@ -71,6 +72,8 @@ class DDP(Method):
     display = "DDP"
     summary = "torch `DistributedDataParallel` with its own buckets"
     Options = DDPOptions
+    model = rules.Rule(grouping=rules.ddp, reducer=True, advise=rules.bucket_cap_grid)
+    baseline = True
     # DDP decides its buckets inside backward (it rebuilds them in the order gradients
     # arrived, after its first step): --verify asks for them after the step.
     plan_known = AFTER_STEP

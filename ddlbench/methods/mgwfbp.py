@@ -29,8 +29,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..measure import profiler
-from ..measure import profile_file
+from ..measure import profile_file, profiler
+from ..model import rules
 from ..errors import UsageError
 from ..options import COUNT, COUNT0, NAME, Options, one_of, option
 from ..planning import (DEFAULT_MIN_GROUP_ELEMENTS, merge_groups, original_alpha_beta,
@@ -114,8 +114,8 @@ class MGWFBPPlanning:
                   f"({info['source']}; alpha-beta {info['ab']}: alpha "
                   f"{info['alpha_s'] * 1e6:.2f} us, beta {info['beta_s_per_byte'] * 1e9:.4f} "
                   f"ns/B, {where}); group bytes in order: {info['group_bytes']}", flush=True)
-            print(f"MG-WFBP: predicted backward + communication {info['predicted_s']['mgwfbp'] * 1e3:.3f} ms "
-                  f"(WFBP {info['predicted_s']['wfbp'] * 1e3:.3f} ms, backward alone "
+            print(f"MG-WFBP: predicted backward + communication {info['predicted_s']['merged'] * 1e3:.3f} ms "
+                  f"(WFBP {info['predicted_s']['per_tensor'] * 1e3:.3f} ms, backward alone "
                   f"{info['predicted_s']['backward'] * 1e3:.3f} ms)", flush=True)
         return self._planned
 
@@ -178,8 +178,9 @@ class MGWFBPPlanning:
             "group_bytes": [sum(nbytes[b] for b in g) for g in positions],
             "predicted_s": {
                 "backward": sum(tb),
-                "wfbp": schedule_time(tb, nbytes, [[b] for b in range(len(nbytes))], alpha, beta),
-                "mgwfbp": schedule_time(tb, nbytes, positions, alpha, beta)},
+                "per_tensor": schedule_time(tb, nbytes, [[b] for b in range(len(nbytes))],
+                                            alpha, beta),
+                "merged": schedule_time(tb, nbytes, positions, alpha, beta)},
         }
         return {"groups": groups, "info": info}
 
@@ -190,6 +191,8 @@ class MGWFBP(MGWFBPPlanning, BucketedAllReduce):
     summary = ("buckets chosen by the MG-WFBP merge rule from measured per-tensor backward "
                "times and an alpha-beta model (fitted, or the original's tables)")
     Options = MGWFBPOptions
+    model = rules.Rule(grouping=rules.merged, advise=rules.min_group_grid)
+    hatch = "**"
     rebuild = False  # the plan already follows the order rank 0 measured
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):

@@ -19,11 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..model import rules
 from ..options import COUNT, Options, count_at_least, one_of, option
 from ..planning import (BSP_PS_THRESHOLD, DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS,
                         PS_CLIENTS)
 from . import threads
-from .allreduce import Bucket, threshold_option
+from .allreduce import BSPA2A, WFBP, Bucket, threshold_option
 from .base import PS, BucketPlan, Method
 from .bytescheduler import ByteScheduler, credit_option
 
@@ -186,6 +187,11 @@ class BSPPS(BucketedPS):
                "and the sums pulled back")
     Options = BSPPSOptions
     overlap = False
+    # BytePS with one worker machine runs no server: a local all-reduce (its docs'
+    # best-practice.md; the original's launch.sh: DMLC_NUM_WORKER = nworkers/4)
+    model = rules.Rule(grouping=rules.buckets(BSP_PS_THRESHOLD), after_backward=True,
+                       fixed={"threshold": float(BSP_PS_THRESHOLD)}, one_machine=BSPA2A.id)
+    hatch = "///"
 
 
 class WFBPPS(BucketedPS):
@@ -195,6 +201,8 @@ class WFBPPS(BucketedPS):
                "fuses)")
     Options = WFBPPSOptions
     overlap = True
+    model = rules.Rule(grouping=rules.buckets(0.0), one_machine=WFBP.id)
+    hatch = "\\\\\\"
 
 
 class ByteSchedulerPS(ByteScheduler):
@@ -223,6 +231,8 @@ class ByteSchedulerPS(ByteScheduler):
     Options = ByteSchedulerPSOptions
     launcher = "byteps/byteps_launch.sh"
     launcher_vars = {"bytescheduler": "1"}
+    model = rules.Rule(scheduler=True, advise=rules.credit_grid, one_machine=ByteScheduler.id)
+    hatch = "++"
     negotiated = False
     credit_on_completion = False
 

@@ -34,18 +34,17 @@ import sys
 import time
 from dataclasses import fields, replace
 
-from .. import timeline
+from .. import methods, timeline
 from . import simulate, topology
 from ..costs import ALLGATHER_COMPRESSORS
 from ..costs import COMPRESSOR_IDS as COMPRESSORS
 from ..errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
 from ..options import add_ps_flags
 from ..measure.profile_file import read_profile
-from ..planning import (BSP_PS_THRESHOLD, BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION,
-                       DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
-                       DEFAULT_PARTITION_BYTES)
-
-MIB = 1024 * 1024
+from ..methods import PS
+from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
+                        DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES)
+from .rules import MIB
 
 
 def parse_args(argv=None):
@@ -373,7 +372,7 @@ def settings_of(args, method: str) -> dict:
 def run_one(method: str, work, setting: Setting, codec, settings: dict):
     settings = dict(settings)
     nservers = settings.pop("nservers", None)
-    if method in simulate.PS_METHODS:
+    if simulate.method_class(method).architecture == PS:
         servers, local = setting.servers(nservers)
         if work.interferes or setting.ps_interference:
             from dataclasses import replace
@@ -393,21 +392,12 @@ def run_one(method: str, work, setting: Setting, codec, settings: dict):
 # --------------------------------------------------------------------------- advice
 
 def _grid(method: str, setting: Setting, work) -> list[dict]:
-    """The settings ``--advise`` tries for ``method``."""
-    total = sum(work.nbytes)
-    if method == "fusion":
-        return [{"threshold": float(t)} for t in
-                sorted({0, *(m * MIB for m in (1, 2, 4, 8, 16, 32, 64, 128)), total})]
-    if method == "ddp":
-        return [{"bucket_cap_mb": float(m)} for m in (1, 2, 5, 10, 25, 50, 100, 200)]
-    if method == "mgwfbp":
-        return [{"min_group_bytes": 4 * e} for e in (0, 8192, 65536, 1 << 20)]
-    elements = max(1, total // 4)
-    if method == "bytescheduler":
-        return [{"partition": p, "credit": c}
-                for p in (250_000, 1_000_000, 4_000_000, 16_000_000)
-                for c in sorted({p, 2 * p, 4 * p, 8 * p, max(p, elements)})]
-    if method in simulate.PS_METHODS:
+    """The settings ``--advise`` tries for ``method``: its rule's grid (``rules.Rule.advise``),
+    for a parameter-server method crossed with the servers and partitions the network allows,
+    and the settings its definition fixes."""
+    cls = simulate.method_class(method)
+    own = cls.model.advise(sum(work.nbytes))
+    if cls.architecture == PS:
         if hasattr(setting.network, "default_nservers"):
             machines = setting.network.default_nservers(setting.nworkers)
             counts = sorted({1, machines, 2 * machines,
@@ -415,20 +405,16 @@ def _grid(method: str, setting: Setting, work) -> list[dict]:
         else:
             counts = [None]      # measured push/pull: the servers it was measured with
         parts = (1 << 20, DEFAULT_PARTITION_BYTES, 16 << 20)
-        out = [{"nservers": k, "partition_bytes": p} for k in counts for p in parts]
-        if method == "byteschedulerps":
-            out = [dict(o, credit=c) for o in out
-                   for c in sorted({1_000_000, 4_000_000, 16_000_000, elements})]
-        if method == "bspps":
-            out = [dict(o, threshold=float(BSP_PS_THRESHOLD)) for o in out]
-        return out
-    return [{}]
+        own = [{"nservers": k, "partition_bytes": p, **s}
+               for k in counts for p in parts for s in own]
+    return [{**s, **cls.model.fixed} for s in own]
 
 
 def _describe(settings: dict, method: str = "") -> str:
     parts = []
+    fixed = simulate.method_class(method).model.fixed if method else {}
     for key, value in settings.items():
-        if value is None or (method == "bspps" and key == "threshold"):
+        if value is None or key in fixed:
             continue
         if key == "threshold":
             parts.append(f"threshold {value / MIB:g} MiB")
@@ -452,21 +438,25 @@ def _reason(p) -> str:
     comm = m["comm_s"] * 1e3
     hidden = "-" if m["overlap"] is None else f"{100 * m['overlap']:.0f}%"
     n = len(p.message_bytes)
-    what = "unit" if p.method in ("bspps", "wfbpps") else "message"
+    cls = simulate.method_class(p.method)
+    what = "unit" if cls.architecture == PS and cls.model.grouping is not None else "message"
     return (f"{n} {what}{'s' if n != 1 else ''}, {comm:.1f} ms of communication, {hidden} "
             f"hidden, {m['exposed_s'] * 1e3:.1f} ms exposed")
+
+
+def baseline() -> str:
+    """The method ``--advise`` compares the others with (torch DDP: ``Method.baseline``)."""
+    return next(mid for mid, cls in methods.registry().items() if cls.baseline)
 
 
 def advise(names, work, setting, codec, batch) -> list[dict]:
     """Per method the best of its settings grid; ranked, with the speedup over DDP at its
     defaults."""
-    ddp = run_one("ddp", work, setting, simulate.NO_CODEC, {})
+    ddp = run_one(baseline(), work, setting, simulate.NO_CODEC, {})
     rows = []
     for name in names:
         best = None
         for s in _grid(name, setting, work):
-            if name == "bspps" and "threshold" not in s:
-                s = dict(s, threshold=float(BSP_PS_THRESHOLD))
             p = run_one(name, work, setting, codec, s)
             if best is None or p.iteration_s < best[1].iteration_s:
                 best = (s, p)

@@ -17,15 +17,17 @@ optimizer as compute, the method's ``step`` as a wait, each message a ``comm`` s
 bytes and tensors, so ``timeline.overlap`` gives the predicted metrics and ``timeline.trace``
 a trace that ``python -m ddlbench.timeline`` reads beside a measured one.
 
-**Methods** (``GROUPINGS``): ``bspa2a`` one message after the backward; ``wfbp`` one per tensor;
-``fusion`` buckets of at most ``threshold`` bytes (``planning.plan_buckets``, as the method
-packs them); ``ddp`` DDP's rebuilt buckets (``planning.ddp_buckets``, in gradient order:
-each closes once it holds ``bucket_cap_mb``, the first 1 MiB at the default cap; its
-first-iteration order ignored); ``mgwfbp`` the suite's own ``planning.merge_groups`` on the
-same inputs. With one channel the iteration is exactly ``forward_s + planning.schedule_time(...) +
-optimizer_s`` (the section 3 recurrences). ``bytescheduler`` (``bytescheduler()``) replays
-several iterations in steady state: chunks, priority, credit, per-tensor updates on a completer
-thread and the next forward waiting per module.
+**Methods**: each method's class declares its rule (``Method.model``, a ``rules.Rule``) and
+the replay reads it from the registry (``method_class``), naming no method itself. A rule with
+a grouping sends those messages (``rules.one_message`` after the backward, BSP;
+``rules.per_tensor``; ``rules.buckets`` of at most ``threshold`` bytes, as the methods pack
+them; ``rules.ddp``, DDP's rebuilt buckets in gradient order, the first 1 MiB at the default
+cap, its first-iteration order ignored; ``rules.merged``, the suite's own
+``planning.merge_groups`` on the same inputs). With one channel the iteration is exactly
+``forward_s + planning.schedule_time(...) + optimizer_s`` (the section 3 recurrences). A rule
+with ``scheduler`` replays ByteScheduler (``bytescheduler()``): several iterations in steady
+state, chunks, priority, credit, per-tensor updates on a completer thread and the next forward
+waiting per module.
 
 **Compressors** (``Codec``): a message's collectives are what ``costs.compressed_messages`` says
 the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link);
@@ -35,7 +37,7 @@ ByteScheduler (their own threads). What the compressor issues only inside ``wait
 (PowerSGD's Q all-reduce and the encode before it, ``Codec.phases``) the bucketed methods do in
 the step, message by message; DDP's and ByteScheduler's threads right after the P.
 
-**Parameter servers** (``ServerLinks``; ``bspps``, ``wfbpps``, ``byteschedulerps``): units
+**Parameter servers** (``ServerLinks``; the methods of architecture ``ps``): units
 (fusion by ``threshold``) cut into ``partition_bytes`` partitions, keys round-robin on the
 servers; each partition's push holds the pusher's uplink and its server's downlink (all pushers'
 copies), its pull the reverse (``_PushPull``), so partitions pipeline and a server shared by n
@@ -55,11 +57,14 @@ The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collec
 (an ``issue`` span after the pack and encode, before the message; docs/DESIGN.md section 3).
 
 **CPU interference** (``Workload.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
-profiler's ``interference``): with either non-zero the replay is a co-simulation (``_CoSim``)
-at piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
+profiler's ``interference``): one event engine (``_CoSim``) runs every schedule, the training
+thread's (``_training``) and ByteScheduler's threads (``_bytescheduler_threads``), at
+piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
 ByteScheduler's completer's updates) progresses at ``1 / (1 + kappa)`` while any
 communication is in flight, communication (a channel's collectives, encode and decode; a
-push or pull) at ``1 / (1 + mu)`` while anything computes. With both 0 nothing changes.
+push or pull) at ``1 / (1 + mu)`` while anything computes. Interference is a parameter of the
+engine: with both 0 the schedule is the section 3 recurrences (tests/model_reference.py writes
+them again, and tests/test_simulate.py holds the engine to them).
 """
 from __future__ import annotations
 
@@ -74,13 +79,8 @@ from ..errors import UsageError
 from ..planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from ..planning import BYTESCHEDULER_PARTITION as BS_PARTITION
 from ..costs import compressed_messages, issued_at_wait
-from ..planning import (BSP_PS_THRESHOLD, DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS,
-                       DEFAULT_PARTITION_BYTES, HOROVOD_DEFAULT_THRESHOLD, chunk_table,
-                       ddp_buckets, ddp_first_bucket_bytes, merge_groups, plan_buckets)
-
-MIB = 1024 * 1024
-# MG-WFBP's small-group merge: the original's elements, of fp32
-MGWFBP_MIN_GROUP_BYTES = DEFAULT_MIN_GROUP_ELEMENTS * 4
+from ..planning import DEFAULT_PARTITION_BYTES, chunk_table
+from .rules import MGWFBP_MIN_GROUP_BYTES, MIB, Rule  # noqa: F401 (the model's names)
 
 
 @dataclass(frozen=True)
@@ -604,65 +604,82 @@ class _CoSim:
                 for name, cat, row, a, b, args in events]
 
 
-# --------------------------------------------------------------------------- groupings
+# --------------------------------------------------------------------------- the methods' rules
 
-def _bspa2a(work, link, settings):
-    return [list(range(len(work.nbytes)))]
-
-
-def _wfbp(work, link, settings):
-    return [[b] for b in range(len(work.nbytes))]
-
-
-def _fusion(work, link, settings):
-    return plan_buckets(work.nbytes, float(settings.get("threshold", HOROVOD_DEFAULT_THRESHOLD)))
-
-
-def _ddp(work, link, settings):
-    cap_mb = float(settings.get("bucket_cap_mb", DDP_DEFAULT_BUCKET_MB))
-    return ddp_buckets(work.nbytes, cap_mb * MIB, ddp_first_bucket_bytes(cap_mb))
+def method_class(method: str):
+    """The registered class of ``method`` (its ``model`` rule, architecture and compressors);
+    a UsageError naming the modelled methods when it has no rule."""
+    from .. import methods
+    try:
+        cls = methods.lookup(method)
+    except UsageError:
+        cls = None
+    if cls is None or getattr(cls, "model", None) is None:
+        raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(_modelled())}")
+    return cls
 
 
-def _mgwfbp(work, link, settings):
-    return merge_groups(work.backward_s, work.nbytes, link.alpha, link.beta,
-                        int(settings.get("min_group_bytes", MGWFBP_MIN_GROUP_BYTES)))
+def _modelled(architecture: str | None = None, grouped: bool | None = None) -> list[str]:
+    """The registered methods with a model rule (of one architecture; with a grouping, True, or
+    ByteScheduler's schedule, False) in the survey's order: all-to-all before parameter
+    server, within each BSP first, then the registry's order, ByteScheduler's schedule last."""
+    from .. import methods
+    found = [(mid, cls) for mid, cls in methods.registry().items()
+             if getattr(cls, "model", None) is not None
+             and architecture in (None, cls.architecture)
+             and grouped in (None, cls.model.grouping is not None)]
+    order = {mid: i for i, (mid, _) in enumerate(found)}
+    return sorted(order, key=lambda mid: (
+        methods.lookup(mid).architecture != methods.A2A, methods.lookup(mid).model.scheduler,
+        not methods.lookup(mid).model.after_backward, order[mid]))
 
 
-def _bspps(work, link, settings):
-    return plan_buckets(work.nbytes, float(settings.get("threshold", BSP_PS_THRESHOLD)))
+def __getattr__(name: str):
+    """Views of the registry's rules (no method is named here): ``METHODS`` (every modelled
+    method), ``PS_METHODS``, ``GROUPINGS`` and ``PS_GROUPINGS`` (id -> grouping of the methods
+    that send fixed groups, all-reduced or pushed), ``COMPRESSORS_OF`` (id -> the compressors
+    it takes)."""
+    from ..costs import COMPRESSOR_IDS
+    from ..methods import A2A, PS
+    if name == "METHODS":
+        return tuple(_modelled())
+    if name == "PS_METHODS":
+        return tuple(_modelled(PS))
+    if name in ("GROUPINGS", "PS_GROUPINGS"):
+        return {m: method_class(m).model.grouping
+                for m in _modelled(A2A if name == "GROUPINGS" else PS, grouped=True)}
+    if name == "COMPRESSORS_OF":
+        return {m: tuple(c for c in COMPRESSOR_IDS if method_class(m).accepts(c) is None)
+                for m in _modelled()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _wfbpps(work, link, settings):
-    return plan_buckets(work.nbytes, float(settings.get("threshold", 0.0)))
-
-
-GROUPINGS = {"bspa2a": _bspa2a, "wfbp": _wfbp, "fusion": _fusion, "ddp": _ddp,
-             "mgwfbp": _mgwfbp}
-PS_GROUPINGS = {"bspps": _bspps, "wfbpps": _wfbpps}
-PS_METHODS = (*PS_GROUPINGS, "byteschedulerps")
-METHODS = (*GROUPINGS, "bytescheduler", *PS_METHODS)
-# what each method takes (docs/DESIGN.md section 2)
-COMPRESSORS_OF = {"bytescheduler": ("none", "fp16", "topk", "eftopk", "signum", "efsignum"),
-                  **{m: ("none",) for m in PS_METHODS}}
+def _rule(method: str) -> Rule | None:
+    """``method``'s rule; None for a name the registry does not know (``replay``'s groups given
+    by hand: sent as they are ready, the bucketed methods' host work)."""
+    try:
+        return method_class(method).model
+    except UsageError:
+        return None
 
 
 def groups_of(method: str, work: Workload, link: Link | None, **settings) -> list[list[int]]:
     """The messages (all-reduce) or units (PS) ``method`` sends per iteration, as groups of
     backward positions."""
-    table = {**GROUPINGS, **PS_GROUPINGS}
-    if method not in table:
-        raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(METHODS)}")
-    return table[method](work, link, settings)
+    rule = method_class(method).model
+    if rule.grouping is None:
+        raise UsageError(f"method {method} sends ByteScheduler's chunks, not fixed groups")
+    return rule.groups(work, link, settings)
 
 
 class _HostWork:
     """The methods' own handling of the gradients (``Workload.host``) and of their compressor's
-    codec, as each does it on the training thread. The bucketed methods (``bspa2a``, ``wfbp``,
-    ``fusion``, ``mgwfbp`` and the PS ones) copy a group of several tensors into one flat
+    codec, as each does it on the training thread. The bucketed methods (every grouped rule
+    without ``reducer``, the PS ones included) copy a group of several tensors into one flat
     buffer when its last gradient is ready (a lone tensor goes in place) and encode it there
     (the compressor is called from the gradient hook); in ``step()``, message by message as
     each is done, they decode it, divide it by the workers (without a compressor: a compressor
-    averages itself) and copy a group back. DDP copies each gradient into its bucket and
+    averages itself) and copy a group back. DDP (a rule with ``reducer``) copies each gradient into its bucket and
     divides the bucket before its all-reduce, and copies the buckets back once all are done;
     its compressor runs on a thread of its own (the transport's channel: ``channel_codec``).
     ByteScheduler's completer divides each tensor as the bucketed methods divide a message
@@ -673,23 +690,23 @@ class _HostWork:
     after the pack and encode, before the message starts); DDP's reducer issues from C++ and
     the PS methods through their client, whose costs are not measured (zero)."""
 
-    def __init__(self, method: str, work: Workload, codec: Codec, nworkers: int,
+    def __init__(self, reducer: bool, work: Workload, codec: Codec, nworkers: int,
                  issues: bool = False):
         h = work.host
         self.work = work
         self.codec = codec
         self.copy = h.copy_s_per_byte
         self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
-        self.ddp = method == "ddp"
-        self.issue = h.issue_s if issues and not self.ddp else 0.0
+        self.reducer = reducer
+        self.issue = h.issue_s if issues and not self.reducer else 0.0
         late = codec.encode_at_wait_s_per_element
-        self.enc = 0.0 if self.ddp else codec.encode_s_per_element - late
-        self.enc_wait = 0.0 if self.ddp else late
-        self.dec = 0.0 if self.ddp else codec.decode_s_per_element
+        self.enc = 0.0 if self.reducer else codec.encode_s_per_element - late
+        self.enc_wait = 0.0 if self.reducer else late
+        self.dec = 0.0 if self.reducer else codec.decode_s_per_element
 
     def channel_codec(self, codec: Codec) -> Codec:
         """The codec the transport runs: DDP's; the collectives alone for the others."""
-        if self.ddp:
+        if self.reducer:
             return codec
         return replace(codec, encode_s_per_element=0.0, decode_s_per_element=0.0,
                        encode_at_wait_s_per_element=0.0)
@@ -708,7 +725,7 @@ class _HostWork:
 
     def pack(self, g) -> float:
         nbytes, elements = self._sizes(g)
-        if self.ddp:
+        if self.reducer:
             return (self.copy + self.div) * nbytes
         return ((self.copy * nbytes if len(g) > 1 else 0.0) + self.enc * elements
                 + self.issue * self._issued(g)[0])
@@ -717,17 +734,17 @@ class _HostWork:
         return self.enc_wait * self._sizes(g)[1] + self.issue * self._issued(g)[1]
 
     def finish(self, g) -> float:
-        if self.ddp:
+        if self.reducer:
             return 0.0
         nbytes, elements = self._sizes(g)
         return (self.div + (self.copy if len(g) > 1 else 0.0)) * nbytes + self.dec * elements
 
     def after_all(self) -> float:
-        return self.copy * sum(self.work.nbytes) if self.ddp else 0.0
+        return self.copy * sum(self.work.nbytes) if self.reducer else 0.0
 
     def pack_name(self, g) -> str:
         """What ``pack(g)`` does, for its span on the timeline."""
-        if self.ddp:
+        if self.reducer:
             return "copy into bucket" + (", divide" if self.div else "")
         return ", ".join(w for w, on in (("pack", len(g) > 1 and self.copy),
                                           ("encode", self.enc),
@@ -745,29 +762,32 @@ class _HostWork:
 def replay(work: Workload, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
-           bsp: bool | None = None, cosim: bool | None = None,
-           nworkers: int = 1) -> Prediction:
+           bsp: bool | None = None, nworkers: int = 1) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
-    order). ``bsp``: the groups wait for the whole backward (default: for ``bspa2a`` and
-    ``bspps``, which pack, encode and send them in the step).
-    ``cosim``: replay with the CPU interference of ``work`` (``_CoSim``; default: when it has
-    any; without, the co-simulation is the plain replay up to rounding). The training thread
+    order). ``bsp``: the groups wait for the whole backward (default: the rule's
+    ``after_backward``, BSP's, which packs, encodes and sends them in the step).
+    ``method``: a registered id, whose rule says BSP or not and whose host work is DDP's or the
+    bucketed methods'; any other name (the default): groups given by hand, bucketed.
+    One event engine runs it (``_CoSim``, with ``work``'s CPU interference; none: the
+    section 3 recurrences, up to rounding). The training thread
     packs (and encodes) each group before handing it over and finishes each (decode, divide,
     unpack) in order once it is done (``_HostWork``: ``work.host``'s rates, the codec's times,
     the divide when ``nworkers`` > 1)."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
-    host = _HostWork(method, work, codec, nworkers, issues=servers is None)
+    rule = _rule(method)
+    host = _HostWork(bool(rule and rule.reducer), work, codec, nworkers,
+                     issues=servers is None)
     if servers is not None:
         transport = _PushPull(servers, partition_bytes, local)
     elif link is None:
         raise UsageError("an all-reduce method needs a link")
     else:
-        transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.ddp)
-    wait_all = method in ("bspa2a", "bspps") if bsp is None else bsp
+        transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer)
+    wait_all = bool(rule and rule.after_backward) if bsp is None else bsp
     key, sizes = 0, []
 
     def label_of(g):
@@ -801,39 +821,8 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
         return sent[0]
 
     main = timeline.MAIN
-    if work.interferes if cosim is None else cosim:
-        fwd_end, bwd_end, last_end, end, comm_events, spans = _replay_cosim(
-            work, groups, wait_all, send, send_late, transport, host)
-    else:
-        fwd_end = t = work.forward_s
-        done, left, spans = [], list(groups), []
-
-        def host_work(name, seconds):
-            nonlocal t
-            if seconds:
-                spans.append((name, t, t + seconds))
-                t += seconds
-
-        def hand_over(g):
-            host_work(host.pack_name(g), host.pack(g))
-            done.append(send(g, t)[1])
-        for b, tb in enumerate(work.backward_s):
-            t += tb
-            while left and not wait_all and max(left[0]) <= b:
-                hand_over(left.pop(0))
-        bwd_end = t
-        for g in left:
-            hand_over(g)
-        for i, (g, d) in enumerate(zip(groups, done)):
-            t = max(t, d)
-            host_work(host.at_wait_name(g), host.at_wait(g))
-            late = send_late(i, t)
-            t = t if late is None else max(t, late)
-            host_work(host.finish_name(g), host.finish(g))
-        host_work("copy out of buckets", host.after_all())
-        last_end = t
-        end = last_end + work.optimizer_s
-        comm_events = transport.events
+    fwd_end, bwd_end, last_end, end, comm_events, spans = _training(
+        work, groups, wait_all, send, send_late, transport, host)
     events = comm_events + [
         ("iteration", timeline.ITERATION, main, 0.0, end * us, {"index": 0}),
         ("forward", timeline.COMPUTE, main, 0.0, fwd_end * us, None),
@@ -848,9 +837,10 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
                       _bottleneck(work, link, servers, sizes, metrics))
 
 
-def _replay_cosim(work: Workload, groups, wait_all: bool, send, send_late, transport,
-                  host: _HostWork):
-    """``replay``'s iteration under CPU interference: the training thread computes the forward
+def _training(work: Workload, groups, wait_all: bool, send, send_late, transport,
+              host: _HostWork):
+    """``replay``'s iteration on the event engine (``_CoSim``, at ``work``'s CPU interference,
+    zero for none): the training thread computes the forward
     and the backward, packs and hands each group over (in order) once its gradients are ready
     (with ``wait_all``, after the backward), finishes each in order once it is done (first
     encoding and sending what its compressor issues when waited for: ``send_late``), and
@@ -929,121 +919,46 @@ def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
     cost messages on ``link``
     (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
     sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1)."""
-    if method not in METHODS:
-        raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(METHODS)}")
-    allowed = COMPRESSORS_OF.get(method)
-    if allowed is not None and codec.compressor not in allowed:
+    cls = method_class(method)
+    rule = cls.model
+    why = cls.accepts(codec.compressor)
+    if why is not None:
+        from ..costs import COMPRESSOR_IDS
+        allowed = [c for c in COMPRESSOR_IDS if cls.accepts(c) is None]
         raise UsageError(f"method {method} does not take compressor {codec.compressor} "
                          f"(it takes {', '.join(allowed)})")
-    if method in PS_METHODS:
+    from ..methods import PS
+    if cls.architecture == PS:
         if servers is None:
             raise UsageError(f"method {method} needs the parameter servers' links")
         partition_bytes = int(settings.get("partition_bytes", DEFAULT_PARTITION_BYTES))
-        if method == "byteschedulerps":
+        if rule.scheduler:
             return bytescheduler(work, link, credit=int(settings.get("credit", BS_CREDIT)),
                                  servers=servers, partition_bytes=partition_bytes,
                                  local=local, nworkers=nworkers,
-                                 batches_per_iter=settings.get("batches_per_iter"))
-        return replay(work, None, groups_of(method, work, None, **settings), method=method,
+                                 batches_per_iter=settings.get("batches_per_iter"),
+                                 method=method)
+        return replay(work, None, rule.groups(work, None, settings), method=method,
                       servers=servers, partition_bytes=partition_bytes, local=local,
                       nworkers=nworkers)
     if link is None:
         raise UsageError(f"method {method} needs an all-reduce link")
-    if method == "bytescheduler":
+    if rule.scheduler:
         return bytescheduler(work, link, int(settings.get("partition", BS_PARTITION)),
                              int(settings.get("credit", BS_CREDIT)), channels, codec=codec,
-                             nworkers=nworkers, batches_per_iter=settings.get("batches_per_iter"))
-    return replay(work, link, groups_of(method, work, link, **settings), channels, method,
+                             nworkers=nworkers, batches_per_iter=settings.get("batches_per_iter"),
+                             method=method)
+    return replay(work, link, rule.groups(work, link, settings), channels, method,
                   codec, nworkers=nworkers)
-
-
-class _Scheduler:
-    """ByteScheduler's side of the replay: chunks queue by priority (front layers first) as
-    their tensor's gradient is ready; the dispatcher hands the best to the transport while the
-    credit (elements in flight) is positive, subtracting its size; the credit comes back when
-    the transport has taken the chunk (all-reduce: done; PS: pushed); when a tensor's chunks
-    are all done the completer thread updates it."""
-
-    def __init__(self, transport, table, credit, element_bytes, opt_s, names, ps):
-        self.transport, self.table = transport, table
-        self.credit, self.element_bytes, self.opt_s, self.names = \
-            credit, element_bytes, opt_s, names
-        self.ps = ps
-        self.queue: list = []            # (tensor, chunk index, iteration, ready time)
-        self.arrivals: list = []         # (ready time, seq, tensor, chunk index, iteration)
-        self.inflight: list = []         # (time, seq, kind, size, iteration, tensor)
-        self.left: dict = {}             # (iteration, tensor) -> chunks not yet done
-        self.done: dict = {}             # (iteration, tensor) -> when its update ended
-        self.completer = 0.0
-        self.events: list = []
-        self.now = 0.0
-        self.seq = 0
-
-    def ready(self, it, tensor, t, chunks):
-        self.left[(it, tensor)] = len(chunks)
-        for c in chunks:
-            self.seq += 1
-            heapq.heappush(self.arrivals, (t, self.seq, tensor, c, it))
-
-    def _dispatch(self):
-        while self.credit > 0 and self.queue:
-            tensor, c, it, ready = heapq.heappop(self.queue)
-            _, begin, end = self.table[c]
-            size = end - begin
-            self.credit -= size
-            label = f"{self.names[tensor]}[{begin}:{end}]"
-            nbytes = size * self.element_bytes
-            if self.ps:
-                taken, finish, _ = self.transport.send(self.now, [(c, nbytes)], label)
-            else:
-                taken, finish, _ = self.transport.send(self.now, [(size,)], label)
-            for when, kind in ((taken, "credit"), (finish, "done")):
-                self.seq += 1
-                heapq.heappush(self.inflight, (when, self.seq, kind, size, it, tensor))
-            us = 1e6
-            self.events.append((label, timeline.QUEUE, "scheduler queue", ready * us,
-                                self.now * us, None))
-
-    def step(self) -> bool:
-        """Process the next arrival or completion; False when there is none."""
-        nxt_a = self.arrivals[0][0] if self.arrivals else None
-        nxt_c = self.inflight[0][0] if self.inflight else None
-        if nxt_a is None and nxt_c is None:
-            return False
-        if nxt_c is None or (nxt_a is not None and nxt_a <= nxt_c):
-            t, _, tensor, c, it = heapq.heappop(self.arrivals)
-            self.now = max(self.now, t)
-            heapq.heappush(self.queue, (tensor, c, it, t))
-        else:
-            t, _, kind, size, it, tensor = heapq.heappop(self.inflight)
-            self.now = max(self.now, t)
-            if kind == "credit":
-                self.credit += size
-            else:
-                self.left[(it, tensor)] -= 1
-                if self.left[(it, tensor)] == 0:
-                    start = max(t, self.completer)
-                    self.completer = start + self.opt_s[tensor]
-                    self.done[(it, tensor)] = self.completer
-                    us = 1e6
-                    self.events.append(("optimizer", timeline.COMPUTE, "completer", start * us,
-                                        self.completer * us, None))
-        self._dispatch()
-        return True
-
-    def update_done(self, it, tensor) -> float:
-        while (it, tensor) not in self.done:
-            if not self.step():
-                raise RuntimeError("a tensor's update never came")  # pragma: no cover
-        return self.done[(it, tensor)]
 
 
 def bytescheduler(work: Workload, link: Link | None, partition: int = None, credit: int = None,
                   channels: int = 1, element_bytes: int = 4, iterations: int = 4,
                   codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
                   partition_bytes: int = DEFAULT_PARTITION_BYTES,
-                  local: Link | None = None, cosim: bool | None = None,
-                  nworkers: int = 1, batches_per_iter: int | None = None) -> Prediction:
+                  local: Link | None = None,
+                  nworkers: int = 1, batches_per_iter: int | None = None,
+                  method: str | None = None) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
     replayed, the last full one reported (from one forward's start to the next's). With
     ``batches_per_iter`` B, one timing round of the measurement protocol (docs/DESIGN.md
@@ -1060,9 +975,10 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     compressor: ``work.host``'s divide; each tensor is sent in place, no copies). Rank 0's
     negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are the PS
     partitions (``partition_bytes``), pushed and pulled, the credit returned once a chunk is
-    pushed; a codec then does not apply. ``cosim`` as ``replay``'s: the forward
-    pieces, the backward and the completer's updates are the compute that communication slows
-    and that slows it."""
+    pushed; a codec then does not apply. Under CPU interference (``replay``'s event engine) the
+    forward pieces, the backward and the completer's updates are the compute that
+    communication slows and that slows it. ``method``: the prediction's name (default: the registry's method on this
+    schedule and architecture)."""
     ps = servers is not None
     if ps:
         partition = max(1, int(partition_bytes) // element_bytes)
@@ -1090,7 +1006,7 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
         own = [work.forward_tensor_s[n - 1 - l] for l in range(n)]
         rest, total_own = max(0.0, work.forward_s - sum(own)), sum(own)
         fwd = [x + rest * (x / total_own if total_own else 1 / n) for x in own]
-    divide = _HostWork("bytescheduler", work, NO_CODEC if ps else codec, nworkers).div
+    divide = _HostWork(False, work, NO_CODEC if ps else codec, nworkers).div
     opt = [work.optimizer_s * (x / total_bytes if total_bytes else 1 / n) + divide * x
            for x in nbytes]
     table = chunk_table([max(1, -(-x // element_bytes)) for x in nbytes], partition)
@@ -1104,34 +1020,8 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     else:
         transport = _AllReduce(link, codec, channels)
     us, main = 1e6, timeline.MAIN
-    if work.interferes if cosim is None else cosim:
-        plan = (table, chunks_of, credit, element_bytes, names, ps)
-        starts, every = _bytescheduler_cosim(work, transport, plan, fwd, tb, opt, iterations)
-    else:
-        s = _Scheduler(transport, table, credit, element_bytes, opt, names, ps)
-        t, starts, events = 0.0, [], []
-        for it in range(iterations):
-            starts.append(t)
-            f0 = t
-            for l in range(n):
-                if it > 0:
-                    ready = s.update_done(it - 1, l)
-                    if ready > t:
-                        events.append(("forward pre-hook", timeline.WAIT, main, t * us,
-                                       ready * us, None))
-                        t = ready
-                t += fwd[l]
-            events.append(("forward", timeline.COMPUTE, main, f0 * us, t * us, None))
-            b0 = t
-            for l in range(n - 1, -1, -1):
-                t += tb[l]
-                s.ready(it, l, t, chunks_of[l])
-            events.append(("backward", timeline.COMPUTE, main, b0 * us, t * us, None))
-        # the last iteration's forward start closes the one before it: run the schedule that
-        # far
-        for l in range(n):
-            s.update_done(iterations - 1, l)
-        every = events + s.events + transport.events
+    plan = (table, chunks_of, credit, element_bytes, names, ps)
+    starts, every = _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations)
     if batches_per_iter is None:
         lo, hi = starts[-2], starts[-1]
         window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
@@ -1150,18 +1040,24 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
         iteration_s = end / batches_per_iter
     metrics = timeline.overlap(window)["mean"]
     sizes = [(e - b) * element_bytes for _, b, e in table]
-    method = "byteschedulerps" if ps else "bytescheduler"
+    if method is None:  # the registry's method on ByteScheduler's schedule, of the architecture
+        from ..methods import A2A, PS
+        method = _modelled(PS if ps else A2A, grouped=False)[0]
     # one message per chunk, in priority order
     return Prediction(method, iteration_s, [[n - 1 - l] for l, _, _ in table], sizes, window,
                       metrics, _bottleneck(work, link, servers, sizes, metrics), every)
 
 
-def _bytescheduler_cosim(work, transport, plan, fwd, tb, opt, iterations):
-    """``bytescheduler``'s iterations under CPU interference (``_CoSim``): the training thread
+def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
+    """``bytescheduler``'s iterations on the event engine (``_CoSim``, at ``work``'s CPU
+    interference, zero for none): the training thread
     (each module's forward after its tensor's previous update, the backward marking chunks
     ready) and the completer thread (each tensor's update once its chunks are reduced, in the
     order they were) compute; the dispatcher hands chunks to the transport on the
-    communication clock, by priority while the credit is positive (``_Scheduler``'s rules).
+    communication clock, by priority while the credit is positive: chunks queue by priority
+    (front layers first) as their tensor's gradient is ready; the dispatcher hands the best to
+    the transport while the credit (elements in flight) is positive, subtracting its size; the
+    credit comes back when the transport has taken the chunk (all-reduce: done; PS: pushed).
     Returns each iteration's start and every event in wall time."""
     table, chunks_of, credit, element_bytes, names, ps = plan
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)

@@ -67,6 +67,44 @@ def cells(path: str = PATH) -> list[dict]:
              for key, value in cell.items()} for cell in _load(path)[2]]
 
 
+def model_name(model: str, path: str = PATH) -> str:
+    """The table's name of ``model`` (``BERT-Large`` for bert)."""
+    entry = _load(path)[0].get(model) or {}
+    return str(entry.get("original", model))
+
+
+def methods(path: str = PATH) -> list[str]:
+    """The table's methods (suite ids), in the published order."""
+    return list(dict.fromkeys(c["method"] for c in _load(path)[2]))
+
+
+@functools.lru_cache(maxsize=4)
+def findings(path: str = PATH) -> dict:
+    """The survey's four findings as the YAML states them (``findings``): the methods, models,
+    networks and thresholds each claim is about."""
+    doc = yamlfile.load(path, WHAT)
+    found = doc.get("findings") if isinstance(doc, dict) else None
+    shapes = {"above": ("method", "over"), "best": ("method", "rdma", "tie"),
+              "scales_worst": ("model", "nworkers"), "close": ("method", "to", "within")}
+    if not isinstance(found, dict) or sorted(found) != sorted(shapes):
+        raise UsageError(f"{WHAT} {path}: 'findings' must map {', '.join(shapes)}")
+    for name, keys in shapes.items():
+        if not (isinstance(found[name], dict) and sorted(found[name]) == sorted(keys)):
+            raise UsageError(f"{WHAT} {path}: finding {name!r} needs exactly {', '.join(keys)}")
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def odd(path: str = PATH) -> dict:
+    """field -> values: the cells the YAML notes as odd (``odd``: each field's value listed)."""
+    doc = yamlfile.load(path, WHAT)
+    rule = doc.get("odd") if isinstance(doc, dict) else None
+    if not (isinstance(rule, dict) and rule and all(k in CELL_FIELDS and isinstance(v, list)
+                                                    for k, v in rule.items())):
+        raise UsageError(f"{WHAT} {path}: 'odd' must map cell fields to lists of values")
+    return {k: tuple(v) for k, v in rule.items()}
+
+
 def single_gpu(model: str, path: str = PATH) -> float:
     """The table's 1-GPU figure of ``model`` (a suite model id: resnet50, bert, bert_base):
     samples/s of one GPU."""

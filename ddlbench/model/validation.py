@@ -56,11 +56,11 @@ import statistics
 import sys
 import time
 
-from . import predict, simulate, survey, topology
+from .. import methods
+from . import predict, rules, simulate, survey, topology
 from ..errors import ArgumentParser, UsageError, check_writable, run_cli
 from ..measure.profile_file import read_profile
-from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DEFAULT_MIN_GROUP_ELEMENTS,
-                       DEFAULT_PARTITION_BYTES, ORIGINAL_AB_TABLES, original_ab_table)
+from ..planning import ORIGINAL_AB_TABLES, original_ab_table
 
 PROFILE_DIR = os.path.join(survey.REPO, "configs", "profiles")
 # the survey's models: their H200 profiles
@@ -70,37 +70,36 @@ PROFILES = {"resnet50": "h200_resnet50_bs64.json", "bert": "h200_bert_bs8.json",
 TOPOLOGIES = {0: "survey-10gbe", 1: "survey-100gib", 2: "survey-100gbe"}
 SHORT = {0: "10GbE", 1: "100GbIB", 2: "100GbE"}
 SOURCES = ("topology", "original")
-A2A_METHODS = ("bspa2a", "wfbp", "mgwfbp", "bytescheduler")
-PS_METHODS = ("bspps", "wfbpps", "byteschedulerps")
-# each method's settings (the simulator's names): the published runs' and the suite's defaults
-SETTINGS = {
-    "mgwfbp": {"min_group_bytes": DEFAULT_MIN_GROUP_ELEMENTS * 4},
-    "bytescheduler": {"partition": BYTESCHEDULER_PARTITION, "credit": BYTESCHEDULER_CREDIT},
-    "bspps": {"partition_bytes": DEFAULT_PARTITION_BYTES},
-    "wfbpps": {"partition_bytes": DEFAULT_PARTITION_BYTES},
-    "byteschedulerps": {"partition_bytes": DEFAULT_PARTITION_BYTES,
-                        "credit": BYTESCHEDULER_CREDIT},
-}
 PS_CLIENTS = "machine"
 # BytePS on one worker machine runs non-distributed, "basically doing NCCL allreduce"
 # (bytedance/byteps docs/best-practice.md; the original's launch.sh: DMLC_NUM_WORKER =
-# nworkers/4): each PS method's nearest all-reduce method, replayed on the machine's ring
-PS_LOCAL_ANALOGUE = {"bspps": "bspa2a", "wfbpps": "wfbp", "byteschedulerps": "bytescheduler"}
+# nworkers/4): each PS method's nearest all-reduce method (its rule's ``one_machine``), replayed
+# on the machine's ring
 PS_LOCAL_NOTE = ("PS cells on one worker machine (4 GPUs): BytePS with DMLC_NUM_WORKER=1 (the "
                  "original's launch.sh: nworkers/4) uses no server and runs a local NCCL "
-                 "all-reduce (bytedance/byteps docs/best-practice.md), predicted as bspps -> "
-                 "bspa2a, wfbpps -> wfbp, byteschedulerps -> bytescheduler on the topology's "
-                 "intra-node ring, under both network sources")
-# The cells configs/reference/survey_results.yaml notes as looking like 10GbE runs: on 100GbE
-# (rdma 2), ResNet-50 and BERT-Large with BSP-PS and WFBP-PS at 8-32 GPUs, within 2% of their
-# 10GbE figures. Kept and flagged; the medians are also given without them.
-ODD = {"rdma": (2,), "model": ("resnet50", "bert"), "method": ("bspps", "wfbpps"),
-       "nworkers": (8, 16, 32)}
+                 "all-reduce (bytedance/byteps docs/best-practice.md), predicted as {pairs} on "
+                 "the topology's intra-node ring, under both network sources")
 ODD_NOTE = ("100GbE BSP-PS and WFBP-PS cells of ResNet-50 and BERT-Large at 8-32 GPUs, within "
             "2% of their 10GbE figures: they look like 10GbE runs "
             "(configs/reference/survey_results.yaml)")
-WITHIN = 0.20               # finding 4: BSP-PS within 20% of BSP-A2A
-TIE = 0.01                  # finding 2: within 1% of the best counts as the best
+
+
+def survey_methods(architecture: str) -> tuple[str, ...]:
+    """The survey table's methods of one architecture, in its order."""
+    return tuple(m for m in survey.methods() if methods.lookup(m).architecture == architecture)
+
+
+def settings_of(method: str) -> dict:
+    """The simulator's settings of ``method`` at its defaults (the published runs' and the
+    suite's): its options' defaults under the simulator's names."""
+    cls = methods.lookup(method)
+    return rules.simulator_settings({s.name: s.default for s in cls.Options.specs()})
+
+
+def ps_local_analogue() -> dict[str, str]:
+    """PS method -> the all-reduce method BytePS runs as on one machine (its rule's)."""
+    return {m: cls.model.one_machine for m, cls in methods.registry().items()
+            if cls.model is not None and cls.model.one_machine}
 
 
 class NotModelled(Exception):
@@ -150,17 +149,18 @@ def a2a_link(cell: dict, source: str, networks: dict, tables=None) -> tuple[simu
 
 
 def is_odd(cell: dict) -> bool:
-    """Whether ``cell`` is one the table's YAML notes as looking like a 10GbE run (``ODD``)."""
-    return all(cell[k] in v for k, v in ODD.items())
+    """Whether ``cell`` is one the table's YAML notes as looking like a 10GbE run (``odd``)."""
+    return all(cell[k] in v for k, v in survey.odd().items())
 
 
 def ps_local(cell: dict, networks: dict) -> str | None:
     """The all-reduce method a PS cell runs as, when its workers fit in one machine (BytePS
     non-distributed); None otherwise."""
     net = networks.get(cell["rdma"])
-    if cell["method"] not in PS_LOCAL_ANALOGUE or not isinstance(net, topology.Topology):
+    analogue = ps_local_analogue()
+    if cell["method"] not in analogue or not isinstance(net, topology.Topology):
         return None
-    return PS_LOCAL_ANALOGUE[cell["method"]] if cell["nworkers"] <= net.devices_per_node \
+    return analogue[cell["method"]] if cell["nworkers"] <= net.devices_per_node \
         else None
 
 
@@ -170,14 +170,14 @@ def predict_cell(cell: dict, work: simulate.Workload, source: str, networks: dic
     method, p = cell["method"], cell["nworkers"]
     if method not in simulate.METHODS:
         raise NotModelled(f"method {method} is not modelled by the simulator")
-    settings = SETTINGS.get(method, {})
+    settings = settings_of(method)
     try:
-        if method in simulate.PS_METHODS:
+        if methods.lookup(method).architecture == methods.PS:
             net = networks[cell["rdma"]]
             local_method = ps_local(cell, networks)
             if local_method is not None:
                 return (simulate.predict(local_method, work, net.link("allreduce", p),
-                                         nworkers=p, **SETTINGS.get(local_method, {})),
+                                         nworkers=p, **settings_of(local_method)),
                         f"{TOPOLOGIES[cell['rdma']]} intra-node ring (BytePS non-distributed: "
                         f"{local_method})")
             servers, local = net.ps(p, None, PS_CLIENTS), net.local_reduce(p)
@@ -223,82 +223,104 @@ def summary(rows: list[dict]) -> dict:
 
 
 def _method_rank(method: str) -> int:
-    order = (*A2A_METHODS, *PS_METHODS)
+    order = tuple(survey.methods())
     return order.index(method) if method in order else len(order)
 
 
 # --------------------------------------------------------------------------- findings
 
 def findings(thr: dict, single: dict) -> list[dict]:
-    """The survey's qualitative findings on throughputs ``thr`` ((model, rdma, method, P) ->
-    samples/s over all GPUs; cells missing are skipped); ``single`` the 1-GPU figure per model.
-    Each: id, claim, passed (True, False, None when no cell applies), detail, numbers."""
+    """The survey's qualitative findings (``survey.findings``: which methods, models and
+    thresholds) on throughputs ``thr`` ((model, rdma, method, P) -> samples/s over all GPUs;
+    cells missing are skipped); ``single`` the 1-GPU figure per model. Each: id, claim, passed
+    (True, False, None when no cell applies), detail, numbers."""
+    said = survey.findings()
     keys = sorted({(m, r, p) for m, r, _, p in thr})
-    out = []
+    return [_above(thr, keys, **said["above"]), _best(thr, keys, **said["best"]),
+            _scales_worst(thr, single, **said["scales_worst"]),
+            _close(thr, keys, **said["close"])]
 
-    # (1) WFBP above BSP (all-to-all) on most cells
-    pairs = [(k, thr[(k[0], k[1], "wfbp", k[2])], thr[(k[0], k[1], "bspa2a", k[2])])
-             for k in keys if (k[0], k[1], "wfbp", k[2]) in thr
-             and (k[0], k[1], "bspa2a", k[2]) in thr]
+
+def _display(method: str) -> str:
+    return methods.lookup(method).display
+
+
+def _pairs(thr, keys, a: str, b: str) -> list:
+    """(cell, throughput of a, of b) wherever both were measured."""
+    return [(k, thr[(k[0], k[1], a, k[2])], thr[(k[0], k[1], b, k[2])])
+            for k in keys if (k[0], k[1], a, k[2]) in thr and (k[0], k[1], b, k[2]) in thr]
+
+
+def _above(thr, keys, method: str, over: str) -> dict:
+    """(1) ``method`` above ``over`` on most cells."""
+    pairs = _pairs(thr, keys, method, over)
     wins = [k for k, w, b in pairs if w > b]
     ratios = [w / b for _, w, b in pairs]
-    out.append(_finding(
-        1, "WFBP-A2A above BSP-A2A on most cells", pairs, len(wins),
-        f"wfbp > bspa2a on {len(wins)} of {len(pairs)} (model, network, P) cells; median "
-        f"wfbp/bspa2a {_med(ratios)}", {"wins": len(wins), "cells": len(pairs),
-                                        "median_ratio": _num_med(ratios)}))
+    return _finding(
+        1, f"{_display(method)} above {_display(over)} on most cells", pairs, len(wins),
+        f"{method} > {over} on {len(wins)} of {len(pairs)} (model, network, P) cells; median "
+        f"{method}/{over} {_med(ratios)}", {"wins": len(wins), "cells": len(pairs),
+                                            "median_ratio": _num_med(ratios)})
 
-    # (2) MG-WFBP the best all-to-all method on the fast networks: at least (1 - TIE) of the
-    # best all-to-all throughput of its cell (ties at the table's noise count)
-    fast = [k for k in keys if k[1] in (1, 2)
-            and all((k[0], k[1], m, k[2]) in thr for m in A2A_METHODS)]
+
+def _best(thr, keys, method: str, rdma: list, tie: float) -> dict:
+    """(2) ``method`` the best all-to-all method on networks ``rdma``: at least (1 - tie) of
+    the best all-to-all throughput of its cell (ties at the table's noise count)."""
+    a2a = survey_methods(methods.A2A)
+    fast = [k for k in keys if k[1] in rdma
+            and all((k[0], k[1], m, k[2]) in thr for m in a2a)]
     best, won, strict = {}, 0, 0
     for m, r, p in fast:
-        top = max(A2A_METHODS, key=lambda x: thr[(m, r, x, p)])
+        top = max(a2a, key=lambda x: thr[(m, r, x, p)])
         best[top] = best.get(top, 0) + 1
-        won += thr[(m, r, "mgwfbp", p)] >= (1 - TIE) * thr[(m, r, top, p)]
-        strict += top == "mgwfbp"
-    tally = ", ".join(f"{m} {best[m]}" for m in A2A_METHODS if m in best)
-    out.append(_finding(
-        2, "MG-WFBP the best all-to-all method on the fast networks (rdma 1, 2)", fast, won,
-        f"mgwfbp within {100 * TIE:g}% of the best of {', '.join(A2A_METHODS)} on {won} of "
-        f"{len(fast)} cells on rdma 1 and 2 (strictly highest on {strict}); highest per cell: "
-        f"{tally or '-'}", {"wins": won, "strict": strict, "cells": len(fast), "best": best}))
+        won += thr[(m, r, method, p)] >= (1 - tie) * thr[(m, r, top, p)]
+        strict += top == method
+    tally = ", ".join(f"{m} {best[m]}" for m in a2a if m in best)
+    nets = ", ".join(map(str, rdma))
+    return _finding(
+        2, f"{_display(method)} the best all-to-all method on the fast networks (rdma {nets})",
+        fast, won,
+        f"{method} within {100 * tie:g}% of the best of {', '.join(a2a)} on {won} of "
+        f"{len(fast)} cells on rdma {nets.replace(', ', ' and ')} (strictly highest on "
+        f"{strict}); highest per cell: {tally or '-'}",
+        {"wins": won, "strict": strict, "cells": len(fast), "best": best})
 
-    # (3) BERT-Large scales worst: lowest scaling efficiency at 32 GPUs
-    groups = sorted({(r, meth) for m, r, meth, p in thr if p == 32})
+
+def _scales_worst(thr, single, model: str, nworkers: int) -> dict:
+    """(3) ``model`` scales worst: lowest throughput / (P x 1-GPU) at ``nworkers`` GPUs."""
+    groups = sorted({(r, meth) for m, r, meth, p in thr if p == nworkers})
     lowest, compared, eff = 0, 0, {}
     for r, meth in groups:
-        e = {m: thr[(m, r, meth, 32)] / (32 * single[m])
-             for m in single if (m, r, meth, 32) in thr}
+        e = {m: thr[(m, r, meth, nworkers)] / (nworkers * single[m])
+             for m in single if (m, r, meth, nworkers) in thr}
         for m, v in e.items():
             eff.setdefault(m, []).append(v)
-        if "bert" in e and len(e) > 1:
+        if model in e and len(e) > 1:
             compared += 1
-            lowest += min(e, key=e.get) == "bert"
+            lowest += min(e, key=e.get) == model
     medians = {m: statistics.median(v) for m, v in eff.items()}
-    out.append(_finding(
-        3, "BERT-Large scales worst (lowest throughput / (32 x 1-GPU) at 32 GPUs)",
+    name = survey.model_name(model)
+    return _finding(
+        3, f"{name} scales worst (lowest throughput / ({nworkers} x 1-GPU) at {nworkers} GPUs)",
         range(compared), lowest,
-        f"bert lowest of the models on {lowest} of {compared} (network, method) pairs at 32 "
-        f"GPUs; median efficiency " + ", ".join(f"{m} {100 * v:.0f}%"
-                                               for m, v in sorted(medians.items())),
-        {"wins": lowest, "cells": compared, "median_efficiency": medians}))
+        f"{model} lowest of the models on {lowest} of {compared} (network, method) pairs at "
+        f"{nworkers} GPUs; median efficiency " + ", ".join(f"{m} {100 * v:.0f}%"
+                                                         for m, v in sorted(medians.items())),
+        {"wins": lowest, "cells": compared, "median_efficiency": medians})
 
-    # (4) BSP-PS (k = n server machines) close to BSP-A2A
-    pairs = [(k, thr[(k[0], k[1], "bspps", k[2])], thr[(k[0], k[1], "bspa2a", k[2])])
-             for k in keys if (k[0], k[1], "bspps", k[2]) in thr
-             and (k[0], k[1], "bspa2a", k[2]) in thr]
-    close = [k for k, s, a in pairs if abs(s / a - 1) <= WITHIN]
+
+def _close(thr, keys, method: str, to: str, within: float) -> dict:
+    """(4) ``method`` (PS, one server per worker machine) within ``within`` of ``to``."""
+    pairs = _pairs(thr, keys, method, to)
+    close = [k for k, s, a in pairs if abs(s / a - 1) <= within]
     ratios = [s / a for _, s, a in pairs]
-    out.append(_finding(
-        4, f"PS with one server per worker machine close to A2A (BSP-PS within "
-           f"{100 * WITHIN:.0f}% of BSP-A2A on most cells)", pairs, len(close),
-        f"|bspps/bspa2a - 1| <= {WITHIN:g} on {len(close)} of {len(pairs)} (model, network, P) "
-        f"cells; median bspps/bspa2a {_med(ratios)}, range "
+    return _finding(
+        4, f"PS with one server per worker machine close to A2A ({_display(method)} within "
+           f"{100 * within:.0f}% of {_display(to)} on most cells)", pairs, len(close),
+        f"|{method}/{to} - 1| <= {within:g} on {len(close)} of {len(pairs)} (model, network, P) "
+        f"cells; median {method}/{to} {_med(ratios)}, range "
         f"{_fmt(min(ratios)) if ratios else '-'}-{_fmt(max(ratios)) if ratios else '-'}",
-        {"wins": len(close), "cells": len(pairs), "median_ratio": _num_med(ratios)}))
-    return out
+        {"wins": len(close), "cells": len(pairs), "median_ratio": _num_med(ratios)})
 
 
 def _finding(number, claim, cells, wins, detail, numbers) -> dict:
@@ -383,10 +405,13 @@ def validate(source: str = "topology", cells: list[dict] | None = None, tables=N
             "network": ("topology files " + ", ".join(TOPOLOGIES.values()) if source ==
                         "topology" else "all-reduce: the original's alpha-beta tables "
                         "(10Gbps for rdma 0, 56Gbps for 1 and 2); PS: the topology files"),
-            "settings": SETTINGS, "ps_clients": PS_CLIENTS,
-            "ps_single_machine": {"note": PS_LOCAL_NOTE, "analogue": PS_LOCAL_ANALOGUE,
+            "settings": {m: settings_of(m) for m in survey.methods()},
+            "ps_clients": PS_CLIENTS,
+            "ps_single_machine": {"note": PS_LOCAL_NOTE.format(pairs=", ".join(
+                                      f"{a} -> {b}" for a, b in ps_local_analogue().items())),
+                                  "analogue": ps_local_analogue(),
                                   "cells": sum(1 for r in rows if "ps_local" in r)},
-            "odd_cells": {"note": ODD_NOTE, "rule": {k: list(v) for k, v in ODD.items()},
+            "odd_cells": {"note": ODD_NOTE, "rule": {k: list(v) for k, v in survey.odd().items()},
                           "cells": sum(1 for r in rows if r.get("odd"))},
             "rows": rows, "not_modelled": skipped, "summary": summary(rows),
             "summary_without_odd": summary([r for r in rows if not r.get("odd")]),

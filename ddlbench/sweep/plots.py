@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 
+from .. import methods
 from .aggregate import Table, breakdown, predicted_vs_measured, ranking
 
 
@@ -214,11 +215,9 @@ def draw_time(t: Table, rows: list, counts: list, title: str, path: str) -> bool
 # compare_rdma() drew nothing: it printed, per method and task, throughput on 100GbE over
 # 10GbE and on 100GbIB over 100GbE. Here that comparison is a figure too.
 
-ORIGINAL_STYLE = {  # method id -> (colour, hatch), the original's
-    "bspa2a": ("#F55a11", ".."), "wfbp": ("#F55a11", "oo"), "mgwfbp": ("#F55a11", "**"),
-    "bytescheduler": ("#F55a11", "OO"), "bspps": ("#F1B111", "///"),
-    "wfbpps": ("#F1B111", "\\\\\\"), "byteschedulerps": ("#F1B111", "++"),
-}
+# the original's colours by architecture; each method's hatch is its declaration's
+# (``Method.hatch``: the original's for its seven methods)
+COLOURS = {"a2a": "#F55a11", "ps": "#F1B111"}
 _SPARE_HATCHES = ["xx", "--", "||", "\\\\", "//", "...", "x", "o"]
 # compare_rdma's order of its connections, slowest first: 10GbE, 100GbE, 100GbIB.
 RDMA_ORDER = {"rdma0": 0, "rdma2": 1, "rdma1": 2}
@@ -324,17 +323,16 @@ def compare_series(t: Table) -> dict[str, list[tuple[str, str, dict]]]:
 
 
 def _style(rows: list) -> dict[str, tuple[str, str]]:
-    """method name -> (colour, hatch): the original's for its methods; others by
-    architecture, with a hatch of their own."""
+    """method name -> (colour, hatch): the architecture's colour and the method's declared
+    hatch (``Method.hatch``); a row whose label is not a method's id with a hatch (settings of
+    its own, a method of a plugin without one) gets a spare hatch."""
     out, spare = {}, iter(_SPARE_HATCHES * 4)
     for r in rows:
         if r.original_method in out:
             continue
-        if r.label in ORIGINAL_STYLE:
-            out[r.original_method] = ORIGINAL_STYLE[r.label]
-        else:
-            out[r.original_method] = ("#F1B111" if r.architecture == "ps" else "#F55a11",
-                                      next(spare, ""))
+        hatch = methods.lookup(r.label).hatch if r.label in methods.names() else None
+        out[r.original_method] = (COLOURS["ps" if r.architecture == "ps" else "a2a"],
+                                  hatch if hatch is not None else next(spare, ""))
     return out
 
 

@@ -28,7 +28,8 @@ import glob
 import json
 import os
 
-from ..model import predict, simulate, survey, topology
+from .. import methods
+from ..model import predict, rules, simulate, survey, topology
 from ..costs import ALLGATHER_COMPRESSORS
 from ..errors import UsageError
 from ..options import BATCHES_PER_ITER
@@ -124,8 +125,8 @@ class Predictor:
         m = cell.method
         mid = m["method"]
         batch = int(cell.task["batch_size"])
-        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0),
-                                   ps=mid in simulate.PS_METHODS)
+        ps = methods.lookup(mid).architecture == methods.PS
+        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0), ps=ps)
         rate = self.device_throughput(cell)
         if rate:
             work = predict.rescaled(work, batch, rate)
@@ -140,16 +141,13 @@ class Predictor:
                                           else None)
         enc, dec, enc_wait = (x * pace for x in predict._codec_times(
             codec_file, prof["model"], compressor))
-        settings = {k: m[k] for k in ("threshold", "bucket_cap_mb", "partition", "credit",
-                                      "partition_bytes") if k in m}
+        settings = rules.simulator_settings(m)
         # the run's timing round (a method whose next forward overlaps the last step's tail,
         # ByteScheduler's, loses that at the synchronize ending it; the others ignore it)
         settings["batches_per_iter"] = int(self.sweep.timing.get("batches_per_iter",
                                                                  BATCHES_PER_ITER))
-        if "mgwfbp_min_group" in m:
-            settings["min_group_bytes"] = 4 * int(m["mgwfbp_min_group"])
         link = net.link("allreduce", P)
-        if mid in simulate.PS_METHODS:
+        if ps:
             clients = m.get("ps_clients", "machine")
             p = simulate.predict(mid, work, None, servers=net.ps(P, m.get("nservers"), clients),
                                  local=net.local_reduce(P) if clients == "machine" else None,
@@ -160,7 +158,7 @@ class Predictor:
                 enc, dec, net.link("allgather", P) if compressor in ALLGATHER_COMPRESSORS
                 else None,
                 encode_at_wait_s_per_element=enc_wait)
-            if mid == "mgwfbp" and m.get("mgwfbp_ab") == "table":
+            if m.get("mgwfbp_ab") == "table":
                 # the original planned with its own tables, whatever the network
                 _, a, b = original_alpha_beta(P, f"rdma{cell.network.profile}"
                                               if cell.network.kind == "rdma" else None)
