@@ -138,16 +138,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _given(parser: argparse.ArgumentParser, argv) -> set[str]:
     """The destinations the command line set (not a default, not an environment fallback):
-    a flag that the chosen method or mode would ignore is refused rather than ignored."""
+    a flag that the chosen method or mode would ignore is refused rather than ignored. (Every
+    default replaced by a marker through argparse's public ``set_defaults``, the line parsed
+    again, the defaults put back.)"""
+    defaults = vars(parser.parse_args([]))
     unset = object()
-    saved = [(a, a.default) for a in parser._actions]
+    parser.set_defaults(**dict.fromkeys(defaults, unset))
     try:
-        for a, _ in saved:
-            a.default = unset
         ns = parser.parse_args(argv)
     finally:
-        for a, default in saved:
-            a.default = default
+        parser.set_defaults(**defaults)
     return {k for k, v in vars(ns).items() if v is not unset}
 
 
@@ -334,21 +334,11 @@ def main(argv=None) -> int:
 def worker(args, placement) -> int:
     from . import engine, verify
 
-    if engine.is_server(placement, args.nservers):
-        # Ranks after the workers are parameter servers: they only sum (docs/DESIGN.md
-        # section 6).
-        return engine.serve(placement, args.nservers, timeout_s=args.timeout)
-    ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
-                      timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
-                      partition_bytes=args.partition_bytes, ps_clients=args.ps_clients,
-                      horovod=_horovod_settings(args))
-    try:
+    def run(ctx) -> int:
         if args.verify:
             return verify.run(args, ctx, runs(args))
         return benchmark(args, ctx)
-    finally:
-        # After a failure nobody waits for the servers: they see the connections close.
-        engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
+    return engine.start(placement, engine.Job.of(args, horovod=_horovod_settings(args)), run)
 
 
 def benchmark(args, ctx) -> int:

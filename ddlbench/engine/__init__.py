@@ -6,6 +6,7 @@ import datetime
 import gc
 import os
 import socket
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -68,16 +69,56 @@ def is_server(placement: Placement, nservers: int) -> bool:
     return nservers > 0 and placement.rank >= placement.world_size - nservers
 
 
-def init(placement: Placement, use_cuda: bool, backend: str = "auto",
-         timeout_s: float = 300.0, threads: int | None = None, nservers: int = 0,
-         partition_bytes: int = DEFAULT_PARTITION_BYTES, ps_clients: str = DEFAULT_PS_CLIENTS,
-         horovod: dict[str, str] | None = None) -> Context:
+@dataclass(frozen=True)
+class Job:
+    """What the engine needs to know of a job, from any entry's flags (``Job.of``): the
+    device (``use_cuda``), the backend (auto, nccl, gloo), how long a collective may wait
+    (``timeout_s``), CPU threads per worker, the parameter servers (``nservers``, the
+    partition size their keys are cut by, one client per machine or per process) and, for the
+    Horovod lane, the HOROVOD_* settings of the method it runs."""
+    use_cuda: bool = True
+    backend: str = "auto"
+    timeout_s: float = 300.0
+    threads: int | None = None
+    nservers: int = 0
+    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    ps_clients: str = DEFAULT_PS_CLIENTS
+    horovod: dict[str, str] | None = None
+
+    @classmethod
+    def of(cls, flags, horovod: dict[str, str] | None = None) -> "Job":
+        """From a command line's flags (``--no-cuda``, ``--backend``, ``--timeout``,
+        ``--threads``, ``--nservers``, ``--partition-bytes``, ``--ps-clients``)."""
+        return cls(use_cuda=not flags.no_cuda, backend=flags.backend, timeout_s=flags.timeout,
+                   threads=flags.threads, nservers=flags.nservers,
+                   partition_bytes=flags.partition_bytes, ps_clients=flags.ps_clients,
+                   horovod=horovod)
+
+
+def start(placement: Placement, job: Job, worker) -> int:
+    """This process's part of the job: ranks after the workers are parameter servers and
+    only sum until worker 0 ends the job (docs/DESIGN.md section 6); a worker joins
+    (``init``), runs ``worker(ctx)`` and leaves (``shutdown``: after a failure nobody waits
+    for the servers, they see the connections close). Returns the exit status."""
+    if is_server(placement, job.nservers):
+        return serve(placement, job.nservers, timeout_s=job.timeout_s)
+    ctx = init(placement, job)
+    try:
+        return worker(ctx)
+    finally:
+        shutdown(ctx, clean=sys.exc_info()[0] is None)
+
+
+def init(placement: Placement, job: Job) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
     job has ``nservers`` parameter servers, the push/pull group shared with them (one client
     per machine, or per worker with ``ps_clients="process"``: ``ddlbench.engine.ps``). With
     ``horovod`` (the HOROVOD_* settings of the method to run) Horovod is started first, and the
     default group is a Gloo group beside it for everything but the method's own communication
     (ddlbench.engine.horovod)."""
+    use_cuda, backend, timeout_s, threads = job.use_cuda, job.backend, job.timeout_s, job.threads
+    nservers, partition_bytes, ps_clients, horovod = (job.nservers, job.partition_bytes,
+                                                       job.ps_clients, job.horovod)
     nworkers = placement.world_size - nservers
     if nworkers <= 0:
         raise UsageError(f"{placement.world_size} processes cannot hold {nservers} servers "

@@ -575,17 +575,12 @@ def worker(args, placement) -> int:
     from .. import engine, netem
     from . import record
     ops, sizes = check(args)
-    if engine.is_server(placement, args.nservers):
-        return engine.serve(placement, args.nservers, timeout_s=args.timeout)
-    ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
-                      timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
-                      partition_bytes=args.partition_bytes, ps_clients=args.ps_clients)
 
-    def log(line):
-        if ctx.is_root:
-            print(line, flush=True)
+    def run(ctx) -> int:
+        def log(line):
+            if ctx.is_root:
+                print(line, flush=True)
 
-    try:
         log(f"# ddlbench comm_bench: {ctx.size} worker(s), backend {ctx.backend}, device "
             f"{ctx.device.type}, network {args.network}; warm-up {args.warmup}, "
             f"iterations {args.iters}")
@@ -612,8 +607,7 @@ def worker(args, placement) -> int:
                    "environment": environment}
             record.write_atomic(args.output, rec)
         return 0
-    finally:
-        engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
+    return engine.start(placement, engine.Job.of(args), run)
 
 
 if __name__ == "__main__":

@@ -712,12 +712,8 @@ def worker(args, placement) -> int:
     from .. import engine
     from .workload import learning_rate, make_optimizer, replica
     from ..netem import run_info
-    if engine.is_server(placement, args.nservers):
-        return engine.serve(placement, args.nservers, timeout_s=args.timeout)
-    ctx = engine.init(placement, use_cuda=not args.no_cuda, backend=args.backend,
-                      timeout_s=args.timeout, threads=args.threads, nservers=args.nservers,
-                      partition_bytes=args.partition_bytes, ps_clients=args.ps_clients)
-    try:
+
+    def run(ctx) -> int:
         work, batch = replica(args, ctx)
 
         def forward_backward():
@@ -760,8 +756,7 @@ def worker(args, placement) -> int:
                 write_profile(args.output, prof)
                 print(f"profile written to {args.output}", flush=True)
         return 0
-    finally:
-        engine.shutdown(ctx, clean=sys.exc_info()[0] is None)
+    return engine.start(placement, engine.Job.of(args), run)
 
 
 def time_optimizer(optimizer, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
