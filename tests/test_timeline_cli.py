@@ -2,6 +2,7 @@
 of a trace read back are those of the recorded events, exposed spans exactly, the summary and
 the comparison of hand-made traces, bad input one line."""
 import json
+import random
 import subprocess
 import sys
 
@@ -319,3 +320,259 @@ def test_the_module_entry_point_without_torch(tmp_path, capsys):
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"ddlbench.timeline: error: {tmp_path}/missing.json: no such file\n"
+
+
+# ----------------------------------------------------------------- issue 47: large traces
+
+def _random_rank(rng, iterations, grid=None):
+    """A rank's events as the recorder makes them, shuffled: iterations back to back or with
+    gaps (one overlapping the next), forward/backward/step with waits and the optimizer nested
+    in them (a wait exactly as long as the compute it sits in: the later listed is the inner),
+    zero-length spans, collectives on several threads across the iterations' borders (some
+    through several), instants.
+    Times on a grid of whole microseconds (``grid``, exact sums), else any float."""
+    def t(x):
+        return float(round(x / grid) * grid) if grid else x
+
+    events, now = [], 0.0
+    for i in range(iterations):
+        start = now
+        fwd, bwd, step = (t(rng.uniform(5, 40)) for _ in range(3))
+        a, b, c = start + fwd, start + fwd + bwd, start + fwd + bwd + step
+        end = c + t(rng.choice([0, 0, rng.uniform(0, 5)]))
+        events += [span("iteration", "iteration", start, end, index=i),
+                   span("forward", "compute", start, a), span("backward", "compute", a, b),
+                   span("step", "wait", b, c)]
+        h = t(rng.uniform(start, a))
+        events.append(span("pre-hook", "wait", h, min(a, h + t(rng.uniform(0, 4)))))
+        if rng.random() < 0.3:
+            events.append(span("tie", rng.choice(["compute", "wait"]), a, b))
+        o = t(rng.uniform(b, c))
+        events.append(span("optimizer", "compute", o, c))
+        events.append(span("empty", rng.choice(["compute", "wait"]), o, o))
+        for _ in range(rng.randint(0, 6)):
+            s = t(rng.uniform(start - 10, end + 10))
+            events.append(span("allreduce", "comm", s, s + t(rng.uniform(0, 30)),
+                               thread=rng.choice(["allreduce", "allgather", "push_pull"])))
+        if rng.random() < 0.2:      # through the next iterations
+            events.append(span("push_pull", "comm", start + 1.0, t(start + rng.uniform(50, 300)),
+                               thread="push_pull"))
+        events.append(("w", "ready", "gradients", t(rng.uniform(a, b)), None, {"bytes": 4}))
+        events.append(span("encode", "codec", b, b + 1.0, thread="compressor"))
+        now = end + t(rng.choice([0, rng.uniform(0, 10), -rng.uniform(0, 3)]))
+    events.append(span("synchronize", "wait", now, now + t(rng.uniform(1, 9))))
+    events.append(span("allreduce", "comm", now - 50.0, now + 20.0, thread="allreduce"))
+    rng.shuffle(events)
+    return events
+
+
+def _brute_force(events, start, end):
+    """The metrics of window [start, end] cut at every span's end points: each piece is the
+    innermost training-thread span's covering it (the latest started, then the shortest, then
+    the later listed, its length as clipped to the window; as ``innermost`` has always read
+    them, a span of no length is innermost from its point to the training thread's next end
+    point) and communication where any comm span covers it."""
+    def clip(e):
+        return max(e[3], start), min(e[4], end)
+
+    def overlaps(e):
+        return e[4] is not None and e[4] > start and e[3] < end
+    main = [(i, *clip(e), e[1]) for i, e in enumerate(events)
+            if e[2] == MAIN and e[1] in ("compute", "wait") and overlaps(e)]
+    comm = [clip(e) for e in events if e[1] == "comm" and overlaps(e)]
+    ends = {p for _, a, b, _ in main for p in (a, b)}
+    points = sorted(ends | {p for c in comm for p in c})
+    t = dict.fromkeys(("compute", "wait", "comm", "hidden", "comm_wait"), 0.0)
+    for p, q in zip(points, points[1:]):
+        last = max((x for x in ends if x <= p), default=None)
+        cover = [(a, -(b - a), i, cat) for i, a, b, cat in main
+                 if a <= p < b or a == b == last]
+        label = max(cover)[3] if cover else None
+        if label:
+            t[label] += q - p
+        if any(a <= p < b for a, b in comm):
+            t["comm"] += q - p
+            if label:
+                t["hidden" if label == "compute" else "comm_wait"] += q - p
+    c, w, m, hidden, cw = t["compute"], t["wait"], t["comm"], t["hidden"], t["comm_wait"]
+    return {"iteration_s": (end - start) * US, "compute_s": c * US, "wait_s": w * US,
+            "comm_s": m * US, "hidden_s": hidden * US, "exposed_s": (m + w - cw - hidden) * US,
+            "overlap": hidden / m if m > 0 else None,
+            "idle_s": max(0.0, (end - start) - (c + w + m - hidden - cw)) * US}
+
+
+@pytest.mark.parametrize("grid", [1.0, None])
+def test_overlap_metrics_match_a_brute_force_reference(grid):
+    rng = random.Random(47)
+    events = _random_rank(rng, 60, grid)
+    got = tl.overlap(events)
+    iters = sorted((e for e in events if e[1] == "iteration"), key=lambda e: e[3])
+    assert got["iterations"] == len(iters) == 60
+    for e, m in zip(iters, got["per_iteration"]):
+        # Bit for bit the metrics of the window alone, from every event (the definition).
+        assert m == tl.iteration_metrics(events, e[3], e[4])
+        ref = _brute_force(events, e[3], e[4])
+        if grid:    # whole microseconds: every sum exact
+            assert m == ref
+        else:
+            assert (m["overlap"] is None) == (ref["overlap"] is None)
+            assert {k: v for k, v in m.items() if k != "overlap"} == pytest.approx(
+                {k: v for k, v in ref.items() if k != "overlap"}, rel=1e-9, abs=1e-15)
+            if m["overlap"] is not None:
+                assert m["overlap"] == pytest.approx(ref["overlap"], rel=1e-9, abs=1e-12)
+    # Each communication span's exposed part: its length less its overlap with the innermost
+    # compute of the whole rank, added up piece by piece; longest exposed first, then earlier.
+    main = [(e[3], e[4], e[1]) for e in events if e[2] == MAIN and e[1] in ("compute", "wait")]
+    compute = tl.innermost(main).get("compute", [])
+    ends = {(e[3], e[4] - e[3], e[2]): e[4] for e in events if e[1] == "comm"}
+    spans = tl.exposed_spans(events, None)
+    assert sorted((s["start_us"], s["duration_us"], s["thread"]) for s in spans) == \
+        sorted(e[3:4] + (e[4] - e[3], e[2]) for e in events if e[1] == "comm")
+    for s in spans:
+        t0, t1 = s["start_us"], ends[(s["start_us"], s["duration_us"], s["thread"])]
+        hidden = sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in compute)
+        assert s["exposed_us"] == pytest.approx((t1 - t0) - hidden, rel=1e-12, abs=1e-9)
+        assert s["exposed_us"] == (t1 - t0) - tl.measure(tl.intersect([(t0, t1)], compute))
+    assert [(-s["exposed_us"], s["start_us"]) for s in spans] == \
+        sorted((-s["exposed_us"], s["start_us"]) for s in spans)
+    assert tl.exposed_spans(events, 5) == spans[:5] and tl.exposed_spans(events, 0) == []
+
+
+class _Counted(float):
+    """A timestamp that counts the comparisons made with it: the work of sorting, searching and
+    cutting spans."""
+    count = 0
+
+    def __lt__(self, other):
+        _Counted.count += 1
+        return float.__lt__(self, other)
+
+    def __le__(self, other):
+        _Counted.count += 1
+        return float.__le__(self, other)
+
+    def __gt__(self, other):
+        _Counted.count += 1
+        return float.__gt__(self, other)
+
+    def __ge__(self, other):
+        _Counted.count += 1
+        return float.__ge__(self, other)
+
+
+def _work(iterations):
+    events = [(n, c, th, _Counted(a), None if b is None else _Counted(b), x)
+              for n, c, th, a, b, x in _random_rank(random.Random(iterations), iterations)]
+    _Counted.count = 0
+    m = tl.overlap(events)
+    tl.exposed_spans(events, 10)
+    tl.exposed_spans(events, None)
+    assert m["iterations"] == iterations
+    return _Counted.count
+
+
+def test_the_work_grows_about_linearly_with_the_trace():
+    # Every iteration against every event (the issue's 8 MB in 3 s, 200 MB in hours) is 16
+    # times the work for 4 times the trace; sorting once is a little over 4.
+    small, large = _work(250), _work(1000)
+    assert large < 6 * small, (small, large)
+
+
+def _bad_events(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text('{"traceEvents": [{"ph": "X", "name": "iteration", "cat": "iteration", '
+                    '"pid": 0, "tid": 1, "ts": 0, "dur": 10}, ' + text + "]}")
+    return str(path)
+
+
+@pytest.mark.parametrize("event,message", [
+    ('{"ph": "X", "name": "forward", "pid": 0, "tid": 1, "ts": NaN, "dur": 1}',
+     "traceEvents[1] ('X' 'forward') has ts nan, not a finite number"),
+    ('{"ph": "X", "name": "forward", "pid": 0, "tid": 1, "ts": 1, "dur": -1e308}',
+     "traceEvents[1] ('X' 'forward') has a negative dur (-1e+308)"),
+    ('{"ph": "X", "name": "forward", "pid": 0, "tid": 1, "ts": 1, "dur": -1}',
+     "traceEvents[1] ('X' 'forward') has a negative dur (-1)"),
+    ('{"ph": "X", "name": "f", "pid": 0, "tid": 1, "ts": 1, "dur": Infinity}',
+     "traceEvents[1] ('X' 'f') has dur inf, not a finite number"),
+    ('{"ph": "i", "name": "w", "pid": 0, "tid": 1, "ts": -Infinity}',
+     "traceEvents[1] ('i' 'w') has ts -inf, not a finite number"),
+    ('{"ph": "i", "name": "w", "pid": 0, "tid": 1, "ts": 1' + "0" * 400 + "}",
+     "traceEvents[1] ('i' 'w') has ts 100000000000000000000..., not a finite number"),
+    ('{"ph": "X", "name": "f", "pid": 0, "tid": 1, "ts": 1e308, "dur": 1e308}',
+     "traceEvents[1] ('X' 'f') ends past the largest number (ts 1e+308 + dur 1e+308)"),
+    ('{"ph": "X", "name": "f", "pid": [0], "tid": 1, "ts": 1, "dur": 1}',
+     "traceEvents[1] ('X' 'f') has a pid that is a JSON array, not a number or a string"),
+    ('{"ph": "X", "name": "f", "pid": 0, "tid": {}, "ts": 1, "dur": 1}',
+     "traceEvents[1] ('X' 'f') has a tid that is a JSON object, not a number or a string"),
+    ('{"ph": "X", "name": "f", "pid": 0, "tid": 1, "ts": 1, "dur": 1, "args": {"a": '
+     + "[" * 100000 + "]" * 100000 + "}}", "is JSON nested too deeply to decode"),
+])
+def test_non_finite_times_and_deep_nesting_are_one_line_and_exit_2(tmp_path, capsys, event,
+                                                                   message):
+    path = _bad_events(tmp_path, "bad.json", event)
+    assert cli.main([path]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"ddlbench.timeline: error: {path}") and message in err, err
+    with pytest.raises(tl.UsageError, match="nested too deeply|finite|negative|JSON"):
+        tl.read(path)
+
+
+def test_deeply_nested_json_through_the_entry_point_is_one_line(tmp_path):
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100000 + "]" * 100000)
+    deep_meta = tmp_path / "meta.json"
+    deep_meta.write_text('{"traceEvents": [], "metadata": ' + "{\"a\": " * 50000 + "1"
+                         + "}" * 50000 + "}")
+    for path in (nested, deep_meta):
+        proc = subprocess.run([sys.executable, "-m", "ddlbench.timeline", str(path)], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr == (f"ddlbench.timeline: error: {path} is JSON nested too deeply "
+                               "to decode\n")
+    with pytest.raises(tl.UsageError, match="nested too deeply"):
+        tl.load(str(nested))
+
+
+def test_values_too_deep_to_print_are_one_line(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "t.json"
+    tl.write(str(path), make_trace())
+
+    def too_deep(*_args, **_kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+    monkeypatch.setattr(cli, "format_summary", too_deep)
+    assert cli.main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"ddlbench.timeline: error: {path}: values nested too deeply "
+                                 "to print\n")
+
+
+def test_a_file_read_event_by_event_is_the_object_read_whole(tmp_path):
+    obj = make_trace()
+    plain, spaced, odd = tmp_path / "plain.json", tmp_path / "spaced.json", tmp_path / "odd.json"
+    tl.write(str(plain), obj)
+    spaced.write_text(" \n" + json.dumps(obj, indent=3) + "\n\t")
+    # Members in another order, the events' list given twice (JSON: the last one counts).
+    odd.write_text('{"metadata": {"method": "x"}, "traceEvents": [3], "displayTimeUnit": "ms",'
+                   ' "traceEvents": ' + json.dumps(obj["traceEvents"]) + "}")
+    whole = tl.read(obj)
+    for path in (plain, spaced, odd):
+        assert tl.read(str(path)) == whole == tl.read(tl.load(str(path)))
+        assert tl.read_trace(str(path))[0] == whole
+    assert tl.read_trace(str(odd))[1] == {"method": "x"}
+    assert cli.summarize(str(plain), 3) == cli.summarize(tl.load(str(plain)), 3, str(plain))
+    for text, message in (('{"traceEvents": [], "traceEvents": {}}', "is not a trace-event "
+                                                                      "object"),
+                          ('{"traceEvents": [1,]}', "is not JSON (Expecting value"),
+                          ('{"traceEvents": []} x', "is not JSON (Extra data"),
+                          ('{"traceEvents": [5], "traceEvents": []}', "has no iteration spans")):
+        odd.write_text(text)
+        with pytest.raises(tl.UsageError) as info:
+            cli.summarize(str(odd))
+        assert message in str(info.value)
+
+
+def test_an_iteration_without_an_end_is_not_an_iteration():
+    instant = ("iteration", "iteration", MAIN, 50.0, None, {"index": 9})
+    assert tl.overlap(RANK0 + [instant]) == tl.overlap(RANK0)
+    assert tl.overlap([instant, span("forward", "compute", 0, 100)]) is None

@@ -50,10 +50,17 @@ microseconds; the metadata holds each rank's offset and its uncertainty.
 **Reading** (``load``, ``read``, ``exposed_spans``): a trace file back into each rank's events
 in the recorder's form, and the communication a rank's training thread was not computing
 through; ``python -m ddlbench.timeline`` (``cli.py``) summarises one trace and compares two.
+Traces of long runs reach hundreds of megabytes (issue 47): a file is decoded one event at a
+time into the recorder's tuples, and the metrics look at each event about once (spans sorted
+by start, each iteration's found by bisection), not once per iteration. An event's times must
+be finite numbers and a span's ``dur`` >= 0.
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
+import math
 import os
 import re
 import statistics
@@ -255,18 +262,32 @@ def innermost(spans) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
+def _is_main(e) -> bool:
+    """A span of the training thread that decides what it was doing (compute or wait)."""
+    return e[2] == MAIN and e[1] in (COMPUTE, WAIT) and e[4] is not None
+
+
+def _is_comm(e) -> bool:
+    return e[1] == COMM and e[4] is not None
+
+
 def iteration_metrics(events, start: float, end: float) -> dict:
     """The metrics of one iteration ``[start, end]`` (microseconds) from one rank's events."""
+    return _window_metrics([e for e in events if _is_main(e) and e[4] > start and e[3] < end],
+                           [e for e in events if _is_comm(e) and e[4] > start and e[3] < end],
+                           start, end)
+
+
+def _window_metrics(main, comm, start: float, end: float) -> dict:
+    """``iteration_metrics`` of the training thread's compute and wait spans ``main`` (in the
+    events' order: among spans alike, the later is the inner) and the comm spans ``comm`` that
+    overlap ``[start, end]``."""
     def clip(e):
         return max(e[3], start), min(e[4], end)
 
-    main = [(*clip(e), e[1]) for e in events
-            if e[2] == MAIN and e[1] in (COMPUTE, WAIT) and e[4] is not None
-            and e[4] > start and e[3] < end]
-    labels = innermost(main)
+    labels = innermost([(*clip(e), e[1]) for e in main])
     compute, wait = labels.get(COMPUTE, []), labels.get(WAIT, [])
-    comm = union(clip(e) for e in events if e[1] == COMM and e[4] is not None
-                 and e[4] > start and e[3] < end)
+    comm = union(clip(e) for e in comm)
     hidden = measure(intersect(comm, compute))
     comm_wait = measure(intersect(comm, wait))
     c, w, m = measure(compute), measure(wait), measure(comm)
@@ -279,12 +300,43 @@ def iteration_metrics(events, start: float, end: float) -> dict:
             "idle_s": max(0.0, (end - start) - busy) * us}
 
 
+class _Sweep:
+    """The spans (events with an end) that overlap each of a series of windows ``[start, end]``
+    given in order of start, in the events' order, each span looked at about once: spans sorted
+    by start once, a window's new ones found by bisection, and those that began before the
+    window kept aside only while they may still reach into a later one."""
+
+    def __init__(self, spans):
+        self.spans = sorted(enumerate(spans), key=lambda x: x[1][3])
+        self.starts = [x[1][3] for x in self.spans]
+        self.done = 0           # spans[:done] began before the last window's start
+        self.open: list = []    # of those, the ones ending after it
+
+    def overlapping(self, start: float, end: float) -> list:
+        """The spans with ``end_us > start`` and ``start_us < end``; ``start`` at least the
+        previous call's."""
+        spans, starts = self.spans, self.starts
+        began = bisect.bisect_left(starts, start, self.done)
+        self.open = [x for x in self.open if x[1][4] > start]
+        self.open += [x for x in spans[self.done:began] if x[1][4] > start]
+        self.done = began
+        inside = spans[began:bisect.bisect_left(starts, end, began)] if end > start else []
+        out = [x for x in self.open if x[1][3] < end] + [x for x in inside if x[1][4] > start]
+        out.sort(key=lambda x: x[0])
+        return [x[1] for x in out]
+
+
 def overlap(events) -> dict | None:
-    """Per-iteration metrics of one rank's events and their means (None: no iteration)."""
-    iters = sorted((e for e in events if e[1] == ITERATION), key=lambda e: e[3])
+    """Per-iteration metrics of one rank's events and their means (None: no iteration span).
+    Each event is looked at about once, whatever the number of iterations."""
+    iters = sorted((e for e in events if e[1] == ITERATION and e[4] is not None),
+                   key=lambda e: e[3])
     if not iters:
         return None
-    per = [iteration_metrics(events, e[3], e[4]) for e in iters]
+    main = _Sweep([e for e in events if _is_main(e)])
+    comm = _Sweep([e for e in events if _is_comm(e)])
+    per = [_window_metrics(main.overlapping(e[3], e[4]), comm.overlapping(e[3], e[4]),
+                           e[3], e[4]) for e in iters]
     keys = [k for k in per[0] if k != "overlap"]
     mean = {k: statistics.fmean(p[k] for p in per) for k in keys}
     mean["overlap"] = mean["hidden_s"] / mean["comm_s"] if mean["comm_s"] > 0 else None
@@ -352,7 +404,6 @@ def transport_queues(events, threads: int) -> list:
     completes its own. ``args["queued_us"]`` gets that wait where it is not zero. The union of
     the spans, and so every metric, is the same with or without it: a collective waits only
     while ``threads`` others run."""
-    import heapq
     free = [float("-inf")] * max(1, threads)
     queued = {}
     ops = sorted((i for i, e in enumerate(events)
@@ -408,14 +459,21 @@ def write(path: str, obj: dict) -> None:
 # ------------------------------------------------------------------------------- reading back
 
 _LANE = re.compile(r"(.+) ([2-9]|[1-9][0-9]+)")
+_SPACE = re.compile(r"[ \t\n\r]*")      # JSON's whitespace
 
 
 def load(path) -> dict:
     """The trace-event object in file ``path``; a UsageError (one line) when it cannot be read,
-    is not JSON, or is not an object with a ``traceEvents`` list."""
+    is not JSON (or is nested too deeply to decode), or is not an object with a ``traceEvents``
+    list."""
+    return _checked(_parsed(_text(path), path), path)
+
+
+def _text(path) -> str:
+    """File ``path`` as JSON decodes bytes (UTF-8, -16 or -32)."""
     try:
         with open(path, "rb") as f:
-            text = f.read()
+            data = f.read()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -423,10 +481,20 @@ def load(path) -> dict:
     except OSError as e:
         raise UsageError(f"{path} cannot be read ({e.strerror or e})") from None
     try:
-        obj = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
+        return data.decode(json.detect_encoding(data), "surrogatepass")
+    except UnicodeDecodeError as e:
         raise UsageError(f"{path} is not JSON ({str(e).splitlines()[0]})") from None
-    return _checked(obj, path)
+
+
+def _parsed(text: str, path):
+    """What ``json.loads`` makes of ``text``; a UsageError naming ``path`` when it is not JSON
+    or is nested deeper than the decoder goes."""
+    try:
+        return json.JSONDecoder().decode(text)
+    except ValueError as e:
+        raise UsageError(f"{path} is not JSON ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise UsageError(f"{path} is JSON nested too deeply to decode") from None
 
 
 def _checked(obj, what) -> dict:
@@ -436,12 +504,236 @@ def _checked(obj, what) -> dict:
     return obj
 
 
+def _event(e: dict, index: int, what) -> str:
+    return f"{what}: traceEvents[{index}] ({e.get('ph')!r} {e.get('name')!r})"
+
+
 def _number(e: dict, key: str, index: int, what) -> float:
+    """Event ``e``'s ``key`` (ts or dur) as a finite float (a dur also >= 0); a UsageError
+    naming the event otherwise."""
     v = e.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise UsageError(f"{what}: traceEvents[{index}] ({e.get('ph')!r} {e.get('name')!r}) "
-                         f"has no numeric {key}")
-    return float(v)
+        raise UsageError(f"{_event(e, index, what)} has no numeric {key}")
+    try:
+        f = float(v)
+    except OverflowError:       # an integer beyond any float
+        f = math.inf
+    if not math.isfinite(f):
+        shown = repr(v) if len(repr(v)) <= 24 else f"{repr(v)[:21]}..."
+        raise UsageError(f"{_event(e, index, what)} has {key} {shown}, not a finite number")
+    if key == "dur" and f < 0:
+        raise UsageError(f"{_event(e, index, what)} has a negative dur ({v!r})")
+    return f
+
+
+def _unhashable(e: dict, key: str, index: int, what) -> UsageError | None:
+    v = e.get(key)
+    if isinstance(v, (list, dict)):
+        return UsageError(f"{_event(e, index, what)} has a {key} that is a JSON "
+                          f"{'array' if isinstance(v, list) else 'object'}, not a number or a "
+                          "string")
+    return None
+
+
+class _Reader:
+    """``read``'s work, one trace event at a time (``add``, in the file's order), keeping only
+    the recorder's tuples; ``finish`` gives the ranks. Bad input is a UsageError raised by
+    ``finish``, as reading the whole list first would: the first element that is not an event
+    object (or whose pid cannot be a process), else the first bad event of the first process in
+    pid order. ``fresh``: the events' ``args`` objects belong to nobody else (decoded for this
+    reader), kept rather than copied."""
+
+    INF = math.inf
+
+    def __init__(self, what, fresh: bool = False):
+        self.what, self.fresh = what, fresh
+        self.error = None           # the first element that is not an event, or None
+        self.failed: dict = {}      # pid -> its first bad event's UsageError
+        self.procs: dict = {}       # pid -> process name
+        self.rows: dict = {}        # (pid, tid) -> row name
+        self.order: dict = {}       # pid -> [(name, cat, tid, t0, t1, args)] in the file's order
+        self.strings: dict = {}     # one str object for the names and categories alike
+
+    def add(self, i: int, e) -> None:
+        if self.error is not None:
+            return
+        if not isinstance(e, dict):
+            self.error = UsageError(f"{self.what}: traceEvents[{i}] is not an object")
+            return
+        ph = e.get("ph")
+        if ph == "M":
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            name = e.get("name")
+            if name == "process_name" and "name" in args:
+                self.error = _unhashable(e, "pid", i, self.what)
+                if self.error is None:
+                    self.procs[e.get("pid")] = str(args["name"])
+            elif name == "thread_name" and "name" in args:
+                self.error = _unhashable(e, "pid", i, self.what) or \
+                    _unhashable(e, "tid", i, self.what)
+                if self.error is None:
+                    self.rows[(e.get("pid"), e.get("tid"))] = str(args["name"])
+            return
+        if ph not in ("X", "i", "I"):
+            return
+        pid = e.get("pid")
+        if isinstance(pid, (list, dict)):
+            self.error = _unhashable(e, "pid", i, self.what)
+            return
+        events = self.order.setdefault(pid, [])
+        if pid in self.failed:
+            return
+        inf = self.INF
+        try:
+            tid = e.get("tid")
+            if isinstance(tid, (list, dict)):
+                raise _unhashable(e, "tid", i, self.what)
+            t0 = e.get("ts")
+            if t0.__class__ is not float or not -inf < t0 < inf:
+                t0 = _number(e, "ts", i, self.what)
+            if ph == "X":
+                dur = e.get("dur")
+                if dur.__class__ is not float or not 0.0 <= dur < inf:
+                    dur = _number(e, "dur", i, self.what)
+                t1 = t0 + dur
+                if not t1 < inf:
+                    raise UsageError(f"{_event(e, i, self.what)} ends past the largest number "
+                                     f"(ts {t0!r} + dur {dur!r})")
+            else:
+                t1 = None
+        except UsageError as err:
+            self.failed[pid] = err
+            events.clear()
+            return
+        strings = self.strings
+        name, cat, args = e.get("name", ""), e.get("cat"), e.get("args")
+        if name.__class__ is str:
+            name = strings.setdefault(name, name)
+        if cat.__class__ is str:
+            cat = strings.setdefault(cat, cat)
+        if not (isinstance(args, dict) and args):
+            args = None
+        elif not self.fresh or args.__class__ is not dict:
+            args = dict(args)
+        events.append((name, cat, tid, t0, t1, args))
+
+    def finish(self) -> list[dict]:
+        if self.error is not None:
+            raise self.error
+        order, rows = self.order, self.rows
+        for pid in self.procs:
+            order.setdefault(pid, [])
+        out = []
+        numeric = [p for p in order if isinstance(p, int)]
+        for pid in sorted(numeric) + sorted((p for p in order if p not in numeric), key=str):
+            if pid in self.failed:
+                raise self.failed[pid]
+            names = {name for (p, _), name in rows.items() if p == pid}
+            threads: dict = {}      # (type, tid) -> row: 1 and 1.0 are the same key, not name
+            events = order[pid]
+            for k, (name, cat, tid, t0, t1, args) in enumerate(events):
+                row = threads.get((tid.__class__, tid))
+                if row is None:
+                    row = rows.get((pid, tid), str(tid))
+                    lane = _LANE.fullmatch(row)
+                    if lane and lane.group(1) in names:
+                        row = lane.group(1)
+                    threads[(tid.__class__, tid)] = row
+                events[k] = (name, cat, row, t0, t1, args)
+            out.append({"rank": pid, "name": self.procs.get(pid, f"rank {pid}"),
+                        "events": events})
+        return out
+
+
+def _scan(s: str, what):
+    """``(reader, top)`` of JSON text ``s`` holding one object: ``top`` its members but the
+    last ``traceEvents`` list, whose elements went to ``reader`` as they were decoded (each
+    alone: the list is never whole in memory); ``reader`` None when that list is absent. None
+    where ``s`` is not such an object (then decoding it whole says why). A JSONDecodeError or
+    RecursionError where an element or value is not JSON."""
+    decode = json.JSONDecoder().raw_decode
+    space = _SPACE.match
+    top: dict = {}
+    reader = None
+    i = space(s, 0).end()
+    if s[i:i + 1] != "{":
+        return None
+    i = space(s, i + 1).end()
+    if s[i:i + 1] == "}":
+        i += 1
+    else:
+        while True:
+            if s[i:i + 1] != '"':
+                return None
+            key, i = decode(s, i)
+            i = space(s, i).end()
+            if s[i:i + 1] != ":":
+                return None
+            i = space(s, i + 1).end()
+            if key == "traceEvents" and s[i:i + 1] == "[":
+                top.pop(key, None)
+                reader = _Reader(what, fresh=True)      # a later one replaces it, as in JSON
+                i = space(s, i + 1).end()
+                if s[i:i + 1] != "]":
+                    n = 0
+                    while True:
+                        e, i = decode(s, i)
+                        reader.add(n, e)
+                        n += 1
+                        i = space(s, i).end()
+                        c = s[i:i + 1]
+                        if c == ",":
+                            i = space(s, i + 1).end()
+                        elif c == "]":
+                            break
+                        else:
+                            return None
+                i += 1
+            else:
+                top[key], i = decode(s, i)
+                if key == "traceEvents":
+                    reader = None
+            i = space(s, i).end()
+            c = s[i:i + 1]
+            if c == ",":
+                i = space(s, i + 1).end()
+            elif c == "}":
+                i += 1
+                break
+            else:
+                return None
+    if space(s, i).end() != len(s):
+        return None
+    return reader, top
+
+
+def read_trace(path_or_obj, what=None) -> tuple[list[dict], object]:
+    """``read``'s ranks and the trace's ``metadata`` (None without): what a summary needs. A
+    file is decoded one event at a time (``_scan``), its events never all in memory as JSON
+    objects; one that is not a trace-event object as ``trace`` writes them is decoded whole
+    (``load``'s errors)."""
+    if isinstance(path_or_obj, dict):
+        obj = _checked(path_or_obj, what or "the trace")
+        reader = _Reader(what or "the trace")
+        for i, e in enumerate(obj["traceEvents"]):
+            reader.add(i, e)
+        return reader.finish(), obj.get("metadata")
+    path = path_or_obj
+    what = what or str(path)
+    text = _text(path)
+    try:
+        scanned = _scan(text, what)
+    except ValueError:
+        scanned = None          # decoding it whole says what is wrong
+    except RecursionError:
+        raise UsageError(f"{path} is JSON nested too deeply to decode") from None
+    if scanned is None or scanned[0] is None:
+        obj = _checked(_parsed(text, path), path)
+        del text
+        return read_trace(obj, what)
+    del text
+    reader, top = scanned
+    return reader.finish(), top.get("metadata")
 
 
 def read(path_or_obj, what: str | None = None) -> list[dict]:
@@ -455,46 +747,9 @@ def read(path_or_obj, what: str | None = None) -> list[dict]:
     >= 2) is read as thread ``BASE`` when the same process also has a row named ``BASE`` (``lanes``
     opens row k only while the base row holds a span, so its base row is always there). A
     thread really named so beside a thread ``BASE`` cannot be told apart and is folded too.
-    Bad input is a UsageError naming ``what`` (the path, else "the trace")."""
-    if not isinstance(path_or_obj, dict):
-        what = what or str(path_or_obj)
-        path_or_obj = load(path_or_obj)
-    what = what or "the trace"
-    obj = _checked(path_or_obj, what)
-    procs: dict = {}                # pid -> process name
-    rows: dict = {}                 # (pid, tid) -> row name
-    order: dict = {}                # pid -> [(index, event)] in the file's order
-    for i, e in enumerate(obj["traceEvents"]):
-        if not isinstance(e, dict):
-            raise UsageError(f"{what}: traceEvents[{i}] is not an object")
-        ph = e.get("ph")
-        if ph == "M":
-            args = e.get("args") if isinstance(e.get("args"), dict) else {}
-            if e.get("name") == "process_name" and "name" in args:
-                procs[e.get("pid")] = str(args["name"])
-            elif e.get("name") == "thread_name" and "name" in args:
-                rows[(e.get("pid"), e.get("tid"))] = str(args["name"])
-        elif ph in ("X", "i", "I"):
-            order.setdefault(e.get("pid"), []).append((i, e))
-    for pid in procs:
-        order.setdefault(pid, [])
-    out = []
-    numeric = [p for p in order if isinstance(p, int)]
-    for pid in sorted(numeric) + sorted((p for p in order if p not in numeric), key=str):
-        names = {name for (p, _), name in rows.items() if p == pid}
-        events = []
-        for i, e in order[pid]:
-            row = rows.get((pid, e.get("tid")), str(e.get("tid")))
-            lane = _LANE.fullmatch(row)
-            if lane and lane.group(1) in names:
-                row = lane.group(1)
-            t0 = _number(e, "ts", i, what)
-            t1 = t0 + _number(e, "dur", i, what) if e["ph"] == "X" else None
-            args = e.get("args")
-            events.append((e.get("name", ""), e.get("cat"), row, t0, t1,
-                           dict(args) if isinstance(args, dict) and args else None))
-        out.append({"rank": pid, "name": procs.get(pid, f"rank {pid}"), "events": events})
-    return out
+    Bad input is a UsageError naming ``what`` (the path, else "the trace"): an event without
+    a finite ``ts``, a span without a finite ``dur`` >= 0, JSON nested too deeply to decode."""
+    return read_trace(path_or_obj, what)[0]
 
 
 def exposed_spans(events, n: int | None = 10) -> list[dict]:
@@ -502,20 +757,33 @@ def exposed_spans(events, n: int | None = 10) -> list[dict]:
     (the training thread's innermost compute intervals, as ``iteration_metrics`` finds them),
     longest exposed first (earlier first among equals), at most ``n`` (None: all):
     ``{"name", "thread", "start_us", "duration_us", "exposed_us", "args"}`` each."""
-    main = [(e[3], e[4], e[1]) for e in events
-            if e[2] == MAIN and e[1] in (COMPUTE, WAIT) and e[4] is not None]
+    main = [(e[3], e[4], e[1]) for e in events if _is_main(e)]
     compute = innermost(main).get(COMPUTE, [])
-    out = []
-    for name, cat, thread, t0, t1, args in events:
-        if cat != COMM or t1 is None:
-            continue
-        span = [(t0, t1)] if t1 > t0 else []
-        out.append({"name": name, "thread": thread, "start_us": t0, "duration_us": t1 - t0,
-                    "exposed_us": (t1 - t0) - measure(intersect(span, compute)),
-                    "args": args})
-    out.sort(key=lambda s: (-s["exposed_us"], s["start_us"]))
-    return out if n is None else out[:n]
+    ends = [b for _, b in compute]
+    spans = ({"name": name, "thread": thread, "start_us": t0, "duration_us": t1 - t0,
+              "exposed_us": (t1 - t0) - measure(_covered(t0, t1, compute, ends)),
+              "args": args}
+             for name, cat, thread, t0, t1, args in events if cat == COMM and t1 is not None)
+    order = lambda s: (-s["exposed_us"], s["start_us"])     # noqa: E731
+    if n is None or n < 0:
+        return sorted(spans, key=order)[:n]
+    return heapq.nsmallest(n, spans, key=order)     # sorted(...)[:n], keeping only n
 
+
+def _covered(t0: float, t1: float, intervals, ends) -> list[tuple[float, float]]:
+    """``intersect([(t0, t1)], intervals)`` (nothing unless ``t1 > t0``) of sorted disjoint
+    ``intervals`` whose ends are ``ends``, from the first ending after ``t0``: those before add
+    nothing."""
+    out: list = []
+    if not t1 > t0:
+        return out
+    for j in range(bisect.bisect_right(ends, t0), len(intervals)):
+        a, b = max(t0, intervals[j][0]), min(t1, intervals[j][1])
+        if a < b:
+            out.append((a, b))
+        if t1 < intervals[j][1]:
+            break
+    return out
 
 
 NULL = NullTimeline()

@@ -16,7 +16,7 @@ import os
 import sys
 
 from ..errors import EXIT_USAGE, ArgumentParser, UsageError
-from . import exposed_spans, load, overlap, read
+from . import COMM, exposed_spans, overlap, read_trace
 
 PROG = "ddlbench.timeline"
 
@@ -30,28 +30,34 @@ METRICS = (("iteration_s", "iteration", "ms"), ("compute_s", "compute", "ms"),
 
 # ----------------------------------------------------------------------------- pure: the data
 
-def summarize(obj: dict, top: int = 10, what: str = "the trace") -> dict:
-    """One trace's summary: every rank's mean metrics and iterations, the slowest rank (longest
-    mean iteration), the ``top`` longest exposed communication spans of all workers (longest
-    first; among equals, earlier, then the lower rank; a parameter server's process, without
-    iterations, is listed with none and its spans are not a worker's exposed time). A UsageError when no rank has an
-    iteration span."""
-    ranks, spans = [], []
-    for r in read(obj, what):
+def summarize(obj, top: int = 10, what: str | None = None) -> dict:
+    """One trace's summary (``obj`` the trace-event object, or a file's path: read one event
+    at a time): every rank's mean metrics and iterations, the slowest rank (longest mean
+    iteration), the ``top`` longest exposed communication spans of all workers (longest first;
+    among equals, earlier, then the lower rank; a parameter server's process, without
+    iterations, is listed with none and its spans are not a worker's exposed time). A
+    UsageError when no rank has an iteration span. ``what`` names the trace (the path, else
+    "the trace")."""
+    what = what or ("the trace" if isinstance(obj, dict) else str(obj))
+    ranks, spans, count = [], [], 0
+    per_rank, meta = read_trace(obj, what)
+    for r in per_rank:
         m = overlap(r["events"])
         ranks.append({"rank": r["rank"], "name": r["name"],
                       "iterations": m["iterations"] if m else 0,
                       "mean": m["mean"] if m else None})
         if m:   # a parameter server's process has no iterations, nor compute to hide behind
-            spans += [{"rank": r["rank"], **s} for s in exposed_spans(r["events"], None)]
+            # A rank's ``top`` longest hold all of its spans among the ``top`` longest of all.
+            spans += [{"rank": r["rank"], **s}
+                      for s in exposed_spans(r["events"], top if top >= 0 else None)]
+            count += sum(1 for e in r["events"] if e[1] == COMM and e[4] is not None)
     measured = [r for r in ranks if r["mean"] is not None]
     if not measured:
         raise UsageError(f"{what} has no iteration spans (cat \"iteration\"): nothing to measure")
     spans.sort(key=lambda s: (-s["exposed_us"], s["start_us"]))
-    meta = obj.get("metadata")
     return {"trace": what, "metadata": meta if isinstance(meta, dict) else {},
             "slowest_rank": max(measured, key=lambda r: r["mean"]["iteration_s"])["rank"],
-            "ranks": ranks, "comm_spans": len(spans), "exposed": spans[:top]}
+            "ranks": ranks, "comm_spans": count, "exposed": spans[:top]}
 
 
 def _value(row: dict | None, key: str):
@@ -224,16 +230,22 @@ def _labels(paths) -> list[str]:
 def main(argv=None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        summaries = [summarize(load(p), 10 if args.top is None else args.top, p)
+        summaries = [summarize(p, 10 if args.top is None else args.top, p)
                      for p in args.traces]
+        if len(summaries) == 1:
+            s = summaries[0]
+            text = json.dumps(s, indent=2) if args.json \
+                else format_summary(s, 10 if args.top is None else args.top)
+        else:
+            c = compare(*summaries, labels=args.labels or _labels(args.traces),
+                        per_rank=args.per_rank)
+            text = json.dumps(c, indent=2) if args.json else format_compare(c)
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    if len(summaries) == 1:
-        s = summaries[0]
-        print(json.dumps(s, indent=2) if args.json
-              else format_summary(s, 10 if args.top is None else args.top))
-        return 0
-    c = compare(*summaries, labels=args.labels or _labels(args.traces), per_rank=args.per_rank)
-    print(json.dumps(c, indent=2) if args.json else format_compare(c))
+    except RecursionError:  # a value nested deeper than printing it goes (the decoder's limit)
+        print(f"{PROG}: error: {' or '.join(args.traces)}: values nested too deeply to print",
+              file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    print(text)
     return 0
