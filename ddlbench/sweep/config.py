@@ -3,10 +3,17 @@
 A cell is one point of the grid network x task x method x engine x nworkers; each cell is run
 ``tries`` times. Its full configuration (everything that changes what is measured) plus the
 suite's version is hashed; that hash keys the cell's tries in the results store.
+
+Each key of a sweep file is declared once, as a field of Sweep made with key(): its default,
+kind (check and phrase), help, and whether the results store's header records it. load()
+reads the keys from those declarations; describe() writes the package docstring's list.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -17,29 +24,23 @@ import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import compression
 
 from .. import methods
 from ..errors import UsageError
 from ..hosts.procs import ENV_NAME
+from ..options import (COUNT, COUNT0, Kind, Options, Spec, count_at_least, one_of,
+                       option)
 from . import select
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Per-method keys of a sweep file besides the method's options, the compressor and its options.
 METHOD_BASE_KEYS = {"method", "label", "args", "optional"}
-TASK_KEYS = {"model", "batch_size", "image_size", "sentence_len", "num_classes", "args"}
-TIMING_KEYS = {"warmup", "batches_per_iter", "iters"}
-# what benchmarks.py --predict-only predicts the cells from (ddlbench/sweep/predicted.py)
-PREDICT_KEYS = {"networks", "profiles", "device_throughput", "codec"}
-TIMING_FLAGS = {"warmup": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
-                "iters": "--num-iters"}
-KEYS = {"name", "networks", "tasks", "methods", "nworkers", "engines", "tries", "min_ok",
-        "aggregate", "timing", "timeout", "kill_grace", "extra_args", "hostfile", "results",
-        "logs", "estimate_s", "env", "timeline", "predict", "calibrate", "pace",
-        "calibration_check", "seed", "skip", "threads", "shared_jobs", "adaptive", "extends"}
-ADAPTIVE_KEYS = {"target", "max_tries"}
+# The keys of a task entry, in the training script's order of their flags.
+TASK_KEYS = ("model", "batch_size", "image_size", "sentence_len", "num_classes", "args")
 ENGINES = methods.ENGINES
 AGGREGATES = ("mean", "median", "olympic")
 # calibration_check's default: how far a probe after the tries may move from the calibration
@@ -281,102 +282,7 @@ def architecture(method_id: str) -> str:
     return methods.architecture(method_id)
 
 
-@dataclass
-class Sweep:
-    name: str
-    path: str
-    networks: list
-    tasks: list
-    methods: list
-    nworkers: list
-    engines: list = field(default_factory=lambda: ["torch"])
-    tries: int = 5
-    min_ok: int | None = None
-    aggregate: str = "mean"
-    timing: dict = field(default_factory=dict)
-    timeout: float = 1800.0
-    kill_grace: float = 15.0
-    extra_args: str = ""
-    hostfile: str = "configs/cluster{nworkers}"
-    results_root: str = ""
-    logs_root: str = ""
-    estimate_s: float = 60.0
-    notes: list = field(default_factory=list)
-    env: dict = field(default_factory=dict)  # variables the sweep file sets for every run
-    # Keep each try's Chrome trace beside its record: 0 no, -1 every timed step, N the first N.
-    timeline: int = 0
-    # What --predict-only predicts the cells from (ddlbench/sweep/predicted.py)
-    predict: dict = field(default_factory=dict)
-    # Run the profiler and comm_bench first and predict every cell (ddlbench/sweep/calibrate.py)
-    calibrate: bool = False
-    # With calibrate: before each job, a short profiler run at its placement (the machine's
-    # pace), and each try's cells predicted again with their compute scaled by it
-    pace: bool = False
-    # With calibrate: after the tries, the calibration's link and compute timed again briefly;
-    # a probe that moved by more than this fraction either way is reported and its job run
-    # again (0: no probes)
-    calibration_check: float = 0.0
-    # The order of each round of tries (ddlbench/sweep/execute.py); None: the store's, or one
-    # chosen when the store starts
-    seed: int | None = None
-    # --only expressions (ddlbench/sweep/select.py): a cell any of them matches is left out
-    skip: list = field(default_factory=list)
-    # CPU threads of every worker (--threads) in every run and profile; None: the cores each
-    # is pinned to (so a 1-worker run on 2 cores computes with 2 threads)
-    threads: int | None = None
-    # The methods of one task, network and worker count run one job per try (train.py
-    # --method a,b,...): the start-up is paid once (ddlbench/sweep/execute.py, jobs)
-    shared_jobs: bool = False
-    # Adaptive tries (ddlbench/sweep/execute.py, extra_round): {"target": t, "max_tries": m}
-    # adds rounds of tries to the cells whose 95% interval is wider than +-t of their median,
-    # up to m tries each; None: exactly ``tries``
-    adaptive: dict | None = None
-
-    def cells(self) -> list[Cell]:
-        drop = [select.parse(e, "skip") for e in self.skip]
-        every = [Cell(net, task, method, engine, n, self) for net in self.networks
-                 for task in self.tasks for method in self.methods for engine in self.engines
-                 for n in self.nworkers]
-        return [c for c in every if not any(d(c.axes()) for d in drop)]
-
-    def hostfile_for(self, nworkers: int, network: Network | None = None) -> str:
-        """The host file of ``nworkers`` on ``network`` (its own ``hostfile``, else the
-        sweep's), ``{nworkers}`` filled in."""
-        path = (network and network.hostfile) or self.hostfile
-        return path.replace("{nworkers}", str(nworkers))
-
-    @property
-    def min_successes(self) -> int:
-        return self.min_ok if self.min_ok is not None else max(1, math.ceil(self.tries / 2))
-
-    def header(self) -> dict:
-        """What the report needs to know about the sweep, stored with the results."""
-        return {"name": self.name, "file": self.path,
-                "networks": [dict(n.config(), label=n.label) for n in self.networks],
-                "tasks": self.tasks, "methods": self.methods, "engines": self.engines,
-                "nworkers": self.nworkers, "tries": self.tries, "min_ok": self.min_successes,
-                "aggregate": self.aggregate, "timing": self.timing, "timeout": self.timeout,
-                "extra_args": self.extra_args, "env": self.env, "timeline": self.timeline,
-                "calibrate": self.calibrate, "pace": self.pace,
-                "calibration_check": self.calibration_check, "seed": self.seed,
-                "shared_jobs": self.shared_jobs, "adaptive": self.adaptive}
-
-
-def resolve_config(name_or_path: str) -> str:
-    if os.path.isfile(name_or_path):
-        return name_or_path
-    candidate = os.path.join(REPO, "configs", f"{name_or_path}.yaml")
-    if os.path.isfile(candidate):
-        return candidate
-    raise UsageError(f"sweep config {name_or_path!r} not found (a path, or a preset in "
-                     f"configs/: {', '.join(presets())})")
-
-
-def presets() -> list[str]:
-    folder = os.path.join(REPO, "configs")
-    skip = {"networks"}  # the emulated-network profiles, not a sweep
-    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml") and f[:-5] not in skip)
-
+# -- the keys of a sweep file, each declared once: a field of Sweep (below) -------------------
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -386,277 +292,147 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _read(path: str, within: frozenset = frozenset()) -> dict:
-    """The sweep file's mapping, over the one it ``extends`` (a preset name, or a path
-    relative to this file's folder): every key this file gives replaces the base's whole
-    value; ``name`` is never inherited. A chain that comes back to a file is refused."""
-    from ..yamlfile import load as load_yaml
-    raw = load_yaml(path, "sweep file")
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: a sweep file is a YAML mapping (name, networks, tasks, "
-                         f"methods, nworkers, ...)")
-    base = raw.get("extends")
-    if base is None:
-        return raw
-    if not isinstance(base, str) or not base:
-        raise UsageError(f"{path}: extends must name a sweep file (a preset in configs/ or a "
-                         f"path), got {base!r}")
-    here = os.path.realpath(path)
-    nearby = os.path.join(os.path.dirname(path), base)
-    try:
-        base_path = nearby if os.path.isfile(nearby) else resolve_config(base)
-    except UsageError as e:
-        raise UsageError(f"{path}: extends: {e}") from None
-    if os.path.realpath(base_path) in within | {here}:
-        raise UsageError(f"{path}: extends {base!r} comes back to a file already extended")
-    merged = {k: v for k, v in _read(base_path, within | {here}).items() if k != "name"}
-    merged.update((k, v) for k, v in raw.items() if k != "extends")
-    return merged
+def _kind(name: str, test: Callable[[Any], bool], phrase: str) -> Kind:
+    """A kind of sweep-file value: its test, and the phrase of the one line a value failing it
+    gives ("KEY must be PHRASE, got VALUE")."""
+    return Kind(name, str, test, f"must be {phrase}", phrase)
 
 
-def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
-    """Parse and check a sweep file. Every problem found is listed in one UsageError, before
-    anything starts. ``preflight`` also passes every cell's arguments through the training
-    script's own argument parser and checks (so a flag it does not know, or a combination it
-    refuses, is caught here and not an hour into the sweep). ``runs`` False: the sweep is only
-    predicted (``benchmarks.py --predict-only``): its host files need not be usable and its
-    cells need not pass the training script (each setting is still checked on its own)."""
-    raw = _read(path)
-    problems: list[str] = []
-    notes: list[str] = []
-    for k in sorted(set(raw) - KEYS, key=str):
-        problems.append(f"unknown key {k!r}")
-    name = str(raw.get("name") or os.path.splitext(os.path.basename(path))[0])
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        problems.append(f"name {name!r}: use letters, digits, '_', '.', '-'")
-
-    networks = [n for n in (_network(x, problems, notes) for x in _list(raw, "networks",
-                                                                          ["local"],
-                                                                   problems)) if n]
-    tasks = [t for t in (_task(x, problems) for x in _list(raw, "tasks", None, problems)) if t]
-    methods = [m for m in (_method(x, problems, notes)
-                           for x in _list(raw, "methods", None, problems)) if m]
-    nworkers = _list(raw, "nworkers", [1], problems)
-    for n in nworkers:
-        if not (_is_int(n) and n > 0):
-            problems.append(f"nworkers entry {n!r} is not a positive integer")
-    nworkers = [n for n in nworkers if _is_int(n) and n > 0]
-    engines = _list(raw, "engines", ["torch"], problems)
-    for e in engines:
-        if e not in ENGINES:
-            problems.append(f"engine {e!r}: use one of {', '.join(ENGINES)}")
-    tries = raw.get("tries", 5)
-    if not (_is_int(tries) and tries > 0):
-        problems.append(f"tries must be a positive integer, got {tries!r}")
-        tries = 1
-    min_ok = raw.get("min_ok")
-    if min_ok is not None and not (_is_int(min_ok) and 0 < min_ok <= tries):
-        problems.append(f"min_ok must be an integer from 1 to tries ({tries}), got {min_ok!r}")
-        min_ok = None
-    aggregate = raw.get("aggregate", "mean")
-    if aggregate not in AGGREGATES:
-        problems.append(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
-    timing = raw.get("timing", {}) or {}
-    if not isinstance(timing, dict):
-        problems.append("timing must be a mapping (warmup, batches_per_iter, iters)")
-        timing = {}
-    for k in sorted(set(timing) - TIMING_KEYS, key=str):
-        problems.append(f"timing: unknown key {k!r}")
-    for k in TIMING_KEYS & set(timing):
-        low = 0 if k == "warmup" else 1
-        if not (_is_int(timing[k]) and timing[k] >= low):
-            problems.append(f"timing: {k} must be an integer >= {low}, got {timing[k]!r}")
-    timeout = raw.get("timeout", 1800)
-    if not (_is_num(timeout) and timeout > 0):
-        problems.append(f"timeout must be a positive number of seconds, got {timeout!r}")
-        timeout = 1800
-    kill_grace = raw.get("kill_grace", 15)
-    if not (_is_num(kill_grace) and kill_grace >= 0):
-        problems.append(f"kill_grace must be a number of seconds >= 0, got {kill_grace!r}")
-        kill_grace = 15
-    estimate = raw.get("estimate_s", 60)
-    if not (_is_num(estimate) and estimate > 0):
-        problems.append(f"estimate_s must be a positive number of seconds, got {estimate!r}")
-        estimate = 60
-    extra_args = raw.get("extra_args", "") or ""
-    if not isinstance(extra_args, str):
-        problems.append("extra_args must be a string of training-script flags")
-        extra_args = ""
-    hostfile = raw.get("hostfile", "configs/cluster{nworkers}")
-    if not isinstance(hostfile, str):
-        problems.append("hostfile must be a path (may contain {nworkers})")
-        hostfile = "configs/cluster{nworkers}"
-    for key in ("results", "logs"):
-        if key in raw and not isinstance(raw[key], str):
-            problems.append(f"{key} must be a folder path")
-    env = _env(raw.get("env", {}), problems)
-    timeline = raw.get("timeline", False)
-    if timeline is True:
-        timeline = -1
-    elif timeline is False or timeline is None:
-        timeline = 0
-    elif not (_is_int(timeline) and timeline > 0):
-        problems.append(f"timeline must be true, false or a positive number of steps to "
-                        f"record, got {timeline!r}")
-        timeline = 0
-
-    predict = _predict(raw.get("predict"), problems)
-    calibrate = raw.get("calibrate", False)
-    if not isinstance(calibrate, bool):
-        problems.append(f"calibrate must be true or false, got {calibrate!r}")
-        calibrate = False
-    pace = raw.get("pace", False)
-    if not isinstance(pace, bool):
-        problems.append(f"pace must be true or false, got {pace!r}")
-        pace = False
-    elif pace and not calibrate:
-        problems.append("pace: true needs calibrate: true (the probe is compared with the "
-                        "calibration's profile)")
-    check = raw.get("calibration_check", CHECK_TOLERANCE if calibrate else 0)
-    if check is False:
-        check = 0
-    if isinstance(check, bool) or not isinstance(check, (int, float)) or \
-            not 0 <= check < float("inf"):
-        problems.append(f"calibration_check must be false or a fraction >= 0 (how far a probe "
-                        f"may move), got {check!r}")
-        check = 0
-    elif check and not calibrate:
-        problems.append("calibration_check needs calibrate: true (its probes are compared "
-                        "with the calibration)")
-    seed = raw.get("seed")
-    if seed is not None and not (_is_int(seed) and seed >= 0):
-        problems.append(f"seed must be an integer >= 0, got {seed!r}")
-        seed = None
-
-    skip = _skip(raw.get("skip"), problems)
-    threads = raw.get("threads")
-    if threads is not None and not (_is_int(threads) and threads > 0):
-        problems.append(f"threads must be a positive integer, got {threads!r}")
-        threads = None
-
-    shared_jobs = raw.get("shared_jobs", False)
-    if not isinstance(shared_jobs, bool):
-        problems.append(f"shared_jobs must be true or false, got {shared_jobs!r}")
-        shared_jobs = False
-
-    adaptive = _adaptive(raw.get("adaptive"), tries, problems)
-
-    sweep = Sweep(name=name, path=os.path.abspath(path), networks=networks, tasks=tasks,
-                  methods=methods, nworkers=nworkers, engines=engines, tries=tries,
-                  min_ok=min_ok, aggregate=aggregate if aggregate in AGGREGATES else "mean",
-                  timing=dict(timing), timeout=float(timeout), kill_grace=float(kill_grace),
-                  extra_args=extra_args, hostfile=hostfile,
-                  results_root=_root(raw.get("results"), "results"),
-                  logs_root=_root(raw.get("logs"), "logs"), estimate_s=float(estimate),
-                  notes=notes, env=env, timeline=timeline, predict=predict,
-                  calibrate=calibrate, pace=pace, calibration_check=float(check), seed=seed,
-                  skip=skip, threads=threads,
-                  shared_jobs=shared_jobs, adaptive=adaptive)
-    if networks and tasks and methods and nworkers and not sweep.cells():
-        problems.append("skip leaves no cell to run")
-    problems += _check_names(tasks, methods)
-    problems += _check_combinations(sweep, hosts=runs)
-    if preflight and runs and not problems:
-        problems += _preflight(sweep)
-    if problems:
-        raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
-    return sweep
+def _words(items, last: str = "and") -> str:
+    """``a, b and c``."""
+    items = [str(i) for i in items]
+    return f"{', '.join(items[:-1])} {last} {items[-1]}" if len(items) > 1 else "".join(items)
 
 
-def _adaptive(raw, tries, problems: list[str]) -> dict | None:
-    """The sweep file's ``adaptive: {target: T, max_tries: M}``, checked: T a fraction of the
-    median in (0, 1), M more than ``tries``."""
-    if raw is None or raw is False:
-        return None
-    if not isinstance(raw, dict) or set(raw) != ADAPTIVE_KEYS:
-        problems.append(f"adaptive must be a mapping of target (the interval's half-width as "
-                        f"a fraction of the median, e.g. 0.03) and max_tries, got {raw!r}")
-        return None
-    target, most = raw["target"], raw["max_tries"]
-    ok = True
-    if isinstance(target, bool) or not isinstance(target, (int, float)) \
-            or not 0 < target < 1:
-        problems.append(f"adaptive target must be a fraction between 0 and 1 (0.03: +-3% of "
-                        f"the median), got {target!r}")
-        ok = False
-    if not (_is_int(most) and _is_int(tries) and most > tries):
-        problems.append(f"adaptive max_tries must be an integer above tries ({tries!r}), "
-                        f"got {most!r}")
-        ok = False
-    return {"target": float(target), "max_tries": int(most)} if ok else None
+ANY = _kind("any", lambda v: True, "anything")   # checked by the key's own check or elsewhere
+BOOL = _kind("bool", lambda v: isinstance(v, bool), "true or false")
+SECONDS = _kind("seconds", lambda v: _is_num(v) and v > 0, "a positive number of seconds")
+GRACE = _kind("seconds>=0", lambda v: _is_num(v) and v >= 0, "a number of seconds >= 0")
+FLAGS = _kind("flags", lambda v: not v or isinstance(v, str), "a string of training-script flags")
+HOSTFILE = _kind("hostfile", lambda v: isinstance(v, str), "a path (may contain {nworkers})")
+FOLDER = _kind("folder", lambda v: isinstance(v, str), "a folder path")
+STEPS = _kind("steps", lambda v: v is None or isinstance(v, bool) or (_is_int(v) and v > 0),
+              "true, false or a positive number of steps to record")
+TOLERANCE = _kind("tolerance", lambda v: v is False or (_is_num(v) and 0 <= v < math.inf),
+                  "false or a fraction >= 0 (how far a probe may move)")
+ROUNDS = count_at_least(1, "round")
+PATHS = _kind("paths", lambda v: not v or (isinstance(v, dict) and all(
+    isinstance(k, str) and isinstance(p, str) for k, p in v.items())),
+               "a mapping of names to paths")
+THROUGHPUT = _kind("throughput", lambda v: v is None or v == "survey" or (
+    isinstance(v, dict) and all(_is_num(x) and x > 0 for x in v.values())),
+                   "'survey' or a mapping of models to positive samples/s")
+OPTIONAL_PATH = _kind("path", lambda v: v is None or isinstance(v, str), "a path")
+SHARE = _kind("share", lambda v: _is_num(v) and 0 < v < 1,
+              "a fraction between 0 and 1 (0.03: +-3% of the median)")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-def _skip(raw, problems: list[str]) -> list[str]:
-    """The sweep file's ``skip:`` list of --only expressions, each checked."""
-    if raw is None:
-        return []
-    items = [raw] if isinstance(raw, str) else raw
-    if not isinstance(items, list) or not all(isinstance(e, str) for e in items):
-        problems.append("skip must be a list of --only expressions (AXIS=VALUE,...)")
-        return []
-    out = []
-    for e in items:
-        try:
-            select.parse(e, f"skip entry {e!r}")
-            out.append(e)
-        except UsageError as err:
-            problems.append(str(err))
-    return out
+@dataclass(frozen=True)
+class Timing(Options):
+    """``timing:``, the training script's timing of every run (a key not given: its default)."""
+    warmup: int | None = option(None, COUNT0, "batches before the timed rounds",
+                                flag="--num-warmup-batches")
+    batches_per_iter: int | None = option(None, ROUNDS, "batches per timed round",
+                                          flag="--num-batches-per-iter")
+    iters: int | None = option(None, ROUNDS, "timed rounds", flag="--num-iters")
 
 
-def _predict(raw, problems: list[str]) -> dict:
-    """The sweep file's ``predict:`` mapping, checked (problems appended)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        problems.append("predict must be a mapping (networks, profiles, device_throughput, "
-                        "codec)")
-        return {}
-    for k in sorted(set(raw) - PREDICT_KEYS, key=str):
-        problems.append(f"predict: unknown key {k!r}")
-    for key in ("networks", "profiles"):
-        value = raw.get(key, {}) or {}
-        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                  for k, v in value.items()):
-            problems.append(f"predict: {key} must map names to paths")
-    dt = raw.get("device_throughput")
-    if dt is not None and dt != "survey" and not (
-            isinstance(dt, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                         and v > 0 for v in dt.values())):
-        problems.append("predict: device_throughput must be 'survey' or map models to "
-                        "positive samples/s")
-    if raw.get("codec") is not None and not isinstance(raw.get("codec"), str):
-        problems.append("predict: codec must be a path")
-    return dict(raw)
+TIMING_FLAGS = {s.name: s.flag for s in Timing.specs()}
 
 
-def _env(value, problems) -> dict[str, str]:
-    """The sweep file's ``env:``: variable name -> value (a string or a number)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        problems.append("env must be a mapping of environment variables to values")
-        return {}
-    out = {}
-    for k, v in value.items():
-        if not (isinstance(k, str) and ENV_NAME.fullmatch(k)):
-            problems.append(f"env: {k!r} is not a variable name")
-        elif isinstance(v, bool) or not isinstance(v, (str, int, float)) or \
-                (isinstance(v, float) and not math.isfinite(v)) or "\0" in str(v):
-            problems.append(f"env: {k} must be a string or a number, got {v!r}")
+@dataclass(frozen=True)
+class Predict(Options):
+    """``predict:``, what ``benchmarks.py --predict-only`` predicts the cells from
+    (ddlbench/sweep/predicted.py)."""
+    networks: dict | None = option(None, PATHS, "network -> topology or comm_bench files "
+                                                "(rdma: the survey's)")
+    profiles: dict | None = option(None, PATHS, "model -> profile (default: the shipped one)")
+    device_throughput: Any = option(None, THROUGHPUT, "survey or {model: samples/s}: one "
+                                                      "worker's compute rescaled")
+    codec: str | None = option(None, OPTIONAL_PATH, "compression.bench --output (the codec's "
+                                                    "time per element)")
+
+
+@dataclass(frozen=True)
+class Adaptive(Options):
+    """``adaptive:``, more rounds of tries for the cells whose 95% interval is too wide."""
+    target: float = option(None, SHARE, "the widest interval left alone, its half-width as a "
+                                        "fraction of the median (0.03: +-3%)")
+    max_tries: int = option(None, COUNT, "a cell's tries at most (more than tries)")
+
+
+@dataclass
+class _Reading:
+    """A sweep file being read: its path, the problems and notes so far, and the value of each
+    key read so far (None for one refused: the checks against it are left for later)."""
+    path: str
+    problems: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    got: dict = field(default_factory=dict)
+
+    @property
+    def stem(self) -> str:
+        return os.path.splitext(os.path.basename(self.path))[0]
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key of a sweep file, declared with key() as a field of Sweep."""
+    name: str                   # the key in the file
+    attr: str                   # Sweep's attribute
+    spec: Spec                  # default, kind (the check and its phrase) and help
+    example: str | None         # the docstring's value (None: the default's)
+    header: Any                 # recorded in Sweep.header(): True, or what of the sweep
+    each: Callable | None       # a non-empty list, each entry parsed by this (None: dropped)
+    read: Callable | None       # its own parser: (value, reading) -> attribute
+    convert: Callable | None    # (checked value, reading) -> attribute
+    check: Callable | None      # (attribute, reading) -> a problem, with the keys read before
+
+    def value(self, raw: dict, reading: _Reading):
+        """This key's attribute from the file's mapping, checked (problems noted in
+        ``reading``): the default where the file does not give the key or its value is
+        refused (the keys after it then see None). A key whose default is None takes None
+        (null) as not given."""
+        default = self.spec.default
+        given = raw[self.name] if self.name in raw else copy.deepcopy(default)
+        if self.each:
+            value = [x for x in (self.each(e, reading)
+                                 for e in _list(given, self.name, reading.problems))
+                     if x is not None]
+        elif self.read:
+            value = self.read(given, reading)
+        elif not (given is None and default is None) and not self.spec.kind.test(given):
+            reading.problems.append(self.spec.sweep_problem(given))
+            reading.got[self.name] = None
+            return self.convert(default, reading) if self.convert else copy.deepcopy(default)
         else:
-            out[k] = v if isinstance(v, str) else format_value(v)
-    return out
+            value = self.convert(given, reading) if self.convert else given
+            problem = self.check and self.check(value, reading)
+            if problem:
+                reading.problems.append(problem)
+        reading.got[self.name] = value
+        return value
 
 
-def _root(value, default) -> str:
-    if not isinstance(value, str) or not value:
-        return os.path.join(REPO, default)
-    return value if os.path.isabs(value) else os.path.join(REPO, value)
+def key(default, kind: Kind | None, help: str, *, example: str | None = None, header=True,
+        name: str | None = None, each=None, read=None, convert=None, check=None):
+    """A field of Sweep that is a key of a sweep file: option()'s default, kind and help (the
+    docstring's comment), and the sweep's own: its ``example`` in the docstring (default: the
+    default), whether ``header()`` records it (or a function of the sweep: what it records),
+    its ``name`` in the file (default: the field's), and how it is read: a list whose entries
+    ``each`` parses, or a parser of its own (``read``), or else the kind's check, then
+    ``convert`` to the attribute and ``check`` against the keys read before it."""
+    declared = option(default, kind, help)
+    metadata = {**declared.metadata, "sweep": dict(
+        name=name, example=example, header=header, each=each, read=read, convert=convert,
+        check=check, default=default)}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
-def _list(raw, key, default, problems) -> list:
-    value = raw.get(key, default)
+def _list(value, key, problems) -> list:
     if value is None:
         problems.append(f"{key} is required")
         return []
@@ -666,13 +442,120 @@ def _list(raw, key, default, problems) -> list:
     return value
 
 
-def _network(x, problems, notes=None) -> Network | None:
+def _group(name: str, options, value, reading: _Reading) -> dict:
+    """The mapping of key ``name``, whose sub-keys ``options`` (an Options class) declares: an
+    unknown or ill-valued one is a problem ("NAME: ...")."""
+    specs = options.specs()
+    if not isinstance(value, dict):
+        reading.problems.append(f"{name} must be a mapping ({', '.join(s.name for s in specs)})")
+        return {}
+    for k in sorted(set(value) - {s.name for s in specs}, key=str):
+        reading.problems.append(f"{name}: unknown key {k!r}")
+    for s in specs:
+        problem = s.sweep_problem(value[s.name]) if s.name in value else None
+        if problem:
+            reading.problems.append(f"{name}: {problem}")
+    return dict(value)
+
+
+def _timing(value, reading: _Reading) -> dict:
+    return _group("timing", Timing, value or {}, reading)
+
+
+def _predict(value, reading: _Reading) -> dict:
+    return _group("predict", Predict, {} if value is None else value, reading)
+
+
+def _within_tries(min_ok, reading: _Reading) -> str | None:
+    """min_ok's problem with tries (none where tries was refused)."""
+    tries = reading.got["tries"]
+    if min_ok is not None and tries is not None and min_ok > tries:
+        return f"min_ok must be an integer from 1 to tries ({tries}), got {min_ok!r}"
+    return None
+
+
+def _adaptive(value, reading: _Reading) -> dict | None:
+    """``adaptive: {target: T, max_tries: M}``, both given: T a fraction of the median in
+    (0, 1), M more than ``tries``."""
+    if value is None or value is False:
+        return None
+    target, most = Adaptive.specs()
+    if not isinstance(value, dict) or set(value) != {target.name, most.name}:
+        reading.problems.append(f"adaptive must be a mapping of target (the interval's "
+                                f"half-width as a fraction of the median, e.g. 0.03) and "
+                                f"max_tries, got {value!r}")
+        return None
+    tries, problems = reading.got["tries"], [target.sweep_problem(value["target"])]
+    if tries is not None and not (_is_int(value["max_tries"]) and value["max_tries"] > tries):
+        problems.append(f"max_tries must be an integer above tries ({tries!r}), "
+                        f"got {value['max_tries']!r}")
+    problems = [f"adaptive {p}" for p in problems if p]
+    reading.problems += problems
+    return None if problems else {"target": float(value["target"]),
+                                  "max_tries": int(value["max_tries"])}
+
+
+def _skip(value, reading: _Reading) -> list[str]:
+    """``skip:``, a list of --only expressions, each checked."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(e, str) for e in items):
+        reading.problems.append("skip must be a list of --only expressions (AXIS=VALUE,...)")
+        return []
+    out = []
+    for e in items:
+        try:
+            select.parse(e, f"skip entry {e!r}")
+            out.append(e)
+        except UsageError as err:
+            reading.problems.append(str(err))
+    return out
+
+
+def _env(value, reading: _Reading) -> dict[str, str]:
+    """``env:``, variable name -> value (a string or a number)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        reading.problems.append("env must be a mapping of environment variables to values")
+        return {}
+    out = {}
+    for k, v in value.items():
+        if not (isinstance(k, str) and ENV_NAME.fullmatch(k)):
+            reading.problems.append(f"env: {k!r} is not a variable name")
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)) or \
+                (isinstance(v, float) and not math.isfinite(v)) or "\0" in str(v):
+            reading.problems.append(f"env: {k} must be a string or a number, got {v!r}")
+        else:
+            out[k] = v if isinstance(v, str) else format_value(v)
+    return out
+
+
+def _root(value: str) -> str:
+    return value if os.path.isabs(value) else os.path.join(REPO, value)
+
+
+def _worker_count(n, reading: _Reading) -> int | None:
+    if COUNT.test(n):
+        return n
+    reading.problems.append(f"nworkers entry {n!r} is not a positive integer")
+    return None
+
+
+def _engine(e, reading: _Reading):
+    if e not in ENGINES:
+        reading.problems.append(f"engine {e!r}: use one of {', '.join(ENGINES)}")
+    return e
+
+
+def _network(x, reading: _Reading) -> Network | None:
     """A network entry: `rdma0|rdma1|rdma2` or {rdma: 0|1|2} (a real cluster, through the
     shell launchers), `local`, a profile name, or {net: PROFILE} (the local launcher, emulated
     with --net unless the profile is loopback); an optional `label` names it in tables;
     `optional: true` on an emulated one leaves it out, with a note, where this machine cannot
     emulate (not root, no iproute2)."""
-    label = None
+    problems, notes, label = reading.problems, reading.notes, None
     if isinstance(x, str):
         m = re.fullmatch(r"rdma(\d+)", x)
         x = {"rdma": int(m.group(1))} if m else {"net": x}
@@ -712,31 +595,31 @@ def _network(x, problems, notes=None) -> Network | None:
         from ..netem.links import unavailable_reason
         why = unavailable_reason()
         if why:
-            if notes is not None:
-                notes.append(f"optional network {profile} left out: {why}")
+            notes.append(f"optional network {profile} left out: {why}")
             return None
     return Network(_safe(profile), "net", profile, str(label or f"{profile} (emulated)"))
 
 
-def _task(t, problems) -> dict | None:
+def _task(t, reading: _Reading) -> dict | None:
+    problems = reading.problems
     if not isinstance(t, dict) or "model" not in t or "batch_size" not in t:
         problems.append(f"task {t!r} needs model and batch_size")
         return None
     if not isinstance(t["model"], str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", t["model"]):
         problems.append(f"task {t!r}: model must be a model name, got {t['model']!r}")
         return None
-    for k in sorted(set(t) - TASK_KEYS, key=str):
+    for k in sorted(set(t) - set(TASK_KEYS), key=str):
         problems.append(f"task {t['model']}: unknown key {k!r}")
     for k in ("batch_size", "image_size", "sentence_len", "num_classes"):
         if k in t and not (_is_int(t[k]) and t[k] > 0):
             problems.append(f"task {t['model']}: {k} must be a positive integer, got {t[k]!r}")
     if "args" in t and not isinstance(t["args"], str):
         problems.append(f"task {t['model']}: args must be a string of training-script flags")
-    return {k: t[k] for k in ("model", "batch_size", "image_size", "sentence_len",
-                              "num_classes", "args") if k in t}
+    return {k: t[k] for k in TASK_KEYS if k in t}
 
 
-def _method(m, problems, notes) -> dict | None:
+def _method(m, reading: _Reading) -> dict | None:
+    problems, notes = reading.problems, reading.notes
     m = {"method": m} if isinstance(m, str) else m
     if not isinstance(m, dict) or not isinstance(m.get("method"), str):
         problems.append(f"method {m!r} needs a method id")
@@ -776,6 +659,269 @@ def _method(m, problems, notes) -> dict | None:
         problems.append(f"method {mid}: label must be a non-empty string, got {m['label']!r}")
         return None
     return dict(m)
+
+
+
+
+@dataclass
+class Sweep:
+    """A sweep file, read and checked: one attribute per key, each declared here once with
+    key() (its default, check, help and place in the header), then the file's path and the
+    notes its reading left (an optional network or method left out)."""
+    name: str = key(None, ANY, "letters, digits, '_', '.', '-' (default: the file's name)",
+                    example="quick", convert=lambda v, r: str(v or r.stem),
+                    check=lambda v, r: not NAME_PATTERN.fullmatch(v) and
+                    f"name {v!r}: use letters, digits, '_', '.', '-'")
+    extends: str | None = key(
+        None, ANY, "another sweep file (a preset or a path) whose keys this file's replace, "
+                   "each whole (name is never inherited)", example="model-check", header=False)
+    networks: list = key(
+        ["local"], None,
+        "local / loopback / {net: 5gbit}: the local launcher (python -m ddlbench.train "
+        "--nworkers N [--net PROFILE])\nrdma0 / {rdma: 1}: a real cluster through the shell "
+        "launchers (horovod/horovod_mpi_cj.sh, bytescheduler/..., byteps/...)\n{rdma: 0, "
+        "hostfile: F}: the same on the hosts of F (may contain {nworkers}; a standing emulated "
+        "cluster's host file)\n{net: 1gbit, optional: true}: left out, with a note, where this "
+        "machine cannot emulate (not root, no iproute2)\nlabel: a network's name in tables",
+        each=_network,
+        header=lambda s: [dict(n.config(), label=n.label) for n in s.networks])
+    tasks: list = key(
+        None, None, f"required; each a mapping of {_words(TASK_KEYS)} (training-script flags); "
+                    f"model and batch_size required",
+        example="\n  - {model: resnet18, batch_size: 16, image_size: 32}",
+        each=_task)
+    methods: list = key(
+        None, None, "required; each a method id (docs/DESIGN.md section 2) or a mapping of "
+                    "method (the id), its settings (its options and its compressor's, named as "
+                    "python -m ddlbench.train --help names them, - as _; compressor), label, "
+                    "args (training-script flags) and optional (true: left out, with a note, "
+                    "where it cannot load)",
+        example="\n  - wfbp\n  - {method: fusion, threshold: 67108864}",
+        each=_method)
+    nworkers: list = key([1], None, "workers of each cell", each=_worker_count)
+    skip: list = key([], None, "--only expressions: the cells they match are left out (here: "
+                               "1 worker on the local network only; default: none)",
+                     example='["nworkers=1,network!=local"]', read=_skip, header=False)
+    engines: list = key(["torch"], None, _words(ENGINES, "or"), each=_engine)
+    tries: int = key(5, COUNT, "runs of each cell")
+    min_ok: int | None = key(
+        None, COUNT, "fewer successful tries: the cell is marked (default: half the tries, "
+                     "rounded up)", example="3",
+        check=_within_tries,
+        header=lambda s: s.min_successes)
+    aggregate: str = key("mean", one_of(*AGGREGATES), _words(AGGREGATES, "or"))
+    timing: dict = key(
+        {}, None, f"the training script's {_words(s.flag for s in Timing.specs())} (a key not "
+                  f"given: its default)",
+        example="{warmup: 2, batches_per_iter: 5, iters: 3}", read=_timing)
+    threads: int | None = key(
+        None, COUNT, "CPU threads per worker in every run and profile (default: the cores it "
+                     "is pinned to, so 1 worker on 2 cores gets 2)", example="1", header=False)
+    timeout: float = key(1800, SECONDS, "seconds per run; then the whole process group is "
+                                        "killed", convert=lambda v, r: float(v))
+    kill_grace: float = key(15, GRACE, "seconds between SIGTERM and SIGKILL of a timed-out "
+                                       "run", convert=lambda v, r: float(v), header=False)
+    hostfile: str = key("configs/cluster{nworkers}", HOSTFILE,
+                        "rdma networks: the host file of each worker count", header=False)
+    extra_args: str = key("", FLAGS, "passed through to the training script",
+                          convert=lambda v, r: v or "")
+    env: dict = key(
+        {}, None, "variables for every run; inherited suite settings (DDLBENCH_*, DMLC_*, "
+                  "BYTESCHEDULER_*, HOROVOD_*) are dropped, the rest that matters (OMP_*, "
+                  "NCCL_*, GLOO_*) recorded and hashed", example="{OMP_NUM_THREADS: 1}",
+        read=_env)
+    results_root: str = key("results", FOLDER, "results/<date>-<name>/ (the store and the "
+                                               "reports)", name="results", header=False,
+                            convert=lambda v, r: _root(v or "results"))
+    logs_root: str = key("logs", FOLDER, "logs/<date>-<name>/<cell>_try<N>.log", name="logs",
+                         header=False, convert=lambda v, r: _root(v or "logs"))
+    estimate_s: float = key(60, SECONDS, "--dry-run's guess for a run with no history in the "
+                                         "store", convert=lambda v, r: float(v), header=False)
+    # -1 every timed step, N the first N, 0 none
+    timeline: int = key(False, STEPS, "true: keep each try's Chrome trace beside its record "
+                                      "(records/<cell>_try<N>.trace.json); N: its first N "
+                                      "steps", convert=lambda v, r: -1 if v is True else v or 0)
+    predict: dict = key(
+        {}, None, "benchmarks.py --predict-only: what the model predicts the cells from "
+                  "(ddlbench/sweep/predicted.py)\n"
+                  + "\n".join(f"{s.name}: {s.help}" for s in Predict.specs()),
+        example="\n  networks: {rdma0: survey-10gbe}\n  device_throughput: survey",
+        read=_predict, header=False)
+    calibrate: bool = key(False, BOOL, "true: profiler and comm_bench first (local networks), "
+                                       "then every cell predicted beside its measurement")
+    pace: bool = key(
+        False, BOOL, "true (with calibrate): a short profiler run before each job and each "
+                     "try predicted again at the machine's pace then",
+        check=lambda v, r: v and not r.got["calibrate"] and
+        "pace: true needs calibrate: true (the probe is compared with the calibration's "
+        "profile)")
+    calibration_check: float = key(
+        None, TOLERANCE, f"with calibrate (default {CHECK_TOLERANCE:g}; false: none): after the "
+                         "tries, each network's all-reduce (1-16 MiB) and each profile's "
+                         "compute timed again; a probe off the calibration by more than this "
+                         "fraction is reported, its job run again and its cells predicted "
+                         "again", example=f"{CHECK_TOLERANCE:g}",
+        convert=lambda v, r: float(v if v is not None else
+                                   CHECK_TOLERANCE if r.got["calibrate"] else 0),
+        check=lambda v, r: v and not r.got["calibrate"] and
+        "calibration_check needs calibrate: true (its probes are compared with the "
+        "calibration)")
+    seed: int | None = key(
+        None, COUNT0, "the tries run round-robin (try 0 of every cell, then try 1, ...), each "
+                      "round shuffled by this seed; default: the one the store recorded, else "
+                      "one chosen when the store starts", example="12345")
+    shared_jobs: bool = key(
+        False, BOOL, "true: a round's all-to-all tries of one task, network and worker count "
+                     "run as one job (--method a,b,...), each method its own replica, warm-up "
+                     "and record; the start-up is paid once per job")
+    adaptive: dict | None = key(
+        None, None, "more rounds of tries for the cells whose 95% interval is too wide "
+                    "(default: none)\n" + "\n".join(f"{s.name}: {s.help}"
+                                                    for s in Adaptive.specs()),
+        example="\n  target: 0.03\n  max_tries: 5", read=_adaptive)
+    path: str = ""
+    notes: list = field(default_factory=list)
+
+    def cells(self) -> list[Cell]:
+        drop = [select.parse(e, "skip") for e in self.skip]
+        every = [Cell(net, task, method, engine, n, self) for net in self.networks
+                 for task in self.tasks for method in self.methods for engine in self.engines
+                 for n in self.nworkers]
+        return [c for c in every if not any(d(c.axes()) for d in drop)]
+
+    def hostfile_for(self, nworkers: int, network: Network | None = None) -> str:
+        """The host file of ``nworkers`` on ``network`` (its own ``hostfile``, else the
+        sweep's), ``{nworkers}`` filled in."""
+        path = (network and network.hostfile) or self.hostfile
+        return path.replace("{nworkers}", str(nworkers))
+
+    @property
+    def min_successes(self) -> int:
+        return self.min_ok if self.min_ok is not None else max(1, math.ceil(self.tries / 2))
+
+    def header(self) -> dict:
+        """What the report needs to know about the sweep, stored with the results: the file
+        and the keys declared to be recorded."""
+        return {"file": self.path, **{
+            k.name: k.header(self) if callable(k.header) else getattr(self, k.attr)
+            for k in keys() if k.header}}
+
+
+@functools.cache
+def keys() -> tuple[Key, ...]:
+    """Every key of a sweep file, in Sweep's order (the docstring's)."""
+    out = []
+    for f in dataclasses.fields(Sweep):
+        if "sweep" in f.metadata:
+            sweep = dict(f.metadata["sweep"])
+            name, default = sweep.pop("name") or f.name, sweep.pop("default")
+            meta = f.metadata["ddlbench"]
+            out.append(Key(name, f.name, Spec(name, default, meta["kind"], meta["help"], ""),
+                           **sweep))
+    return tuple(out)
+
+
+def describe(width: int = 99, column: int = 31) -> str:
+    """The keys as the package's docstring lists them (ddlbench/sweep/__init__.py; a test holds
+    the two equal): each with its example (else its default) as YAML, its help beside it from
+    ``column`` on (each line of the help a new comment), then the example's nested lines."""
+    lines = []
+    for k in keys():
+        shown = k.example if k.example is not None else _yaml(k.spec.default)
+        first, *nested = shown.split("\n")
+        left = f"    {k.name}: {first}".rstrip()
+        for paragraph in k.spec.help.split("\n"):
+            words, lead = paragraph.split(), "# "
+            while words:
+                line = left.ljust(max(column, len(left) + 2)) + lead + words.pop(0)
+                while words and len(line) + 1 + len(words[0]) <= width:
+                    line += " " + words.pop(0)
+                lines.append(line)
+                left, lead = "", "#   "
+        lines += [f"    {line}" for line in nested]
+    return "\n".join(lines)
+
+
+def _yaml(value) -> str:
+    """A default as the sweep file would write it (flow style)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return f"[{', '.join(_yaml(v) for v in value)}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value) if value == "" or value is None else str(value)
+
+
+def resolve_config(name_or_path: str) -> str:
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    candidate = os.path.join(REPO, "configs", f"{name_or_path}.yaml")
+    if os.path.isfile(candidate):
+        return candidate
+    raise UsageError(f"sweep config {name_or_path!r} not found (a path, or a preset in "
+                     f"configs/: {', '.join(presets())})")
+
+
+def presets() -> list[str]:
+    folder = os.path.join(REPO, "configs")
+    skip = {"networks"}  # the emulated-network profiles, not a sweep
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml") and f[:-5] not in skip)
+
+
+
+
+def _read(path: str, within: frozenset = frozenset()) -> dict:
+    """The sweep file's mapping, over the one it ``extends`` (a preset name, or a path
+    relative to this file's folder): every key this file gives replaces the base's whole
+    value; ``name`` is never inherited. A chain that comes back to a file is refused."""
+    from ..yamlfile import load as load_yaml
+    raw = load_yaml(path, "sweep file")
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: a sweep file is a YAML mapping (name, networks, tasks, "
+                         f"methods, nworkers, ...)")
+    base = raw.get("extends")
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base:
+        raise UsageError(f"{path}: extends must name a sweep file (a preset in configs/ or a "
+                         f"path), got {base!r}")
+    here = os.path.realpath(path)
+    nearby = os.path.join(os.path.dirname(path), base)
+    try:
+        base_path = nearby if os.path.isfile(nearby) else resolve_config(base)
+    except UsageError as e:
+        raise UsageError(f"{path}: extends: {e}") from None
+    if os.path.realpath(base_path) in within | {here}:
+        raise UsageError(f"{path}: extends {base!r} comes back to a file already extended")
+    merged = {k: v for k, v in _read(base_path, within | {here}).items() if k != "name"}
+    merged.update(raw)
+    return merged
+
+
+def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
+    """Parse and check a sweep file. Every problem found is listed in one UsageError, before
+    anything starts. ``preflight`` also passes every cell's arguments through the training
+    script's own argument parser and checks (so a flag it does not know, or a combination it
+    refuses, is caught here and not an hour into the sweep). ``runs`` False: the sweep is only
+    predicted (``benchmarks.py --predict-only``): its host files need not be usable and its
+    cells need not pass the training script (each setting is still checked on its own)."""
+    raw = _read(path)
+    reading = _Reading(path)
+    known = {k.name for k in keys()}
+    reading.problems += [f"unknown key {k!r}" for k in sorted(set(raw) - known, key=str)]
+    sweep = Sweep(**{k.attr: k.value(raw, reading) for k in keys()},
+                  path=os.path.abspath(path), notes=reading.notes)
+    problems = reading.problems
+    if sweep.networks and sweep.tasks and sweep.methods and sweep.nworkers and not sweep.cells():
+        problems.append("skip leaves no cell to run")
+    problems += _check_names(sweep.tasks, sweep.methods)
+    problems += _check_combinations(sweep, hosts=runs)
+    if preflight and runs and not problems:
+        problems += _preflight(sweep)
+    if problems:
+        raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
+    return sweep
 
 
 def _check_names(tasks, entries) -> list[str]:
