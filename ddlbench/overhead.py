@@ -24,7 +24,6 @@ Prints the throughput ratios counters / nothing and full / nothing, medians over
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -105,8 +104,8 @@ def _build(args):
     work = models.build(args.model, image_size=args.image_size, sentence_len=args.sentence_len)
     work.model.to(args.device).train()
     batch = work.make_batch(args.batch_size, args.device, torch.Generator().manual_seed(0))
-    settings = argparse.Namespace(model=args.model, optimizer=args.optimizer, lr=None,
-                                  momentum=args.momentum, weight_decay=0.0)
+    settings = workload.OptimizerSpec(model=args.model, flag=args.optimizer,
+                                      momentum=args.momentum)
     opt = workload.make_optimizer(settings, work.model.parameters(),
                                   workload.learning_rate(settings, 1))
     return work, batch, opt

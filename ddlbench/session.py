@@ -33,6 +33,9 @@ class Run:
     lr: float
     comm: Comm
     method: methods.Method
+    # what the replica and its optimizer are (None for a run built by hand, as overhead's)
+    spec: workload.Spec | None = None
+    optimizer_spec: workload.OptimizerSpec | None = None
 
     def forward_backward(self) -> None:
         """One forward and backward pass on this rank's batch, outside the method."""
@@ -87,12 +90,13 @@ def build(args, ctx, method_id: str, compressor_id: str) -> Run:
     """The run of ``method_id`` with ``compressor_id`` on this rank, not yet started (use it
     as ``with run.method:``)."""
     cls = methods.lookup(method_id, args.engine)
-    work, batch = workload.replica(args, ctx)
-    lr = workload.learning_rate(args, ctx.size)
-    optimizer = workload.make_optimizer(args, work.model.parameters(), lr)
+    spec, optimizer_spec = workload.Spec.of(args), workload.OptimizerSpec.of(args)
+    work, batch = workload.replica(spec, ctx)
+    lr = workload.learning_rate(optimizer_spec, ctx.size)
+    optimizer = workload.make_optimizer(optimizer_spec, work.model.parameters(), lr)
     comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps,
                 trace_file=bool(getattr(args, "timeline", None)))
     compressor = compression.create(compressor_id, **compressor_values(args))
     method = cls(work.model, optimizer, comm, method_options(cls, args), compressor,
                  model_name=args.model)
-    return Run(work, batch, optimizer, lr, comm, method)
+    return Run(work, batch, optimizer, lr, comm, method, spec, optimizer_spec)

@@ -275,7 +275,7 @@ def _check_ignored(args) -> None:
 def _check_optimizer(args) -> None:
     """--momentum is SGD's: with Adam or AdamW (chosen, or --optimizer auto's for BERT) it
     would do nothing, so it is refused."""
-    name = workload.optimizer_name(args)
+    name = workload.optimizer_name(workload.OptimizerSpec.of(args))
     if args.momentum is not None and name != "sgd":
         how = (f"--optimizer auto chose {name}, the original's for {args.model}"
                if args.optimizer == "auto" else f"the optimizer is {name}")
@@ -411,14 +411,15 @@ def _benchmark(args, ctx) -> None:
         _print_traffic(log, args, ctx, method, model, traffic, compressed)
         # Counted once, by rank 0, after the timed rounds (the others wait in the record's
         # first collective).
-        counted = flops.achieved(flops.count(args), result) if ctx.is_root else None
+        counted = flops.achieved(flops.count(run.spec), result) if ctx.is_root else None
         if counted is not None:
             _print_flops(log, ctx, run.work.unit, counted)
         rec = record.run_record(args, ctx, lr=run.lr, options=method.options.as_dict(),
                                 method=method.describe(), model=model, result=result,
                                 communication=traffic, compression=compressed,
                                 rss_after_warmup=warm.get("rss"),
-                                optimizer=workload.optimizer_info(args, run.optimizer),
+                                optimizer=workload.optimizer_info(run.optimizer_spec,
+                                                                  run.optimizer),
                                 flops=counted, timeline=spent, servers_before=before)
         run.write_trace(args.trace_collectives, args.method)
     if ctx.is_root and args.output:

@@ -248,8 +248,9 @@ class Reference:
 def run(args, ctx, pairs: list[tuple[str, str]]) -> int:
     """Run every (method, compressor) pair for ``--verify STEPS`` steps beside the reference,
     one line per step on rank 0; 1 when any step of any pair failed."""
-    lr = workload.learning_rate(args, ctx.size)
-    rtol, atol = default_tolerance(workload.optimizer_name(args), lr)
+    optimizer = workload.OptimizerSpec.of(args)
+    lr = workload.learning_rate(optimizer, ctx.size)
+    rtol, atol = default_tolerance(workload.optimizer_name(optimizer), lr)
     rtol = rtol if args.rtol is None else args.rtol
     atol = atol if args.atol is None else args.atol
     failed = []
@@ -274,7 +275,8 @@ def _verify_one(args, ctx, method_id, comp, name, rtol, atol) -> bool:
             math = ReferenceMath(comp, ctx.size, dtype=method.params[0].dtype,
                                  **session.compressor_values(args),
                                  fp16_divide="after" if args.engine == "horovod" else "before")
-        reference = Reference(run.work.model, lambda p: workload.make_optimizer(args, p, run.lr),
+        reference = Reference(run.work.model,
+                              lambda p: workload.make_optimizer(run.optimizer_spec, p, run.lr),
                               ctx, rtol=rtol, atol=atol, compression=math)
         recording = _Recording(args, ctx, run, name)
         ok = True

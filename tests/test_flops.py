@@ -1,5 +1,4 @@
 """FLOPs per sample (ddlbench/measure/flops.py) against counts worked out by hand."""
-import argparse
 
 import pytest
 import torch
@@ -30,8 +29,9 @@ def test_two_linear_layers_by_hand():
 
 
 def _args(**kw):
+    from ddlbench.measure import workload
     base = dict(model="resnet18", image_size=32, sentence_len=16, num_classes=1000)
-    return argparse.Namespace(**{**base, **kw})
+    return workload.Spec(**{**base, **kw})
 
 
 def test_small_cnn_by_the_convolution_formula():

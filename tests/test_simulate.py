@@ -19,7 +19,7 @@ METHODS = sorted(sim.GROUPINGS)
 
 def _work(seed, n=12, optimizer_s=0.004):
     rng = random.Random(seed)
-    return sim.Workload(forward_s=rng.uniform(0.01, 0.05),
+    return sim.Compute(forward_s=rng.uniform(0.01, 0.05),
                         backward_s=[rng.uniform(1e-4, 5e-3) for _ in range(n)],
                         nbytes=[rng.choice([512, 4096, 65536, 1 << 20, 4 << 20])
                                 for _ in range(n)],
@@ -88,7 +88,7 @@ def test_ddp_buckets_are_torchs():
 
 
 def test_bsp_by_hand():
-    work = sim.Workload(0.5, [0.25, 0.125, 0.25], [1000, 2000, 1000], optimizer_s=0.125)
+    work = sim.Compute(0.5, [0.25, 0.125, 0.25], [1000, 2000, 1000], optimizer_s=0.125)
     link = sim.Link(0.5, 0.001)
     p = sim.predict("bspa2a", work, link)
     # tf + sum(tb) + (alpha + beta M) + optimizer, numbers exact in binary
@@ -114,7 +114,7 @@ def test_all_compute_and_all_communication_extremes():
         assert p.iteration_s == pytest.approx(work.compute_s, rel=1e-12), method
         assert p.metrics["exposed_s"] == pytest.approx(0, abs=1e-12)
         assert p.bottleneck == "compute-bound"
-    comm_only = sim.Workload(0.0, [0.0] * 5, [1000] * 5)
+    comm_only = sim.Compute(0.0, [0.0] * 5, [1000] * 5)
     link = sim.Link(0.01, 1e-6)
     for method in METHODS:
         p = sim.predict(method, comm_only, link, threshold=2000, bucket_cap_mb=2000 / 2 ** 20)
@@ -144,7 +144,7 @@ def test_more_bandwidth_never_predicts_slower(seed):
 
 
 def test_two_channels_start_a_message_when_either_is_free():
-    work = sim.Workload(0.0, [1.0, 0.0, 0.0], [1000, 1000, 1000])
+    work = sim.Compute(0.0, [1.0, 0.0, 0.0], [1000, 1000, 1000])
     link = sim.Link(0.0, 0.001)   # 1 s a message
     one = sim.replay(work, link, [[0], [1], [2]], channels=1)
     two = sim.replay(work, link, [[0], [1], [2]], channels=2)
@@ -158,22 +158,22 @@ def test_a_message_costs_the_links_per_message_and_queueing_costs_by_hand():
     handed over (both from comm_bench's burst, ``topology.Measured``)."""
     link = sim.Link(0.0, 0.001, per_message_s=0.25, queued_s=0.5)   # 1 s a 1000-byte message
     # gradients 2 s apart: each message finds the channel free
-    spaced = sim.replay(sim.Workload(0.0, [2.0, 2.0, 2.0], [1000] * 3), link, [[0], [1], [2]])
+    spaced = sim.replay(sim.Compute(0.0, [2.0, 2.0, 2.0], [1000] * 3), link, [[0], [1], [2]])
     starts = lambda p: [t / 1e6 for e in p.events if e[1] == timeline.COMM  # noqa: E731
                         for t in e[3:5]]
     assert starts(spaced) == pytest.approx([2, 3.25, 4, 5.25, 6, 7.25])
     # all ready at once (a burst): the first 1.25 s, the two that waited 1.75 s each
-    burst = sim.replay(sim.Workload(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]])
+    burst = sim.replay(sim.Compute(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]])
     assert starts(burst) == pytest.approx([1, 2.25, 2.25, 4.0, 4.0, 5.75])
     assert burst.iteration_s == pytest.approx(5.75)
     # on two channels only the third waits
-    two = sim.replay(sim.Workload(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]],
+    two = sim.replay(sim.Compute(0.0, [1.0, 0.0, 0.0], [1000] * 3), link, [[0], [1], [2]],
                      channels=2)
     assert starts(two) == pytest.approx([1, 2.25, 1, 2.25, 2.25, 4.0])
     # every collective that waited: PowerSGD's P of the second message behind the first's;
     # the Qs issued in the step, the first behind that P, the second on a free channel
     codec = sim.Codec("powersgd", 2, powersgd_rank=1)
-    one = sim.replay(sim.Workload(0.0, [1.0, 0.0], [4 * 64] * 2, shapes=[(8, 8)] * 2),
+    one = sim.replay(sim.Compute(0.0, [1.0, 0.0], [4 * 64] * 2, shapes=[(8, 8)] * 2),
                      sim.Link(0.0, 0.0, per_message_s=0.25, queued_s=0.5), [[0], [1]],
                      codec=codec)
     assert starts(one) == pytest.approx([1, 1.25, 1.25, 2.0, 2.0, 2.75, 2.75, 3.0])
@@ -191,7 +191,7 @@ def test_powersgds_q_is_encoded_and_all_reduced_in_the_step_by_hand():
     row on the channel, as before."""
     # two 8 x 8 matrices (64 elements) 1 s of backward apart; a collective 0.5 s; encode 1 s
     # per matrix, 0.5 s of it at wait; decode 0.25 s
-    work = sim.Workload(0.0, [1.0, 1.0], [4 * 64] * 2, shapes=[(8, 8)] * 2)
+    work = sim.Compute(0.0, [1.0, 1.0], [4 * 64] * 2, shapes=[(8, 8)] * 2)
     codec = sim.Codec("powersgd", 2, powersgd_rank=1, encode_s_per_element=1 / 64,
                       decode_s_per_element=0.25 / 64, encode_at_wait_s_per_element=0.5 / 64)
     link = sim.Link(0.5, 0.0)
@@ -243,8 +243,8 @@ def test_the_predicted_trace_reads_back_with_the_same_metrics():
 
 @pytest.mark.parametrize("make,message", [
     (lambda: sim.predict("magic", _work(0), LINKS[0]), "cannot predict method 'magic'"),
-    (lambda: sim.Workload(0.1, [0.1], [10, 20]), "one backward time per tensor"),
-    (lambda: sim.Workload(0.1, [-0.1], [10]), "must be finite and >= 0"),
+    (lambda: sim.Compute(0.1, [0.1], [10, 20]), "one backward time per tensor"),
+    (lambda: sim.Compute(0.1, [-0.1], [10]), "must be finite and >= 0"),
     (lambda: sim.Link(-1.0, 0.0), "alpha and beta must be >= 0"),
     (lambda: sim.Link(0.0, 0.0, queued_s=float("nan")), "per-message and queueing costs must"),
     (lambda: sim.replay(_work(0, n=3), LINKS[0], [[0, 1]]), "cover every tensor"),
@@ -262,7 +262,7 @@ def test_bytescheduler_without_partition_credit_or_forward_is_wfbp():
     iteration's first module waits for the last message: WFBP's iteration."""
     for seed in range(3):
         w = _work(seed, optimizer_s=0.0)
-        work = sim.Workload(0.0, w.backward_s, w.nbytes, names=w.names)
+        work = sim.Compute(0.0, w.backward_s, w.nbytes, names=w.names)
         for link in LINKS:
             p = sim.predict("bytescheduler", work, link, partition=10 ** 9, credit=10 ** 12)
             wfbp = sim.predict("wfbp", work, link)
@@ -274,7 +274,7 @@ def test_bytescheduler_extremes_and_the_next_forward():
     work = _work(4, optimizer_s=0.0)
     free = sim.predict("bytescheduler", work, sim.Link(0.0, 0.0), partition=50000)
     assert free.iteration_s == pytest.approx(work.compute_s, rel=1e-12)
-    comm_only = sim.Workload(0.0, [0.0] * 4, [40000] * 4)
+    comm_only = sim.Compute(0.0, [0.0] * 4, [40000] * 4)
     link = sim.Link(0.01, 1e-6)
     p = sim.predict("bytescheduler", comm_only, link, partition=4000, credit=8000)
     # 10,000 elements a tensor: chunks of 4,000, 4,000 and 2,000, back to back: start-ups
@@ -284,7 +284,7 @@ def test_bytescheduler_extremes_and_the_next_forward():
     # three 4 MiB back layers, then a small front one: WFBP sends the front last, so the next
     # forward waits for everything; ByteScheduler's 1 MB chunks, one in flight, let the front
     # one overtake, and the next forward overlaps the back layers' chunks
-    work = sim.Workload(0.03, [0.01, 0.001, 0.001, 0.001], [4 << 20] * 3 + [4096])
+    work = sim.Compute(0.03, [0.01, 0.001, 0.001, 0.001], [4 << 20] * 3 + [4096])
     link = sim.Link(1e-4, 1e-9)
     bs = sim.predict("bytescheduler", work, link, partition=250000, credit=250000)
     wfbp = sim.predict("wfbp", work, link)
@@ -298,7 +298,7 @@ def test_bytescheduler_priority_lets_a_front_layer_overtake():
     """Credit for one chunk at a time: tensor 0 (front, ready last) goes before the chunks of
     tensor 1 still queued when it is ready."""
     # backward order: tensor 1 (back) ready at 0.1 s, tensor 0 (front) at 0.15 s
-    work = sim.Workload(0.0, [0.1, 0.05], [16000, 800], names=["back", "front"])
+    work = sim.Compute(0.0, [0.1, 0.05], [16000, 800], names=["back", "front"])
     link = sim.Link(0.0, 1e-5)   # 4,000-byte chunk: 0.04 s
     p = sim.predict("bytescheduler", work, link, partition=1000, credit=1)
     order = [e[5]["tensor"] for e in sorted(p.history, key=lambda e: e[3])
@@ -314,7 +314,7 @@ def test_bytescheduler_timing_round_by_hand():
     for nothing and its synchronize for everything."""
     # forward order l0, l1, l2: 1 s forward and backward each; all-reduces 1, 2, 2 s; credit
     # for one chunk at a time, so tensor 0 (ready last) overtakes tensor 1
-    work = sim.Workload(3.0, [1.0, 1.0, 1.0], [8, 8, 4])
+    work = sim.Compute(3.0, [1.0, 1.0, 1.0], [8, 8, 4])
     link = sim.Link(0.0, 0.25)
     steady = sim.predict("bytescheduler", work, link, credit=1)
     # step 1: forward 0-3, backward 3-6, all-reduces l2 4-6, l0 6-7, l1 7-9; step 2 from 6:
@@ -359,7 +359,7 @@ def test_a_compressor_costs_its_collectives_and_its_codec():
         assert half.groups == plain.groups
         assert half.iteration_s == pytest.approx(expected, rel=1e-12), method
         assert half.message_bytes == [sum(work.nbytes[b] for b in g) // 2 for g in plain.groups]
-    comm_only = sim.Workload(0.0, [0.0] * 3, [4000, 8000, 400], shapes=[(10, 100), (2000,),
+    comm_only = sim.Compute(0.0, [0.0] * 3, [4000, 8000, 400], shapes=[(10, 100), (2000,),
                                                                        (100,)])
     codec = sim.Codec("topk", nworkers=4, density=0.01, encode_s_per_element=1e-6,
                       decode_s_per_element=2e-6, allgather=sim.Link(0.5, 1e-3))
@@ -395,7 +395,7 @@ def test_push_and_pull_pipeline_by_hand():
     server 1 the others; the servers' links bound the pushes (the last pushed at 4.25 s, the
     servers' share n M / (k B) = 4 s plus the first push's offset) and the last pull then takes
     its server's uplink 1 s: 5.25 s."""
-    comm_only = sim.Workload(0.0, [0.0], [8 * 1024], names=["g"])
+    comm_only = sim.Compute(0.0, [0.0], [8 * 1024], names=["g"])
     servers = sim.ServerLinks(0.0, 2 ** -12, 2 ** -12, nservers=2, pushers=4)
     p = sim.predict("bspps", comm_only, None, servers=servers, partition_bytes=1024)
     assert p.iteration_s == 5.25
@@ -418,7 +418,7 @@ def test_the_local_sum_crosses_the_leaders_link_in_order_each_way():
     out in turn, the last at 2.625 + 0.5 + 0.125 = 3.25 s: the leader's link is the
     bottleneck, M b_local, plus one partition's other stages and both latencies. A large
     message costs max(M/B, n M/(k B), M b_local) per direction."""
-    comm_only = sim.Workload(0.0, [0.0], [4 * 1024])
+    comm_only = sim.Compute(0.0, [0.0], [4 * 1024])
     one = sim.ServerLinks(0.0, 2 ** -12, 0.0)
     local = sim.Link(0.125, 2 ** -11)
     p = sim.predict("bspps", comm_only, None, servers=one, local=local, partition_bytes=1024)
@@ -429,7 +429,7 @@ def test_the_local_sum_crosses_the_leaders_link_in_order_each_way():
     assert sim.predict("bspps", comm_only, None, servers=one,
                        partition_bytes=1024).iteration_s == 1.25
     M, part = 64 << 20, 1 << 16
-    big = sim.Workload(0.0, [0.0], [M])
+    big = sim.Compute(0.0, [0.0], [M])
     for lb in (5e-10, 2e-9, 8e-9):
         servers = sim.ServerLinks(0.0, 1e-9, 1e-10, nservers=2, pushers=8)
         q = sim.predict("bspps", big, None, servers=servers, local=sim.Link(0.0, lb),
@@ -445,7 +445,7 @@ def test_a_push_queued_behind_another_costs_its_queueing_cost():
     partitions at once are 5 stages (1.25 s) and 3 queued pushes (3 x 0.125 s); the same 4
     handed over 1 s apart (wfbpps, each tensor's gradient 1 s after the one before) queue
     nothing: each ends 0.5 s after its gradient."""
-    comm_only = sim.Workload(0.0, [0.0], [4 * 1024])
+    comm_only = sim.Compute(0.0, [0.0], [4 * 1024])
     plain = sim.ServerLinks(0.0, 2 ** -12, 0.0)
     queued = sim.ServerLinks(0.0, 2 ** -12, 0.0, queued_s_per_byte=2 ** -13)
     assert sim.predict("bspps", comm_only, None, servers=plain,
@@ -453,7 +453,7 @@ def test_a_push_queued_behind_another_costs_its_queueing_cost():
     assert sim.predict("bspps", comm_only, None, servers=queued,
                        partition_bytes=1024).iteration_s == 1.25 + 3 * 0.125
     assert queued.message(4 * 1024, 1024) == 1.25 + 3 * 0.125
-    spaced = sim.Workload(0.0, [1.0] * 4, [1024] * 4)
+    spaced = sim.Compute(0.0, [1.0] * 4, [1024] * 4)
     for servers in (plain, queued):
         assert sim.predict("wfbpps", spaced, None, servers=servers,
                            partition_bytes=1024).iteration_s == 4.5
@@ -467,7 +467,7 @@ def test_ps_large_messages_cost_the_section_3_formula(k):
     """max(M/B, n M/(k B)) per direction: with small partitions the iteration of bspps on a
     comm-only workload approaches it (plus one partition's pull)."""
     M, n, part = 64 << 20, 8, 1 << 16
-    comm_only = sim.Workload(0.0, [0.0], [M])
+    comm_only = sim.Compute(0.0, [0.0], [M])
     for wb, sb in ((1e-9, 1e-9), (1e-9, 1e-10), (4e-9, 1e-10)):
         servers = sim.ServerLinks(0.0, wb, sb, nservers=k, pushers=n)
         p = sim.predict("bspps", comm_only, None, servers=servers, partition_bytes=part)
@@ -540,7 +540,7 @@ def test_interference_by_hand():
     kappa = 1, mu = 0.5: from 0.5 s compute runs at 1/2, communication at 2/3; the message
     ends at 0.5 + 1.5 = 2.0 s, when 0.75 s of the backward is done; its last 0.25 s runs
     alone (2.25 s), then message 1 alone, 1 s: 3.25 s (2.5 s without interference)."""
-    work = sim.Workload(0.0, [0.5, 1.0], [1000, 1000], optimizer_s=0.25)
+    work = sim.Compute(0.0, [0.5, 1.0], [1000, 1000], optimizer_s=0.25)
     link = sim.Link(0.0, 0.001)
     plain = sim.predict("wfbp", work, link)
     assert plain.iteration_s == 2.75
@@ -565,7 +565,7 @@ def test_interference_bytescheduler_by_hand():
     A's update alone, to 4 s; the forward (1.5 s) and B's backward (1 s) alone, to 6.5 s; B's
     message beside A's 0.5 s backward, both at half speed, to 7.5 s, when A leaves half of
     B's message done. 7.5 s an iteration, 6.5 s without interference."""
-    work = sim.Workload(1.5, [1.0, 0.5], [1000, 2000], optimizer_s=1.5, names=["B", "A"])
+    work = sim.Compute(1.5, [1.0, 0.5], [1000, 2000], optimizer_s=1.5, names=["B", "A"])
     link = sim.Link(0.0, 0.001)
     assert sim.predict("bytescheduler", work, link).iteration_s == pytest.approx(6.5)
     p = sim.predict("bytescheduler", _slowed(work, 1.0, 1.0), link)
@@ -703,7 +703,7 @@ def test_interfering_predictions_are_valid_timelines():
 @pytest.mark.parametrize("kappa,mu", [(-0.1, 0.0), (0.0, float("nan")), (float("inf"), 0.0)])
 def test_interference_must_be_finite_and_not_negative(kappa, mu):
     with pytest.raises(UsageError, match="interference slowdowns must be finite and >= 0"):
-        sim.Workload(0.1, [0.1], [10], compute_slowdown=kappa, comm_slowdown=mu)
+        sim.Compute(0.1, [0.1], [10], compute_slowdown=kappa, comm_slowdown=mu)
 
 
 def test_predict_takes_the_profiles_interference(tmp_path, capsys):
@@ -768,7 +768,7 @@ def test_bytescheduler_forward_by_tensor_by_hand():
     to 3.5 s: 3.5 + 1.5 + 2 = 7 s an iteration. The profile's per-tensor forward (B 0.4 s, A
     1.2 s, the other 0.4 s shared 1:3: B 0.5 s, A 1.5 s) ends A's at 3.5 s, when B's update
     is done: no second wait, 3.5 + 0.5 + 2 = 6 s."""
-    old = sim.Workload(2.0, [1.5, 0.5], [2000, 1000], optimizer_s=1.5, names=["B", "A"])
+    old = sim.Compute(2.0, [1.5, 0.5], [2000, 1000], optimizer_s=1.5, names=["B", "A"])
     new = dataclasses.replace(old, forward_tensor_s=[0.4, 1.2])
     link = sim.Link(0.0, 0.001)
     waits = {}
@@ -838,7 +838,7 @@ def _hosted(work, host=HOST):
 def test_the_methods_copies_and_divides_by_hand():
     """Tensors of 1, 2 and 1 KiB, ready at 0.75, 0.875 and 1.125 s; a message of M bytes costs
     0.5 + M/1024 s; a copy 1/4096 s a byte, a divide 1/8192. Every number exact in binary."""
-    work = _hosted(sim.Workload(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
+    work = _hosted(sim.Compute(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
                                 optimizer_s=0.125))
     link = sim.Link(0.5, 2 ** -10)
     # bspa2a: the backward (1.125 s), the pack (1 s), the message (4.5 s), the divide (0.5 s)
@@ -885,7 +885,7 @@ def test_the_codec_runs_where_the_method_calls_its_compressor():
     its decode (1/2048 s an element) waits for each message in the step; DDP's runs on its own
     thread, on the channel around the bucket's all-reduce. Messages of M bytes (half in fp16)
     cost 0.5 + M/1024 s."""
-    work = sim.Workload(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024], optimizer_s=0.125)
+    work = sim.Compute(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024], optimizer_s=0.125)
     link = sim.Link(0.5, 2 ** -10)
     codec = sim.Codec("fp16", 2, encode_s_per_element=2 ** -10, decode_s_per_element=2 ** -11)
     # wfbp: t0 ready at 0.75 s, encoded to 1.0, sent to 2.0; t1 ready 1.125, encoded to 1.625,
@@ -909,7 +909,7 @@ def test_issuing_each_collective_by_hand():
     """The bucketed all-reduce methods issue each collective from the training thread, 1/16 s
     apiece here, after the pack, before the message starts (the hand-made workload above: a
     message of M bytes costs 0.5 + M/1024 s). DDP (its reducer) and the PS methods do not."""
-    work = _hosted(sim.Workload(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
+    work = _hosted(sim.Compute(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
                                 optimizer_s=0.125), sim.Host(issue_s=0.0625))
     link = sim.Link(0.5, 2 ** -10)
     # wfbp: t0 ready at 0.75 s, issued to 0.8125, its message to 2.3125; t1's backward from
@@ -1023,10 +1023,10 @@ def test_a_pack_under_interference_is_compute():
     one fusion bucket) are packed (0.25 s) while t0's 4 s message is in flight; with kappa = 1
     the backward with its pack ends at 0.5 + 2 * (0.25 + 0.25 + 0.25) = 2.0 s, as it does with
     t2's backward 0.25 s longer and no pack."""
-    base = sim.Workload(0.0, [0.5, 0.25, 0.25], [4096, 512, 512])
+    base = sim.Compute(0.0, [0.5, 0.25, 0.25], [4096, 512, 512])
     link = sim.Link(0.0, 2 ** -10)
     packed = _hosted(base, sim.Host(copy_s_per_byte=2 ** -12))
-    longer = sim.Workload(0.0, [0.5, 0.25, 0.5], [4096, 512, 512])
+    longer = sim.Compute(0.0, [0.5, 0.25, 0.5], [4096, 512, 512])
 
     def backward_end(p):
         return [e[4] for e in p.events if e[0] == "backward"][0] / 1e6

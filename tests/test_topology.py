@@ -335,8 +335,8 @@ def test_a_burst_gives_the_link_its_per_message_and_queueing_costs(tmp_path):
     assert net.link("allreduce", 4) == simulate.Link(alpha, beta, _on_line(alpha, beta))
     assert "bursts P = 2" in net.describe()
     n = len(sizes)
-    spaced = simulate.Workload(0.0, [1.0] * n, sizes)      # each message alone on the link
-    at_once = simulate.Workload(0.0, [1.0] + [0.0] * (n - 1), sizes)
+    spaced = simulate.Compute(0.0, [1.0] * n, sizes)      # each message alone on the link
+    at_once = simulate.Compute(0.0, [1.0] + [0.0] * (n - 1), sizes)
     groups = [[b] for b in range(n)]
     assert simulate.replay(spaced, link, groups).metrics["comm_s"] == \
         pytest.approx(line + 4e-3, rel=1e-9)

@@ -270,9 +270,10 @@ def test_optimizer_choice_and_its_record(argv, nworkers, expected):
     from ddlbench.measure import workload
     from ddlbench.train import parse_args
     args = parse_args(argv)
-    lr = workload.learning_rate(args, nworkers)
-    opt = workload.make_optimizer(args, [torch.nn.Parameter(torch.zeros(2))], lr)
-    info = workload.optimizer_info(args, opt)
+    spec = workload.OptimizerSpec.of(args)
+    lr = workload.learning_rate(spec, nworkers)
+    opt = workload.make_optimizer(spec, [torch.nn.Parameter(torch.zeros(2))], lr)
+    info = workload.optimizer_info(spec, opt)
     assert info["auto"] == ("--optimizer" not in argv)
     assert info["flag"] == args.optimizer
     assert info["lr_given"] == ("--lr" in argv)

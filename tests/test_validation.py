@@ -18,7 +18,7 @@ def full():
     return validation.validate("topology")
 
 
-def _work(model: str) -> tuple[simulate.Workload, int]:
+def _work(model: str) -> tuple[simulate.Compute, int]:
     """The model's H200 profile, read here, times scaled so one worker runs at the survey's
     1-GPU figure; no optimizer step."""
     with open(os.path.join(REPO, "configs", "profiles", validation.PROFILES[model])) as f:
@@ -27,7 +27,7 @@ def _work(model: str) -> tuple[simulate.Workload, int]:
     fwd, bwd = prof["forward_s"], prof["backward_s"]
     factor = batch / survey.single_gpu(model) / (fwd + sum(bwd) + 0.0)
     shapes = [tuple(t["shape"]) for t in prof["tensors"]]
-    work = simulate.Workload(fwd * factor, [x * factor for x in bwd],
+    work = simulate.Compute(fwd * factor, [x * factor for x in bwd],
                              [t["bytes"] for t in prof["tensors"]], 0.0,
                              [t["name"] for t in prof["tensors"]], shapes)
     return work, batch

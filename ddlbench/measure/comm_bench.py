@@ -1,4 +1,5 @@
-"""Communication micro-benchmark, and the alpha-beta model fitted to it: ``python -m ddlbench.measure.comm_bench``.
+"""Communication micro-benchmark, and the alpha-beta model fitted to it.
+``python -m ddlbench.measure.comm_bench``:
 
     python -m ddlbench.measure.comm_bench --nworkers 4                      # 1 KiB .. 256 MiB
     python -m ddlbench.measure.comm_bench --nworkers 2 --model resnet50 --output ab.json
@@ -475,7 +476,8 @@ def _bandwidth(beta: float) -> str:
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.measure.comm_bench", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.measure.comm_bench",
+                       description=__doc__.split("\n")[0],
                        raise_errors=True, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--ops", default="allreduce,allgather",
                    help=f"comma-separated collectives: {', '.join(OPS)}")

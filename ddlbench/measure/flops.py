@@ -14,13 +14,11 @@ HOW = ("torch.utils.flop_counter.FlopCounterMode, one training step of a replica
        "counted")
 
 
-def count(args) -> dict:
+def count(spec) -> dict:
     """FLOPs of one sample's forward pass and of its forward and backward passes, for the
-    model, image size or sentence length of ``args``; ``None`` where torch has no counter
-    (torch 2.0, the Horovod lane)."""
+    model, image size or sentence length of ``spec`` (a ``workload.Spec``); ``None`` where
+    torch has no counter (torch 2.0, the Horovod lane)."""
     import torch
-
-    import models
 
     from .. import compat
     counter_mode = compat.flop_counter_mode()
@@ -30,9 +28,7 @@ def count(args) -> dict:
                            f"torch.utils.flop_counter", "count_seconds": 0.0}
     start = time.perf_counter()
     with torch.device("meta"):
-        work = models.build(args.model, image_size=args.image_size,
-                            sentence_len=args.sentence_len, num_classes=args.num_classes,
-                            attention="eager", vocab_size=getattr(args, "vocab_size", None))
+        work = spec.build(attention="eager")
     forward, both = count_workload(work, counter_mode)
     return {"forward_per_sample": forward, "forward_backward_per_sample": both,
             "counted": HOW, "count_seconds": time.perf_counter() - start}

@@ -1,4 +1,5 @@
-"""MG-WFBP profile files: the format ``python -m ddlbench.measure.profiler`` writes and MG-WFBP reads.
+"""MG-WFBP profile files: the format the profiler (``python -m ddlbench.measure.profiler``)
+writes and MG-WFBP reads.
 
 A profile (JSON, ``"format": "ddlbench-mgwfbp-profile"``) holds the model name and workload,
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
@@ -29,7 +30,8 @@ def read_profile(path: str) -> dict:
     prof = read_json(path, where)
     if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
         raise UsageError(f"{where} is not an MG-WFBP profile (no \"format\": "
-                         f"\"{PROFILE_FORMAT}\"); write one with python -m ddlbench.measure.profiler")
+                         f"\"{PROFILE_FORMAT}\"); write one with python -m "
+                         f"ddlbench.measure.profiler")
     for key, kind in (("model", str), ("tensors", list), ("backward_s", list),
                       ("forward_s", (int, float)), ("alpha_s", (int, float)),
                       ("beta_s_per_byte", (int, float))):

@@ -1,6 +1,8 @@
-"""Layer-wise profiler for MG-WFBP (docs/DESIGN.md section 4): ``python -m ddlbench.measure.profiler``.
+"""Layer-wise profiler for MG-WFBP and the performance model (docs/DESIGN.md section 4).
+``python -m ddlbench.measure.profiler``:
 
-    python -m ddlbench.measure.profiler --model resnet50 --batch-size 64 --nworkers 4 --output prof.json
+    python -m ddlbench.measure.profiler --model resnet50 --batch-size 64 --nworkers 4 \\
+        --output prof.json
     python -m ddlbench.train --method mgwfbp --mgwfbp-profile prof.json ...
 
 What it measures, on the rank's own batch:
@@ -18,7 +20,8 @@ What it measures, on the rank's own batch:
   synchronised); a module's own time (less its timed descendants') and the time since the
   previous timed module go to the parameters it is the first to own, by bytes; median
   fractions of the pass, times the forward time of the iterations without these hooks;
-- alpha and beta of this cluster: an all-reduce micro-benchmark (``ddlbench.measure.comm_bench``) over
+- alpha and beta of this cluster: an all-reduce micro-benchmark
+  (``ddlbench.measure.comm_bench``) over
   the sizes of the model's gradient tensors and the whole gradient, fitted as
   ``t = alpha + beta * bytes`` (relative least squares);
 - with more than one worker, the CPU interference (``measure_interference``; skipped with
@@ -637,7 +640,8 @@ def _global_rank0(group):
 # --------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.measure.profiler", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m ddlbench.measure.profiler",
+                       description=__doc__.split("\n")[0],
                        raise_errors=True, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch-size", type=int, default=64)
@@ -710,11 +714,11 @@ def main(argv=None) -> int:
 
 def worker(args, placement) -> int:
     from .. import engine
-    from .workload import learning_rate, make_optimizer, replica
+    from .workload import OptimizerSpec, Spec, learning_rate, make_optimizer, replica
     from ..netem import run_info
 
     def run(ctx) -> int:
-        work, batch = replica(args, ctx)
+        work, batch = replica(Spec.of(args), ctx)
 
         def forward_backward():
             work.loss(work.model, batch).backward()
@@ -744,8 +748,8 @@ def worker(args, placement) -> int:
         prof["host"] = measure_host(work.model, forward_backward, device=ctx.device)
         # Last, as it changes the parameters: the optimizer's step, for the performance model
         # (python -m ddlbench.model.predict). Every rank steps at once, as in training.
-        optimizer = make_optimizer(args, work.model.parameters(),
-                                   learning_rate(args, ctx.size))
+        opt = OptimizerSpec.of(args)
+        optimizer = make_optimizer(opt, work.model.parameters(), learning_rate(opt, ctx.size))
         seconds = time_optimizer(optimizer, forward_backward, device=ctx.device,
                                  warmup=args.warmup, iters=args.iters)
         prof["optimizer"] = type(optimizer).__name__

@@ -1,25 +1,79 @@
-"""One rank's workload: the model with rank 0's initial state, its fake batch, its optimizer."""
+"""One rank's workload: the model with rank 0's initial state, its fake batch, its optimizer;
+what they are is typed (``Spec``, ``OptimizerSpec``), built once from an entry's flags."""
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 
-def replica(args, ctx):
+
+def _of(cls, flags, **renamed):
+    """``cls`` from a command line's flags: each field from the flag of its name (or the one
+    ``renamed`` maps it to), its default where the command has no such flag."""
+    values = {}
+    for f in fields(cls):
+        name = renamed.get(f.name, f.name)
+        if hasattr(flags, name):
+            values[f.name] = getattr(flags, name)
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a replica is: the model (``models.build``'s name) and its input (image size,
+    sentence length, classes, BERT's vocabulary; None: the model's own), the per-worker batch,
+    the seed and the parameters' dtype."""
+    model: str
+    batch_size: int = 64
+    sentence_len: int = 64
+    image_size: int | None = None
+    num_classes: int = 1000
+    vocab_size: int | None = None
+    seed: int = 42
+    dtype: str = "float32"
+
+    @classmethod
+    def of(cls, flags) -> "Spec":
+        return _of(cls, flags)
+
+    def build(self, attention: str | None = None):
+        """The ``models.Workload`` (on the current default device)."""
+        import models
+        extra = {} if attention is None else {"attention": attention}
+        return models.build(self.model, image_size=self.image_size,
+                            sentence_len=self.sentence_len, num_classes=self.num_classes,
+                            vocab_size=self.vocab_size, **extra)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The plain torch optimizer a run wraps: ``flag`` as ``--optimizer`` gives it (auto: the
+    original's for ``model``), the learning rate (None: the original's), SGD's momentum
+    (None: 0) and the weight decay."""
+    model: str
+    flag: str = "auto"
+    lr: float | None = None
+    momentum: float | None = None
+    weight_decay: float = 0.0
+
+    @classmethod
+    def of(cls, flags) -> "OptimizerSpec":
+        return _of(cls, flags, flag="optimizer")
+
+
+def replica(spec: Spec, ctx):
     """This rank's model, with rank 0's initial parameters and buffers, in training mode on
     the device, and one fake batch of its own (different data on each rank)."""
     import torch
     import torch.distributed as dist
 
-    import models
-    torch.manual_seed(args.seed)
-    work = models.build(args.model, image_size=args.image_size,
-                        sentence_len=args.sentence_len, num_classes=args.num_classes,
-                        vocab_size=getattr(args, "vocab_size", None))
-    dtype = getattr(torch, getattr(args, "dtype", "float32"))
+    torch.manual_seed(spec.seed)
+    work = spec.build()
+    dtype = getattr(torch, spec.dtype)
     work.model.to(ctx.device, dtype=dtype).train()
     with torch.no_grad():
         for t in list(work.model.parameters()) + list(work.model.buffers()):
             dist.broadcast(t.data, 0)
-    gen = torch.Generator().manual_seed(args.seed * 1000 + ctx.rank)
-    return work, _cast(work.make_batch(args.batch_size, ctx.device, gen), dtype)
+    gen = torch.Generator().manual_seed(spec.seed * 1000 + ctx.rank)
+    return work, _cast(work.make_batch(spec.batch_size, ctx.device, gen), dtype)
 
 
 def _cast(batch, dtype):
@@ -50,40 +104,40 @@ def is_bert(model: str) -> bool:
     return model in models.BERT_CONFIGS
 
 
-def optimizer_name(args) -> str:
+def optimizer_name(spec: OptimizerSpec) -> str:
     """``--optimizer``, with ``auto`` resolved to the original's choice for the model family:
     adamw for BERT, sgd for the CNNs."""
-    if args.optimizer != "auto":
-        return args.optimizer
-    return "adamw" if is_bert(args.model) else "sgd"
+    if spec.flag != "auto":
+        return spec.flag
+    return "adamw" if is_bert(spec.model) else "sgd"
 
 
-def learning_rate(args, nworkers: int) -> float:
+def learning_rate(spec: OptimizerSpec, nworkers: int) -> float:
     """``--lr``, else the original's for the optimizer: SGD 0.01 x workers, Adam and AdamW
     2e-5 (not scaled)."""
-    if args.lr is not None:
-        return args.lr
-    return SGD_LR_PER_WORKER * nworkers if optimizer_name(args) == "sgd" else ADAM_LR
+    if spec.lr is not None:
+        return spec.lr
+    return SGD_LR_PER_WORKER * nworkers if optimizer_name(spec) == "sgd" else ADAM_LR
 
 
-def make_optimizer(args, params, lr: float):
-    """The plain torch optimizer ``optimizer_name(args)`` names, over ``params``."""
+def make_optimizer(spec: OptimizerSpec, params, lr: float):
+    """The plain torch optimizer ``optimizer_name(spec)`` names, over ``params``."""
     import torch
-    name = optimizer_name(args)
+    name = optimizer_name(spec)
     if name == "adamw":  # (torch's AdamW defaults to weight decay 0.01; the original had 0)
-        return torch.optim.AdamW(params, lr=lr, eps=ADAM_EPS, weight_decay=args.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, eps=ADAM_EPS, weight_decay=spec.weight_decay)
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, eps=ADAM_EPS, weight_decay=args.weight_decay)
-    momentum = DEFAULT_MOMENTUM if args.momentum is None else args.momentum
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=args.weight_decay)
+        return torch.optim.Adam(params, lr=lr, eps=ADAM_EPS, weight_decay=spec.weight_decay)
+    momentum = DEFAULT_MOMENTUM if spec.momentum is None else spec.momentum
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=spec.weight_decay)
 
 
-def optimizer_info(args, optimizer) -> dict:
+def optimizer_info(spec: OptimizerSpec, optimizer) -> dict:
     """What ran, for the record: the class and its first group's hyper-parameters (None where
     the class has no such setting), and whether ``--optimizer auto`` chose it."""
     group = optimizer.param_groups[0]
     betas = group.get("betas")
-    return {"class": type(optimizer).__name__, "flag": args.optimizer,
-            "auto": args.optimizer == "auto", "lr": group["lr"], "lr_given": args.lr is not None,
+    return {"class": type(optimizer).__name__, "flag": spec.flag,
+            "auto": spec.flag == "auto", "lr": group["lr"], "lr_given": spec.lr is not None,
             "momentum": group.get("momentum"), "betas": list(betas) if betas else None,
             "eps": group.get("eps"), "weight_decay": group["weight_decay"]}

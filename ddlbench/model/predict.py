@@ -11,7 +11,8 @@ backward order, the optimizer's step, and the alpha and beta it fitted on the al
 run it measured) goes through ``ddlbench.model.simulate``: one steady-state iteration per method and
 worker count. The network is ``--network``: a topology (``configs/topology/NAME.yaml``, a name of
 one, or any such file: nodes, devices per node, links, ring or hierarchical all-reduce,
-parameter servers) or ``python -m ddlbench.measure.comm_bench --output`` files (comma-separated, one per
+parameter servers) or ``python -m ddlbench.measure.comm_bench --output`` files (comma-separated,
+one per
 worker count; ``--ops pushpull`` for the PS methods), from which every collective's alpha-beta
 follows per worker count (``ddlbench.model.topology``). Without it, the profile's own alpha and beta
 (or ``--alpha``/``--beta``) cost every all-reduce, for the all-reduce methods only.
@@ -189,7 +190,7 @@ def measured_over(prof: dict) -> str:
 
 
 def interference_of(prof: dict, ps: bool = False) -> dict:
-    """The profile's CPU interference as ``Workload``'s slowdowns (a slowdown measured below
+    """The profile's CPU interference as ``simulate.Compute``'s slowdowns (a slowdown measured below
     0, noise, counts as 0; none where the profiler measured none). With ``ps`` (a
     parameter-server method) the one beside push/pulls where the profile has it
     (``interference_ps``: the servers sum on the workers' cores), else the all-reduces'. Of
@@ -222,7 +223,7 @@ def interference_of(prof: dict, ps: bool = False) -> dict:
 
 
 def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
-                ps: bool = False) -> simulate.Workload:
+                ps: bool = False) -> simulate.Compute:
     """The simulator's workload from a profile; with ``interference`` its CPU interference
     (``interference_of``; ``ps``: a parameter-server method's)."""
     shapes = [tuple(t["shape"]) if t.get("shape") else (max(1, t["bytes"] // 4),)
@@ -237,7 +238,7 @@ def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
     for k, x in rates.items():
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
             raise UsageError(f"the profile's host {k} must be a number, got {x!r}")
-    return simulate.Workload(forward_s=float(prof["forward_s"]),
+    return simulate.Compute(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],
                              optimizer_s=optimizer_s,
@@ -277,14 +278,14 @@ def _step_passes(prof: dict, nworkers: int) -> list | None:
     return passes if passes and len(passes) == nworkers else None
 
 
-def rescaled(work: simulate.Workload, batch: int, throughput: float) -> simulate.Workload:
+def rescaled(work: simulate.Compute, batch: int, throughput: float) -> simulate.Compute:
     """``work`` with every compute time scaled so one worker trains ``throughput`` samples/s
     (its iteration ``batch / throughput``); the shape of the profile, the per-tensor forward
     and the interference slowdowns are kept."""
     return scaled(work, batch / throughput / work.compute_s)
 
 
-def scaled(work: simulate.Workload, f: float, host: bool = False) -> simulate.Workload:
+def scaled(work: simulate.Compute, f: float, host: bool = False) -> simulate.Compute:
     """``work`` with every compute time ``f`` times as long (and, with ``host``, its host
     copies, divides and issues too: the whole machine's pace, as a sweep's pace probe measures
     it); the shape of the profile and the interference slowdowns are kept."""

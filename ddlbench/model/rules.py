@@ -12,7 +12,7 @@ parameter-server method, the all-reduce method BytePS runs as when its workers f
 are all-reduced or pushed and pulled; what compressors it takes, ``Method.accepts``.
 
 A grouping is a function ``(work, link, settings) -> groups``: ``work`` the replay's
-``simulate.Workload`` (``nbytes``, ``backward_s`` in backward order), ``link`` the all-reduce's
+``simulate.Compute`` (``nbytes``, ``backward_s`` in backward order), ``link`` the all-reduce's
 ``simulate.Link`` (None for the PS methods), ``settings`` the simulator's names of the method's
 settings (``threshold`` bytes, ``bucket_cap_mb``, ``min_group_bytes``); groups are lists of
 backward positions, in the order the messages leave. Pure: only ``ddlbench.planning``.

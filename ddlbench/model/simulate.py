@@ -2,7 +2,7 @@
 an all-reduce method, event by event, from a compute profile and a per-message network model
 (docs/DESIGN.md section 3). Pure: no torch, no job.
 
-**Inputs.** ``Workload``: the forward time, each gradient tensor's backward time (the gap since
+**Inputs.** ``Compute``: the forward time, each gradient tensor's backward time (the gap since
 the previous gradient was ready) and bytes, in backward order (as the profiler's JSON holds
 them), the optimizer's step and optionally each tensor's share of the forward (ByteScheduler's
 replay). ``Link``: one all-reduce message of M bytes among the run's P workers costs ``alpha +
@@ -44,7 +44,7 @@ copies), its pull the reverse (``_PushPull``), so partitions pipeline and a serv
 pushers costs n times its bytes (incast); ByteScheduler-PS's credit returns when a chunk is
 pushed. Not modelled: the servers' summing time, server-side priority.
 
-**The methods' own work** (``Workload.host``, the profiler's ``host``: seconds per byte of a
+**The methods' own work** (``Compute.host``, the profiler's ``host``: seconds per byte of a
 copy and of an in-place divide; ``_HostWork``): on the training thread, as the implementations
 do it, a bucket of several tensors is packed into its flat buffer when its last gradient is
 ready (delaying the backward after it), and in the step each message, once done, is divided
@@ -56,7 +56,7 @@ span on the training thread, named for what it does: inside the backward when a 
 The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collective they start
 (an ``issue`` span after the pack and encode, before the message; docs/DESIGN.md section 3).
 
-**CPU interference** (``Workload.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
+**CPU interference** (``Compute.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
 profiler's ``interference``): one event engine (``_CoSim``) runs every schedule, the training
 thread's (``_training``) and ByteScheduler's threads (``_bytescheduler_threads``), at
 piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
@@ -108,8 +108,9 @@ NO_HOST = Host()
 
 
 @dataclass(frozen=True)
-class Workload:
-    """One rank's compute per iteration; lists in backward order."""
+class Compute:
+    """One rank's compute per iteration, from a profile; lists in backward order. (Was
+    ``Workload``: ``models.Workload`` is the thing that trains, this what it costs.)"""
     forward_s: float
     backward_s: list[float]
     nbytes: list[int]
@@ -329,7 +330,7 @@ def _numel(shape) -> int:
     return n
 
 
-def _shapes(work: Workload, b: int) -> list[tuple[int, ...]]:
+def _shapes(work: Compute, b: int) -> list[tuple[int, ...]]:
     if work.shapes is not None:
         return [tuple(work.shapes[b])]
     return [(max(1, work.nbytes[b] // 4),)]
@@ -663,7 +664,7 @@ def _rule(method: str) -> Rule | None:
         return None
 
 
-def groups_of(method: str, work: Workload, link: Link | None, **settings) -> list[list[int]]:
+def groups_of(method: str, work: Compute, link: Link | None, **settings) -> list[list[int]]:
     """The messages (all-reduce) or units (PS) ``method`` sends per iteration, as groups of
     backward positions."""
     rule = method_class(method).model
@@ -673,14 +674,15 @@ def groups_of(method: str, work: Workload, link: Link | None, **settings) -> lis
 
 
 class _HostWork:
-    """The methods' own handling of the gradients (``Workload.host``) and of their compressor's
+    """The methods' own handling of the gradients (``Compute.host``) and of their compressor's
     codec, as each does it on the training thread. The bucketed methods (every grouped rule
     without ``reducer``, the PS ones included) copy a group of several tensors into one flat
     buffer when its last gradient is ready (a lone tensor goes in place) and encode it there
     (the compressor is called from the gradient hook); in ``step()``, message by message as
     each is done, they decode it, divide it by the workers (without a compressor: a compressor
-    averages itself) and copy a group back. DDP (a rule with ``reducer``) copies each gradient into its bucket and
-    divides the bucket before its all-reduce, and copies the buckets back once all are done;
+    averages itself) and copy a group back. DDP (a rule with ``reducer``) copies each gradient
+    into its bucket and divides the bucket before its all-reduce, and copies the buckets back
+    once all are done;
     its compressor runs on a thread of its own (the transport's channel: ``channel_codec``).
     ByteScheduler's completer divides each tensor as the bucketed methods divide a message
     (``div``). A compressor's encode done only when a bucket is waited for (PowerSGD's Q:
@@ -690,7 +692,7 @@ class _HostWork:
     after the pack and encode, before the message starts); DDP's reducer issues from C++ and
     the PS methods through their client, whose costs are not measured (zero)."""
 
-    def __init__(self, reducer: bool, work: Workload, codec: Codec, nworkers: int,
+    def __init__(self, reducer: bool, work: Compute, codec: Codec, nworkers: int,
                  issues: bool = False):
         h = work.host
         self.work = work
@@ -759,7 +761,7 @@ class _HostWork:
                                           ("unpack", len(g) > 1 and self.copy)) if on)
 
 
-def replay(work: Workload, link: Link | None, groups: list[list[int]], channels: int = 1,
+def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
            bsp: bool | None = None, nworkers: int = 1) -> Prediction:
@@ -837,7 +839,7 @@ def replay(work: Workload, link: Link | None, groups: list[list[int]], channels:
                       _bottleneck(work, link, servers, sizes, metrics))
 
 
-def _training(work: Workload, groups, wait_all: bool, send, send_late, transport,
+def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
               host: _HostWork):
     """``replay``'s iteration on the event engine (``_CoSim``, at ``work``'s CPU interference,
     zero for none): the training thread computes the forward
@@ -909,7 +911,7 @@ def _training(work: Workload, groups, wait_all: bool, send, send_late, transport
             sim.on_wall_clock(transport.events), spans)
 
 
-def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
+def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
             local: Link | None = None, nworkers: int = 1, **settings) -> Prediction:
     """``method``'s iteration (its settings as the training script names them: ``threshold``
@@ -952,7 +954,7 @@ def predict(method: str, work: Workload, link: Link | None, channels: int = 1,
                   codec, nworkers=nworkers)
 
 
-def bytescheduler(work: Workload, link: Link | None, partition: int = None, credit: int = None,
+def bytescheduler(work: Compute, link: Link | None, partition: int = None, credit: int = None,
                   channels: int = 1, element_bytes: int = 4, iterations: int = 4,
                   codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
                   partition_bytes: int = DEFAULT_PARTITION_BYTES,
@@ -977,8 +979,8 @@ def bytescheduler(work: Workload, link: Link | None, partition: int = None, cred
     partitions (``partition_bytes``), pushed and pulled, the credit returned once a chunk is
     pushed; a codec then does not apply. Under CPU interference (``replay``'s event engine) the
     forward pieces, the backward and the completer's updates are the compute that
-    communication slows and that slows it. ``method``: the prediction's name (default: the registry's method on this
-    schedule and architecture)."""
+    communication slows and that slows it. ``method``: the prediction's name (default: the
+    registry's method on this schedule and architecture)."""
     ps = servers is not None
     if ps:
         partition = max(1, int(partition_bytes) // element_bytes)

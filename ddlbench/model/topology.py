@@ -4,7 +4,7 @@ from a topology file (``Topology``) or from comm_bench measurements (``Measured`
 and 6). Pure: no torch, no job.
 
     net = topology.load("survey-10gbe")         # configs/topology/survey-10gbe.yaml
-    net = topology.load("ab2.json,ab4.json")    # python -m ddlbench.measure.comm_bench --output files
+    net = topology.load("ab2.json,ab4.json")    # comm_bench --output files
     net.link("allreduce", 8)                    # Link(alpha, beta): one all-reduce of M bytes
     net.ps(8, 2, clients="machine")             # ServerLinks for push/pull through 2 servers
     net.local_reduce(8)                         # a machine's local sum under clients machine

@@ -5,7 +5,8 @@
     python -m ddlbench.model.validation survey --network-source original --output v.json \\
         --markdown v.md
 
-Every published multi-GPU cell (``configs/reference/survey_results.yaml``, ``ddlbench.model.survey``)
+Every published multi-GPU cell (``configs/reference/survey_results.yaml``,
+``ddlbench.model.survey``)
 is predicted by ``ddlbench.model.simulate`` and compared with the measurement:
 
 - **compute**: the model's H200 layer-wise profile (``configs/profiles/``), every time scaled by
@@ -109,7 +110,7 @@ class NotModelled(Exception):
 # --------------------------------------------------------------------------- inputs
 
 def workloads(batches: dict) -> dict:
-    """(model, batch) -> (Workload rescaled to the survey's 1-GPU figure, note or None), for
+    """(model, batch) -> (simulate.Compute rescaled to the survey's 1-GPU figure, note or None), for
     every model and per-GPU batch (``batches``: model -> batches of its cells). The optimizer
     step is 0 (none profiled)."""
     out = {}
@@ -164,7 +165,7 @@ def ps_local(cell: dict, networks: dict) -> str | None:
         else None
 
 
-def predict_cell(cell: dict, work: simulate.Workload, source: str, networks: dict,
+def predict_cell(cell: dict, work: simulate.Compute, source: str, networks: dict,
                  tables=None) -> tuple[simulate.Prediction, str]:
     """(the simulator's prediction for ``cell``, where its network came from)."""
     method, p = cell["method"], cell["nworkers"]

@@ -351,7 +351,7 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
                                                    first.try_index, first.attempt, p.folder,
                                                    p.logs, inflight, mode):
                             store.append(path, line)
-                    entries = runner.run_job(sweep, [t.cell for t in job], first.try_index,
+                    entries = runner.run_cells(sweep, [t.cell for t in job], first.try_index,
                                              first.attempt, p.folder, p.logs, inflight)
                     for t, entry in zip(job, entries):
                         store.append(path, entry)

@@ -180,10 +180,10 @@ class Inflight:
 def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
             logs: str, inflight: Inflight) -> dict:
     """Run one try; return its store entry (status ok, failed or timeout)."""
-    return run_job(sweep, [cell], try_index, attempt, folder, logs, inflight)[0]
+    return run_cells(sweep, [cell], try_index, attempt, folder, logs, inflight)[0]
 
 
-def run_job(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folder: str,
+def run_cells(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folder: str,
             logs: str, inflight: Inflight) -> list[dict]:
     """Run try ``try_index`` of ``cells`` as one job (one cell; or several that share a job:
     each method timed in turn, each writing its own record); return each cell's store entry
@@ -280,7 +280,7 @@ def _entry(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str, 
     if status != "ok":
         entry["reason"] = reason
         entry["log_tail"] = tail(logfile, LOG_TAIL_LINES)
-    # The sweep's own time for this try (``timing``, set by run_job): preparing and starting
+    # The sweep's own time for this try (``timing``, set by run_cells): preparing and starting
     # the command, then (after the run ended) looking for leftovers, reading the record and
     # the log, building the entry. Appending it to the store comes after (a few ms: one write
     # and an fsync).
