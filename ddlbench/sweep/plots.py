@@ -49,93 +49,107 @@ def draw(t: Table, folder: str) -> list[str]:
         title = f"{first.dnn}, batch {first.batch_size} per worker, {first.connection}"
         unit = first.unit or "samples/sec"
 
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + 0.35 * len(rows) * len(counts)), 4.2))
-        width = 0.8 / max(1, len(rows))
-        for i, r in enumerate(rows):
-            xs, ys, errs, hatches = [], [], [], []
-            for j, n in enumerate(counts):
-                s = r.cells.get(n)
-                if s is None or not s.values:
-                    continue
-                xs.append(j - 0.4 + width * (i + 0.5))
-                ys.append(s.center)
-                errs.append(s.spread)
-                hatches.append("//" if s.marked else "")
-            bars = ax.bar(xs, ys, width, yerr=errs, capsize=2, label=r.method,
-                          color=colours[id(r)], edgecolor="black", linewidth=0.4)
-            for bar, hatch in zip(bars, hatches):
-                bar.set_hatch(hatch)
-        top = ax.get_ylim()[1]
-        tied = []
-        for j, n in enumerate(counts):
-            label = best_label(rows, n)
-            if label is None:
-                if ranking(rows, n).tied:
-                    tied.append(str(n))
-                continue
-            s = label[0].cells[n]
-            ax.text(j, s.center + s.spread + 0.02 * top, label[1], ha="center", va="bottom",
-                    fontsize=8)
-        ax.set_ylim(0, top * 1.1)
-        ax.set_xticks(range(len(counts)))
-        ax.set_xticklabels([str(n) for n in counts])
-        ax.set_xlabel(f"# of {t.noun}s")
-        ax.set_ylabel(f"Throughput ({unit})")
-        ax.set_title(title, fontsize=10)
-        # Outside the axes, right of the plot: a legend inside covers the tallest bars.
-        ax.legend(fontsize=7, ncol=2 if len(rows) > 8 else 1, loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        notes = []
-        if any(s.marked and s.values for r in rows for s in r.cells.values()):
-            notes.append("hatched: too few successful tries")
-        if tied:
-            notes.append(f"no best at {', '.join(tied)} {t.noun}(s): the leaders' 95% "
-                         f"intervals overlap")
-        if notes:
-            ax.text(1.0, -0.14, "; ".join(notes), transform=ax.transAxes, ha="right",
-                    va="top", fontsize=7)
-        ax.grid(axis="y", linestyle=":", linewidth=0.5)
-        fig.tight_layout()
         path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_throughput.png")
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
+        _draw_throughput(plt, t, rows, counts, colours, title, unit, path)
         files.append(path)
         path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_time.png")
         if draw_time(t, rows, counts, title, path):
             files.append(path)
 
-        curves = []
-        for r in rows:
-            pts = [(n, r.speedup(n)) for n in counts]
-            pts = [(n, 100.0 * s[1]) for n, s in pts if s is not None]
-            if pts:
-                curves.append((r, pts))
-        if not curves:  # no 1-worker cells to measure efficiency against: no empty plot
-            continue
-        fig, ax = plt.subplots(figsize=(6.0, 4.0))
-        for r, pts in curves:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r.method,
-                    color=colours[id(r)], linestyle="--" if r.architecture == "ps" else "-")
-        ax.axhline(100.0, color="grey", linewidth=0.6, linestyle=":")
-        highest = max([ln.get_ydata().max() for ln in ax.get_lines()[:-1]] or [100.0])
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(counts)
-        ax.set_xticklabels([str(n) for n in counts])
-        ax.set_xlabel(f"# of {t.noun}s")
-        ax.set_ylabel("Scaling efficiency (%)")
-        ax.set_ylim(0, max(110.0, 1.1 * float(highest)))
-        ax.set_title(title, fontsize=10)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      borderaxespad=0.0)
-        ax.grid(linestyle=":", linewidth=0.5)
-        fig.tight_layout()
         path = os.path.join(folder, f"{_slug(network)}_{_slug(task)}_efficiency.png")
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        files.append(path)
+        if _draw_efficiency(plt, t, rows, counts, colours, title, path):
+            files.append(path)
     files += _scatter(t, folder, plt)
     return files
+
+
+def _draw_throughput(plt, t: Table, rows: list, counts: list, colours: dict, title: str,
+                     unit: str, path: str) -> None:
+    """One network and task's bars of throughput per worker count, the best marked."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + 0.35 * len(rows) * len(counts)), 4.2))
+    width = 0.8 / max(1, len(rows))
+    for i, r in enumerate(rows):
+        xs, ys, errs, hatches = [], [], [], []
+        for j, n in enumerate(counts):
+            s = r.cells.get(n)
+            if s is None or not s.values:
+                continue
+            xs.append(j - 0.4 + width * (i + 0.5))
+            ys.append(s.center)
+            errs.append(s.spread)
+            hatches.append("//" if s.marked else "")
+        bars = ax.bar(xs, ys, width, yerr=errs, capsize=2, label=r.method,
+                      color=colours[id(r)], edgecolor="black", linewidth=0.4)
+        for bar, hatch in zip(bars, hatches):
+            bar.set_hatch(hatch)
+    top = ax.get_ylim()[1]
+    tied = []
+    for j, n in enumerate(counts):
+        label = best_label(rows, n)
+        if label is None:
+            if ranking(rows, n).tied:
+                tied.append(str(n))
+            continue
+        s = label[0].cells[n]
+        ax.text(j, s.center + s.spread + 0.02 * top, label[1], ha="center", va="bottom",
+                fontsize=8)
+    ax.set_ylim(0, top * 1.1)
+    ax.set_xticks(range(len(counts)))
+    ax.set_xticklabels([str(n) for n in counts])
+    ax.set_xlabel(f"# of {t.noun}s")
+    ax.set_ylabel(f"Throughput ({unit})")
+    ax.set_title(title, fontsize=10)
+    # Outside the axes, right of the plot: a legend inside covers the tallest bars.
+    ax.legend(fontsize=7, ncol=2 if len(rows) > 8 else 1, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    notes = []
+    if any(s.marked and s.values for r in rows for s in r.cells.values()):
+        notes.append("hatched: too few successful tries")
+    if tied:
+        notes.append(f"no best at {', '.join(tied)} {t.noun}(s): the leaders' 95% "
+                     f"intervals overlap")
+    if notes:
+        ax.text(1.0, -0.14, "; ".join(notes), transform=ax.transAxes, ha="right",
+                va="top", fontsize=7)
+    ax.grid(axis="y", linestyle=":", linewidth=0.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _draw_efficiency(plt, t: Table, rows: list, counts: list, colours: dict, title: str,
+                     path: str) -> bool:
+    """One network and task's scaling efficiency per worker count; False (nothing drawn)
+    without 1-worker cells to measure it against."""
+    curves = []
+    for r in rows:
+        pts = [(n, r.speedup(n)) for n in counts]
+        pts = [(n, 100.0 * s[1]) for n, s in pts if s is not None]
+        if pts:
+            curves.append((r, pts))
+    if not curves:  # no 1-worker cells to measure efficiency against: no empty plot
+        return False
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for r, pts in curves:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r.method,
+                color=colours[id(r)], linestyle="--" if r.architecture == "ps" else "-")
+    ax.axhline(100.0, color="grey", linewidth=0.6, linestyle=":")
+    highest = max([ln.get_ydata().max() for ln in ax.get_lines()[:-1]] or [100.0])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts)
+    ax.set_xticklabels([str(n) for n in counts])
+    ax.set_xlabel(f"# of {t.noun}s")
+    ax.set_ylabel("Scaling efficiency (%)")
+    ax.set_ylim(0, max(110.0, 1.1 * float(highest)))
+    ax.set_title(title, fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0.0)
+    ax.grid(linestyle=":", linewidth=0.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
 
 
 def best_label(rows: list, n: int) -> tuple | None:
