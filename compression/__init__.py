@@ -58,6 +58,20 @@ Nothing here imports torch at module level, so the declarations can be read with
 """
 from __future__ import annotations
 
+# Python 3.14 has a standard-library package of this name (PEP 784: compression.zstd, .gzip,
+# .bz2, .lzma, .zlib, ._common), and ours hides it when the repository root comes first on
+# sys.path. zipfile, shutil and tarfile (also urllib3, fsspec) import compression.zstd under
+# try/except ImportError, so they would quietly lose zstd. Looking in the library's directory
+# after ours keeps our names ours (none collide) and lets its submodules load. This comes before
+# the other imports: on 3.14 tempfile imports shutil, which imports compression.zstd.
+import os as _os
+import sysconfig as _sysconfig
+
+_stdlib = _os.path.join(_sysconfig.get_paths()["stdlib"], "compression")
+if _os.path.isdir(_stdlib) and _stdlib not in __path__:
+    __path__.append(_stdlib)
+del _os, _sysconfig, _stdlib
+
 import math
 import zlib
 from collections import defaultdict
