@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 
@@ -25,11 +26,37 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.raise_errors = raise_errors
 
+    def parse_known_args(self, args=None, namespace=None):
+        return super().parse_known_args(self._negatives_joined(args), namespace)
+
+    def _negatives_joined(self, args):
+        """``--beta -1e-9`` as ``--beta=-1e-9`` for a flag that takes a number: argparse takes
+        a negative number in exponent form (or -inf) for a flag and says "expected one
+        argument"; joined, the value reaches the flag and its own check ("--beta must be >= 0,
+        got -1e-09")."""
+        args = list(sys.argv[1:] if args is None else args)
+        takes_value = {s for a in self._actions
+                       if a.nargs is None and a.option_strings and a.type in (int, float)
+                       for s in a.option_strings if s.startswith("--")}
+        out, options = [], True
+        for arg in args:
+            if options and out and out[-1] in takes_value and _NEGATIVE.fullmatch(arg):
+                out[-1] = f"{out[-1]}={arg}"
+            else:
+                out.append(arg)
+                options = options and arg != "--"  # after "--": positional arguments only
+        return out
+
     def error(self, message):
         if self.raise_errors:
             raise UsageError(message)
         say(f"{self.prog}: error: {message}")
         sys.exit(EXIT_USAGE)
+
+
+# A negative number as float() reads it, exponent form and -inf included (argparse itself
+# knows -1 and -1.5 only).
+_NEGATIVE = re.compile(r"-((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)", re.I)
 
 
 class PSError(RuntimeError):
@@ -63,6 +90,7 @@ def check_writable(path: str, what: str = "--output", folder: bool = False) -> N
         if os.path.exists(directory):
             raise UsageError(f"{what} {path}: {directory} is not a folder")
         directory = os.path.dirname(directory)
+    _check_name_lengths(os.path.relpath(os.path.abspath(path), directory), directory, what, path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".ddlbench-check-", dir=directory)
     except OSError as e:
@@ -70,6 +98,21 @@ def check_writable(path: str, what: str = "--output", folder: bool = False) -> N
                          f"{e.strerror or e})") from None
     os.close(fd)
     os.unlink(tmp)
+
+
+def _check_name_lengths(made: str, directory: str, what: str, path: str) -> None:
+    """Each name of ``made`` (the folders and file to be made in ``directory``) within the file
+    system's limit of a file name (NAME_MAX, 255 bytes), else one line naming ``what``."""
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    for name in made.split(os.sep):
+        size = len(os.fsencode(name))
+        if size > limit:
+            shown = name if len(name) <= 40 else name[:37] + "..."
+            raise UsageError(f"{what} {path}: the name {shown} is {size} bytes long; a file "
+                             f"name is at most {limit}")
 
 
 def read_json(path: str, what: str):

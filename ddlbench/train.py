@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import sys
 
 import compression
@@ -205,10 +206,7 @@ def check(args, probe_engine: bool = True) -> None:
             if problem:
                 raise UsageError(problem)
     _check_ignored(args)
-    if args.output:
-        check_writable(args.output)
-    if args.timeline:
-        check_writable(args.timeline)
+    _check_paths(args)
     if args.engine == "horovod":
         _check_horovod(args, probe_engine)
     names = method_list(args)
@@ -234,7 +232,28 @@ def check(args, probe_engine: bool = True) -> None:
     models.check(args.model)
     if args.vocab_size is not None:
         models.check_vocab(args.model, args.vocab_size)
+    models.check_input(args.model, args.image_size, args.batch_size)
     _check_optimizer(args)
+
+
+# The paths a run writes, by flag: '{method}' in them is replaced by each method's id.
+PATH_FLAGS = ("--output", "--timeline", "--save-params")
+
+
+def _check_paths(args) -> None:
+    """Each path the run writes can be written (one line naming its flag) and holds no
+    placeholder but '{method}' (another would stay in the file's name as written)."""
+    for flag in PATH_FLAGS:
+        path = getattr(args, flag[2:].replace("-", "_"))
+        if not path:
+            continue
+        unknown = [p for p in re.findall(r"\{[^{}]*\}", path) if p != "{method}"]
+        if unknown:
+            raise UsageError(f"{flag} {path}: {unknown[0]} is not a placeholder; the only one "
+                             f"is {{method}} (each method's id)")
+        check_writable(path, flag)
+    if args.trace_collectives:
+        check_writable(f"{args.trace_collectives}.0.json", "--trace-collectives")
 
 
 def _check_several(args, names: list[str]) -> None:

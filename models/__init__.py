@@ -10,6 +10,7 @@ Names: every torchvision classification model (``resnet50``, ``vgg16``, ``densen
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -70,6 +71,120 @@ def check(name: str) -> None:
         return
     if name not in cnn_names():
         build(name)  # raises the UsageError listing what exists
+
+
+# The smallest square image (pixels) each CNN takes in training, (with a batch of 1, with a
+# larger batch): known here without importing torch, so that a launching process checks
+# ``--image-size`` in no time (the survey's CNNs, as the meta forward of ``smallest_image`` finds
+# them; a test holds the two equal), and where the meta forward cannot tell: torchvision builds a
+# RegNet's widths from tensor arithmetic that needs data (every RegNet has the same strides; the
+# sizes were found on the CPU with regnet_x_400mf and regnet_y_400mf). Batch normalisation in
+# training needs 2 values per channel: with a batch of 1, a map of 1 x 1 is too small.
+SMALLEST_IMAGE = {"alexnet": (63, 63), "densenet121": (61, 29), "googlenet": (47, 15),
+                  "inception_v3": (107, 75), "mobilenet_v2": (33, 1), "resnet18": (33, 1),
+                  "resnet50": (33, 1), "resnet152": (33, 1), "vgg16": (32, 32)}
+SMALLEST_IMAGE_PREFIX = {"regnet_": (33, 1)}
+
+
+def check_input(name: str, image_size: int | None, batch_size: int = 2) -> None:
+    """A UsageError naming ``--image-size``, the model and the smallest image it takes unless CNN
+    ``name`` trains on images of ``image_size`` pixels with a per-worker batch of
+    ``batch_size``: before any worker starts, instead of a traceback per rank from its first
+    forward. None (the model's native size), a size that is not positive (its own check) and
+    BERT pass as they are."""
+    if name in BERT_CONFIGS or image_size is None or not isinstance(image_size, int) \
+            or image_size <= 0:
+        return
+    batch = 1 if batch_size == 1 else 2
+    known = _smallest_known(name)
+    if known is not None:
+        smallest, problem = known[batch - 1], None
+        if image_size >= smallest:
+            return
+    else:
+        problem = _problem(name, image_size, batch)
+        if problem is None:
+            return
+        smallest = smallest_image(name, batch)
+        if smallest is None:
+            return  # the meta forward cannot tell: the worker will say
+    if image_size < smallest:
+        with_one = ""
+        if batch == 1:
+            larger = (known[1] if known is not None else smallest_image(name, 2)) or smallest
+            if larger < smallest:
+                with_one = (f" with --batch-size 1 ({larger} px with a batch of 2 or more: "
+                            f"batch normalisation in training needs 2 values per channel)")
+        raise UsageError(f"--image-size {image_size} is too small for {name}: the smallest "
+                         f"image it accepts is {smallest} px{with_one}")
+    raise UsageError(f"--image-size {image_size}: {name} does not accept images of "
+                     f"{image_size} px ({problem}); its native size is "
+                     f"{NATIVE_IMAGE_SIZE.get(name, 224)} px")
+
+
+def _smallest_known(name: str) -> tuple[int, int] | None:
+    if name in SMALLEST_IMAGE:
+        return SMALLEST_IMAGE[name]
+    for prefix, sizes in SMALLEST_IMAGE_PREFIX.items():
+        if name.startswith(prefix):
+            return sizes
+    return None
+
+
+def smallest_image(name: str, batch: int = 2) -> int | None:
+    """The smallest square image (pixels) CNN ``name`` takes in a training forward of a batch
+    of ``batch`` (1, or 2 for any larger), found by forwards on the meta device (shapes only: no
+    memory, no compute); None where they cannot tell (the model does not build there, or
+    refuses its own native size). Every size above it is taken, as with any stack of
+    convolutions and poolings; a model made for one size only (a vision transformer) gives that
+    size."""
+    return _smallest(name, 1 if batch == 1 else 2)
+
+
+@functools.cache
+def _smallest(name: str, batch: int) -> int | None:
+    native = NATIVE_IMAGE_SIZE.get(name, 224)
+    if _meta_model(name) is None or _problem(name, native, batch) is not None:
+        return None
+    low, high = 0, native  # low refused (0 px: nothing), high taken
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _problem(name, middle, batch) is None:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+@functools.cache
+def _problem(name: str, image_size: int, batch: int) -> str | None:
+    """Why a training forward of CNN ``name`` on a meta batch of ``batch`` images of
+    ``image_size`` px fails (its first line), or None: it runs, or the meta device cannot tell."""
+    import torch
+    model = _meta_model(name)
+    if model is None:
+        return None
+    try:
+        with torch.no_grad():
+            model(torch.empty(batch, 3, image_size, image_size, device="meta"))
+    except Exception as e:  # RuntimeError (a kernel larger than its input), ValueError
+        # (batch normalisation of one value), AssertionError (a transformer's own check)
+        text = str(e).strip().splitlines()
+        return text[0] if text else type(e).__name__
+    return None
+
+
+@functools.cache
+def _meta_model(name: str):
+    """CNN ``name`` on the meta device in training mode, or None where it does not build
+    there."""
+    import torch
+    try:
+        with torch.device("meta"):
+            model = build(name).model
+    except Exception:  # e.g. "Cannot copy out of meta tensor" (a RegNet): the worker will say
+        return None
+    return model.train()
 
 
 def check_vocab(name: str, vocab_size: int) -> None:

@@ -704,6 +704,7 @@ def check(args) -> None:
     models.check(args.model)
     if args.vocab_size is not None:
         models.check_vocab(args.model, args.vocab_size)
+    models.check_input(args.model, args.image_size, args.batch_size)
 
 
 def main(argv=None) -> int:

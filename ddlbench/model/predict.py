@@ -30,6 +30,7 @@ and prints them ranked, with the speedup over DDP at its defaults.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -40,12 +41,24 @@ from . import simulate, topology
 from ..costs import ALLGATHER_COMPRESSORS
 from ..costs import COMPRESSOR_IDS as COMPRESSORS
 from ..errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
-from ..options import add_ps_flags
+from ..options import LIMITS, add_ps_flags
 from ..measure.profile_file import read_profile
 from ..methods import PS
 from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
                         DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES)
 from .rules import MIB
+
+# The largest worker count predicted: the suite's bound on --nworkers (options.LIMITS, 2**20),
+# far above the 1024 workers the model is made for.
+MAX_WORKERS = LIMITS["--nworkers"]
+# Upper bounds of the other sizes (beyond them a prediction is of nothing that can run).
+BOUNDS = {"--batch-size": LIMITS["--batch-size"],
+          "--num-batches-per-iter": LIMITS["--num-batches-per-iter"],
+          "--nservers": LIMITS["--nservers"], "--device-throughput": 1e9}
+BOUND_WHY = {"--batch-size": "the training script's bound",
+             "--num-batches-per-iter": "the training script's bound",
+             "--nservers": "the training script's bound",
+             "--device-throughput": "samples/s of one worker"}
 
 
 def parse_args(argv=None):
@@ -65,11 +78,13 @@ def parse_args(argv=None):
     p.add_argument("--alpha", type=float, default=None, help="seconds per message")
     p.add_argument("--beta", type=float, default=None, help="seconds per byte")
     p.add_argument("--nworkers", default=None,
-                   help="worker counts, comma-separated (default: the profile's)")
+                   help=f"worker counts, comma-separated, each at most {MAX_WORKERS} "
+                        f"(default: the profile's)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="per-worker batch (default: the profile's)")
     p.add_argument("--device-throughput", type=float, default=None, metavar="SAMPLES_PER_S",
-                   help="rescale the profile's compute to this one-worker throughput")
+                   help="rescale the profile's compute to this one-worker throughput (at "
+                        "most 1e9)")
     p.add_argument("--no-interference", action="store_true",
                    help="ignore the profile's CPU interference (compute and communication "
                         "slowing each other)")
@@ -119,7 +134,23 @@ def _counts(text) -> list[int] | None:
             from None
     if not counts or any(c < 1 for c in counts):
         raise UsageError(f"--nworkers takes positive worker counts, got {text!r}")
+    if max(counts) > MAX_WORKERS:
+        raise UsageError(f"--nworkers takes worker counts up to {MAX_WORKERS}, got "
+                         f"{max(counts)}")
     return sorted(set(counts))
+
+
+def _shown(value) -> str:
+    """A number in a message: an integer as written (a huge one shortened), a float as %g."""
+    if isinstance(value, int):
+        return str(value) if value < 10 ** 15 else f"{value:.3g}"
+    return f"{value:g}"
+
+
+def _finite(flag: str, value) -> None:
+    """One line for an infinite or undefined number (inf, nan): no setting is one."""
+    if value is not None and not math.isfinite(value):
+        raise UsageError(f"{flag} must be a finite number, got {value}")
 
 
 def check(args) -> list[str]:
@@ -132,6 +163,7 @@ def check(args) -> list[str]:
                         ("--optimizer-ms", args.optimizer_ms), ("--threshold", args.threshold),
                         ("--issue-us", args.issue_us),
                         ("--min-group", args.min_group)):
+        _finite(flag, value)
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
     for flag, value in (("--batch-size", args.batch_size),
@@ -141,8 +173,12 @@ def check(args) -> list[str]:
                         ("--partition-bytes", args.partition_bytes),
                         ("--device-throughput", args.device_throughput),
                         ("--density", args.density), ("--powersgd-rank", args.powersgd_rank)):
+        _finite(flag, value)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
+        if value is not None and value > BOUNDS.get(flag, math.inf):
+            raise UsageError(f"{flag} must be at most {_shown(BOUNDS[flag])} "
+                             f"({BOUND_WHY[flag]}), got {_shown(value)}")
     if args.density > 1:
         raise UsageError(f"--density must be at most 1, got {args.density}")
     args.counts = _counts(args.nworkers)

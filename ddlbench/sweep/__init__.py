@@ -6,7 +6,8 @@ examples) maps these keys, each shown with its default, or with an example where
 comment gives the default (generated from the declarations of ddlbench/sweep/config.py,
 class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal)::
 
-    name: quick                # letters, digits, '_', '.', '-' (default: the file's name)
+    name: quick                # letters, digits, '_', '.', '-', at most 229 (default: the file's
+                               #   name)
     extends: model-check       # another sweep file (a preset or a path) whose keys this file's
                                #   replace, each whole (name is never inherited)
     networks: [local]          # local / loopback / {net: 5gbit}: the local launcher (python -m
@@ -33,7 +34,8 @@ class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal
     skip: ["nworkers=1,network!=local"]  # --only expressions: the cells they match are left out
                                #   (here: 1 worker on the local network only; default: none)
     engines: [torch]           # torch or horovod
-    tries: 5                   # runs of each cell
+    tries: 5                   # runs of each cell, at most 1000 (a sweep: at most 10000 cells,
+                               #   100000 runs)
     min_ok: 3                  # fewer successful tries: the cell is marked (default: half the
                                #   tries, rounded up)
     aggregate: mean            # mean, median or olympic

@@ -46,6 +46,22 @@ AGGREGATES = ("mean", "median", "olympic")
 # calibration_check's default: how far a probe after the tries may move from the calibration
 # (a slow minute during calibration put the loopback links 2-5 times too slow: DESIGN section 15)
 CHECK_TOLERANCE = 0.2
+# Bounds of what a sweep file asks for (a sweep beyond them never ends, and its checks alone
+# would run for minutes before a line is printed): a cell's tries (adaptive ones included), the
+# cells (each is checked through the training script before anything starts, a few ms each; the
+# grid of its axes is bounded before skip too) and the runs (cells x tries). The largest
+# shipped sweep, paper.yaml, is 315 cells x 5 tries.
+MAX_TRIES = 1000
+MAX_CELLS = 10_000
+MAX_RUNS = 100_000
+# A file name's limit in bytes (NAME_MAX of Linux's file systems, macOS's and Windows'). A sweep
+# names folders after itself, <results>/<date>.<n>-<name>-predicted the longest (n: the day's
+# n-th folder of that name, up to 9999), and files after its cells,
+# records/<cell>_try<N>_attempt<M>.trace.json the longest.
+NAME_MAX = 255
+LONGEST_FOLDER = "2025-01-31.9999-{name}-predicted"
+MAX_NAME = NAME_MAX - len(LONGEST_FOLDER.format(name=""))
+LONGEST_CELL_FILE = "{cell}_try999_attempt999.trace.json"
 RDMA_LABELS = {0: "10GbE with TCP/IP", 1: "100GbIB with RDMA", 2: "100GbE with TCP/IP"}
 MODEL_NAMES = {"resnet50": "ResNet-50", "bert": "BERT-Large", "bert_base": "BERT-Base",
                "bert_tiny": "BERT-Tiny", "resnet18": "ResNet-18", "vgg16": "VGG-16",
@@ -326,6 +342,17 @@ OPTIONAL_PATH = _kind("path", lambda v: v is None or isinstance(v, str), "a path
 SHARE = _kind("share", lambda v: _is_num(v) and 0 < v < 1,
               "a fraction between 0 and 1 (0.03: +-3% of the median)")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+TRIES = _kind("tries", lambda v: _is_int(v) and 0 < v <= MAX_TRIES,
+              f"an integer from 1 to {MAX_TRIES}")
+
+
+def _name_problem(name: str, reading) -> str | None:
+    if not NAME_PATTERN.fullmatch(name):
+        return f"name {name!r}: use letters, digits, '_', '.', '-'"
+    if len(name) > MAX_NAME:
+        return (f"name is {len(name)} characters long; at most {MAX_NAME} (the results folder "
+                f"<date>.<n>-<name>-predicted must fit a file name's {NAME_MAX} bytes)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -486,9 +513,10 @@ def _adaptive(value, reading: _Reading) -> dict | None:
                                 f"max_tries, got {value!r}")
         return None
     tries, problems = reading.got["tries"], [target.sweep_problem(value["target"])]
-    if tries is not None and not (_is_int(value["max_tries"]) and value["max_tries"] > tries):
-        problems.append(f"max_tries must be an integer above tries ({tries!r}), "
-                        f"got {value['max_tries']!r}")
+    most = value["max_tries"]
+    if tries is not None and not (_is_int(most) and tries < most <= MAX_TRIES):
+        problems.append(f"max_tries must be an integer above tries ({tries!r}) and at most "
+                        f"{MAX_TRIES}, got {most!r}")
     problems = [f"adaptive {p}" for p in problems if p]
     reading.problems += problems
     return None if problems else {"target": float(value["target"]),
@@ -668,10 +696,9 @@ class Sweep:
     """A sweep file, read and checked: one attribute per key, each declared here once with
     key() (its default, check, help and place in the header), then the file's path and the
     notes its reading left (an optional network or method left out)."""
-    name: str = key(None, ANY, "letters, digits, '_', '.', '-' (default: the file's name)",
-                    example="quick", convert=lambda v, r: str(v or r.stem),
-                    check=lambda v, r: not NAME_PATTERN.fullmatch(v) and
-                    f"name {v!r}: use letters, digits, '_', '.', '-'")
+    name: str = key(None, ANY, f"letters, digits, '_', '.', '-', at most {MAX_NAME} (default: "
+                               f"the file's name)",
+                    example="quick", convert=lambda v, r: str(v or r.stem), check=_name_problem)
     extends: str | None = key(
         None, ANY, "another sweep file (a preset or a path) whose keys this file's replace, "
                    "each whole (name is never inherited)", example="model-check", header=False)
@@ -703,7 +730,8 @@ class Sweep:
                                "1 worker on the local network only; default: none)",
                      example='["nworkers=1,network!=local"]', read=_skip, header=False)
     engines: list = key(["torch"], None, _words(ENGINES, "or"), each=_engine)
-    tries: int = key(5, COUNT, "runs of each cell")
+    tries: int = key(5, TRIES, f"runs of each cell, at most {MAX_TRIES} (a sweep: at most "
+                               f"{MAX_CELLS} cells, {MAX_RUNS} runs)")
     min_ok: int | None = key(
         None, COUNT, "fewer successful tries: the cell is marked (default: half the tries, "
                      "rounded up)", example="3",
@@ -913,8 +941,14 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     sweep = Sweep(**{k.attr: k.value(raw, reading) for k in keys()},
                   path=os.path.abspath(path), notes=reading.notes)
     problems = reading.problems
-    if sweep.networks and sweep.tasks and sweep.methods and sweep.nworkers and not sweep.cells():
+    size = _size_problem(sweep)
+    if size:
+        problems.append(size)
+    elif sweep.networks and sweep.tasks and sweep.methods and sweep.nworkers and \
+            not sweep.cells():
         problems.append("skip leaves no cell to run")
+    else:
+        problems += _file_name_problems(sweep)
     problems += _check_names(sweep.tasks, sweep.methods)
     problems += _check_combinations(sweep, hosts=runs)
     if preflight and runs and not problems:
@@ -922,6 +956,44 @@ def load(path: str, preflight: bool = True, runs: bool = True) -> Sweep:
     if problems:
         raise UsageError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems))
     return sweep
+
+
+def _size_problem(sweep: Sweep) -> str | None:
+    """The sweep's size beyond its bounds (MAX_CELLS cells, the grid before skip included;
+    MAX_RUNS runs, adaptive tries included), told before a cell is made or checked."""
+    axes = {"networks": sweep.networks, "tasks": sweep.tasks, "methods": sweep.methods,
+            "engines": sweep.engines, "nworkers": sweep.nworkers}
+    grid = math.prod(len(v) for v in axes.values())
+    if grid > MAX_CELLS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items())
+        return (f"the grid is {grid} cells ({sizes}); a sweep has at most {MAX_CELLS} cells, "
+                f"before skip too: split it into several sweep files")
+    cells = len(sweep.cells()) if grid else 0
+    most = sweep.adaptive["max_tries"] if sweep.adaptive else sweep.tries
+    tries = "adaptive max_tries" if sweep.adaptive else "tries"
+    if cells * most > MAX_RUNS:
+        return (f"the sweep is {cells * most} runs ({cells} cells x {most} {tries}); at most "
+                f"{MAX_RUNS}: fewer tries, or split it into several sweep files")
+    return None
+
+
+def _file_name_problems(sweep: Sweep) -> list[str]:
+    """The cells whose files (records, traces and logs, named after the cell or its shared
+    job) would have names longer than a file system takes."""
+    problems = []
+    for cell in sweep.cells():
+        names = [cell.name]
+        if cell.shares:  # a shared job's longest name: its labels shortened to 120 characters
+            names.append("_".join([cell.network.name, task_key(cell.task), "job-" + "x" * 120,
+                                   f"n{cell.nworkers}"]))
+        longest = max(len(LONGEST_CELL_FILE.format(cell=n).encode()) for n in names)
+        if longest > NAME_MAX:
+            problems.append(f"cell {cell.name[:60]}...: its files' names (records/"
+                            f"{LONGEST_CELL_FILE.replace('{cell}', '<cell>')}) would be up to "
+                            f"{longest} bytes, more than a file name's {NAME_MAX}: shorten its "
+                            f"network's or method's label")
+            break
+    return problems
 
 
 def _check_names(tasks, entries) -> list[str]:

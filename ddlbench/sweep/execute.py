@@ -303,7 +303,11 @@ def _on_term(signum, _frame):
 def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> dict:
     """Run the plan's tries one after the other; every finished try is in the store before the
     next starts. Returns counts of this session's runs."""
-    os.makedirs(p.folder, exist_ok=True)
+    try:
+        os.makedirs(p.folder, exist_ok=True)
+    except OSError as e:  # checked at load (the name's length) and before (writable): a race
+        raise UsageError(f"cannot make the results folder {p.folder}: {e.strerror or e}") \
+            from None
     path = store.store_path(p.folder)
     counts = {"ok": 0, "failed": 0, "timeout": 0}
     with store.Lock(p.folder):

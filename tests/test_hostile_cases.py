@@ -1,0 +1,281 @@
+"""Hostile input, third round (issue 47): an image too small for the model, a sweep name too long
+for a folder, counts without a bound, infinite or negative numbers for the performance model,
+duplicate YAML keys, a path flag named wrongly or holding an unknown placeholder. Each is one line
+naming the flag or key and what is allowed, exit code 2, before anything starts.
+
+Checked in this process (the commands' own ``main``, with spawning and workers replaced by an
+exception), one case end to end in a subprocess."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import benchmarks
+import models
+from ddlbench import train, yamlfile
+from ddlbench.errors import ArgumentParser, UsageError, check_writable
+from ddlbench.launch import job as job_mod
+from ddlbench.measure import profiler
+from ddlbench.model import predict
+from ddlbench.sweep import config
+
+from .conftest import REPO, env
+
+PROFILE = os.path.join(REPO, "configs", "profiles", "h200_resnet50_bs64.json")
+TINY = ["--no-cuda", "--model", "bert_tiny", "--sentence-len", "16", "--batch-size", "4"]
+
+
+class WouldRun(Exception):
+    """Raised instead of spawning or running: the input was accepted."""
+
+
+@pytest.fixture
+def no_runs(monkeypatch):
+    def refuse(*_a, **_k):
+        raise WouldRun()
+    monkeypatch.setattr(job_mod, "spawn_local", refuse)
+    for mod in (train, profiler):
+        monkeypatch.setattr(mod, "worker", refuse)
+    for k in list(os.environ):
+        if k.startswith(("DDLBENCH_NET", "DMLC_", "BYTESCHEDULER_", "RANK", "OMPI_")):
+            monkeypatch.delenv(k)
+
+
+def one_line(fn, argv, capfd) -> str:
+    """The one line ``fn(argv)`` writes on stderr as it exits with code 2 (anything else
+    fails the test)."""
+    try:
+        rc = fn(argv)
+    except WouldRun:
+        raise AssertionError(f"{argv}: accepted") from None
+    except SystemExit as e:
+        rc = e.code
+    out, err = capfd.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err and not out, \
+        f"{argv}: exit {rc}, stdout:\n{out}\nstderr:\n{err}"
+    return lines[0]
+
+
+def accepted(fn, argv, capfd) -> None:
+    with pytest.raises(WouldRun):
+        fn(argv)
+    capfd.readouterr()
+
+
+# ----------------------------------------------------------------- 1. an image too small
+
+def test_an_image_too_small_is_one_line_before_any_worker_starts():
+    """End to end: no traceback per rank, nothing spawned (the check is the launcher's)."""
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.train", "--no-cuda", "--model",
+                           "inception_v3", "--image-size", "32", "--nworkers", "2"], cwd=REPO,
+                          env=env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr == ("ddlbench: error: --image-size 32 is too small for inception_v3: the "
+                           "smallest image it accepts is 75 px\n"), proc.stderr
+
+
+@pytest.mark.parametrize("fn", [train.main, profiler.main], ids=["train", "profiler"])
+def test_an_image_too_small_names_the_smallest_the_model_accepts(fn, capfd, no_runs):
+    line = one_line(fn, ["--no-cuda", "--model", "squeezenet1_1", "--image-size", "1",
+                         "--batch-size", "2"], capfd)
+    assert line == ("ddlbench: error: --image-size 1 is too small for squeezenet1_1: the "
+                    "smallest image it accepts is 17 px")
+    # batch normalisation in training: a batch of one needs a larger image
+    line = one_line(fn, ["--no-cuda", "--model", "resnet18", "--image-size", "32",
+                         "--batch-size", "1"], capfd)
+    assert line.startswith("ddlbench: error: --image-size 32 is too small for resnet18: the "
+                           "smallest image it accepts is 33 px with --batch-size 1 (1 px with "
+                           "a batch of 2 or more"), line
+    for argv in (["--model", "inception_v3", "--image-size", "75", "--batch-size", "2"],
+                 ["--model", "resnet18", "--image-size", "32", "--batch-size", "4"],
+                 ["--model", "squeezenet1_1", "--image-size", "17", "--batch-size", "2"],
+                 ["--model", "bert_tiny", "--sentence-len", "16", "--batch-size", "1"]):
+        accepted(fn, ["--no-cuda", *argv], capfd)
+
+
+def test_the_meta_forward_finds_what_the_model_accepts():
+    assert models.smallest_image("squeezenet1_1") == 17
+    assert models.smallest_image("squeezenet1_1", 1) == 17
+    with pytest.raises(UsageError, match=r"^--image-size 299: vit_b_16 does not accept images "
+                                         r"of 299 px \(Wrong image height"):
+        models.check_input("vit_b_16", 299, 8)
+    models.check_input("vit_b_16", 224, 8)
+    models.check_input("regnet_x_400mf", 1, 2)  # from the table: RegNets do not build on meta
+    with pytest.raises(UsageError, match="smallest image it accepts is 33 px with --batch-size 1"):
+        models.check_input("regnet_y_400mf", 32, 1)
+
+
+def test_the_table_of_smallest_images_is_the_meta_forwards():
+    """Each entry of models.SMALLEST_IMAGE (known without torch) is the boundary the meta
+    forward finds: that size is taken, one pixel less is refused."""
+    assert set(models.SMALLEST_IMAGE) == set(models.SURVEY_CNNS)
+    for name, sizes in models.SMALLEST_IMAGE.items():
+        for batch, size in zip((1, 2), sizes):
+            assert models._problem(name, size, batch) is None, (name, batch, size)
+            assert size == 1 or models._problem(name, size - 1, batch) is not None, \
+                (name, batch, size)
+
+
+# ----------------------------------------------------------------- 2. a sweep name too long
+
+SWEEP = ("timeout: 60\nnetworks: [local]\ntasks:\n  - {model: bert_tiny, batch_size: 4, "
+         "sentence_len: 16}\nmethods: [wfbp]\nnworkers: [1]\n")
+
+
+def _sweep(tmp_path, text: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_sweep_name_too_long_for_its_folder_is_refused_at_load(tmp_path, capfd):
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    head = f"results: {results}\nlogs: {logs}\n"
+    path = _sweep(tmp_path, f"name: {'a' * 250}\n{head}{SWEEP}")
+    line = one_line(benchmarks.main, ["--config", path, "--quiet"], capfd)
+    assert line.endswith(": 1 problem(s): name is 250 characters long; at most 229 (the results "
+                         "folder <date>.<n>-<name>-predicted must fit a file name's 255 bytes)")
+    assert not results.exists() and not logs.exists()
+    # the longest name allowed makes folders that fit
+    sweep = config.load(_sweep(tmp_path, f"name: {'a' * 229}\n{head}{SWEEP}"),
+                        preflight=False)
+    os.makedirs(results / f"2025-01-31.9999-{sweep.name}-predicted")
+
+
+def test_a_label_too_long_for_the_cells_files_is_refused(tmp_path):
+    text = SWEEP.replace("methods: [wfbp]", "methods: [{method: wfbp, label: " + "L" * 240 + "}]")
+    with pytest.raises(UsageError, match=r"its files' names \(records/<cell>_try999_attempt999"
+                                         r"\.trace\.json\) would be up to \d+ bytes, more than a "
+                                         r"file name's 255: shorten"):
+        config.load(_sweep(tmp_path, text), preflight=False)
+
+
+def test_a_path_with_a_name_too_long_is_refused_before_any_work(tmp_path):
+    with pytest.raises(UsageError, match=r"^results folder .*: the name b{37}\.\.\. is 300 bytes "
+                                         r"long; a file name is at most 255$"):
+        check_writable(str(tmp_path / ("b" * 300) / "x"), "results folder", folder=True)
+    assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------- 4. counts without a bound
+
+def test_tries_and_the_sweeps_size_are_bounded(tmp_path, capfd):
+    began = time.monotonic()
+    path = _sweep(tmp_path, f"tries: 1000000000000\nresults: {tmp_path / 'r'}\n{SWEEP}")
+    line = one_line(benchmarks.main, ["--config", path, "--dry-run"], capfd)
+    assert line.endswith("1 problem(s): tries must be an integer from 1 to 1000, got "
+                         "1000000000000"), line
+    # 800,000 runs: 80 tasks x 5 methods x 20 worker counts x 100 tries
+    tasks = "".join(f"  - {{model: bert_tiny, batch_size: {b}, sentence_len: 16}}\n"
+                    for b in range(1, 81))
+    grid = (f"networks: [local]\ntasks:\n{tasks}methods: [wfbp, fusion, ddp, bspa2a, mgwfbp]\n"
+            f"nworkers: [{', '.join(str(n) for n in range(1, 21))}]\n")
+    path = _sweep(tmp_path, grid + "tries: 100\n")
+    line = one_line(benchmarks.main, ["--config", path, "--dry-run"], capfd)
+    assert line.endswith("1 problem(s): the sweep is 800000 runs (8000 cells x 100 tries); at "
+                         "most 100000: fewer tries, or split it into several sweep files"), line
+    with pytest.raises(UsageError, match=r"the grid is 16000 cells \(1 networks x 80 tasks x 5 "
+                                         r"methods x 2 engines x 20 nworkers\); a sweep has at "
+                                         r"most 10000 cells"):
+        config.load(_sweep(tmp_path, grid + "engines: [torch, horovod]\n"), preflight=False)
+    with pytest.raises(UsageError, match=r"adaptive max_tries must be an integer above tries "
+                                         r"\(5\) and at most 1000, got 1001"):
+        config.load(_sweep(tmp_path, SWEEP + "adaptive: {target: 0.03, max_tries: 1001}\n"),
+                    preflight=False)
+    # 1000 cells (skip leaves 10 of the 80 tasks) x 101 adaptive tries: refused, though the
+    # tries alone would fit
+    with pytest.raises(UsageError, match=r"the sweep is 101000 runs \(1000 cells x 101 adaptive "
+                                         r"max_tries\); at most 100000"):
+        config.load(_sweep(tmp_path, grid + "tries: 2\nskip: ['bs>10']\n"
+                           "adaptive: {target: 0.03, max_tries: 101}\n"), preflight=False)
+    assert time.monotonic() - began < 20
+    config.load(_sweep(tmp_path, SWEEP + "tries: 1000\n"), preflight=False)  # at the bound
+
+
+
+# ----------------------------------------------------------------- 5. smaller ones
+
+@pytest.mark.parametrize("args,message", [
+    (["--device-throughput", "inf"], "--device-throughput must be a finite number, got inf"),
+    (["--device-throughput", "1e300"],
+     "--device-throughput must be at most 1e+09 (samples/s of one worker), got 1e+300"),
+    (["--alpha", "inf", "--beta", "1e-9"], "--alpha must be a finite number, got inf"),
+    (["--threshold", "-inf"], "--threshold must be a finite number, got -inf"),
+    (["--nworkers", "1000000000000"],
+     "--nworkers takes worker counts up to 1048576, got 1000000000000"),
+    (["--nworkers", "8,1048577"], "--nworkers takes worker counts up to 1048576, got 1048577"),
+    (["--batch-size", str(10 ** 15)],
+     "--batch-size must be at most 65536 (the training script's bound), got 1e+15"),
+    (["--alpha", "1e-6", "--beta", "-1e-9"], "--beta must be >= 0, got -1e-09"),
+    (["--alpha", "1e-6", "--beta=-1e-9"], "--beta must be >= 0, got -1e-09"),
+])
+def test_the_performance_model_refuses_what_no_run_can_be(args, message, capfd):
+    line = one_line(predict.main, ["--profile", PROFILE, "--method", "ddp", *args], capfd)
+    assert line == f"ddlbench: error: {message}"
+
+
+def test_the_performance_model_takes_its_bounds():
+    for args in (["--nworkers", "1,1048576"], ["--batch-size", "65536"],
+                 ["--device-throughput", "1e9"], ["--alpha", "0", "--beta", "1e-9"]):
+        predict.check(predict.parse_args(["--profile", PROFILE, "--method", "ddp", *args]))
+
+
+def test_a_negative_number_reaches_a_numeric_flag():
+    p = ArgumentParser(prog="x", raise_errors=True)
+    p.add_argument("--beta", type=float)
+    p.add_argument("--n", type=int)
+    p.add_argument("--name")
+    p.add_argument("rest", nargs="*")
+    assert p.parse_args(["--beta", "-1e-9", "--n", "-3"]).beta == -1e-9
+    assert p.parse_args(["--beta", "-.5E+2"]).beta == -50.0
+    with pytest.raises(UsageError, match="argument --n: invalid int value: '-1e3'"):
+        p.parse_args(["--n", "-1e3"])
+    with pytest.raises(UsageError, match="argument --name: expected one argument"):
+        p.parse_args(["--name", "-1e5"])  # a word flag: as argparse has it
+    assert p.parse_args(["--", "--beta", "-1"]).rest == ["--beta", "-1"]
+
+
+def test_a_duplicate_yaml_key_is_refused_naming_it_and_both_lines(tmp_path, capfd):
+    path = _sweep(tmp_path, f"name: dup\nresults: {tmp_path / 'r'}\n{SWEEP}tries: 3\n"
+                            f"tries: 5\n")
+    line = one_line(benchmarks.main, ["--config", path, "--dry-run"], capfd)
+    assert line == (f"benchmarks.py: error: sweep file {path}: key 'tries' is given twice, at "
+                    f"lines 9 and 10 (YAML would keep the last silently); give it once")
+    nested = tmp_path / "t.yaml"
+    nested.write_text("a:\n  - {k: 1}\n  - {k: 2,\n     k: 3}\n")
+    with pytest.raises(UsageError, match=r"key 'k' is given twice, at lines 3 and 4"):
+        yamlfile.load(str(nested), "topology file")
+    # not duplicates: keys of other types, keys of other mappings, keys beside a merge
+    fine = tmp_path / "f.yaml"
+    fine.write_text("base: &b {x: 1, y: 2}\none:\n  <<: *b\n  x: 3\ntwo: {1: a, '1': b}\n"
+                    "three: {x: 1}\n")
+    assert yamlfile.load(str(fine), "f")["one"] == {"x": 3, "y": 2}
+
+
+def test_every_shipped_yaml_file_gives_each_key_once():
+    for folder, _, files in os.walk(os.path.join(REPO, "configs")):
+        for name in files:
+            if name.endswith((".yaml", ".yml")):
+                yamlfile.load(os.path.join(folder, name), "file")
+
+
+def test_each_path_flag_is_named_and_takes_only_the_method_placeholder(tmp_path, capfd,
+                                                                        no_runs):
+    line = one_line(train.main, [*TINY, "--timeline", "/proc/x.json"], capfd)
+    assert line.startswith("ddlbench: error: --timeline /proc/x.json cannot be written"), line
+    line = one_line(train.main, [*TINY, "--verify", "1", "--save-params", "/proc/x.npz"], capfd)
+    assert line.startswith("ddlbench: error: --save-params /proc/x.npz cannot be written"), line
+    bogus = str(tmp_path / "newdir" / "{bogus}.json")
+    line = one_line(train.main, [*TINY, "--output", bogus], capfd)
+    assert line == (f"ddlbench: error: --output {bogus}: {{bogus}} is not a placeholder; the "
+                    f"only one is {{method}} (each method's id)")
+    line = one_line(train.main, [*TINY, "--timeline", str(tmp_path / "{x}{method}.json")], capfd)
+    assert "{x} is not a placeholder" in line
+    assert os.listdir(tmp_path) == []
+    accepted(train.main, [*TINY, "--method", "wfbp,ddp", "--output",
+                          str(tmp_path / "newdir" / "{method}.json")], capfd)
+    assert os.listdir(tmp_path) == []
