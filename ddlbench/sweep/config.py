@@ -343,7 +343,7 @@ SHARE = _kind("share", lambda v: _is_num(v) and 0 < v < 1,
               "a fraction between 0 and 1 (0.03: +-3% of the median)")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 TRIES = _kind("tries", lambda v: _is_int(v) and 0 < v <= MAX_TRIES,
-              f"an integer from 1 to {MAX_TRIES}")
+              f"a positive integer, at most {MAX_TRIES}")
 
 
 def _name_problem(name: str, reading) -> str | None:
