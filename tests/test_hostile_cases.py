@@ -5,7 +5,6 @@ naming the flag or key and what is allowed, exit code 2, before anything starts.
 
 Checked in this process (the commands' own ``main``, with spawning and workers replaced by an
 exception), one case end to end in a subprocess."""
-import json
 import os
 import subprocess
 import sys
@@ -17,31 +16,15 @@ import benchmarks
 import models
 from ddlbench import train, yamlfile
 from ddlbench.errors import ArgumentParser, UsageError, check_writable
-from ddlbench.launch import job as job_mod
 from ddlbench.measure import profiler
 from ddlbench.model import predict
 from ddlbench.sweep import config
 
 from .conftest import REPO, env
+from .test_hostile import WouldRun, no_runs  # noqa: F401 (the fixture)
 
 PROFILE = os.path.join(REPO, "configs", "profiles", "h200_resnet50_bs64.json")
 TINY = ["--no-cuda", "--model", "bert_tiny", "--sentence-len", "16", "--batch-size", "4"]
-
-
-class WouldRun(Exception):
-    """Raised instead of spawning or running: the input was accepted."""
-
-
-@pytest.fixture
-def no_runs(monkeypatch):
-    def refuse(*_a, **_k):
-        raise WouldRun()
-    monkeypatch.setattr(job_mod, "spawn_local", refuse)
-    for mod in (train, profiler):
-        monkeypatch.setattr(mod, "worker", refuse)
-    for k in list(os.environ):
-        if k.startswith(("DDLBENCH_NET", "DMLC_", "BYTESCHEDULER_", "RANK", "OMPI_")):
-            monkeypatch.delenv(k)
 
 
 def one_line(fn, argv, capfd) -> str:
