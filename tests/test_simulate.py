@@ -1089,7 +1089,7 @@ def test_predict_takes_the_profiles_host(tmp_path, capsys):
         got = json.loads((tmp_path / "p.json").read_text())["predictions"][0]["iteration_s"]
         assert got == pytest.approx(0.01 + 0.013 + expected, rel=1e-12), issue_us
     for bad, message in (("-1", "--issue-us must be >= 0, got -1.0"),
-                         ("inf", "host copy, divide and issue times must be finite")):
+                         ("inf", "--issue-us must be a finite number, got inf")):
         assert predict.main(["--profile", str(path), "--issue-us", bad]) == 2
         assert message in capsys.readouterr().err
 
