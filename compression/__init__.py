@@ -16,7 +16,8 @@ does after its first step); any other key is opaque and its state is kept per ke
 
 The compressors (pure torch, CPU or CUDA, no compiled extension):
 
-- ``none``: dense all-reduce, divided by the number of workers P.
+- ``none``: dense all-reduce, divided by the number of workers P (by the all-reduce itself,
+  ``ReduceOp.AVG``, where the backend can: ``Comm.average_op``).
 - ``fp16``: g/P cast to half, all-reduced (summed) in half, cast back. Dividing before the cast,
   as DDP's fp16 hook does, keeps the half sum from overflowing where the average would not.
 - ``topk`` / ``eftopk``: keep the k = min(n, max(1, round(density * n))) entries of largest
@@ -157,13 +158,18 @@ class Compressor:
 
 
 class NoCompression(Compressor):
-    """Dense all-reduce, then divide by the number of workers (the decode time)."""
+    """Dense all-reduce, then divide by the number of workers (the decode time), or an
+    averaging all-reduce where the backend has one."""
 
     id = "none"
     sends = "the gradient in its own dtype, all-reduced"
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         comm.count_dense(tensor.numel())
+        average_op = getattr(comm, "average_op", None)  # a stand-in Comm may have none
+        average = average_op() if average_op is not None else None
+        if average is not None:
+            return Pending(comm.allreduce(tensor, op=average), _nothing)
         work = comm.allreduce(tensor)
         size = comm.size
 
@@ -197,11 +203,26 @@ class FP16(Compressor):
         return Pending(work, finish)
 
 
+def _nothing() -> None:
+    """A ``Pending``'s finish when the collective leaves the result as it is."""
+
+
 def _allgather_each(comm, *tensors):
     """Start all-gathering each tensor into a new one holding every worker's copy in rank
     order (P times its size); returns (the handles, the gathered tensors)."""
     gathered = [t.new_empty(comm.size * t.numel()) for t in tensors]
     return [comm.allgather(out, t) for out, t in zip(gathered, tensors)], gathered
+
+
+def _copy_each(dsts, srcs) -> None:
+    """``dst.copy_(src)`` for every pair in one fused call (torch 2.0 has none: a loop)."""
+    import torch
+    fused = getattr(torch, "_foreach_copy_", None)
+    if fused is not None and len(dsts) > 1:
+        fused(list(dsts), list(srcs))
+    else:
+        for d, s in zip(dsts, srcs):
+            d.copy_(s)
 
 
 # -- state that follows the tensors --------------------------------------------------------
@@ -596,10 +617,7 @@ class PowerSGD(Compressor):
                 if dense_buf is not None:
                     if p > 1:
                         dense_buf.div_(p)
-                    offset = 0
-                    for seg in dense:
-                        seg.copy_(dense_buf[offset:offset + seg.numel()])
-                        offset += seg.numel()
+                    _copy_each(dense, dense_buf.split([seg.numel() for seg in dense]))
         return Pending(works or [None], finish)
 
 

@@ -3,7 +3,8 @@
 Every method talks through one ``Comm``, and so does the compressor it hands its buckets to;
 that is where bytes are counted and where the order of collectives can be traced
 (``trace=True``), so a test can check that every rank issues the same sequence. Collectives
-sum; averaging is the caller's business.
+sum; averaging is the caller's business: ``average_op()`` says whether this group's backend can
+average in the all-reduce itself (``ReduceOp.AVG``), else the caller divides.
 
 Byte counts, per worker:
 - ``payload``: bytes of the tensors handed to collectives (the nccl-tests "algbw" bytes);
@@ -39,6 +40,19 @@ _RING_OPS = ("allreduce", "allgather")  # what compressors exchange with
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
+def backend_averages(backend: str) -> bool:
+    """Whether all-reduce takes ``ReduceOp.AVG`` on ``backend``: NCCL does (NCCL >= 2.10,
+    what every torch this suite runs on bundles); Gloo from torch 2.8 (pytorch/pytorch#149781,
+    a sum then a division; torch 2.7 and older refuse it: "Cannot use ReduceOp.AVG with
+    Gloo"); any other backend is not assumed to."""
+    if backend == "nccl":
+        return True
+    if backend == "gloo":
+        from ..compat import TORCH_VERSION
+        return TORCH_VERSION >= (2, 8)
+    return False
+
+
 def itemsize(dtype: torch.dtype) -> int:
     size = _ITEMSIZE.get(dtype)
     if size is None:
@@ -63,6 +77,7 @@ class Comm:
         from ..timeline import Timeline
         self.timeline = Timeline(rank, trace_file=trace_file)
         self._about = threading.local()
+        self._average_op = False  # not yet decided (average_op)
         self.reset_stats()
 
     # -- accounting ------------------------------------------------------------------------
@@ -166,11 +181,27 @@ class Comm:
         return out
 
     # -- collectives -----------------------------------------------------------------------
-    def allreduce(self, tensor: torch.Tensor, async_op: bool = True):
-        """Sum ``tensor`` over all ranks, in place."""
+    def average_op(self):
+        """``ReduceOp.AVG`` where this group's backend averages in the all-reduce itself
+        (``backend_averages``), else None: then sum and divide. None also for one worker
+        (nothing to divide) and for a ``Comm`` that is not the process group it reports (no
+        group initialised, or another size: a stand-in such as compression.bench's)."""
+        if self._average_op is False:
+            op = None
+            if self.size > 1 and dist.is_available() and dist.is_initialized() and \
+                    dist.get_world_size(self.group) == self.size and \
+                    backend_averages(dist.get_backend(self.group)):
+                op = dist.ReduceOp.AVG
+            self._average_op = op
+        return self._average_op
+
+    def allreduce(self, tensor: torch.Tensor, async_op: bool = True, op=None):
+        """Sum ``tensor`` over all ranks, in place (``op``: another reduction, such as
+        ``average_op()``'s)."""
         self.count("allreduce", tensor.numel(), tensor.dtype)
+        kwargs = {} if op is None else {"op": op}
         return self._traced("allreduce", tensor, async_op, lambda: dist.all_reduce(
-            tensor, group=self.group, async_op=async_op))
+            tensor, group=self.group, async_op=async_op, **kwargs))
 
     def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True):
         """Gather every rank's ``tensor`` into ``output`` (size P * tensor.numel())."""

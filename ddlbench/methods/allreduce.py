@@ -13,6 +13,13 @@ the same collectives in the same order, whatever the timing of its backward pass
 The first step runs with buckets planned in reverse registration order (what autograd usually
 does); at its end rank 0's observed gradient-ready order is broadcast and every rank re-plans
 from it, as DDP rebuilds its buckets after the first iteration.
+
+The gradients of a bucket of several tensors live in its flat buffer: each ``.grad`` is a view
+into it, set when the buckets are planned and kept across steps (the method's ``zero_grad()``
+zeroes the buffers in place), as DDP's ``gradient_as_bucket_view=True``; autograd accumulates
+into them in place, so a bucket is reduced where the gradients are, with no packing or
+unpacking. The re-plan after the first step (and MG-WFBP's, after its calibration) moves the
+gradients into the new buffers with one fused copy per bucket.
 """
 from __future__ import annotations
 
@@ -38,8 +45,39 @@ class FusionOptions(Options):
         "fusion threshold in bytes (Horovod semantics: 0 = one message per tensor)")
 
 
+def copy_all(dsts: list, srcs: list) -> None:
+    """``dst.copy_(src)`` for every pair, in one fused call (``torch._foreach_copy_``; torch 2.0,
+    the Horovod lane's, has none: a loop there)."""
+    import torch
+    if len(dsts) == 1:
+        dsts[0].copy_(srcs[0])
+    elif dsts:
+        fused = getattr(torch, "_foreach_copy_", None)
+        if fused is not None:
+            fused(dsts, srcs)
+        else:
+            for d, s in zip(dsts, srcs):
+                d.copy_(s)
+
+
+def zero_all(tensors: list) -> None:
+    """``t.zero_()`` for every tensor, in one fused call."""
+    import torch
+    if len(tensors) == 1:
+        tensors[0].zero_()
+    elif tensors:
+        torch._foreach_zero_(tensors)
+
+
 class Bucket:
-    """Gradients reduced together, packed into one flat tensor."""
+    """Gradients reduced together as one flat tensor.
+
+    A bucket of several tensors owns a flat buffer, and each of its parameters' ``.grad`` is a
+    view into it (``views``), set once and kept across steps, as DDP's
+    ``gradient_as_bucket_view=True`` does: autograd accumulates into an existing dense ``.grad``
+    in place, so the buffer already holds the gradients when the bucket is complete and the
+    reduced result lands in them; nothing is packed or unpacked. A lone tensor has no buffer:
+    its own gradient is reduced in place."""
 
     def __init__(self, params: list, members: list[int]):
         import torch
@@ -49,41 +87,148 @@ class Bucket:
         self.numel = sum(self.sizes)
         self.nbytes = sum(p.numel() * p.element_size() for p in self.params)
         first = self.params[0]
-        # A lone tensor is reduced in place in its .grad; a group goes through one flat buffer.
-        self.buffer = (torch.empty(self.numel, dtype=first.dtype, device=first.device)
-                       if len(members) > 1 else None)
+        self.buffer = None
+        self.views = None
+        if len(members) > 1:
+            self.buffer = torch.empty(self.numel, dtype=first.dtype, device=first.device)
+            self.views = [flat.view(p.shape)
+                          for flat, p in zip(self.buffer.split(self.sizes), self.params)]
+        self.reduced = None  # a lone bucket's gradient tensor, while it is being reduced
         self.ready = 0
         self.pending = None
         self.flat = None
 
+    def adopt(self) -> None:
+        """Make every gradient of a buffered bucket its view, keeping its value (a missing
+        gradient: zeros): one fused copy of those that are not views (set to None by someone
+        else, or a re-plan's new buffer), one fused zero of the missing ones; nothing when
+        every gradient already is its view."""
+        if self.views is None:
+            return
+        dsts, srcs, zeros = [], [], []
+        for p, v in zip(self.params, self.views):
+            g = p.grad
+            if g is v:
+                continue
+            if g is None:
+                zeros.append(v)
+            else:
+                dsts.append(v)
+                srcs.append(g)
+        copy_all(dsts, srcs)
+        zero_all(zeros)
+        if dsts or zeros:
+            for p, v in zip(self.params, self.views):
+                p.grad = v
+
     def pack(self):
-        """The bucket's gradients as one flat tensor (a missing gradient counts as zeros): a
-        lone contiguous gradient is used in place, several are copied into the buffer."""
+        """The bucket's gradients as one flat tensor (a missing gradient counts as zeros): the
+        buffer, or a lone contiguous gradient itself (a non-contiguous one: a flat copy)."""
         import torch
-        for p in self.params:
-            if p.grad is None:  # unused in this forward: contributes zeros
-                p.grad = torch.zeros_like(p)
-        if self.buffer is None:
-            g = self.params[0].grad
-            return g.view(-1) if g.is_contiguous() else g.reshape(-1).clone()
-        offset = 0
-        for p, n in zip(self.params, self.sizes):
-            self.buffer[offset:offset + n].copy_(p.grad.reshape(-1))
-            offset += n
-        return self.buffer
+        if self.views is not None:
+            self.adopt()
+            return self.buffer
+        p = self.params[0]
+        if p.grad is None:  # unused in this forward: contributes zeros
+            p.grad = torch.zeros_like(p)
+        g = self.reduced = p.grad
+        return g.view(-1) if g.is_contiguous() else g.reshape(-1).clone()
 
     def unpack(self, flat) -> None:
-        """Copy ``flat`` back into the gradients, unless it already is the gradient."""
-        if self.buffer is not None or not self.params[0].grad.is_contiguous():
-            offset = 0
-            for p, n in zip(self.params, self.sizes):
-                p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
-                offset += n
+        """Copy ``flat`` back into a lone non-contiguous gradient; otherwise the result already
+        is the gradient."""
+        if self.views is None:
+            g = self.reduced
+            self.reduced = None
+            if flat.data_ptr() != g.data_ptr():
+                g.copy_(flat.view(g.shape))
+
+    def replaced(self) -> int | None:
+        """The first member (parameter index) whose ``.grad`` is no longer the tensor this
+        bucket reduces into (its view, or the lone gradient it packed), else None."""
+        if self.views is not None:
+            for i, p, v in zip(self.members, self.params, self.views):
+                if p.grad is not v:
+                    return i
+        elif self.reduced is not None and self.params[0].grad is not self.reduced:
+            return self.members[0]
+        return None
 
 
-class BucketedAllReduce(Method):
+class GradViews:
+    """What keeps the gradients of buffered buckets views into their buffers (``Bucket``), for
+    a method with ``buckets``, ``model``, ``params``, ``param_names`` and ``optimizer``:
+
+    - ``zero_grad()`` zeroes each buffer in place (one fused zero for all buffers) and keeps
+      the views; a lone tensor's gradient is set to None, as ``optimizer.zero_grad()`` would;
+    - a forward pre-hook on the model gives a gradient that someone set to None (an
+      ``optimizer.zero_grad(set_to_none=True)`` outside the method) its view back, zeroed,
+      before backward; one replaced by another tensor makes the next ``step()`` refuse, with
+      one line, as does one replaced after its bucket was reduced;
+    - a re-plan (``_adopt_views``) moves the gradients into the new buffers with one fused copy
+      per bucket.
+
+    Call ``_watch_grads()`` once, after ``self.buckets`` exists; ``_adopt_views()`` after every
+    (re-)plan."""
+
+    _calibrating = False  # a method that measures with the model's hooks off (MG-WFBP)
+
+    def _watch_grads(self) -> None:
+        self._foreign: int | None = None
+        ids = {id(p) for p in self.params}
+        self._unbucketed = [p for g in self.optimizer.param_groups for p in g["params"]
+                            if id(p) not in ids]
+        self._handles.append(self.model.register_forward_pre_hook(self._before_forward))
+
+    def _adopt_views(self) -> None:
+        """The buffered buckets' gradients made views (after a plan), and the list the
+        forward pre-hook walks."""
+        self._viewed = []
+        self._buffers = []
+        self._lone = []
+        for b in self.buckets:
+            if b.views is None:
+                self._lone.append(b.params[0])
+                continue
+            b.adopt()
+            self._buffers.append(b.buffer)
+            self._viewed.extend(zip(b.members, b.params, b.views))
+
+    def _before_forward(self, _module, _args) -> None:
+        if self._calibrating:
+            return
+        missing = []
+        for i, p, v in self._viewed:
+            g = p.grad
+            if g is v:
+                continue
+            if g is None:
+                p.grad = v
+                missing.append(v)
+            elif self._foreign is None:
+                self._foreign = i
+        zero_all(missing)
+
+    def zero_grad(self) -> None:
+        zero_all(self._buffers)
+        for p in self._lone:
+            p.grad = None
+        for p in self._unbucketed:
+            p.grad = None
+
+    def _refuse_replaced(self, i: int, when: str) -> None:
+        from ..errors import UsageError
+        self._foreign = None
+        raise UsageError(
+            f"method {self.id or type(self).__name__}: the gradient of {self.param_names[i]} "
+            f"was replaced by another tensor {when}; this method reduces gradients in place "
+            f"(each a view into its bucket's buffer): write into p.grad, or set it to None")
+
+
+class BucketedAllReduce(GradViews, Method):
     """Buckets started strictly in bucket order from gradient hooks, each reduced through the
-    compressor; subclasses choose the threshold (and whether to overlap)."""
+    compressor; subclasses choose the threshold (and whether to overlap). Gradients of a
+    bucket of several tensors are views into its buffer (``GradViews``)."""
 
     overlap = True  # start buckets from hooks during backward
     rebuild = True  # re-plan from rank 0's gradient order after the first step
@@ -96,6 +241,7 @@ class BucketedAllReduce(Method):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         self.threshold = self._threshold()
         self._plan(list(reversed(range(len(self.params)))))
+        self._watch_grads()
         self._seen: list[int] = []
         self._steps = 0
         if self.overlap:
@@ -118,6 +264,7 @@ class BucketedAllReduce(Method):
             for i in b.members:
                 self.bucket_of[i] = b
         self._next = 0
+        self._adopt_views()
 
     # -- hooks and launching -----------------------------------------------------------------
     def _on_ready(self, i: int) -> None:
@@ -140,21 +287,42 @@ class BucketedAllReduce(Method):
             b.pending = self.compressor.reduce_async(tuple(b.members), b.flat, self.comm,
                                                      shapes=[p.shape for p in b.params])
 
-    def _finish(self, b: Bucket) -> None:
+    def _finish(self, b: Bucket) -> int | None:
+        """Wait for the bucket and put its result in place; the parameter whose gradient was
+        replaced after the bucket was packed, if any."""
         b.pending.wait()
+        replaced = b.replaced()
         b.unpack(b.flat)
         b.pending = None
         b.flat = None
         b.ready = 0
+        return replaced
+
+    def _drain(self) -> None:
+        """Wait for every bucket in flight, launch no other: the step is refused."""
+        for b in self.buckets:
+            if b.pending is not None:
+                self._finish(b)
+            b.ready = 0
+        self._next = 0
+        if self._steps == 0:
+            self._seen = []  # the order is observed again in the next step
 
     # -- the step ----------------------------------------------------------------------------
     def step(self) -> None:
+        if self._foreign is not None:
+            self._drain()
+            self._refuse_replaced(self._foreign, "before backward")
         for b in self.buckets[self._next:]:
             b.ready = len(b.members)
         self._launch_in_order()
+        replaced = None
         for b in self.buckets:
-            self._finish(b)
+            r = self._finish(b)
+            replaced = r if replaced is None else replaced
         self._next = 0
+        if replaced is not None:
+            self._refuse_replaced(replaced, "after its bucket was started")
         self.optimizer.step()
         self._steps += 1
         if self._steps == 1 and self.overlap and self.rebuild:

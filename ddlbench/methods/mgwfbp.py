@@ -22,7 +22,9 @@ bucket order on every rank) with its buckets planned once, before training, in `
 
 While calibrating, the method's own gradient hooks do nothing: no method collective runs.
 The base class's rebuild of the buckets from rank 0's first-step order is off: the plan already
-follows the order rank 0 measured.
+follows the order rank 0 measured. Until calibrated the buckets are WFBP's (one per tensor, no
+buffer); planning the merged groups gives each group its flat buffer, and its gradients become
+views into it (as every bucketed method's: ``allreduce.GradViews``).
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from ..options import COUNT, Options, count_at_least, one_of, option
 from ..planning import (BSP_PS_THRESHOLD, DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS,
                         PS_CLIENTS)
 from . import threads
-from .allreduce import BSPA2A, WFBP, Bucket, threshold_option
+from .allreduce import BSPA2A, WFBP, Bucket, GradViews, threshold_option
 from .base import PS, BucketPlan, Method
 from .bytescheduler import ByteScheduler, credit_option
 
@@ -102,7 +102,10 @@ def require_servers(name: str, comm) -> None:
                          f"--nservers S (S >= 1 extra processes)")
 
 
-class BucketedPS(Method):
+class BucketedPS(GradViews, Method):
+    """Units pushed whole (in partitions) and pulled back summed; the gradients of a unit of
+    several tensors are views into its buffer (``GradViews``), so the pulled sums land in
+    them."""
     architecture = PS
     launcher = "byteps/byteps_launch.sh"
     overlap = True
@@ -120,8 +123,11 @@ class BucketedPS(Method):
         self.unit_of = {i: u for u, b in enumerate(self.buckets) for i in b.members}
         self.parts = comm.ps.open([(b.numel, b.params[0].dtype) for b in self.buckets])
         self._launched: set[int] = set()
+        self._adopt_views()
+        self._watch_grads()
         if self.overlap:
             self._register_ready_hooks(self._on_ready)
+
     def _on_ready(self, i: int) -> None:
         u = self.unit_of[i]
         b = self.buckets[u]
@@ -136,20 +142,38 @@ class BucketedPS(Method):
         b.pending = [self.comm.push_pull(part, flat[part.start:part.end])
                      for part in self.parts[u]]
 
+    def _finish(self, b: Bucket) -> int | None:
+        """Wait for the unit's pulls, average it in place; the parameter whose gradient was
+        replaced after the unit was packed, if any."""
+        for h in b.pending:
+            h.wait()
+        if self.comm.size > 1:
+            b.flat.div_(self.comm.size)
+        replaced = b.replaced()
+        b.unpack(b.flat)
+        b.pending = None
+        b.flat = None
+        b.ready = 0
+        return replaced
+
     def step(self) -> None:
+        if self._foreign is not None:
+            for b in self.buckets:  # nothing left in flight; the others are not pushed
+                if b.pending is not None:
+                    self._finish(b)
+                b.ready = 0
+            self._launched.clear()
+            self._refuse_replaced(self._foreign, "before backward")
         for u in range(len(self.buckets)):
             if u not in self._launched:
                 self._launch(u)
+        replaced = None
         for b in self.buckets:
-            for h in b.pending:
-                h.wait()
-            if self.comm.size > 1:
-                b.flat.div_(self.comm.size)
-            b.unpack(b.flat)
-            b.pending = None
-            b.flat = None
-            b.ready = 0
+            r = self._finish(b)
+            replaced = r if replaced is None else replaced
         self._launched.clear()
+        if replaced is not None:
+            self._refuse_replaced(replaced, "after its unit was pushed")
         self.optimizer.step()
 
     def plan(self) -> BucketPlan:
