@@ -45,12 +45,13 @@ pushers costs n times its bytes (incast); ByteScheduler-PS's credit returns when
 pushed. Not modelled: the servers' summing time, server-side priority.
 
 **The methods' own work** (``Compute.host``, the profiler's ``host``: seconds per byte of a
-copy and of an in-place divide; ``_HostWork``): on the training thread, as the implementations
-do it, a bucket of several tensors is packed into its flat buffer when its last gradient is
-ready (delaying the backward after it), and in the step each message, once done, is divided
-by the workers (without a compressor, more than one worker) and unpacked, in order; DDP copies
-into its buckets and divides before each all-reduce and copies back once all are done;
-ByteScheduler's completer divides each tensor before its update. Each piece is a ``codec``
+copy and of an in-place divide; ``_HostWork``), as the implementations do it: the bucketed
+methods keep each bucket's gradients as views into its flat buffer (no pack, no unpack); the
+all-reduce ones average in the collective (``ReduceOp.AVG``: a divide on the message's channel
+after the sum), the PS ones divide each unit in the step, once pulled, on the training thread
+(without a compressor, more than one worker); DDP copies into its buckets and divides before
+each all-reduce and copies back once all are done; ByteScheduler's completer divides each
+tensor before its update. Each piece is a ``codec``
 span on the training thread, named for what it does: inside the backward when a hook does it
 (compute there), inside the step otherwise (exposed, as the run's timeline has its divide).
 The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collective they start
@@ -347,8 +348,10 @@ class _AllReduce:
     methods wait on the training thread, in the step); without, they follow the others (DDP's
     and ByteScheduler's threads wait right after starting)."""
 
-    def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False):
+    def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False,
+                 average_s_per_byte: float = 0.0):
         self.link, self.codec, self.defer = link, codec, defer
+        self.average = average_s_per_byte  # the all-reduce's own division (ReduceOp.AVG)
         self.free = [(0.0, i) for i in range(max(1, channels))]
         self.events: list = []
 
@@ -394,6 +397,11 @@ class _AllReduce:
             t += enc
         early, late = self.codec.phases(shapes)
         t, payload = self._run(early if self.defer else early + late, t, queued, lane, label)
+        if self.average:
+            avg = self.average * payload
+            self.events.append(("average", timeline.CODEC, row, t * us, (t + avg) * us,
+                                {"bytes": payload, **tensor}))
+            t += avg
         dec = self.codec.decode_s_per_element * elements
         if dec:
             self.events.append(("decode", timeline.CODEC, row, t * us, (t + dec) * us,
@@ -676,11 +684,13 @@ def groups_of(method: str, work: Compute, link: Link | None, **settings) -> list
 class _HostWork:
     """The methods' own handling of the gradients (``Compute.host``) and of their compressor's
     codec, as each does it on the training thread. The bucketed methods (every grouped rule
-    without ``reducer``, the PS ones included) copy a group of several tensors into one flat
-    buffer when its last gradient is ready (a lone tensor goes in place) and encode it there
-    (the compressor is called from the gradient hook); in ``step()``, message by message as
-    each is done, they decode it, divide it by the workers (without a compressor: a compressor
-    averages itself) and copy a group back. DDP (a rule with ``reducer``) copies each gradient
+    without ``reducer``, the PS ones included) keep a group's gradients as views into its flat
+    buffer (``methods/allreduce.py``): nothing is packed or unpacked. They encode a group when
+    its last gradient is ready (the compressor is called from the gradient hook); in ``step()``,
+    message by message as each is done, they decode it and, without a compressor (a compressor
+    averages itself), the PS methods divide it by the workers; the all-reduce ones
+    (``averages``) have the collective average (``ReduceOp.AVG``: Gloo divides after the sum
+    on its own thread, ``_AllReduce.average``; NCCL inside the kernel). DDP (a rule with ``reducer``) copies each gradient
     into its bucket and divides the bucket before its all-reduce, and copies the buckets back
     once all are done;
     its compressor runs on a thread of its own (the transport's channel: ``channel_codec``).
@@ -693,12 +703,15 @@ class _HostWork:
     the PS methods through their client, whose costs are not measured (zero)."""
 
     def __init__(self, reducer: bool, work: Compute, codec: Codec, nworkers: int,
-                 issues: bool = False):
+                 issues: bool = False, averages: bool = False):
         h = work.host
         self.work = work
         self.codec = codec
-        self.copy = h.copy_s_per_byte
-        self.div = h.divide_s_per_byte if nworkers > 1 and codec.compressor == "none" else 0.0
+        self.copy = h.copy_s_per_byte if reducer else 0.0  # DDP's; the buckets are views
+        divides = nworkers > 1 and codec.compressor == "none"
+        in_collective = averages and not reducer
+        self.div = h.divide_s_per_byte if divides and not in_collective else 0.0
+        self.average = h.divide_s_per_byte if divides and in_collective else 0.0
         self.reducer = reducer
         self.issue = h.issue_s if issues and not self.reducer else 0.0
         late = codec.encode_at_wait_s_per_element
@@ -729,8 +742,7 @@ class _HostWork:
         nbytes, elements = self._sizes(g)
         if self.reducer:
             return (self.copy + self.div) * nbytes
-        return ((self.copy * nbytes if len(g) > 1 else 0.0) + self.enc * elements
-                + self.issue * self._issued(g)[0])
+        return self.enc * elements + self.issue * self._issued(g)[0]
 
     def at_wait(self, g) -> float:
         return self.enc_wait * self._sizes(g)[1] + self.issue * self._issued(g)[1]
@@ -739,7 +751,7 @@ class _HostWork:
         if self.reducer:
             return 0.0
         nbytes, elements = self._sizes(g)
-        return (self.div + (self.copy if len(g) > 1 else 0.0)) * nbytes + self.dec * elements
+        return self.div * nbytes + self.dec * elements
 
     def after_all(self) -> float:
         return self.copy * sum(self.work.nbytes) if self.reducer else 0.0
@@ -748,8 +760,7 @@ class _HostWork:
         """What ``pack(g)`` does, for its span on the timeline."""
         if self.reducer:
             return "copy into bucket" + (", divide" if self.div else "")
-        return ", ".join(w for w, on in (("pack", len(g) > 1 and self.copy),
-                                          ("encode", self.enc),
+        return ", ".join(w for w, on in (("encode", self.enc),
                                           ("issue", self._issued(g)[0])) if on)
 
     def at_wait_name(self, g) -> str:
@@ -757,8 +768,7 @@ class _HostWork:
                                           ("issue", self._issued(g)[1])) if on)
 
     def finish_name(self, g) -> str:
-        return ", ".join(w for w, on in (("decode", self.dec), ("divide", self.div),
-                                          ("unpack", len(g) > 1 and self.copy)) if on)
+        return ", ".join(w for w, on in (("decode", self.dec), ("divide", self.div)) if on)
 
 
 def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: int = 1,
@@ -782,13 +792,14 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     us = 1e6
     rule = _rule(method)
     host = _HostWork(bool(rule and rule.reducer), work, codec, nworkers,
-                     issues=servers is None)
+                     issues=servers is None, averages=servers is None)
     if servers is not None:
         transport = _PushPull(servers, partition_bytes, local)
     elif link is None:
         raise UsageError("an all-reduce method needs a link")
     else:
-        transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer)
+        transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
+                               average_s_per_byte=host.average)
     wait_all = bool(rule and rule.after_backward) if bsp is None else bsp
     key, sizes = 0, []
 
