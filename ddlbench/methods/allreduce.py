@@ -20,6 +20,11 @@ zeroes the buffers in place), as DDP's ``gradient_as_bucket_view=True``; autogra
 into them in place, so a bucket is reduced where the gradients are, with no packing or
 unpacking. The re-plan after the first step (and MG-WFBP's, after its calibration) moves the
 gradients into the new buffers with one fused copy per bucket.
+
+The gradient hooks do not issue collectives: a hook counts its gradient and hands each bucket
+that is complete, in bucket order, to the method's communication thread (``threads.Issuer``,
+Horovod's background loop), which encodes and issues it; ``step()`` waits until the thread has
+issued what it was handed, then issues the buckets no hook completed (all of BSP's) itself.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from ..model import rules
 from ..options import NONNEG, Options, option
 from ..planning import HOROVOD_DEFAULT_THRESHOLD, plan_buckets
 from ..timeline import tensors_label
+from . import threads
 from .base import BucketPlan, Method
 
 
@@ -232,6 +238,7 @@ class BucketedAllReduce(GradViews, Method):
 
     overlap = True  # start buckets from hooks during backward
     rebuild = True  # re-plan from rank 0's gradient order after the first step
+    issue_thread = True  # hooks hand buckets to a communication thread (False: issue in the hook)
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
@@ -244,8 +251,25 @@ class BucketedAllReduce(GradViews, Method):
         self._watch_grads()
         self._seen: list[int] = []
         self._steps = 0
+        self._issuer = None
         if self.overlap:
+            if self.issue_thread:
+                device = self.params[0].device if self.params else None
+                self._issuer = threads.Issuer(f"{self.id or 'allreduce'}-issue", self._launch,
+                                              describe=self._bucket_name, device=device)
             self._register_ready_hooks(self._on_ready)
+
+    def start(self) -> None:
+        super().start()
+        if self._issuer is not None:
+            self._issuer.start()
+
+    def close(self) -> None:
+        try:
+            if self._issuer is not None:
+                self._issuer.stop()
+        finally:
+            super().close()
 
     def _threshold(self) -> float:
         return 0.0
@@ -271,15 +295,28 @@ class BucketedAllReduce(GradViews, Method):
         if self._steps == 0:
             self._seen.append(i)
         self.bucket_of[i].ready += 1
-        self._launch_in_order()
+        self._launch_in_order(self._issuer.hand if self._issuer is not None else self._launch)
 
-    def _launch_in_order(self) -> None:
+    def _launch_in_order(self, launch=None) -> None:
+        """Launch (``launch``: hand over) every complete bucket from the next one on, in bucket
+        order, up to the first incomplete one."""
+        launch = launch or self._launch
         while self._next < len(self.buckets):
             b = self.buckets[self._next]
             if b.ready < len(b.members):
                 return
-            self._launch(b)
+            launch(b)
             self._next += 1
+
+    def _bucket_name(self, b: Bucket) -> str:
+        k = self.buckets.index(b) if b in self.buckets else "?"
+        return f"bucket {k} ({tensors_label([self.param_names[i] for i in b.members])})"
+
+    def _issued(self) -> None:
+        """Wait until the communication thread has issued every bucket it was handed: the
+        training thread issues nothing before (every rank must issue in bucket order)."""
+        if self._issuer is not None:
+            self._issuer.drain()
 
     def _launch(self, b: Bucket) -> None:
         b.flat = b.pack()
@@ -300,6 +337,7 @@ class BucketedAllReduce(GradViews, Method):
 
     def _drain(self) -> None:
         """Wait for every bucket in flight, launch no other: the step is refused."""
+        self._issued()
         for b in self.buckets:
             if b.pending is not None:
                 self._finish(b)
@@ -313,6 +351,7 @@ class BucketedAllReduce(GradViews, Method):
         if self._foreign is not None:
             self._drain()
             self._refuse_replaced(self._foreign, "before backward")
+        self._issued()
         for b in self.buckets[self._next:]:
             b.ready = len(b.members)
         self._launch_in_order()

@@ -23,6 +23,7 @@ from ..model import rules
 from ..options import COUNT, Options, count_at_least, one_of, option
 from ..planning import (BSP_PS_THRESHOLD, DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS,
                         PS_CLIENTS)
+from ..timeline import tensors_label
 from . import threads
 from .allreduce import BSPA2A, WFBP, Bucket, GradViews, threshold_option
 from .base import PS, BucketPlan, Method
@@ -105,7 +106,9 @@ def require_servers(name: str, comm) -> None:
 class BucketedPS(GradViews, Method):
     """Units pushed whole (in partitions) and pulled back summed; the gradients of a unit of
     several tensors are views into its buffer (``GradViews``), so the pulled sums land in
-    them."""
+    them. A hook hands a complete unit to the method's communication thread
+    (``threads.Issuer``), which posts its pushes and pulls; the step waits for it, then
+    pushes what no hook completed (all of BSP-PS's units)."""
     architecture = PS
     launcher = "byteps/byteps_launch.sh"
     overlap = True
@@ -125,15 +128,29 @@ class BucketedPS(GradViews, Method):
         self._launched: set[int] = set()
         self._adopt_views()
         self._watch_grads()
+        self._issuer = None
         if self.overlap:
+            device = self.params[0].device if self.params else None
+            self._issuer = threads.Issuer(f"{self.id or 'ps'}-issue", self._launch,
+                                          describe=self._unit_name, device=device)
             self._register_ready_hooks(self._on_ready)
+
+    def start(self) -> None:
+        super().start()
+        if self._issuer is not None:
+            self._issuer.start()
+
+    def _unit_name(self, u: int) -> str:
+        names = [self.param_names[i] for i in self.buckets[u].members]
+        return f"unit {u} ({tensors_label(names)})"
 
     def _on_ready(self, i: int) -> None:
         u = self.unit_of[i]
         b = self.buckets[u]
         b.ready += 1
         if b.ready == len(b.members):
-            self._launch(u)
+            self._launched.add(u)
+            self._issuer.hand(u)
 
     def _launch(self, u: int) -> None:
         b = self.buckets[u]
@@ -157,6 +174,8 @@ class BucketedPS(GradViews, Method):
         return replaced
 
     def step(self) -> None:
+        if self._issuer is not None:
+            self._issuer.drain()
         if self._foreign is not None:
             for b in self.buckets:  # nothing left in flight; the others are not pushed
                 if b.pending is not None:
@@ -199,8 +218,12 @@ class BucketedPS(GradViews, Method):
         return d
 
     def close(self) -> None:
-        super().close()
-        self.comm.ps.close()
+        try:
+            if self._issuer is not None:
+                self._issuer.stop()
+        finally:
+            super().close()
+            self.comm.ps.close()
 
 
 class BSPPS(BucketedPS):
