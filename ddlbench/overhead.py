@@ -3,12 +3,26 @@
     python -m ddlbench.overhead --model resnet18 --image-size 64 --batch-size 16 \
         --methods bspa2a,wfbp,fusion,ddp --rounds 10 --batches 10
 
-Both loops run in this one process on the same model, data and optimizer settings, with
-their timing rounds interleaved (bare, method, method, bare, ...) so that the machine's drift
-hits both alike. The bare loop is forward, backward, ``optimizer.step()``,
-``zero_grad(set_to_none=True)`` and nothing else. Prints, per method, the bare loop's throughput
-and the ratio of throughputs (method / bare; 1.0 means no overhead), medians over rounds.
-``--cuda`` runs both on GPU 0 (NCCL), each round timed to its last kernel; ``--optimizer`` is
+Four loops run in this one process on the same model, data and optimizer settings, with their
+timing rounds interleaved (bare, method, raw, ddp, then the reverse, ...) so that the machine's
+drift hits all alike:
+
+- bare: forward, backward, ``optimizer.step()``, ``zero_grad(set_to_none=True)`` and nothing else;
+- the method, as its 1-worker benchmark runs it (its options: the training script's flags);
+- raw hook: the bare loop plus, on every parameter, a ``register_post_accumulate_grad_hook`` that
+  starts a raw ``all_reduce(p.grad, async_op=True)``, all waited before ``optimizer.step()``: the
+  floor any method of Python gradient hooks can reach;
+- ddp: the suite's ``ddp`` sending the method's messages: one bucket per tensor
+  (``--bucket-cap-mb 0``) for WFBP, MG-WFBP (before its calibration) and the other per-tensor
+  methods, the fusion threshold's bytes for a method fusing by one, one bucket holding
+  everything for BSP, its own cap for ``ddp``.
+
+Prints, per method, the bare loop's throughput, the ratio of throughputs (method / bare; 1.0
+means no overhead), the number of gradient tensors and, per tensor, each loop's extra time over
+the bare loop per iteration in microseconds (``us/tensor`` the method's, ``raw us/tensor``,
+``ddp us/tensor``), the throughput ratio method / ddp, the DDP reference's cap and the buckets
+it reduced; medians over rounds. ``--json PATH`` writes the same figures as one JSON object.
+``--cuda`` runs all on GPU 0 (NCCL), each round timed to its last kernel; ``--optimizer`` is
 the training script's (default: SGD with momentum 0.9, ``--optimizer auto`` as a benchmark has
 it). So on a GPU one command gives the plain loop's throughput and each method's cost beside it:
 
@@ -28,8 +42,10 @@ import statistics
 import sys
 import time
 
-from .errors import EXIT_USAGE, ArgumentParser, UsageError
+from . import methods
+from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
+from .options import add_flags
 
 
 def main(argv=None) -> int:
@@ -49,6 +65,11 @@ def main(argv=None) -> int:
     p.add_argument("--timeline", action="store_true",
                    help="measure the timeline's cost (nothing / counters / full trace) "
                         "instead of the method's against a bare loop")
+    p.add_argument("--json", metavar="PATH",
+                   help="also write the figures as one JSON object (per method: throughputs, "
+                        "ratios, microseconds per tensor, tensors, the DDP reference's buckets)")
+    add_flags(p.add_argument_group("the methods' options (each: the methods declaring it and "
+                                   "their defaults)"), methods.option_owners())
     args = p.parse_args(argv)
     try:
         return run(args)
@@ -61,14 +82,15 @@ def run(args) -> int:
     import torch
     import torch.distributed as dist
 
-    from . import methods
     from .engine.comm import Comm
 
     if args.batch_size <= 0 or args.rounds <= 0 or args.batches <= 0:
         raise UsageError("--batch-size, --rounds and --batches must be positive")
     names = [m for m in args.methods.split(",") if m]
     for name in names:
-        methods.lookup(name)
+        methods.lookup(name).Options.resolve(vars(args))
+    if args.json:
+        check_writable(args.json, "--json")
     if args.cuda and not torch.cuda.is_available():
         raise UsageError("--cuda: torch sees no CUDA GPU here")
     args.device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
@@ -80,18 +102,39 @@ def run(args) -> int:
         else f"threads {torch.get_num_threads()}"
     print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
           f"{args.batches} batches, {where}")
-    if args.timeline:
-        print(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
-    else:
-        print(f"{'method':>10} {'bare s/round':>13} {'bare samples/s':>15} "
-              f"{'method s/round':>15} {'ratio (median)':>15}")
+    _header(args.timeline)
+    figures = {}
     try:
         for name in names:
             compare = _timeline_cost if args.timeline else _compare
-            compare(args, name, methods.lookup(name), Comm(0, 1))
+            figures[name] = compare(args, name, methods.lookup(name), Comm(0, 1))
     finally:
         dist.destroy_process_group()
+    if args.json:
+        _write_json(args, where, figures)
     return 0
+
+
+def _header(timeline: bool) -> None:
+    if timeline:
+        print(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
+        return
+    # us/tensor: (method - bare) seconds per iteration / gradient tensors; raw: the bare loop
+    # with a raw all-reduce hook per parameter; ddp: DDP at the cap sending the same messages
+    print(f"{'method':>10} {'bare s/round':>13} {'bare samples/s':>15} "
+          f"{'method s/round':>15} {'ratio (median)':>15} {'tensors':>8} {'us/tensor':>10} "
+          f"{'raw us/tensor':>14} {'ddp us/tensor':>14} {'method/ddp':>11} "
+          f"{'ddp cap MiB':>12} {'ddp buckets':>12}")
+
+
+def _write_json(args, where: str, figures: dict) -> None:
+    from .measure import record
+    record.write_atomic(args.json, {
+        "mode": "timeline" if args.timeline else "overhead", "model": args.model,
+        "batch_size": args.batch_size, "image_size": args.image_size,
+        "sentence_len": args.sentence_len, "optimizer": args.optimizer,
+        "rounds": args.rounds, "batches": args.batches, "warmup": args.warmup,
+        "device": where, "methods": figures})
 
 
 def _build(args):
@@ -125,7 +168,7 @@ def _timed(step, n, device) -> float:
 MODES = ("none", "counters", "full")
 
 
-def _timeline_cost(args, name, cls, comm) -> None:
+def _timeline_cost(args, name, cls, comm) -> dict:
     """One method's rounds rotating through the timeline's modes, and its line."""
     import itertools
 
@@ -135,7 +178,8 @@ def _timeline_cost(args, name, cls, comm) -> None:
     work, batch, opt = _build(args)
     tl = comm.timeline
     tl.watch_optimizer(opt)
-    with cls(work.model, opt, comm) as method:
+    with cls(work.model, opt, comm, cls.Options.resolve(vars(args)),
+             model_name=args.model) as method:
         run = Run(work, batch, opt, 0.01, comm, method)
 
         def step():
@@ -167,40 +211,161 @@ def _timeline_cost(args, name, cls, comm) -> None:
         print(f"{name:>10} {statistics.median(times['none']):13.4f} "
               f"{statistics.median(counters):14.3f} {statistics.median(full):10.3f}",
               flush=True)
+    return {"none_s_per_round": statistics.median(times["none"]),
+            "counters/none": statistics.median(counters), "full/none": statistics.median(full)}
 
 
-def _compare(args, name, cls, comm) -> None:
-    """One method's rounds interleaved with the bare loop's, and its line."""
-    bare_work, bare_batch, bare_opt = _build(args)
+MIB = 1024 * 1024
+
+
+def _compare(args, name, cls, comm) -> dict:
+    """One method's rounds interleaved with the three references' (the bare loop, the raw hook
+    loop, DDP sending the same messages), its line, and its figures."""
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        steps, syncs, ref, tensors = _loops(args, cls, comm, stack)
+        times = _rounds(args, steps, syncs)
+        buckets = _ddp_buckets(ref.ddp)
+    fig = _figures(args, times, tensors)
+    fig["ddp_reference"] = {"bucket_cap_mb": ref.bucket_cap_mb, "buckets": buckets,
+                            "first_bucket_bytes": ref.first_bucket_bytes}
+    us = fig["us_per_tensor"]
+    print(f"{name:>10} {fig['bare_s_per_round']:13.4f} {fig['samples_per_s']['bare']:15.1f} "
+          f"{fig['method_s_per_round']:15.4f} {fig['ratio']['method/bare']:15.3f} "
+          f"{tensors:8d} {us['method']:10.2f} {us['raw_hook']:14.2f} {us['ddp_match']:14.2f} "
+          f"{fig['ratio']['method/ddp_match']:11.3f} {ref.bucket_cap_mb:12g} "
+          f"{'?' if buckets is None else buckets:>12}", flush=True)
+    return fig
+
+
+def _loops(args, cls, comm, stack):
+    """The four loops' steps (bare, method, raw_hook, ddp_match), the synchronize after a
+    round of each, the matching DDP and the number of gradient tensors; the methods and hooks
+    closed by ``stack``."""
+    from .methods.ddp import DDP
+    options = cls.Options.resolve(vars(args))
     work, batch, opt = _build(args)
-    with cls(work.model, opt, comm) as method:
-        def bare_step():
-            bare_work.loss(bare_work.model, bare_batch).backward()
-            bare_opt.step()
-            bare_opt.zero_grad(set_to_none=True)
+    method = stack.enter_context(cls(work.model, opt, comm, options, model_name=args.model))
+    ref_work, ref_batch, ref_opt = _build(args)
+    cap = _matching_cap(cls, options, ref_work.model)
+    ref = stack.enter_context(DDP(ref_work.model, ref_opt, comm,
+                                  DDP.Options.resolve({"bucket_cap_mb": cap})))
+    tensors = sum(1 for p in work.model.parameters() if p.requires_grad)
+    steps = {"bare": _bare_step(args), "method": _method_step(work, batch, method),
+             "raw_hook": _raw_hook_step(args, stack),
+             "ddp_match": _method_step(ref_work, ref_batch, ref)}
+    return steps, {"method": method.synchronize, "ddp_match": ref.synchronize}, ref, tensors
 
-        def method_step():
-            work.loss(method.module, batch).backward()
-            method.step()
-            method.zero_grad()
 
-        _timed(bare_step, args.warmup, args.device)
-        _timed(method_step, args.warmup, args.device)
-        method.synchronize()
-        bare_t, method_t = [], []
-        for r in range(args.rounds):
-            # Alternate which loop goes first, so neither always inherits the other's caches.
-            if r % 2 == 0:
-                bare_t.append(_timed(bare_step, args.batches, args.device))
-            method_t.append(_timed(method_step, args.batches, args.device))
-            method.synchronize()
-            if r % 2 == 1:
-                bare_t.append(_timed(bare_step, args.batches, args.device))
-        ratios = [b / m for b, m in zip(bare_t, method_t)]  # throughput ratio method/bare
-        bare = statistics.median(bare_t)
-        print(f"{name:>10} {bare:13.4f} {args.batches * args.batch_size / bare:15.1f} "
-              f"{statistics.median(method_t):15.4f} {statistics.median(ratios):15.3f}",
-              flush=True)
+def _bare_step(args):
+    """Forward, backward, ``optimizer.step()``, ``zero_grad(set_to_none=True)``."""
+    work, batch, opt = _build(args)
+
+    def step():
+        work.loss(work.model, batch).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def _method_step(work, batch, method):
+    def step():
+        work.loss(method.module, batch).backward()
+        method.step()
+        method.zero_grad()
+    return step
+
+
+def _raw_hook_step(args, stack):
+    """The bare loop plus, on every parameter, a hook that starts a raw asynchronous
+    all-reduce of its gradient as it is accumulated; all waited before ``optimizer.step()``:
+    the floor of any method of Python gradient hooks."""
+    import torch.distributed as dist
+    work, batch, opt = _build(args)
+    pending = []
+
+    def hook(p):
+        pending.append(dist.all_reduce(p.grad, async_op=True))
+    handles = [p.register_post_accumulate_grad_hook(hook)
+               for p in work.model.parameters() if p.requires_grad]
+    stack.callback(lambda: [h.remove() for h in handles])
+
+    def step():
+        work.loss(work.model, batch).backward()
+        for w in pending:
+            w.wait()
+        pending.clear()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def _matching_cap(cls, options, model) -> float:
+    """DDP's ``bucket_cap_mb`` sending the messages method ``cls`` sends: DDP's own setting;
+    one bucket for a method of one message (a cap above every gradient byte: DDP's bucket
+    closes only once it holds its cap); a fusion threshold's bytes (0: one per tensor; DDP's
+    bucket takes the tensor that crosses its cap, fusion's leaves it for the next); else one
+    bucket per tensor (WFBP, and MG-WFBP before its calibration)."""
+    from .methods.ddp import DDP
+    from .model import rules
+    if issubclass(cls, DDP):
+        return float(options.bucket_cap_mb)
+    if cls.model is not None and cls.model.grouping is rules.one_message:
+        total = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        return float(total // MIB + 1)
+    threshold = getattr(options, "threshold", None)
+    return 0.0 if threshold is None else float(threshold) / MIB
+
+
+def _ddp_buckets(ddp) -> int | None:
+    """The buckets DDP reduced in its last logged step (torch's DDP logging data; after the
+    rebuild of its first step), None where this torch does not say."""
+    try:
+        data = ddp._get_ddp_logging_data()
+    except Exception:
+        return None
+    if data.get("num_buckets_reduced"):
+        return int(data["num_buckets_reduced"])
+    rebuilt = data.get("rebuilt_bucket_sizes")
+    return len(rebuilt.split(",")) if rebuilt else None
+
+
+def _rounds(args, steps, syncs) -> dict:
+    """Seconds per round of each loop, the rounds interleaved, the order reversed every other
+    round so that no loop always inherits the same one's caches. At least two warm-up steps:
+    DDP rebuilds its buckets after its first."""
+    for loop, step in steps.items():
+        _timed(step, max(args.warmup, 2), args.device)
+        syncs.get(loop, lambda: None)()
+    times = {loop: [] for loop in steps}
+    order = list(steps)
+    for r in range(args.rounds):
+        for loop in order if r % 2 == 0 else order[::-1]:
+            times[loop].append(_timed(steps[loop], args.batches, args.device))
+            syncs.get(loop, lambda: None)()
+    return times
+
+
+def _figures(args, times, tensors) -> dict:
+    """Medians over the rounds: throughputs, throughput ratios, and each loop's extra time
+    over the bare loop per iteration and gradient tensor, in microseconds."""
+    med = statistics.median
+    bare = times["bare"]
+    samples = args.batches * args.batch_size
+
+    def ratio(loop, base):  # throughput loop / base
+        return med(b / t for t, b in zip(times[loop], times[base]))
+
+    def us(loop):
+        return med((t - b) / args.batches / tensors * 1e6 for t, b in zip(times[loop], bare))
+    return {"tensors": tensors, "bare_s_per_round": med(bare),
+            "method_s_per_round": med(times["method"]),
+            "samples_per_s": {loop: samples / med(t) for loop, t in times.items()},
+            "ratio": {"method/bare": ratio("method", "bare"),
+                      "method/ddp_match": ratio("method", "ddp_match"),
+                      "raw_hook/bare": ratio("raw_hook", "bare"),
+                      "ddp_match/bare": ratio("ddp_match", "bare")},
+            "us_per_tensor": {loop: us(loop) for loop in times if loop != "bare"}}
 
 
 if __name__ == "__main__":

@@ -105,22 +105,63 @@ def test_cost_benchmark_rotates_the_three_modes():
         and 0.3 < float(full) < 3, lines
 
 
-def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optimizer():
+OVERHEAD_COLUMNS = ["method", "bare", "s/round", "bare", "samples/s", "method", "s/round",
+                    "ratio", "(median)", "tensors", "us/tensor", "raw", "us/tensor", "ddp",
+                    "us/tensor", "method/ddp", "ddp", "cap", "MiB", "ddp", "buckets"]
+
+
+def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optimizer(tmp_path):
+    out = tmp_path / "overhead.json"
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--model", "bert_tiny",
                 "--sentence-len", "16", "--batch-size", "2", "--optimizer", "auto",
-                "--methods", "wfbp", "--rounds", "2", "--batches", "3", "--warmup", "1"],
-               timeout=200)
+                "--methods", "wfbp,bspa2a", "--rounds", "2", "--batches", "2", "--warmup", "1",
+                "--json", str(out)], timeout=200, OMP_NUM_THREADS=1)
+    # (one thread: on a 2-core machine that other work keeps busy, torch's two OpenMP threads
+    # wait for each other up to ~1 s a step)
     assert proc.returncode == 0, describe(proc)
     lines = proc.stdout.splitlines()
-    assert lines[1].split() == ["method", "bare", "s/round", "bare", "samples/s", "method",
-                                "s/round", "ratio", "(median)"]
-    name, bare, rate, seconds, ratio = lines[2].split()
-    assert name == "wfbp" and float(seconds) > 0 and 0.2 < float(ratio) < 5, lines
-    assert float(rate) == pytest.approx(3 * 2 / float(bare), rel=1e-3, abs=0.1)
+    assert lines[1].split() == OVERHEAD_COLUMNS
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert list(rows) == ["wfbp", "bspa2a"], lines
+    with open(out) as f:
+        got = json.load(f)["methods"]
+    import models
+    n = sum(p.requires_grad for p in models.build("bert_tiny", sentence_len=16).model.parameters())
+    for name, row in rows.items():
+        _, bare, rate, seconds, ratio, tensors, us, raw_us, ddp_us, vs_ddp, cap, buckets = row
+        assert float(seconds) > 0 and 0.2 < float(ratio) < 5 and 0.2 < float(vs_ddp) < 5, row
+        assert float(rate) == pytest.approx(2 * 2 / float(bare), rel=1e-3, abs=0.1)
+        fig = got[name]
+        assert int(tensors) == fig["tensors"] == n
+        assert [float(us), float(raw_us), float(ddp_us)] == pytest.approx(
+            [fig["us_per_tensor"][k] for k in ("method", "raw_hook", "ddp_match")], abs=0.01)
+        assert fig["ratio"]["method/ddp_match"] == pytest.approx(float(vs_ddp), abs=1e-3)
+        assert set(fig["samples_per_s"]) == {"bare", "method", "raw_hook", "ddp_match"}
+        assert float(cap) == fig["ddp_reference"]["bucket_cap_mb"] and \
+            int(buckets) == fig["ddp_reference"]["buckets"]
+    # the DDP sending WFBP's messages: one bucket per gradient tensor, as DDP itself counts
+    # them (its logging data); BSP's: one bucket of every gradient
+    assert got["wfbp"]["ddp_reference"]["bucket_cap_mb"] == 0
+    assert got["wfbp"]["ddp_reference"]["buckets"] == n
+    assert got["bspa2a"]["ddp_reference"]["buckets"] == 1
     if not torch.cuda.is_available():  # --cuda on a machine without a GPU: one line, exit 2
         proc = run([sys.executable, "-m", "ddlbench.overhead", "--cuda"], timeout=100)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
             "ddlbench: error: --cuda: torch sees no CUDA GPU here"], describe(proc)
+
+
+def test_ddp_with_bucket_cap_0_is_one_bucket_per_tensor(tmp_path, load_json):
+    out = tmp_path / "rec.json"
+    proc = train(*TINY_BERT, *QUICK_TIMING, "--method", "ddp", "--bucket-cap-mb", "0",
+                 "--output", str(out))
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert rec["config"]["nworkers"] == 1 and rec["config"]["bucket_cap_mb"] == 0
+    assert rec["method"]["bucket_cap_mb"] == 0 and rec["method"]["first_bucket_bytes"] == 1
+    proc = train(*TINY_BERT, "--method", "ddp", "--bucket-cap-mb", "-1", "--output", str(out),
+                 timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "ddlbench: error: --bucket-cap-mb must be >= 0, got -1"], describe(proc)
 
 
 def test_no_communication_has_no_overlap_ratio():

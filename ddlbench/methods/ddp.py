@@ -2,7 +2,8 @@
 
 DDP owns its buckets (``bucket_cap_mb``, default 25 MiB as in torch, and at that default torch's
 first bucket of 1 MiB), overlaps their all-reduce with the backward pass and averages the
-gradients itself; ``step()`` only applies the optimizer.
+gradients itself; ``step()`` only applies the optimizer. ``bucket_cap_mb`` 0 is one bucket per
+gradient tensor (as fusion's threshold 0): DDP gets a cap of one byte, first bucket included.
 
 With ``--compressor`` other than none, DDP keeps its buckets, their order and its overlap, and a
 comm hook (``register_comm_hook``) hands each bucket to the suite's compressor instead of DDP's
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..model import rules
-from ..options import POSITIVE, Options, option
+from ..options import NONNEG, Options, option
 from ..planning import DDP_DEFAULT_BUCKET_MB
 from ..timeline import tensors_label
 from .base import AFTER_STEP, BucketPlan, Method
@@ -62,9 +63,46 @@ def _weak_hook(bound):
 
 @dataclass(frozen=True)
 class DDPOptions(Options):
-    bucket_cap_mb: float = option(DDP_DEFAULT_BUCKET_MB, POSITIVE,
+    bucket_cap_mb: float = option(DDP_DEFAULT_BUCKET_MB, NONNEG,
                                   "DDP bucket size in MiB (the default: torch's, first bucket "
-                                  "1 MiB)")
+                                  "1 MiB; 0: one bucket per gradient tensor)")
+
+
+# bucket_cap_mb 0: a cap of one byte. A DDP bucket closes once it holds at least its cap
+# (torch's _compute_bucket_assignment_by_size, and the reducer's rebuild after the first step),
+# so every tensor closes its own bucket.
+PER_TENSOR_CAP_BYTES = 1
+
+
+def _build_ddp(model, cap_mb: float, device, group):
+    """torch's DDP of ``model`` at the suite's ``bucket_cap_mb`` (0: one bucket per tensor),
+    and the first bucket's cap it was built with, in bytes."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    # At the default cap DDP gets torch's defaults, as `DistributedDataParallel(model)`
+    # builds it: in torch 2.14 a cap given explicitly also caps the first bucket, which
+    # torch's default keeps at 1 MiB (planning.ddp_buckets, the simulator's rule)
+    # (older torch, e.g. the Horovod lane's 2.0.1, takes no None: its default is 25 and its
+    # first bucket always dist._DEFAULT_FIRST_BUCKET_BYTES, read as DDP is built)
+    torch_default = inspect.signature(DistributedDataParallel.__init__).parameters[
+        "bucket_cap_mb"].default
+    per_tensor = cap_mb == 0
+    if per_tensor:
+        cap = PER_TENSOR_CAP_BYTES / (1024 * 1024)
+    else:
+        default = cap_mb == DDP_DEFAULT_BUCKET_MB and torch_default is None
+        cap = None if default else cap_mb
+    saved = dist._DEFAULT_FIRST_BUCKET_BYTES
+    if per_tensor and torch_default is not None:  # older torch: its first bucket too
+        dist._DEFAULT_FIRST_BUCKET_BYTES = PER_TENSOR_CAP_BYTES
+    try:
+        ddp = DistributedDataParallel(model, bucket_cap_mb=cap, process_group=group,
+                                      device_ids=[device] if device.type == "cuda" else None)
+        config = getattr(ddp, "_bucket_config", None)   # older torch: the global
+        first = int(getattr(config, "first_bucket_bytes_cap", dist._DEFAULT_FIRST_BUCKET_BYTES))
+    finally:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = saved
+    return ddp, first
 
 
 class DDP(Method):
@@ -83,28 +121,11 @@ class DDP(Method):
         return None
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
-        import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         self.bucket_cap_mb = float(self.options.bucket_cap_mb)
         device = next(model.parameters()).device
-        # At the default cap DDP gets torch's defaults, as `DistributedDataParallel(model)`
-        # builds it: in torch 2.14 a cap given explicitly also caps the first bucket, which
-        # torch's default keeps at 1 MiB (planning.ddp_buckets, the simulator's rule)
-        # (older torch, e.g. the Horovod lane's 2.0.1, takes no None: its default is 25 and its
-        # first bucket always 1 MiB)
-        torch_default = inspect.signature(DistributedDataParallel.__init__).parameters[
-            "bucket_cap_mb"].default
-        default = self.bucket_cap_mb == DDP_DEFAULT_BUCKET_MB and torch_default is None
-        self.ddp = DistributedDataParallel(
-            model,
-            device_ids=[device] if device.type == "cuda" else None,
-            bucket_cap_mb=None if default else self.bucket_cap_mb,
-            process_group=comm.group,
-        )
-        config = getattr(self.ddp, "_bucket_config", None)   # older torch: always its default
-        self.first_bucket_bytes = int(getattr(config, "first_bucket_bytes_cap",
-                                              dist._DEFAULT_FIRST_BUCKET_BYTES))
+        self.ddp, self.first_bucket_bytes = _build_ddp(model, self.bucket_cap_mb, device,
+                                                       comm.group)
         self._step_groups: list[list[int]] = []
         self._last_groups: list[list[int]] = []
         self._exchange = None
