@@ -19,7 +19,7 @@ import sys
 import torch
 
 import compression
-from ddlbench.engine.comm import Comm
+from ddlbench.runtime.comm import Comm
 from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
 from ddlbench.measure import record
 from ddlbench.options import add_flags

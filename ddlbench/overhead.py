@@ -82,7 +82,7 @@ def run(args) -> int:
     import torch
     import torch.distributed as dist
 
-    from .engine.comm import Comm
+    from .runtime.comm import Comm
 
     if args.batch_size <= 0 or args.rounds <= 0 or args.batches <= 0:
         raise UsageError("--batch-size, --rounds and --batches must be positive")
@@ -156,7 +156,7 @@ def _build(args):
 
 def _timed(step, n, device) -> float:
     """Seconds for ``n`` steps, to the last kernel on a GPU."""
-    from .engine import synchronize
+    from .runtime import synchronize
     synchronize(device)
     start = time.perf_counter()
     for _ in range(n):

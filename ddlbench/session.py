@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import compression
 
 from . import methods
-from .engine.comm import Comm
+from .runtime.comm import Comm
 from .measure import workload
 from .timeline import COMPUTE, WAIT
 

@@ -351,13 +351,13 @@ def main(argv=None) -> int:
 # -- one worker, top to bottom -------------------------------------------------------------------
 
 def worker(args, placement) -> int:
-    from . import engine, verify
+    from . import runtime, verify
 
     def run(ctx) -> int:
         if args.verify:
             return verify.run(args, ctx, runs(args))
         return benchmark(args, ctx)
-    return engine.start(placement, engine.Job.of(args, horovod=_horovod_settings(args)), run)
+    return runtime.start(placement, runtime.Job.of(args, horovod=_horovod_settings(args)), run)
 
 
 def benchmark(args, ctx) -> int:

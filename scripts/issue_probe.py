@@ -26,7 +26,7 @@ import torch.distributed as dist  # noqa: E402
 import compression  # noqa: E402
 from ddlbench import compat, methods, overhead  # noqa: E402
 from ddlbench.measure import profiler  # noqa: E402
-from ddlbench.engine.comm import Comm  # noqa: E402
+from ddlbench.runtime.comm import Comm  # noqa: E402
 
 ROUNDS, BATCHES = 5, 10
 

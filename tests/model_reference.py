@@ -1,9 +1,9 @@
-"""The performance model's schedules written again without an event engine: the section 3
+"""The performance model's schedules written again without an event simulator: the section 3
 recurrences of docs/DESIGN.md (the replay's training thread as a running clock) and
 ByteScheduler's scheduler as a priority queue of arrivals and completions, without CPU
-interference. ``ddlbench.model.simulate`` runs every schedule on one event engine whose CPU
-interference is a parameter; tests/test_simulate.py swaps these in for the engine's schedule
-functions (same signatures, same results) and holds the engine, at zero interference, to them.
+interference. ``ddlbench.model.simulate`` runs every schedule on one event simulator whose CPU
+interference is a parameter; tests/test_simulate.py swaps these in for the simulator's schedule
+functions (same signatures, same results) and holds the simulator, at zero interference, to them.
 They are the plain replay the model had before its two paths became one (issue 43)."""
 import heapq
 

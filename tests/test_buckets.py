@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from ddlbench.engine.comm import Comm
+from ddlbench.runtime.comm import Comm
 from ddlbench.methods import create
 from ddlbench.planning import plan_buckets
 

@@ -498,7 +498,7 @@ def _convergence_worker(rank, world, store, names, out):
     from torch import nn
 
     from ddlbench import compat, methods
-    from ddlbench.engine.comm import Comm
+    from ddlbench.runtime.comm import Comm
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     x, y = _separable_data()

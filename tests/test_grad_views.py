@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ddlbench.engine.comm import Comm, backend_averages
+from ddlbench.runtime.comm import Comm, backend_averages
 from ddlbench.errors import UsageError
 from ddlbench.methods import create
 

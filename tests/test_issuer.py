@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddlbench.engine.comm import Comm
+from ddlbench.runtime.comm import Comm
 from ddlbench.methods import create, threads
 
 

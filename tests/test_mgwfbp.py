@@ -12,7 +12,7 @@ from torch import nn
 from ddlbench.measure import profiler
 from ddlbench.model import predict, simulate
 from ddlbench.measure import profile_file
-from ddlbench.engine.comm import Comm
+from ddlbench.runtime.comm import Comm
 from ddlbench.errors import UsageError
 from ddlbench.methods import create
 from ddlbench.planning import DEFAULT_MIN_GROUP_ELEMENTS as DEFAULT_MIN_GROUP

@@ -13,7 +13,7 @@ import torch
 
 from ddlbench import planning
 from ddlbench.errors import UsageError
-from ddlbench.engine import ps
+from ddlbench.runtime import ps
 from ddlbench.hosts.hostfile import Host
 from ddlbench.launch import pslaunch
 
@@ -159,9 +159,9 @@ def test_server_sums_pending_pushes_in_priority_order(schedule, expected):
     group.deliver(0, ps.header_tag(0), torch.tensor([ps.OP_END, -1]))
     if schedule:
         deadline = time.monotonic() + 30
-        while server.engine.pending() < 5 and time.monotonic() < deadline:
+        while server.scheduler.pending() < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert server.engine.pending() == 5
+        assert server.scheduler.pending() == 5
     else:
         time.sleep(0.2)                       # (the receiving thread itself is held)
     group.gate.set()

@@ -323,7 +323,7 @@ def test_bytescheduler_timing_round_by_hand():
     assert steady.iteration_s == pytest.approx(8.0)
     two = sim.predict("bytescheduler", work, link, credit=1, batches_per_iter=2)
     assert two.iteration_s == pytest.approx(17.0 / 2)        # synchronize until l1's 17 s
-    # the recurrences without the event engine replay the same round
+    # the recurrences without the event simulator replay the same round
     with _recurrences():
         assert sim.bytescheduler(work, link, credit=1, batches_per_iter=2).iteration_s \
             == pytest.approx(17.0 / 2)
@@ -643,7 +643,7 @@ def test_more_interference_never_predicts_faster(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_without_interference_the_cosimulation_is_the_replay(seed):
-    """kappa = mu = 0: the event engine gives every method's plain replay (the section 3
+    """kappa = mu = 0: the event simulator gives every method's plain replay (the section 3
     recurrences, tests/model_reference.py), events and all, on random workloads, channels
     and transports."""
     work, link = _work(seed), LINKS[seed % 3]
@@ -666,8 +666,8 @@ def test_without_interference_the_cosimulation_is_the_replay(seed):
 
 @contextlib.contextmanager
 def _recurrences():
-    """The schedules by the recurrences without the event engine (tests/model_reference.py)
-    in place of the engine's, for the with block."""
+    """The schedules by the recurrences without the event simulator (tests/model_reference.py)
+    in place of the simulator's, for the with block."""
     saved = sim._training, sim._bytescheduler_threads
     sim._training = model_reference.training
     sim._bytescheduler_threads = model_reference.bytescheduler_threads
@@ -782,7 +782,7 @@ def test_bytescheduler_forward_by_tensor_by_hand():
         assert [(e[3] / 1e6 - lo, e[4] / 1e6 - lo) for e in p.events
                 if e[0] == "optimizer"] == [pytest.approx((1.5, 2.0)), pytest.approx((2.5, 3.5))]
     assert waits == {7.0: [(0.0, 2.0), (2.5, 3.5)], 6.0: [(0.0, 2.0)]}
-    # the recurrences without the event engine take the same pieces
+    # the recurrences without the event simulator take the same pieces
     with _recurrences():
         assert sim.predict("bytescheduler", new, link, partition=250,
                            credit=250).iteration_s == pytest.approx(6.0)
@@ -950,14 +950,14 @@ def test_an_instant_network_costs_the_issues_alone(compressor):
     codec = sim.Codec(compressor, 2, allgather=instant)
     for method in METHODS:
         groups = sim.groups_of(method, work, instant, threshold=256)
-        for channels, engine in ((1, False), (2, False), (1, True)):
-            with contextlib.nullcontext() if engine else _recurrences():
+        for channels, simulator in ((1, False), (2, False), (1, True)):
+            with contextlib.nullcontext() if simulator else _recurrences():
                 p = sim.replay(work, instant, groups, channels, method, codec=codec,
                                nworkers=2)
             issued = 0 if method == "ddp" else sum(
                 len(codec.collectives([work.shapes[b] for b in g])) for g in groups)
             assert p.iteration_s == pytest.approx(work.compute_s + 1e-4 * issued, rel=1e-12), \
-                (method, channels, engine)
+                (method, channels, simulator)
 
 
 def test_without_the_host_rates_nothing_changes():
@@ -996,7 +996,7 @@ def test_bytescheduler_divides_each_tensor_before_its_update(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_cosimulation_does_the_same_host_work(seed):
-    """kappa = mu = 0: the event engine packs, divides and unpacks as the plain replay (the
+    """kappa = mu = 0: the event simulator packs, divides and unpacks as the plain replay (the
     recurrences, tests/model_reference.py) does, for every method, on one and two channels and
     on the servers."""
     work, link = _hosted(_work(seed), sim.Host(2e-10, 1e-10)), LINKS[seed]   # 5 and 10 GB/s

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ddlbench import timeline as tl
-from ddlbench.engine import ps
+from ddlbench.runtime import ps
 
 from . import traces
 from .conftest import QUICK_TIMING, TINY_BERT, describe, run, train
@@ -286,7 +286,7 @@ def test_a_server_records_receives_sums_and_sends_only_while_told(schedule):
             assert [e[2] for e in got] == [row] * 2
             assert all(e[5]["bytes"] == 16 for e in got)
             sums = [e for e in events if e[0] == "sum" and e[5] == {"key": key, "peer": peer}]
-            assert [e[2] for e in sums] == ["engine" if schedule else row] * 2
+            assert [e[2] for e in sums] == ["priority sum" if schedule else row] * 2
             for rec, add in zip(got, sums):   # received, then summed
                 assert rec[3] <= rec[4] <= add[3] <= add[4]
         sums = sorted((e for e in events if e[0] == "sum" and e[5]["key"] == key),

@@ -145,7 +145,7 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     import torch
     import torch.distributed as dist
 
-    from .. import engine
+    from .. import runtime
     device = device or torch.device("cpu")
     world = dist.get_world_size(group)
     nbytes = message_size(op, nbytes, world)
@@ -158,7 +158,7 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     elif op == "allgather":
         out = torch.zeros(count, dtype=torch.float32, device=device)
         src = torch.zeros(count // world, dtype=torch.float32, device=device)
-        from ..engine.comm import all_gather_single as gather
+        from ..runtime.comm import all_gather_single as gather
 
         def once():
             gather(out, src, group=group)
@@ -179,13 +179,13 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
         raise UsageError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     for _ in range(warmup):
         once()
-    engine.synchronize(device)
+    runtime.synchronize(device)
     dist.barrier(group=group)
     times = []
     for _ in range(iters):
         start = time.perf_counter()
         once()
-        engine.synchronize(device)
+        runtime.synchronize(device)
         times.append(time.perf_counter() - start)
     if op == "pushpull":
         ps.close()
@@ -376,7 +376,7 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
     import torch
     import torch.distributed as dist
 
-    from .. import engine
+    from .. import runtime
     device = device or torch.device("cpu")
     bufs = [torch.zeros(max(1, n // ELEMENT_BYTES), dtype=torch.float32, device=device)
             for n in nbytes]
@@ -392,11 +392,11 @@ def measure_burst(nbytes: list[int], *, group=None, device=None, warmup: int = 5
     times: dict = {name: [] for name in modes}
     for k in range(warmup + iters):
         for name, fn in modes.items():
-            engine.synchronize(device)
+            runtime.synchronize(device)
             dist.barrier(group=group)
             start = time.perf_counter()
             fn()
-            engine.synchronize(device)
+            runtime.synchronize(device)
             if k >= warmup:
                 times[name].append(time.perf_counter() - start)
     rounds = _slowest_rank([times["one_at_a_time"], times["burst"]], device, group)
@@ -574,7 +574,7 @@ def main(argv=None) -> int:
 
 
 def worker(args, placement) -> int:
-    from .. import engine, netem
+    from .. import netem, runtime
     from . import record
     ops, sizes = check(args)
 
@@ -609,7 +609,7 @@ def worker(args, placement) -> int:
                    "environment": environment}
             record.write_atomic(args.output, rec)
         return 0
-    return engine.start(placement, engine.Job.of(args), run)
+    return runtime.start(placement, runtime.Job.of(args), run)
 
 
 if __name__ == "__main__":

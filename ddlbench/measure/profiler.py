@@ -221,7 +221,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     times ``forward_s``, which the other iterations time without them (on a GPU the hooks
     synchronise the device at every module). The backward is timed in every iteration (the
     forward hooks do not run in it)."""
-    from .. import engine
+    from .. import runtime
     if iters <= 0 or warmup < 0:
         raise UsageError("profiling needs iterations > 0 and warm-up >= 0")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -230,7 +230,7 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
 
     def sync():
         if device is not None:
-            engine.synchronize(device)
+            runtime.synchronize(device)
 
     cur: dict = {}
 
@@ -361,7 +361,7 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
     on a stream of its own, so that neither waits for the other. Gradients are cleared and
     buffers and random generators restored afterwards.
 
-    ``ps`` (a job's parameter-server client, ``engine.Context.ps``): the communication is a
+    ``ps`` (a job's parameter-server client, ``runtime.Context.ps``): the communication is a
     push/pull instead, of ``ps_bytes`` (each gradient tensor's bytes; default one message of
     ``nbytes``), every tensor cut into the servers' partitions, all pushed at once and their
     sums pulled back; ``op`` in the result says which."""
@@ -485,7 +485,7 @@ def measure_host(model, forward_backward, *, device=None,
     generators restored afterwards."""
     import torch
 
-    from .. import engine
+    from .. import runtime
     with _leaving_no_trace(model, device):
         forward_backward()
         grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
@@ -511,10 +511,10 @@ def measure_host(model, forward_backward, *, device=None,
         def timed(fn) -> float:
             times = []
             for k in range(iters + 1):
-                engine.synchronize(flat.device)
+                runtime.synchronize(flat.device)
                 start = time.perf_counter()
                 fn()
-                engine.synchronize(flat.device)
+                runtime.synchronize(flat.device)
                 if k:
                     times.append(time.perf_counter() - start)
             return statistics.median(times)
@@ -529,7 +529,7 @@ def measure_issue(*, device=None, group=None, iters: int = DEFAULT_ISSUE_ITERS) 
     """What the training thread spends issuing one collective as the bucketed all-reduce
     methods do (``simulate.Host.issue_s``): one element started as a bucket's launch starts
     it (the uncompressed compressor's ``reduce_async`` on the suite's counted collectives,
-    ``engine.comm.Comm``, its timeline recording as in a benchmark's timed rounds), every
+    ``runtime.comm.Comm``, its timeline recording as in a benchmark's timed rounds), every
     rank at once on ``group``; the median of ``iters`` after five untimed, each waited for
     outside its time. Mostly the process group's own enqueue: on a GPU with NCCL, host time a
     launch-bound backward cannot hide."""
@@ -538,8 +538,8 @@ def measure_issue(*, device=None, group=None, iters: int = DEFAULT_ISSUE_ITERS) 
 
     import compression
 
-    from .. import engine
-    from ..engine.comm import Comm
+    from .. import runtime
+    from ..runtime.comm import Comm
     comm = Comm(dist.get_rank(group), dist.get_world_size(group), group=group)
     one = torch.zeros(1, device=device)
     codec = compression.NoCompression()
@@ -547,7 +547,7 @@ def measure_issue(*, device=None, group=None, iters: int = DEFAULT_ISSUE_ITERS) 
     comm.timeline.start()
     try:
         for k in range(iters + 5):
-            engine.synchronize(one.device)
+            runtime.synchronize(one.device)
             start = time.perf_counter()
             with comm.about(lambda: "issue"):
                 pending = codec.reduce_async((0,), one, comm, shapes=[one.shape])
@@ -714,7 +714,7 @@ def main(argv=None) -> int:
 
 
 def worker(args, placement) -> int:
-    from .. import engine
+    from .. import runtime
     from .workload import OptimizerSpec, Spec, learning_rate, make_optimizer, replica
     from ..netem import run_info
 
@@ -761,22 +761,22 @@ def worker(args, placement) -> int:
                 write_profile(args.output, prof)
                 print(f"profile written to {args.output}", flush=True)
         return 0
-    return engine.start(placement, engine.Job.of(args), run)
+    return runtime.start(placement, runtime.Job.of(args), run)
 
 
 def time_optimizer(optimizer, forward_backward, *, device=None, warmup: int = DEFAULT_WARMUP,
                    iters: int = DEFAULT_ITERS) -> float:
     """Mean seconds of ``optimizer.step()`` over every parameter, after ``warmup`` untimed
     steps (the gradients of one ``forward_backward``; it changes the parameters)."""
-    from .. import engine
+    from .. import runtime
     forward_backward()
     for _ in range(warmup):
         optimizer.step()
-    engine.synchronize(device)
+    runtime.synchronize(device)
     start = time.perf_counter()
     for _ in range(max(1, iters)):
         optimizer.step()
-    engine.synchronize(device)
+    runtime.synchronize(device)
     seconds = (time.perf_counter() - start) / max(1, iters)
     optimizer.zero_grad(set_to_none=True)
     return seconds

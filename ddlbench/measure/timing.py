@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import engine
+from .. import runtime
 
 ROUND_UNITS = {"sen": "sentences"}  # the unit on the original's Iter lines
 
@@ -63,7 +63,7 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
     for _ in range(warmup):
         train_step()
     finish()
-    engine.synchronize(ctx.device)
+    runtime.synchronize(ctx.device)
     if on_warm:
         on_warm()
     timeline.start()
@@ -79,7 +79,7 @@ def run(ctx, train_step, finish, *, batch_size: int, warmup: int, batches_per_it
                 train_step()
         with timeline.span("synchronize", WAIT):
             finish()
-            engine.synchronize(ctx.device)
+            runtime.synchronize(ctx.device)
         elapsed = slowest(ctx, time.perf_counter() - start)
         rate = batch_size * batches_per_iter / elapsed
         round_times.append(elapsed)

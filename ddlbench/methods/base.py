@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # annotations only
     import torch
     from torch import nn
 
-    from ..engine.comm import Comm
+    from ..runtime.comm import Comm
 
 A2A, PS = "a2a", "ps"
 BEFORE_STEP, AFTER_STEP = "before_step", "after_step"

@@ -11,7 +11,7 @@
 
 ``--compressor fp16`` is ``hvd.Compression.fp16`` (cast before, back after). Horovod averages
 (``op=Average``). Each class says which HOROVOD_* settings it needs (``horovod_settings``);
-``ddlbench.engine.horovod`` applies them before ``hvd.init()``. Each implements the torch
+``ddlbench.runtime.horovod`` applies them before ``hvd.init()``. Each implements the torch
 engine's method of the same id, with its options. Nothing here may use torch APIs newer than
 2.0 (Horovod's environment).
 
@@ -103,7 +103,7 @@ class _HorovodMethod(Method):
         import horovod
         import torch
 
-        from ..engine.horovod import recorded_settings
+        from ..runtime.horovod import recorded_settings
         d = super().describe()
         d["engine"] = "horovod"
         d["horovod"] = {"version": horovod.__version__, "torch": torch.__version__,

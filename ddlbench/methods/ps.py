@@ -5,7 +5,7 @@ semantics: ``bspps`` defaults to 536,870,912, one unit for any model the suite h
 the whole backward; ``wfbpps`` defaults to 0, one unit per tensor, pushed from its gradient hook
 the moment it is ready; ``--threshold`` overrides either). Each unit is cut into
 ``--partition-bytes`` partitions, pushed to their servers and pulled back summed
-(``ddlbench.engine.ps``); ``step()`` waits for the pulls, divides by the number of workers and applies
+(``ddlbench.runtime.ps``); ``step()`` waits for the pulls, divides by the number of workers and applies
 the optimizer.
 
 Unlike all-reduce, nothing here needs the workers to agree on an order: a server matches pushes
@@ -298,7 +298,7 @@ class ByteSchedulerPS(ByteScheduler):
         self._credit.start()
 
     def _partition(self) -> int:
-        from ..engine import ps
+        from ..runtime import ps
         size = self.params[0].element_size() if self.params else 4
         return ps.partition_elements(self.comm.ps.partition_bytes, size)
 

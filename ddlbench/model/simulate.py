@@ -58,14 +58,14 @@ The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collec
 (an ``issue`` span after the pack and encode, before the message; docs/DESIGN.md section 3).
 
 **CPU interference** (``Compute.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
-profiler's ``interference``): one event engine (``_CoSim``) runs every schedule, the training
+profiler's ``interference``): one event simulator (``_CoSim``) runs every schedule, the training
 thread's (``_training``) and ByteScheduler's threads (``_bytescheduler_threads``), at
 piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
 ByteScheduler's completer's updates) progresses at ``1 / (1 + kappa)`` while any
 communication is in flight, communication (a channel's collectives, encode and decode; a
 push or pull) at ``1 / (1 + mu)`` while anything computes. Interference is a parameter of the
-engine: with both 0 the schedule is the section 3 recurrences (tests/model_reference.py writes
-them again, and tests/test_simulate.py holds the engine to them).
+simulator: with both 0 the schedule is the section 3 recurrences (tests/model_reference.py writes
+them again, and tests/test_simulate.py holds the simulator to them).
 """
 from __future__ import annotations
 
@@ -782,7 +782,7 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     ``after_backward``, BSP's, which packs, encodes and sends them in the step).
     ``method``: a registered id, whose rule says BSP or not and whose host work is DDP's or the
     bucketed methods'; any other name (the default): groups given by hand, bucketed.
-    One event engine runs it (``_CoSim``, with ``work``'s CPU interference; none: the
+    One event simulator runs it (``_CoSim``, with ``work``'s CPU interference; none: the
     section 3 recurrences, up to rounding). The training thread
     packs (and encodes) each group before handing it over and finishes each (decode, divide,
     unpack) in order once it is done (``_HostWork``: ``work.host``'s rates, the codec's times,
@@ -852,7 +852,7 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
 
 def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
               host: _HostWork):
-    """``replay``'s iteration on the event engine (``_CoSim``, at ``work``'s CPU interference,
+    """``replay``'s iteration on the event simulator (``_CoSim``, at ``work``'s CPU interference,
     zero for none): the training thread computes the forward
     and the backward, packs and hands each group over (in order) once its gradients are ready
     (with ``wait_all``, after the backward), finishes each in order once it is done (first
@@ -988,7 +988,7 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
     compressor: ``work.host``'s divide; each tensor is sent in place, no copies). Rank 0's
     negotiation is not modelled. With ``servers`` it is ByteScheduler-PS: chunks are the PS
     partitions (``partition_bytes``), pushed and pulled, the credit returned once a chunk is
-    pushed; a codec then does not apply. Under CPU interference (``replay``'s event engine) the
+    pushed; a codec then does not apply. Under CPU interference (``replay``'s event simulator) the
     forward pieces, the backward and the completer's updates are the compute that
     communication slows and that slows it. ``method``: the prediction's name (default: the
     registry's method on this schedule and architecture)."""
@@ -1062,7 +1062,7 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
 
 
 def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
-    """``bytescheduler``'s iterations on the event engine (``_CoSim``, at ``work``'s CPU
+    """``bytescheduler``'s iterations on the event simulator (``_CoSim``, at ``work``'s CPU
     interference, zero for none): the training thread
     (each module's forward after its tensor's previous update, the backward marking chunks
     ready) and the completer thread (each tensor's update once its chunks are reduced, in the

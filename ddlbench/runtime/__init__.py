@@ -71,7 +71,7 @@ def is_server(placement: Placement, nservers: int) -> bool:
 
 @dataclass(frozen=True)
 class Job:
-    """What the engine needs to know of a job, from any entry's flags (``Job.of``): the
+    """What the runtime needs to know of a job, from any entry's flags (``Job.of``): the
     device (``use_cuda``), the backend (auto, nccl, gloo), how long a collective may wait
     (``timeout_s``), CPU threads per worker, the parameter servers (``nservers``, the
     partition size their keys are cut by, one client per machine or per process) and, for the
@@ -112,10 +112,10 @@ def start(placement: Placement, job: Job, worker) -> int:
 def init(placement: Placement, job: Job) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
     job has ``nservers`` parameter servers, the push/pull group shared with them (one client
-    per machine, or per worker with ``ps_clients="process"``: ``ddlbench.engine.ps``). With
+    per machine, or per worker with ``ps_clients="process"``: ``ddlbench.runtime.ps``). With
     ``horovod`` (the HOROVOD_* settings of the method to run) Horovod is started first, and the
     default group is a Gloo group beside it for everything but the method's own communication
-    (ddlbench.engine.horovod)."""
+    (ddlbench.runtime.horovod)."""
     use_cuda, backend, timeout_s, threads = job.use_cuda, job.backend, job.timeout_s, job.threads
     nservers, partition_bytes, ps_clients, horovod = (job.nservers, job.partition_bytes,
                                                        job.ps_clients, job.horovod)

@@ -38,7 +38,7 @@ Protocol, per *session* (one method object's lifetime):
 The server's timeline (``--timeline PATH`` only; off otherwise, costing one attribute test per
 push): per push a ``receive`` span (the header's arrival to the data's, on the row ``receive
 from worker P`` of that peer's thread) and a ``sum`` span (the push added into its key's
-accumulator, on the thread that sums: the peer's, or ``engine`` with server-side scheduling);
+accumulator, on the thread that sums: the peer's, or ``priority sum`` with server-side scheduling);
 per completed round a ``send`` span (the sum's sends to every pusher, from issue until all have
 completed: Gloo's sends have no future, so a watcher thread waits for them in issue order).
 
@@ -57,7 +57,7 @@ The pushers travel in the plan: the servers count and answer exactly those ranks
 
 Server-side scheduling (``schedule=True`` in the plan; BytePS's
 ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``, what the original's ``bytescheduler=1`` switched on): the
-receiving threads only take pushes in; one engine thread sums them, always the pending push
+receiving threads only take pushes in; one summing thread sums them, always the pending push
 of the highest priority first, the lowest key (keys are numbered front layers first by the
 scheduled method), so when pushes queue up at a server, the front layers' sums go back first.
 Without it a push is summed by the thread that received it, in arrival order.
@@ -556,10 +556,10 @@ class _Summer:
             self._die(f"waiting for sends: {type(e).__name__}: {first_line(e)}")
 
     def _serve_peer(self, peer: int, keys: dict[int, _Key], expected: int, on_complete,
-                    session: int, on_ask=None, engine=None) -> None:
+                    session: int, on_ask=None, scheduler=None) -> None:
         """Receive ``peer``'s pushes until it ends the session; sum each one here, or hand it
-        to the ``engine`` (server-side scheduling). ``on_ask(peer, op)`` answers worker 0's
-        questions (``ASKING``)."""
+        to the ``scheduler`` (server-side scheduling: a ``PrioritySummer``). ``on_ask(peer,
+        op)`` answers worker 0's questions (``ASKING``)."""
         try:
             inbox = _Inbox(self, peer, keys, session)
             tl, row = self.timeline, f"receive from worker {peer}"
@@ -577,8 +577,8 @@ class _Summer:
                 data = inbox.data(key)
                 if t0 is not None:
                     _received(tl, row, t0, key, data, peer)
-                if engine is not None:   # it keeps the data until it has summed it
-                    engine.put(peer, key, data)
+                if scheduler is not None:   # it keeps the data until it has summed it
+                    scheduler.put(peer, key, data)
                     continue
                 if t0 is None:
                     complete, rnd = self._add(key, k, data, expected)
@@ -592,12 +592,12 @@ class _Summer:
             self._die(f"serving worker {peer}: {type(e).__name__}: {first_line(e)}")
 
     def _serve_all(self, peers: list[int], keys: dict[int, _Key], expected: int, on_complete,
-                   session: int, on_ask=None, engine=None) -> list[threading.Thread]:
+                   session: int, on_ask=None, scheduler=None) -> list[threading.Thread]:
         threads = []
         for peer in peers:
             t = threading.Thread(target=self._serve_peer,
                                  args=(peer, keys, expected, on_complete, session, on_ask,
-                                       engine),
+                                       scheduler),
                                  name=f"ps-peer-{peer}", daemon=True)
             t.start()
             threads.append(t)
@@ -623,7 +623,7 @@ class _Inbox:
       which no later message uses).
     - *Data*: a peer pushes every key once a round. The round's first header posts the
       receives of all keys, each into the peer's buffer for the key (which, with server-side
-      scheduling, the engine keeps until it has summed it): from then on the peer's pushes
+      scheduling, the priority summer keeps until it has summed it): from then on the peer's pushes
       flow without waiting. A buffer is free again by then: the peer pushes again only after
       pulling every sum of the round.
     """
@@ -711,7 +711,7 @@ class _Sent:
 SERVED_KEPT = 1 << 16
 
 
-class Engine:
+class PrioritySummer:
     """Server-side scheduling: pending pushes summed one at a time by one thread, the highest
     priority (lowest key) first; ties in arrival order. ``served`` lists the (key, peer) of
     the last ``SERVED_KEPT`` pushes in the order they were summed."""
@@ -724,7 +724,7 @@ class Engine:
         self._seq = 0
         self._done = False
         self._cv = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="ps-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="ps-priority-sum", daemon=True)
         self._thread.start()
 
     def pending(self) -> int:
@@ -749,8 +749,9 @@ class Engine:
                 self.served.append((key, peer))
                 tl = self.summer.timeline
                 if tl.enabled:
-                    complete, rnd = self.summer._summed(tl, "engine", key, self.keys[key], data,
-                                                        self.expected, peer)
+                    complete, rnd = self.summer._summed(tl, "priority sum", key,
+                                                        self.keys[key], data, self.expected,
+                                                        peer)
                 else:
                     complete, rnd = self.summer._add(key, self.keys[key], data, self.expected)
                 if complete:
@@ -758,7 +759,7 @@ class Engine:
         except SystemExit:
             raise
         except BaseException as e:
-            self.summer._die(f"summing engine: {type(e).__name__}: {first_line(e)}")
+            self.summer._die(f"priority summer: {type(e).__name__}: {first_line(e)}")
 
     def finish(self) -> None:
         """Every receiving thread has ended: sum what is pending, then stop."""
@@ -777,16 +778,16 @@ class Server(_Summer):
         super().__init__(pg, timeout_s, f"parameter server {self.index} (rank {rank})")
         self.nworkers = nworkers
         self.nservers = nservers
-        self.engine: Engine | None = None   # the session's, with server-side scheduling
+        self.scheduler: PrioritySummer | None = None   # the session's, with server-side scheduling
         self.rss_at_start = _rss()  # before any buffer: what the summing itself adds is above
         # Off until worker 0 turns it on (--timeline PATH: the timed rounds).
         self.timeline = Timeline(rank)
 
     @property
     def served(self):
-        """The (key, peer) of the pushes the scheduling engine summed, in order (None without
+        """The (key, peer) of the pushes the priority summer summed, in order (None without
         server-side scheduling)."""
-        return self.engine.served if self.engine else None
+        return self.scheduler.served if self.scheduler else None
 
     def run(self) -> int:
         torch.set_num_threads(1)
@@ -809,18 +810,18 @@ class Server(_Summer):
     def _session(self, keys: dict[int, _Key], pushers: list[int],
                  schedule: bool = False, session: int = 0) -> None:
         """Every pusher's pushes of every key summed; each round's sum sent to every pusher.
-        With ``schedule`` the sums are made by one engine thread, pending pushes in priority
-        order (``Engine``)."""
+        With ``schedule`` the sums are made by one thread, pending pushes in priority order
+        (``PrioritySummer``)."""
         def complete(key, k, _round):
             self._send_sum(key, k, pushers)
 
-        self.engine = engine = (Engine(self, keys, len(pushers), complete) if schedule
-                                else None)
+        self.scheduler = scheduler = (PrioritySummer(self, keys, len(pushers), complete)
+                                      if schedule else None)
         for t in self._serve_all(pushers, keys, len(pushers), complete, session, self._answer,
-                                 engine):
+                                 scheduler):
             t.join()
-        if engine:
-            engine.finish()
+        if scheduler:
+            scheduler.finish()
         self._drain(keys)
 
     def _answer(self, peer: int, op: int) -> None:
