@@ -22,13 +22,27 @@ def training(work, groups, wait_all, send, send_late, transport, host):
             spans.append((name, t, t + seconds))
             t += seconds
 
+    issuer = 0.0  # when the communication thread is free
+
     def hand_over(g):
         host_work(host.pack_name(g), host.pack(g))
         done.append(send(g, t)[1])
+
+    def hand_to_thread(g):
+        """The gradient hook hands ``g`` to the communication thread, which encodes and
+        issues it after the groups before it."""
+        nonlocal issuer
+        start = max(t, issuer)
+        seconds = host.pack(g)
+        if seconds:
+            transport.events.append((host.pack_name(g), timeline.CODEC, "issue", start * 1e6,
+                                     (start + seconds) * 1e6, None))
+        issuer = start + seconds
+        done.append(send(g, issuer)[1])
     for b, tb in enumerate(work.backward_s):
         t += tb
         while left and not wait_all and max(left[0]) <= b:
-            hand_over(left.pop(0))
+            (hand_to_thread if host.threaded else hand_over)(left.pop(0))
     bwd_end = t
     for g in left:
         hand_over(g)

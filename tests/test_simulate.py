@@ -185,39 +185,41 @@ def test_a_message_costs_the_links_per_message_and_queueing_costs_by_hand():
 
 def test_powersgds_q_is_encoded_and_all_reduced_in_the_step_by_hand():
     """The bucketed methods wait for each bucket in the step, and PowerSGD computes and
-    all-reduces its Q only then (it needs the reduced P): per bucket, the P all-reduce from
-    the hook, then in the step the Q encode on the training thread, the Q all-reduce (behind
-    whatever the channel holds) and the decode. DDP's thread does P, Q and both encodes in a
-    row on the channel, as before."""
+    all-reduces its Q only then (it needs the reduced P): per bucket, the P encoded and
+    all-reduced by the communication thread the hook handed it to, then in the step the Q
+    encode on the training thread, the Q all-reduce (behind whatever the channel holds) and
+    the decode. DDP's thread does P, Q and both encodes in a row on the channel, as before."""
     # two 8 x 8 matrices (64 elements) 1 s of backward apart; a collective 0.5 s; encode 1 s
     # per matrix, 0.5 s of it at wait; decode 0.25 s
     work = sim.Compute(0.0, [1.0, 1.0], [4 * 64] * 2, shapes=[(8, 8)] * 2)
     codec = sim.Codec("powersgd", 2, powersgd_rank=1, encode_s_per_element=1 / 64,
                       decode_s_per_element=0.25 / 64, encode_at_wait_s_per_element=0.5 / 64)
     link = sim.Link(0.5, 0.0)
-    spans = lambda p, kind: [(e[0], e[3] / 1e6, e[4] / 1e6)  # noqa: E731
-                             for e in p.events if e[1] == kind]
+    spans = lambda p, kind: sorted((e[3] / 1e6, e[4] / 1e6, e[0], e[2])  # noqa: E731
+                                   for e in p.events if e[1] == kind)
     wfbp = sim.predict("wfbp", work, link, codec=codec, nworkers=2)
-    # hooks: encode P 0.5 s at 1 and 2.5, the Ps at 1.5 and 3; the step from 3: Q encode,
-    # Q all-reduce, decode, per message
-    assert spans(wfbp, timeline.COMM) == [("allreduce", 1.5, 2.0), ("allreduce", 3.0, 3.5),
-                                           ("allreduce", 3.5, 4.0), ("allreduce", 4.75, 5.25)]
+    # the thread: P encoded 1.0-1.5 and 2.0-2.5 (the backward ends at 2.0), the Ps 1.5-2.0
+    # and 2.5-3.0; the step from 2.0: Q encode to 2.5, Q all-reduce behind the second P
+    # (3.0-3.5), decode to 3.75, then the second Q encode, all-reduce and decode
+    assert [s[:2] for s in spans(wfbp, timeline.COMM)] == [(1.5, 2.0), (2.5, 3.0), (3.0, 3.5),
+                                                           (4.25, 4.75)]
     assert spans(wfbp, timeline.CODEC) == [
-        ("encode", 1.0, 1.5), ("encode", 2.5, 3.0), ("encode", 3.0, 3.5),
-        ("decode", 4.0, 4.25), ("encode", 4.25, 4.75), ("decode", 5.25, 5.5)]
-    assert wfbp.iteration_s == pytest.approx(5.5)
+        (1.0, 1.5, "encode", "issue"), (2.0, 2.5, "encode", "issue"),
+        (2.0, 2.5, "encode", timeline.MAIN), (3.5, 3.75, "decode", timeline.MAIN),
+        (3.75, 4.25, "encode", timeline.MAIN), (4.75, 5.0, "decode", timeline.MAIN)]
+    assert wfbp.iteration_s == pytest.approx(5.0)
     assert wfbp.message_bytes == [4 * 8 + 4 * 8] * 2          # P (8 x 1) and Q (8 x 1)
     with _recurrences():
         assert sim.replay(work, link, wfbp.groups, method="wfbp", codec=codec,
-                          nworkers=2).iteration_s == pytest.approx(5.5)
-    # without a part at wait the encode is all in the hooks (the backward ends at 4); the
-    # first Q waits for the second P (to 4.5), then Q, decode, Q, decode
+                          nworkers=2).iteration_s == pytest.approx(5.0)
+    # without a part at wait the whole encode is the thread's (1.0-2.0, 2.0-3.0; the Ps
+    # 2.0-2.5 and 3.0-3.5); the first Q waits for the second P (to 4.0), then decode, Q, decode
     whole = dataclasses.replace(codec, encode_at_wait_s_per_element=0.0)
     assert sim.predict("wfbp", work, link, codec=whole, nworkers=2).iteration_s == \
-        pytest.approx(4.5 + 0.5 + 0.25 + 0.5 + 0.25)
+        pytest.approx(4.0 + 0.25 + 0.5 + 0.25)
     # DDP (one bucket): its thread encodes 2 s, P 0.5, Q 0.5 and decodes 0.5 in a row
     ddp = sim.predict("ddp", work, link, codec=codec, nworkers=2)
-    assert [s[1:] for s in spans(ddp, timeline.COMM)] == [(4.0, 4.5), (4.5, 5.0)]
+    assert [s[:2] for s in spans(ddp, timeline.COMM)] == [(4.0, 4.5), (4.5, 5.0)]
     assert ddp.iteration_s == pytest.approx(5.5)
     with pytest.raises(UsageError, match="at most the whole encode"):
         dataclasses.replace(codec, encode_at_wait_s_per_element=2 / 64)
@@ -885,23 +887,26 @@ def test_the_methods_copies_and_divides_by_hand():
 
 
 def test_the_codec_runs_where_the_method_calls_its_compressor():
-    """The bucketed methods call their compressor from the gradient hook and finish it in the
-    step, on the training thread: fp16's encode (1/1024 s an element) delays the backward and
-    its decode (1/2048 s an element) waits for each message in the step; DDP's runs on its own
-    thread, on the channel around the bucket's all-reduce. Messages of M bytes (half in fp16)
-    cost 0.5 + M/1024 s."""
+    """The bucketed methods' gradient hooks hand each group to their communication thread,
+    which encodes it (fp16's encode: 1/1024 s an element) before issuing it, one group after
+    another; the step decodes (1/2048 s an element) each message on the training thread; DDP's
+    codec runs on its own thread, on the channel around the bucket's all-reduce. Messages of M
+    bytes (half in fp16) cost 0.5 + M/1024 s."""
     work = sim.Compute(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024], optimizer_s=0.125)
     link = sim.Link(0.5, 2 ** -10)
     codec = sim.Codec("fp16", 2, encode_s_per_element=2 ** -10, decode_s_per_element=2 ** -11)
-    # wfbp: t0 ready at 0.75 s, encoded to 1.0, sent to 2.0; t1 ready 1.125, encoded to 1.625,
-    # sent 2.0-3.5; t2 ready 1.875, encoded to 2.125 (the backward's end), sent 3.5-4.5; each
-    # decoded as it is done: to 2.25, 3.75 and 4.625; the optimizer
+    # wfbp: t0 ready at 0.75 s, encoded to 1.0, sent to 2.0; t1 ready 0.875, encoded from 1.0
+    # to 1.5, sent 2.0-3.5; t2 ready 1.125, encoded 1.5-1.75, sent 3.5-4.5; the backward is
+    # not delayed; each decoded as it is done: to 2.125, 3.75 and 4.625; the optimizer
     w = sim.predict("wfbp", work, link, codec=codec, nworkers=2)
     assert _spans(w) == [(1.0, 2.0), (2.0, 3.5), (3.5, 4.5)]
     assert w.iteration_s == 4.625 + 0.125
-    assert [e[4] / 1e6 for e in w.events if e[0] == "backward"] == [2.125]
-    assert [e[0] for e in sorted(w.events, key=lambda e: e[3]) if e[1] == timeline.CODEC] == \
-        ["encode"] * 3 + ["decode"] * 3
+    assert [e[4] / 1e6 for e in w.events if e[0] == "backward"] == [1.125]
+    codecs = sorted((e for e in w.events if e[1] == timeline.CODEC), key=lambda e: e[3])
+    assert [(e[0], e[2], e[3] / 1e6, e[4] / 1e6) for e in codecs] == [
+        ("encode", "issue", 0.75, 1.0), ("encode", "issue", 1.0, 1.5),
+        ("encode", "issue", 1.5, 1.75), ("decode", timeline.MAIN, 2.0, 2.125),
+        ("decode", timeline.MAIN, 3.5, 3.75), ("decode", timeline.MAIN, 4.5, 4.625)]
     # ddp, one bucket at the backward's end (1.125 s): encode 1 s, all-reduce 2.5 s, decode
     # 0.5 s on its channel
     d = sim.predict("ddp", work, link, codec=codec, nworkers=2)
@@ -911,21 +916,27 @@ def test_the_codec_runs_where_the_method_calls_its_compressor():
 
 
 def test_issuing_each_collective_by_hand():
-    """The bucketed all-reduce methods issue each collective from the training thread, 1/16 s
-    apiece here, after the pack, before the message starts (the hand-made workload above: a
-    message of M bytes costs 0.5 + M/1024 s). DDP (its reducer) and the PS methods do not."""
+    """The bucketed all-reduce methods spend 1/16 s here on each collective they issue, before
+    the message starts: on their communication thread for what the gradient hooks hand over
+    (the backward goes on), on the training thread for BSP's one message in the step (the
+    hand-made workload above: a message of M bytes costs 0.5 + M/1024 s). DDP (its reducer)
+    and the PS methods do not."""
     work = _hosted(sim.Compute(0.5, [0.25, 0.125, 0.25], [1024, 2048, 1024],
                                 optimizer_s=0.125), sim.Host(issue_s=0.0625))
     link = sim.Link(0.5, 2 ** -10)
-    # wfbp: t0 ready at 0.75 s, issued to 0.8125, its message to 2.3125; t1's backward from
-    # 0.8125 to 0.9375, issued to 1.0, its message 2.3125-4.8125; t2's to 1.25, issued to
-    # 1.3125, its message to 6.3125; the optimizer
+    # wfbp: t0 ready at 0.75 s, issued to 0.8125, its message to 2.3125; t1 ready at 0.875,
+    # issued to 0.9375, its message 2.3125-4.8125; t2 ready at 1.125, issued to 1.1875, its
+    # message to 6.3125; the optimizer
     w = sim.predict("wfbp", work, link)
     assert _spans(w) == [(0.8125, 2.3125), (2.3125, 4.8125), (4.8125, 6.3125)]
-    assert _spans(w, timeline.CODEC) == [(0.75, 0.8125), (0.9375, 1.0), (1.25, 1.3125)]
-    assert {e[0] for e in w.events if e[1] == timeline.CODEC} == {"issue"}
-    assert [e[4] / 1e6 for e in w.events if e[0] == "backward"] == [1.3125]
+    assert _spans(w, timeline.CODEC) == [(0.75, 0.8125), (0.875, 0.9375), (1.125, 1.1875)]
+    assert {(e[0], e[2]) for e in w.events if e[1] == timeline.CODEC} == {("issue", "issue")}
+    assert [e[4] / 1e6 for e in w.events if e[0] == "backward"] == [1.125]
     assert w.iteration_s == 6.3125 + 0.125
+    # one thread issues: two groups ready at once are issued one after the other
+    late = sim.predict("fusion", dataclasses.replace(work, backward_s=[0.25, 0.0, 0.0]), link,
+                       threshold=0)
+    assert _spans(late, timeline.CODEC) == [(0.75, 0.8125), (0.8125, 0.875), (0.875, 0.9375)]
     # bspa2a: one message, issued in the step after the backward
     assert sim.predict("bspa2a", work, link).iteration_s == 1.125 + 0.0625 + 4.5 + 0.125
     free = dataclasses.replace(work, host=sim.NO_HOST)
@@ -937,12 +948,34 @@ def test_issuing_each_collective_by_hand():
             sim.predict(method, free, None, servers=servers).iteration_s
 
 
+def _issue_schedule(work, groups, codec, issue_s, threaded):
+    """An instant network's iteration when each collective costs ``issue_s`` to issue: the
+    groups handed over (``threaded``: by the hooks to one communication thread, as each is
+    ready, one after another; else by the step after the backward), then the step issues each
+    group's late collectives (PowerSGD's Q) on the training thread, in order."""
+    t = work.forward_s
+    ready = []
+    for b, tb in enumerate(work.backward_s):
+        t += tb
+        ready.append(t)
+    issuer = 0.0 if threaded else t
+    done = []
+    for g in groups:
+        early, late = codec.phases([work.shapes[b] for b in g])
+        issuer = max(issuer, ready[max(g)] if threaded else issuer) + issue_s * len(early)
+        done.append((issuer, late))
+    for when, late in done:
+        t = max(t, when) + issue_s * len(late)
+    return t + work.optimizer_s
+
+
 @pytest.mark.parametrize("compressor", ["none", "fp16", "powersgd", "topk"])
 def test_an_instant_network_costs_the_issues_alone(compressor):
-    """All compute, an instant link: every bucketed method's iteration is the compute plus
-    the issue of each collective its compressor starts (PowerSGD's Q too, issued when the
-    bucket is waited for), on one channel and on two, with or without interference; DDP's
-    is the compute alone."""
+    """All compute, an instant link: every bucketed method's iteration is the compute and the
+    issue of each collective its compressor starts, by its communication thread beside the
+    backward for what its hooks hand over, by the step for BSP's and for what a compressor
+    issues when the bucket is waited for (PowerSGD's Q), on one channel and on two, with or
+    without interference; DDP's is the compute alone."""
     work = _hosted(_work(1, n=6), sim.Host(issue_s=1e-4))
     work = dataclasses.replace(work, shapes=[(8, 4), (32,), (4, 4), (16, 2), (3,), (4, 8)],
                                nbytes=[128, 128, 64, 128, 12, 128])
@@ -950,14 +983,20 @@ def test_an_instant_network_costs_the_issues_alone(compressor):
     codec = sim.Codec(compressor, 2, allgather=instant)
     for method in METHODS:
         groups = sim.groups_of(method, work, instant, threshold=256)
+        if method == "ddp":
+            expected = work.compute_s
+        else:
+            hooks = not sim.method_class(method).model.after_backward
+            expected = _issue_schedule(work, groups, codec, 1e-4, hooks)
         for channels, simulator in ((1, False), (2, False), (1, True)):
             with contextlib.nullcontext() if simulator else _recurrences():
                 p = sim.replay(work, instant, groups, channels, method, codec=codec,
                                nworkers=2)
-            issued = 0 if method == "ddp" else sum(
-                len(codec.collectives([work.shapes[b] for b in g])) for g in groups)
-            assert p.iteration_s == pytest.approx(work.compute_s + 1e-4 * issued, rel=1e-12), \
+            assert p.iteration_s == pytest.approx(expected, rel=1e-12), \
                 (method, channels, simulator)
+        if method in ("wfbp", "fusion"):  # the thread's issues hide under the backward
+            issued = sum(len(codec.collectives([work.shapes[b] for b in g])) for g in groups)
+            assert expected < work.compute_s + 1e-4 * issued
 
 
 def test_without_the_host_rates_nothing_changes():
@@ -1025,27 +1064,25 @@ def test_the_cosimulation_does_the_same_host_work(seed):
 
 def test_host_work_under_interference_is_compute():
     """Under CPU interference the method's own work on the training thread is compute, slowed
-    like the backward: fusion's issue of each collective (0.25 s) with t1 and t2 (512 B each)
-    one bucket. t0's is issued at 0.5 s, before any message is in flight (0.25 s); its 4 s
-    message then runs from 0.75 s, so with kappa = 1 t1's and t2's backward take twice their
-    time (to 1.75 s) and so does their bucket's issue, inside the backward (to 2.25 s)."""
+    like the backward: DDP's copy into its bucket (1/4096 s a byte) in its hooks, buckets of
+    4 KiB: t0 (4 KiB) alone, t1 and t2 (512 B each) together. t0's copy (1 s) runs before any
+    message is in flight; its 4 s message then runs from 1.5 s, so with kappa = 1 t1's and t2's
+    backward take twice their time (to 2.5 s) and so does their copy (0.25 s: to 3.0 s)."""
     base = sim.Compute(0.0, [0.5, 0.25, 0.25], [4096, 512, 512])
     link = sim.Link(0.0, 2 ** -10)
-    issued = _hosted(base, sim.Host(issue_s=0.25))
+    copied = _hosted(base, sim.Host(copy_s_per_byte=2 ** -12))
+    cap = 4096 / 2 ** 20
 
     def backward_end(p):
         return [e[4] for e in p.events if e[0] == "backward"][0] / 1e6
-    p = sim.predict("fusion", _slowed(issued, 1.0, 0.0), link, threshold=4096)
+    p = sim.predict("ddp", _slowed(copied, 1.0, 0.0), link, bucket_cap_mb=cap)
     assert p.groups == [[0], [1, 2]]
-    assert backward_end(p) == pytest.approx(2.25)
-    assert [x for span in _spans(p, timeline.CODEC) for x in span] == \
-        pytest.approx([0.5, 0.75, 1.75, 2.25])
-    # without interference: the issue takes its 0.25 s
-    plain = sim.predict("fusion", issued, link, threshold=4096)
-    assert backward_end(plain) == 1.5
-    assert _spans(plain, timeline.CODEC) == [(0.5, 0.75), (1.25, 1.5)]
-    # the bucket's message (1 KiB: 1 s) after t0's, from 4.75 s
-    assert p.iteration_s == pytest.approx(4.75 + 1)
+    assert backward_end(p) == pytest.approx(3.0)
+    # without interference: 1.5 + 0.25 + 0.25 + 0.25
+    assert backward_end(sim.predict("ddp", copied, link, bucket_cap_mb=cap)) == 2.25
+    # the second bucket's message (1 s) after t0's (to 5.5 s), then the copies back of all
+    # 5 KiB (1.25 s), nothing in flight
+    assert p.iteration_s == pytest.approx(5.5 + 1 + 1.25)
 
 
 def test_predict_takes_the_profiles_host(tmp_path, capsys):
@@ -1086,10 +1123,11 @@ def test_predict_takes_the_profiles_host(tmp_path, capsys):
         out[key] = json.loads((tmp_path / "p.json").read_text())["predictions"][0]
     assert out["with"]["iteration_s"] - out["without"]["iteration_s"] == \
         pytest.approx(sum(sizes) * 1e-10 + 1e-3, rel=1e-9)
-    # --issue-us gives a profile without host rates an issue time (wfbp: one per tensor, the
-    # network instant), or replaces the profile's
+    # --issue-us gives a profile without host rates an issue time, or replaces the profile's
+    # (wfbp: one per tensor, the network instant; the communication thread issues each as it
+    # is ready, 1-4 ms apart, so only the last one's, after the backward, is exposed)
     path = tmp_path / "without.json"
-    for issue_us, expected in ((None, 0.0), ("250", 4 * 250e-6)):
+    for issue_us, expected in ((None, 0.0), ("250", 250e-6)):
         flags = ["--issue-us", issue_us] if issue_us else []
         assert predict.main(["--profile", str(path), "--method", "wfbp", "--alpha", "0",
                              "--beta", "0", *flags, "--output", str(tmp_path / "p.json")]) == 0

@@ -31,9 +31,11 @@ waiting per module.
 
 **Compressors** (``Codec``): a message's collectives are what ``costs.compressed_messages`` says
 the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link);
-its encode and decode where the method calls it: on the training thread for the bucketed methods
-(from the gradient hook, and in the step: ``_HostWork``), on the channel for DDP and
-ByteScheduler (their own threads). What the compressor issues only inside ``wait()``
+its encode and decode where the method calls it (``_HostWork``): the bucketed methods' gradient
+hooks hand a group to their communication thread, which encodes and issues it (an ``issue`` row;
+BSP's step does it on the training thread), and the step decodes on the training thread; DDP
+and ByteScheduler run theirs on the channel (their own threads). What the compressor issues
+only inside ``wait()``
 (PowerSGD's Q all-reduce and the encode before it, ``Codec.phases``) the bucketed methods do in
 the step, message by message; DDP's and ByteScheduler's threads right after the P.
 
@@ -106,6 +108,7 @@ class Host:
 
 
 NO_HOST = Host()
+ISSUER_ROW = "issue"  # the timeline row of a method's communication thread (threads.Issuer)
 
 
 @dataclass(frozen=True)
@@ -683,24 +686,29 @@ def groups_of(method: str, work: Compute, link: Link | None, **settings) -> list
 
 class _HostWork:
     """The methods' own handling of the gradients (``Compute.host``) and of their compressor's
-    codec, as each does it on the training thread. The bucketed methods (every grouped rule
-    without ``reducer``, the PS ones included) keep a group's gradients as views into its flat
-    buffer (``methods/allreduce.py``): nothing is packed or unpacked. They encode a group when
-    its last gradient is ready (the compressor is called from the gradient hook); in ``step()``,
+    codec, as each does it. The bucketed methods (every grouped rule without ``reducer``, the
+    PS ones included) keep a group's gradients as views into its flat buffer
+    (``methods/allreduce.py``): nothing is packed or unpacked. Their gradient hooks hand a
+    complete group to the method's communication thread (``threaded``), which encodes and issues
+    it (``pack``: a span on the ``issue`` row, one group after another, on the communication
+    clock); a method without hooks (BSP) does that on the training thread in the step. In
+    ``step()``,
     message by message as each is done, they decode it and, without a compressor (a compressor
     averages itself), the PS methods divide it by the workers; the all-reduce ones
     (``averages``) have the collective average (``ReduceOp.AVG``: Gloo divides after the sum
-    on its own thread, ``_AllReduce.average``; NCCL inside the kernel). DDP (a rule with ``reducer``) copies each gradient
-    into its bucket and divides the bucket before its all-reduce, and copies the buckets back
-    once all are done;
+    on its own thread, ``_AllReduce.average``; NCCL inside the kernel). DDP (a rule with
+    ``reducer``) copies each gradient into its bucket and divides the bucket before its
+    all-reduce, in its hooks on the training thread, and copies the buckets back once all are
+    done;
     its compressor runs on a thread of its own (the transport's channel: ``channel_codec``).
     ByteScheduler's completer divides each tensor as the bucketed methods divide a message
     (``div``). A compressor's encode done only when a bucket is waited for (PowerSGD's Q:
     ``Codec.encode_at_wait_s_per_element``) is done in the step, once the bucket's first
-    collectives are, before the ones it then issues (``at_wait``). The bucketed all-reduce
-    methods issue each collective from the training thread too (``Host.issue_s`` apiece,
-    after the pack and encode, before the message starts); DDP's reducer issues from C++ and
-    the PS methods through their client, whose costs are not measured (zero)."""
+    collectives are, before the ones it then issues (``at_wait``), on the training thread. The
+    bucketed all-reduce methods spend ``Host.issue_s`` on each collective they issue, after the
+    encode, before the message starts (on the communication thread or, without hooks, the
+    training thread); DDP's reducer issues from C++ and the PS methods through their client,
+    whose costs are not measured (zero)."""
 
     def __init__(self, reducer: bool, work: Compute, codec: Codec, nworkers: int,
                  issues: bool = False, averages: bool = False):
@@ -713,6 +721,9 @@ class _HostWork:
         self.div = h.divide_s_per_byte if divides and not in_collective else 0.0
         self.average = h.divide_s_per_byte if divides and in_collective else 0.0
         self.reducer = reducer
+        # the gradient hooks hand groups to a communication thread that encodes and issues
+        # them (methods/allreduce.py, ps.py: threads.Issuer); DDP's reducer copies in its hooks
+        self.threaded = not reducer
         self.issue = h.issue_s if issues and not self.reducer else 0.0
         late = codec.encode_at_wait_s_per_element
         self.enc = 0.0 if self.reducer else codec.encode_s_per_element - late
@@ -865,6 +876,8 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
     ends: dict = {}
     spans: list = []
     handed = [0]
+    issuer = [0.0]  # when the communication thread is free (communication clock)
+    threaded = host.threaded and not wait_all
 
     def in_flight(done, key):
         """Communication until ``done`` (communication clock); ``key`` signalled then."""
@@ -872,8 +885,20 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
         sim.at(done, lambda: sim.signal(key))
         return key
 
-    def hand_over(g):
-        in_flight(send(g, sim.v)[1], ("done", handed[0]))
+    def hand_over(g, threaded: bool = False):
+        """Hand group ``g`` to the transport now; ``threaded``: through the method's
+        communication thread, which first encodes and issues it (``host.pack``), one group
+        after another, on the communication clock."""
+        start = sim.v
+        if threaded:
+            seconds = host.pack(g)
+            start = max(start, issuer[0])
+            if seconds:
+                transport.events.append((host.pack_name(g), timeline.CODEC, ISSUER_ROW,
+                                         start * 1e6, (start + seconds) * 1e6, None))
+                start += seconds
+            issuer[0] = start
+        in_flight(send(g, start)[1], ("done", handed[0]))
         handed[0] += 1
 
     def hand_over_late(i):
@@ -897,8 +922,9 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
             ready.add(b)
             while left and not wait_all and ready.issuperset(left[0]):
                 g = left.pop(0)
-                yield from host_work(host.pack_name(g), host.pack(g))
-                hand_over(g)
+                if not threaded:
+                    yield from host_work(host.pack_name(g), host.pack(g))
+                hand_over(g, threaded)
         ends["backward"] = sim.t
         for g in left:
             yield from host_work(host.pack_name(g), host.pack(g))
