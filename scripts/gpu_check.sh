@@ -44,8 +44,9 @@ done
 # plain loop's), with the benchmark's optimizer; then what the timeline's counters cost on BERT.
 for spec in "resnet50 64" "bert 8" "bert_base 64"; do
     read -r model bs <<<"$spec"
-    step 180 "$log" "$py" -m ddlbench.overhead --cuda --model "$model" --batch-size "$bs" \
-        --optimizer auto --methods bspa2a,wfbp,ddp --rounds 6
+    # four loops per method (bare, method, a raw all-reduce hook, DDP sending the same messages)
+    step 300 "$log" "$py" -m ddlbench.overhead --cuda --model "$model" --batch-size "$bs" \
+        --optimizer auto --methods bspa2a,wfbp,ddp --rounds 6 --json "$out/overhead_$model.json"
 done
 step 180 "$log" "$py" -m ddlbench.overhead --cuda --timeline --model bert --batch-size 8 \
     --optimizer auto --methods wfbp --rounds 6
