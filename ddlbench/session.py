@@ -1,9 +1,11 @@
-"""One method on one rank, set up from the command line: the replica, its optimizer, the
-compressor, the counting ``Comm`` and the method object (shared by the benchmark and --verify)."""
+"""One method on one rank, set up from the run's configuration (``run_config.RunConfig``): the
+replica, its optimizer, the compressor, the counting ``Comm`` and the method object (shared by
+the benchmark and --verify)."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import compression
 
@@ -12,17 +14,8 @@ from .runtime.comm import Comm
 from .measure import workload
 from .timeline import COMPUTE, WAIT
 
-
-def compressor_values(args) -> dict:
-    """Every compressor option's value: given on the command line, else its default."""
-    given = {spec.name: getattr(args, spec.name) for spec in compression.specs()}
-    return {spec.name: spec.default if given[spec.name] is None else given[spec.name]
-            for spec in compression.specs()}
-
-
-def method_options(cls, args):
-    """Method class ``cls``'s options from the command line (its defaults where not given)."""
-    return cls.Options.resolve(vars(args))
+if TYPE_CHECKING:
+    from .run_config import RunConfig
 
 
 @dataclass
@@ -54,21 +47,21 @@ class Run:
         if zero_grad:
             self.method.zero_grad()
 
-    def watch(self, args) -> None:
+    def watch(self, config: RunConfig) -> None:
         """Put on the timeline what the options ask: at most ``--timeline-iters`` steps, the
         optimizer's steps and, with a trace file, each gradient's ready instant."""
         tl = self.comm.timeline
-        tl.limit = args.timeline_iters
+        tl.limit = config.timeline_iters
         tl.watch_optimizer(self.optimizer)
-        if args.timeline:
+        if config.timeline:
             tl.watch_gradients(self.work.model)
 
-    def servers_recorded(self, args, ctx) -> bool:
+    def servers_recorded(self, config: RunConfig, ctx) -> bool:
         """Whether the parameter servers record too (``--timeline PATH`` with a PS method):
         their receives, sums and sends are rows of the trace, from the start of the recorded
         steps to their end (servers know no iterations, so ``--timeline-iters N`` limits the
         workers only). Nothing changes on the wire without it."""
-        return (bool(args.timeline) and ctx.ps is not None and args.timeline_iters != 0
+        return (bool(config.timeline) and ctx.ps is not None and config.timeline_iters != 0
                 and self.method.architecture == methods.PS)
 
     def calibrate(self) -> None:
@@ -86,17 +79,17 @@ class Run:
                 json.dump(self.comm.trace, f)
 
 
-def build(args, ctx, method_id: str, compressor_id: str) -> Run:
-    """The run of ``method_id`` with ``compressor_id`` on this rank, not yet started (use it
-    as ``with run.method:``)."""
-    cls = methods.lookup(method_id, args.engine)
-    spec, optimizer_spec = workload.Spec.of(args), workload.OptimizerSpec.of(args)
+def build(config: RunConfig, ctx, method_id: str, compressor_id: str) -> Run:
+    """The run of ``method_id`` (one of ``config``'s methods) with ``compressor_id`` on this
+    rank, not yet started (use it as ``with run.method:``)."""
+    cls = methods.lookup(method_id, config.engine)
+    spec, optimizer_spec = config.spec, config.optimizer
     work, batch = workload.replica(spec, ctx)
     lr = workload.learning_rate(optimizer_spec, ctx.size)
     optimizer = workload.make_optimizer(optimizer_spec, work.model.parameters(), lr)
-    comm = Comm(ctx.rank, ctx.size, trace=bool(args.trace_collectives), ps=ctx.ps,
-                trace_file=bool(getattr(args, "timeline", None)))
-    compressor = compression.create(compressor_id, **compressor_values(args))
-    method = cls(work.model, optimizer, comm, method_options(cls, args), compressor,
-                 model_name=args.model)
+    comm = Comm(ctx.rank, ctx.size, trace=bool(config.trace_collectives), ps=ctx.ps,
+                trace_file=bool(config.timeline))
+    compressor = compression.create(compressor_id, **config.compressor_options)
+    method = cls(work.model, optimizer, comm, config.options[method_id], compressor,
+                 model_name=spec.model)
     return Run(work, batch, optimizer, lr, comm, method, spec, optimizer_spec)

@@ -1,7 +1,9 @@
 """The shared training script, run by every launcher: ``python -m ddlbench.train``.
 
 Run by hand with ``--nworkers N`` it spawns N local workers itself; started by mpirun, torchrun
-or srun it joins that job. Each worker then, top to bottom (``worker`` and ``benchmark``):
+or srun it joins that job. ``main`` parses and checks the flags (``ddlbench.flags``); each
+worker builds the run's configuration from them once (``ddlbench.run_config.RunConfig``) and
+then, top to bottom (``worker`` and ``benchmark``):
 
 1. sets up torch.distributed (NCCL on CUDA, Gloo on CPU) from its launcher's environment;
 2. builds the model and makes one fake batch on its device (different data on each rank),
@@ -9,340 +11,23 @@ or srun it joins that job. Each worker then, top to bottom (``worker`` and ``ben
 3. wraps a plain torch optimizer with the chosen synchronisation method;
 4. either verifies the method against single-process SGD on the averaged gradient
    (``--verify STEPS``, ``ddlbench.verify``) or times it (warm-up, then rounds of batches),
-   printing the original suite's log lines and writing one JSON record (``--output``).
-
-The method's and the compressors' options are flags declared by the methods and compressors
-themselves (``ddlbench.methods``, ``compression``); this script only collects them.
+   printing the original suite's log lines (``ddlbench.run_log``) and writing one JSON record
+   (``--output``).
 """
 from __future__ import annotations
 
-import argparse
-import copy
-import re
 import sys
 
-import compression
-
 from . import methods
-from .errors import ArgumentParser, UsageError, check_writable, say
-from .hosts.placement import dmlc_workers, launcher_rank
-from . import timeline
-from .measure import overlap, workload
-from .options import BATCHES_PER_ITER, add_flags, add_network_flags, check_flags
+from .flags import check, parse_args
+from .run_config import RunConfig
 
-ENGINES = methods.ENGINES
-
-
-class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Defaults in the help, except for flags whose default each method decides."""
-
-    def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(prog="python -m ddlbench.train", description=__doc__.split("\n")[0],
-                       formatter_class=_Help, raise_errors=True)
-    w = p.add_argument_group("workload")
-    w.add_argument("--model", default="resnet50",
-                   help="torchvision classification model, or bert / bert_base / bert_tiny")
-    w.add_argument("--batch-size", type=int, default=64, help="per-worker batch size")
-    w.add_argument("--sentence-len", type=int, default=64, help="BERT sequence length")
-    w.add_argument("--vocab-size", type=int, default=None,
-                   help="BERT vocabulary (word embeddings, masked-LM output) in place of the "
-                        "model's (30522, padded to 30528 for bert and bert_base)")
-    w.add_argument("--image-size", type=int, default=None,
-                   help="CNN input size in pixels (default: 224, 299 for inception_v3)")
-    w.add_argument("--num-classes", type=int, default=1000)
-    t = p.add_argument_group("timing (docs/DESIGN.md section 8)")
-    t.add_argument("--num-warmup-batches", type=int, default=10)
-    t.add_argument("--num-batches-per-iter", type=int, default=BATCHES_PER_ITER)
-    t.add_argument("--num-iters", type=int, default=10, help="timing rounds")
-    m = p.add_argument_group("synchronisation (each option: the methods declaring it and "
-                             "their defaults)")
-    m.add_argument("--method", default=methods.DEFAULT,
-                   help=f"method id ({', '.join(methods.names())}) or module:Class, or a "
-                        f"comma-separated list or 'all': a benchmark then times each in turn "
-                        f"in this job ('{{method}}' in --output), --verify verifies each")
-    add_flags(m, methods.option_owners())
-    m.add_argument("--compressor", default="none",
-                   help=f"{', '.join(compression.COMPRESSORS)}; with --verify a "
-                        f"comma-separated list. Methods that take one: {_takers()}")
-    add_flags(m, compression.option_owners())
-    m.add_argument("--engine", default="torch", choices=ENGINES,
-                   help="torch (every method, torch.distributed) or horovod (real Horovod "
-                        "0.28.1 in the environment `make horovod-env` builds: "
-                        f"{', '.join(methods.names('horovod'))}, fp16; under mpirun or "
-                        "horovodrun)")
-    m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
-    o = p.add_argument_group("optimizer")
-    o.add_argument("--optimizer", default="auto", choices=workload.OPTIMIZERS,
-                   help="auto: the original's for the model, SGD for CNNs, AdamW (eps 1e-8) "
-                        "for BERT")
-    o.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default: the original's, SGD 0.01 x workers, Adam and "
-                        "AdamW 2e-5)")
-    o.add_argument("--momentum", type=float, default=None,
-                   help="SGD's momentum (default: 0, the original's)")
-    o.add_argument("--weight-decay", type=float, default=0.0)
-    r = p.add_argument_group("run")
-    r.add_argument("--nworkers", type=int, default=dmlc_workers(),
-                   help="local workers to spawn (default 1; under a launcher: its world size)")
-    r.add_argument("--no-cuda", action="store_true", help="run on the CPU even if CUDA exists")
-    r.add_argument("--seed", type=int, default=42)
-    r.add_argument("--output", default=None, help="write the JSON run record here (rank 0)")
-    add_network_flags(r, label="label of the network this run uses, for the record and tables")
-    r.add_argument("--slots", type=int, default=None, metavar="S",
-                   help="workers per emulated host (default: one process per host under "
-                        "--net, one machine on the loopback): a host's workers share its link "
-                        "and push to the parameter servers as one machine; servers get hosts "
-                        "of their own")
-    r.add_argument("--job-id", default=None,
-                   help="label of this job on every process's command line (the PS launcher "
-                        "finds and stops its processes by it)")
-    r.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds a collective may wait for a peer before the run fails")
-    r.add_argument("--threads", type=int, default=None,
-                   help="CPU threads per worker (default: the cores it is pinned to, else "
-                        "cores / local workers)")
-    r.add_argument("--no-pin", action="store_true",
-                   help="the local spawner does not pin each process to cores of its own "
-                        "(env DDLBENCH_PIN=0; comm_bench and the profiler take it too)")
-    r.add_argument("--timeline", default=None, metavar="PATH",
-                   help="write the timed rounds' Chrome trace (trace-event JSON, all ranks "
-                        "merged; Perfetto, chrome://tracing) here (rank 0); with --verify, "
-                        "the verified steps' ('{method}' in the path is replaced)")
-    r.add_argument("--timeline-iters", type=int, default=None, metavar="N",
-                   help="record only the first N timed iterations (trace and overlap "
-                        "metrics; 0 records nothing)")
-    r.add_argument("--trace-collectives", default=None, metavar="PREFIX",
-                   help="write each rank's sequence of collectives to PREFIX.RANK.json")
-    v = p.add_argument_group("verification")
-    v.add_argument("--verify", type=int, default=0, metavar="STEPS",
-                   help="run STEPS steps beside the float64 reference and exit non-zero if "
-                        "parameters differ beyond tolerance")
-    v.add_argument("--rtol", type=float, default=None)
-    v.add_argument("--atol", type=float, default=None)
-    v.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                   help="parameters and data; float64 makes runs of different engines or "
-                        "collective orders comparable step after step (rounding differences "
-                        "stay far below any tolerance instead of growing through training)")
-    v.add_argument("--save-params", default=None, metavar="NPZ",
-                   help="with --verify: rank 0 writes the parameters after the last step to "
-                        "this .npz (name -> array; '{method}' in the path is replaced), e.g. "
-                        "to compare engines or torch versions")
-    args = p.parse_args(argv)
-    args.given = _given(p, argv)
-    _job_settings(args)
-    return args
-
-
-def _given(parser: argparse.ArgumentParser, argv) -> set[str]:
-    """The destinations the command line set (not a default, not an environment fallback):
-    a flag that the chosen method or mode would ignore is refused rather than ignored. (Every
-    default replaced by a marker through argparse's public ``set_defaults``, the line parsed
-    again, the defaults put back.)"""
-    defaults = vars(parser.parse_args([]))
-    unset = object()
-    parser.set_defaults(**dict.fromkeys(defaults, unset))
-    try:
-        ns = parser.parse_args(argv)
-    finally:
-        parser.set_defaults(**defaults)
-    return {k for k, v in vars(ns).items() if v is not unset}
-
-
-def _takers() -> str:
-    """Which methods take which compressors, from their declarations."""
-    parts = []
-    for name, cls in methods.registry().items():
-        taken = [c for c in compression.COMPRESSORS if c != "none" and cls.accepts(c) is None]
-        if taken:
-            every = len(taken) == len(compression.COMPRESSORS) - 1
-            parts.append(name + ("" if every else f" ({', '.join(taken)})"))
-    return ", ".join(parts)
-
-
-def _job_settings(args) -> None:
-    """How many parameter servers the job has, decided before anything starts: the local
-    spawner starts one per 4 workers for a PS method that was not told; under a launcher the
-    count must be given (the launcher's processes include them)."""
-    from .hosts import placement
-    from .planning import default_nservers
-    args.nservers_given = args.nservers is not None
-    if args.nservers is None:
-        wants = any(_is_ps(m) for m in args.method.split(","))
-        args.nservers = (default_nservers(args.nworkers or 1)
-                         if wants and placement.detect() is None else 0)
-
-
-def _is_ps(method: str) -> bool:
-    method = method.strip()
-    return method == "all" or methods.architecture(method) == methods.PS
-
-
-# Flags a verification would ignore (it times nothing and writes no record).
-# (--timeline PATH records the verified steps: one trace per method, '{method}' in the path.)
-NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
-
-
-def check(args, probe_engine: bool = True) -> None:
-    """Reject bad input before any process is spawned."""
-    check_flags(args, positive=("--batch-size", "--sentence-len", "--num-batches-per-iter",
-                                "--num-iters", "--num-classes", "--timeout", "--image-size",
-                                "--nworkers", "--lr", "--threads", "--slots"),
-                nonneg=("--num-warmup-batches", "--verify", "--momentum", "--weight-decay",
-                        "--rtol", "--atol", "--seed", "--timeline-iters"))
-    from . import netem
-    from .hosts import placement
-    if args.slots is not None and placement.detect() is not None:
-        raise UsageError("--slots places the workers of the suite's local spawner; under a "
-                         "launcher its host file says which workers share a machine")
-    netem.check(args.net)  # a known profile or rate; root and iproute2 unless loopback
-    options = {**methods.option_owners(), **compression.option_owners()}
-    for name, (spec, _) in options.items():
-        if name != "nservers" or args.nservers_given:
-            problem = spec.problem(getattr(args, name))
-            if problem:
-                raise UsageError(problem)
-    _check_ignored(args)
-    _check_paths(args)
-    if args.engine == "horovod":
-        _check_horovod(args, probe_engine)
-    names = method_list(args)
-    if args.save_params and not args.verify:
-        raise UsageError("--save-params needs --verify STEPS (it saves the verified parameters)")
-    if len(runs(args)) > 1:
-        for flag, path, each in (("--save-params", args.save_params, "one file each"),
-                                 ("--timeline", args.timeline, "one trace each"),
-                                 ("--output", args.output, "one record each")):
-            if path and "{method}" not in path:
-                raise UsageError(f"{flag} with several methods or compressors needs "
-                                 f"'{{method}}' in the path ({each})")
-    if len(names) > 1 and not args.verify:
-        _check_several(args, names)
-    for name in names:
-        if methods.lookup(name, args.engine).architecture == methods.PS and args.nservers == 0:
-            raise UsageError(f"method {name} needs parameter servers: --nservers S (under a "
-                             f"launcher, S of its processes become servers)")
-    if len(compressor_list(args)) > 1 and not args.verify:
-        raise UsageError("several compressors at once only with --verify; a benchmark times one")
-    runs(args)  # methods that cannot take a compressor
-    import models
-    models.check(args.model)
-    if args.vocab_size is not None:
-        models.check_vocab(args.model, args.vocab_size)
-    models.check_input(args.model, args.image_size, args.batch_size)
-    _check_optimizer(args)
-
-
-# The paths a run writes, by flag: '{method}' in them is replaced by each method's id.
-PATH_FLAGS = ("--output", "--timeline", "--save-params")
-
-
-def _check_paths(args) -> None:
-    """Each path the run writes can be written (one line naming its flag) and holds no
-    placeholder but '{method}' (another would stay in the file's name as written)."""
-    for flag in PATH_FLAGS:
-        path = getattr(args, flag[2:].replace("-", "_"))
-        if not path:
-            continue
-        unknown = [p for p in re.findall(r"\{[^{}]*\}", path) if p != "{method}"]
-        if unknown:
-            raise UsageError(f"{flag} {path}: {unknown[0]} is not a placeholder; the only one "
-                             f"is {{method}} (each method's id)")
-        check_writable(path, flag)
-    if args.trace_collectives:
-        check_writable(f"{args.trace_collectives}.0.json", "--trace-collectives")
-
-
-def _check_several(args, names: list[str]) -> None:
-    """A benchmark of several methods times them one after the other in this one job (each
-    with a replica, warm-up and record of its own, '{method}' in their paths): one set of
-    Horovod settings per job. (Parameter-server methods share the job's servers; each
-    record counts its method's own traffic.)"""
-    if args.engine == "horovod":
-        raise UsageError("several methods in one benchmark job only with --engine torch "
-                         "(Horovod's settings are the job's)")
-
-
-def _check_ignored(args) -> None:
-    """A flag the run would ignore is an error: timing flags and --output under --verify (it
-    times nothing and writes no record), and, for a benchmark, an option that none of the
-    chosen methods or compressors declares (its record would claim a setting that did
-    nothing). A verification often runs one command line over several methods: there such an
-    option is named in a note and ignored."""
-    if args.verify:
-        ignored = [n for n in NOT_WITH_VERIFY if n in args.given]
-        if ignored:
-            raise UsageError(f"--{ignored[0].replace('_', '-')} has no effect with --verify "
-                             f"(a verification times nothing and writes no record)")
-    notes = []
-    for owners, chosen in ((methods.option_owners(), method_list(args)),
-                           (compression.option_owners(), compressor_list(args))):
-        for name, (spec, declared) in owners.items():
-            ids = [owner for owner, _ in declared]
-            if name in args.given and not set(ids) & set(chosen):
-                line = f"{spec.flag} is an option of {', '.join(ids)}, not of {', '.join(chosen)}"
-                if not args.verify:
-                    raise UsageError(line)
-                notes.append(line)
-    if notes and launcher_rank() == "0":
-        say(f"ddlbench: note: {'; '.join(notes)} (ignored)")
-
-
-def _check_optimizer(args) -> None:
-    """--momentum is SGD's: with Adam or AdamW (chosen, or --optimizer auto's for BERT) it
-    would do nothing, so it is refused."""
-    name = workload.optimizer_name(workload.OptimizerSpec.of(args))
-    if args.momentum is not None and name != "sgd":
-        how = (f"--optimizer auto chose {name}, the original's for {args.model}"
-               if args.optimizer == "auto" else f"the optimizer is {name}")
-        raise UsageError(f"--momentum is a setting of SGD, but {how}; add --optimizer sgd")
-
-
-def _check_horovod(args, probe_engine: bool) -> None:
-    from .hosts import placement
-    from .methods import horovod
-    if probe_engine:  # (a sweep checks in this environment and runs in Horovod's)
-        try:
-            __import__("horovod.torch")
-        except Exception as e:  # ImportError, or a build against another torch failing to load
-            detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
-            raise UsageError(
-                f"--engine horovod is unavailable in this Python ({detail}): Horovod 0.28.1 "
-                f"runs in its own torch 2.0.1 environment; build it with `make horovod-env` "
-                f"and start through nworkers=N engine=horovod ./horovod/horovod_mpi_cj.sh"
-            ) from None
-    names = method_list(args)
-    for name in names:
-        methods.lookup(name, "horovod")  # one line for a method without a Horovod mapping
-    horovod.check(args, names, compressor_list(args),
-                  under_launcher=placement.detect() is not None or not probe_engine)
-
-
-def method_list(args) -> list[str]:
-    return methods.selected(args.method, args.engine, with_servers=args.nservers > 0)
-
-
-def compressor_list(args) -> list[str]:
-    """The compressors named by --compressor (a clear line for an unknown one)."""
-    names = []
-    for c in (c.strip() for c in args.compressor.split(",")):
-        if c and c not in names:
-            compression.lookup(c)
-            names.append(c)
-    return names or ["none"]
-
-
-def runs(args) -> list[tuple[str, str]]:
-    """(method, compressor) pairs to run. 'all' leaves out methods that cannot take a
-    compressor other than none; a method named explicitly that cannot is an error."""
-    return methods.pairs(args.method, compressor_list(args), args.engine,
-                         with_servers=args.nservers > 0)
+__all__ = ["main", "worker", "benchmark", "parse_args", "check"]
 
 
 def main(argv=None) -> int:
+    """Parse and check the flags, then spawn the local workers or join the launcher's job;
+    each worker runs ``worker``."""
     from .launch.job import run_job
     argv = list(sys.argv[1:] if argv is None else argv)
     return run_job(argv, "ddlbench.train", parse_args, check, worker)
@@ -351,56 +36,46 @@ def main(argv=None) -> int:
 # -- one worker, top to bottom -------------------------------------------------------------------
 
 def worker(args, placement) -> int:
+    """This process's part of the job: the run's configuration from the checked flags, then
+    the runtime (a parameter server serves; a worker verifies or benchmarks)."""
     from . import runtime, verify
+    config = RunConfig.of(args)
 
     def run(ctx) -> int:
-        if args.verify:
-            return verify.run(args, ctx, runs(args))
-        return benchmark(args, ctx)
-    return runtime.start(placement, runtime.Job.of(args, horovod=_horovod_settings(args)), run)
+        if config.verify:
+            return verify.run(config, ctx)
+        return benchmark(config, ctx)
+    return runtime.start(placement, config.job, run)
 
 
-def benchmark(args, ctx) -> int:
+def benchmark(config: RunConfig, ctx) -> int:
     """Time each method of the job in turn (usually one): the start-up (imports, process
-    group, servers, emulated network) is paid once, everything measured is each method's own."""
-    names = [name for name, _ in runs(args)]
-    for index, name in enumerate(names):
-        _benchmark(for_method(args, name, names, index), ctx)
+    group, servers, emulated network) is paid once, everything measured is each method's own
+    (its own record and trace paths, '{method}' replaced)."""
+    for index, name in enumerate(config.method_ids):
+        _benchmark(config.for_method(name, index), ctx)
     return 0
 
 
-def for_method(args, name: str, names: list[str], index: int):
-    """The options of method ``name``, the ``index``-th of a job of ``names``: its own record
-    and trace paths ('{method}' replaced), and the job in its record's configuration."""
-    if len(names) == 1:
-        return args
-    one = copy.copy(args)
-    one.method = name
-    for attr in ("output", "timeline"):
-        if getattr(args, attr):
-            setattr(one, attr, getattr(args, attr).replace("{method}", name))
-    one.job = {"methods": names, "index": index}
-    return one
-
-
-def _benchmark(args, ctx) -> None:
+def _benchmark(config: RunConfig, ctx) -> None:
     """Build the replica and the method, time it, write the record."""
-    from . import session
-    from .measure import flops, record, timing
+    from . import run_log, session
+    from .measure import flops, overlap, record, timing, workload
 
     def log(line):
         if ctx.is_root:
             print(line, flush=True)
 
-    run = session.build(args, ctx, args.method, args.compressor)
+    (name, compressor), = config.runs
+    run = session.build(config, ctx, name, compressor)
     tl = run.comm.timeline
-    run.watch(args)
+    run.watch(config)
     with run.method as method:
         run.calibrate()
         model = run.work.stats()
-        _print_header(log, args, ctx, method, model)
+        run_log.print_header(log, config, ctx, method, model)
         warm = {}
-        servers = run.servers_recorded(args, ctx)
+        servers = run.servers_recorded(config, ctx)
         # the servers' counters so far (rank 0; every worker waits for them): the record
         # gives this method's own
         before = record.server_counters(ctx, method.architecture == methods.PS)
@@ -413,109 +88,37 @@ def _benchmark(args, ctx) -> None:
                 overlap.servers_start(ctx.ps, ctx.rank)
 
         log("Running warmup...")
-        result = timing.run(ctx, run.train_step, method.synchronize, batch_size=args.batch_size,
-                            warmup=args.num_warmup_batches,
-                            batches_per_iter=args.num_batches_per_iter, iters=args.num_iters,
+        result = timing.run(ctx, run.train_step, method.synchronize,
+                            batch_size=config.spec.batch_size, warmup=config.warmup,
+                            batches_per_iter=config.batches_per_iter, iters=config.iters,
                             unit=run.work.unit, log=log, on_warm=on_warm, timeline=tl)
-        steps = args.num_iters * args.num_batches_per_iter
+        steps = config.iters * config.batches_per_iter
         served = overlap.servers_stop(ctx.ps, ctx.rank) if servers else None
-        spent = overlap.collect(tl, ctx.rank, ctx.size, warm["clock"], args.timeline,
-                                meta={"method": args.method, "model": args.model,
-                                      "nworkers": ctx.size, "net": args.net},
+        spent = overlap.collect(tl, ctx.rank, ctx.size, warm["clock"], config.timeline,
+                                meta={"method": config.method, "model": config.spec.model,
+                                      "nworkers": ctx.size, "net": config.net},
                                 servers=served, server_iterations=steps)
         if spent is not None:
-            log(_overlap_line(args, spent))
+            log(run_log.overlap_line(config, spent))
         traffic = run.comm.stats(steps)
         compressed = run.comm.compression_stats(steps)
-        _print_traffic(log, args, ctx, method, model, traffic, compressed)
+        run_log.print_traffic(log, config, ctx, method, model, traffic, compressed)
         # Counted once, by rank 0, after the timed rounds (the others wait in the record's
         # first collective).
         counted = flops.achieved(flops.count(run.spec), result) if ctx.is_root else None
         if counted is not None:
-            _print_flops(log, ctx, run.work.unit, counted)
-        rec = record.run_record(args, ctx, lr=run.lr, options=method.options.as_dict(),
+            run_log.print_flops(log, ctx, run.work.unit, counted)
+        rec = record.run_record(config.record(), ctx, net=config.net, network=config.network,
+                                lr=run.lr, options=method.options.as_dict(),
                                 method=method.describe(), model=model, result=result,
                                 communication=traffic, compression=compressed,
                                 rss_after_warmup=warm.get("rss"),
                                 optimizer=workload.optimizer_info(run.optimizer_spec,
                                                                   run.optimizer),
                                 flops=counted, timeline=spent, servers_before=before)
-        run.write_trace(args.trace_collectives, args.method)
-    if ctx.is_root and args.output:
-        record.write_atomic(args.output, rec)
-
-
-def _print_header(log, args, ctx, method, model: dict) -> None:
-    """The original suite's header lines, and the method that runs."""
-    log(f"Model: {args.model}")
-    log(f"Method: {args.method} ({method.display or method.id}), engine {args.engine}, "
-        f"backend {ctx.backend}, compressor {args.compressor}")
-    log(f"Batch size: {args.batch_size}")
-    log(f"Number of {ctx.device_noun}s: {ctx.size}")
-    log(f"Parameters: {model['parameters']}, gradient bytes: {model['gradient_bytes']}, "
-        f"tensors: {model['tensors']}")
-
-
-def _print_traffic(log, args, ctx, method, model: dict, traffic: dict,
-                   compressed: dict | None) -> None:
-    """What went over the wire per worker per iteration: the compressor's figures, the
-    parameter servers' pushes and pulls."""
-    if compressed is not None:
-        log(compression_line(args, compressed))
-    if method.architecture == methods.PS:
-        push = traffic["payload_bytes"].get("push", 0)
-        pull = traffic["payload_bytes"].get("pull", 0)
-        log(f"Parameter servers: {ctx.nservers}, partition {args.partition_bytes} bytes; "
-            f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
-            f"pulled (gradient {model['gradient_bytes'] / 1e6:.3f} MB)")
-
-
-def _overlap_line(args, section: dict) -> str:
-    """Where the slowest rank's iteration time went (``Overlap: ...``)."""
-    if section["mean"] is None:
-        return "Overlap: no iteration recorded (--timeline-iters 0)"
-    line = timeline.summary_line(section["mean"], section["slowest_rank"])
-    if not section["comm_observed"]:
-        line += (f" (communication not observable: {args.method} does it outside the suite's "
-                 f"collectives)")
-    if args.timeline:
-        line += f"; trace: {args.timeline}"
-    return line
-
-
-def _print_flops(log, ctx, unit: str, counted: dict) -> None:
-    """The FLOPs per sample and the FLOP/s achieved (no 'Total' in it: the original's parser
-    reads every line holding that word)."""
-    per_sample = counted["forward_backward_per_sample"]
-    if per_sample is None:
-        return
-    rate = counted["achieved_flops_per_second"]
-    log(f"FLOPs: {per_sample / 1e9:.3f} GFLOP per {unit} forward+backward "
-        f"({counted['forward_per_sample'] / 1e9:.3f} forward); achieved "
-        f"{rate['per_worker'] / 1e12:.3f} TFLOP/s per {ctx.device_noun}, "
-        f"{rate['total'] / 1e12:.3f} TFLOP/s on {ctx.size} {ctx.device_noun}(s)")
-
-
-def _horovod_settings(args) -> dict | None:
-    """The HOROVOD_* settings of the method an --engine horovod job runs (None otherwise)."""
-    if args.engine != "horovod":
-        return None
-    from . import session
-    cls = methods.lookup(args.method, "horovod")
-    return cls.horovod_settings(session.method_options(cls, args))
-
-
-def compression_line(args, st: dict) -> str:
-    """Rank 0's figures: bytes per worker per iteration beside the dense fp32 figure (the same
-    on every rank), and rank 0's encode/decode time per iteration."""
-    mb = 1e6
-    return (f"Compression: {args.compressor}: per worker per iteration "
-            f"{st['payload_bytes'] / mb:.3f} MB handed to collectives "
-            f"(dense fp32 {st['dense_payload_bytes'] / mb:.3f} MB, ratio "
-            f"{st['compression_ratio']:.1f}x), {st['wire_sent_bytes'] / mb:.3f} MB sent and "
-            f"{st['wire_received_bytes'] / mb:.3f} MB received (dense "
-            f"{st['dense_wire_bytes'] / mb:.3f} MB each way, ring model); "
-            f"encode {st['encode_s'] * 1e3:.2f} ms, decode {st['decode_s'] * 1e3:.2f} ms")
+        run.write_trace(config.trace_collectives, config.method)
+    if ctx.is_root and config.output:
+        record.write_atomic(config.output, rec)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ stays as it is.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,9 @@ from . import session
 from .methods.base import BEFORE_STEP
 from .measure import workload
 from .timeline import WAIT
+
+if TYPE_CHECKING:
+    from .run_config import RunConfig
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-7
@@ -245,27 +249,26 @@ class Reference:
 
 # -- the --verify loop ------------------------------------------------------------------------
 
-def run(args, ctx, pairs: list[tuple[str, str]]) -> int:
-    """Run every (method, compressor) pair for ``--verify STEPS`` steps beside the reference,
-    one line per step on rank 0; 1 when any step of any pair failed."""
-    optimizer = workload.OptimizerSpec.of(args)
-    lr = workload.learning_rate(optimizer, ctx.size)
-    rtol, atol = default_tolerance(workload.optimizer_name(optimizer), lr)
-    rtol = rtol if args.rtol is None else args.rtol
-    atol = atol if args.atol is None else args.atol
+def run(config: RunConfig, ctx) -> int:
+    """Run every (method, compressor) pair of ``config`` for ``--verify STEPS`` steps beside
+    the reference, one line per step on rank 0; 1 when any step of any pair failed."""
+    lr = workload.learning_rate(config.optimizer, ctx.size)
+    rtol, atol = default_tolerance(workload.optimizer_name(config.optimizer), lr)
+    rtol = rtol if config.rtol is None else config.rtol
+    atol = atol if config.atol is None else config.atol
     failed = []
-    for method_id, comp in pairs:
+    for method_id, comp in config.runs:
         name = method_id if comp == "none" else f"{method_id}+{comp}"
-        if not _verify_one(args, ctx, method_id, comp, name, rtol, atol):
+        if not _verify_one(config, ctx, method_id, comp, name, rtol, atol):
             failed.append(name)
-    _log(ctx, f"verify: {ctx.size} worker(s), {args.model}: "
+    _log(ctx, f"verify: {ctx.size} worker(s), {config.spec.model}: "
          + ("all methods match the reference" if not failed
             else f"FAILED: {', '.join(failed)}"))
     return 1 if failed else 0
 
 
-def _verify_one(args, ctx, method_id, comp, name, rtol, atol) -> bool:
-    run = session.build(args, ctx, method_id, comp)
+def _verify_one(config: RunConfig, ctx, method_id, comp, name, rtol, atol) -> bool:
+    run = session.build(config, ctx, method_id, comp)
     with run.method as method:
         run.calibrate()
         math = None
@@ -273,22 +276,22 @@ def _verify_one(args, ctx, method_id, comp, name, rtol, atol) -> bool:
             # The compressor's mathematics, written apart from the exchange path.
             from compression.reference import ReferenceMath
             math = ReferenceMath(comp, ctx.size, dtype=method.params[0].dtype,
-                                 **session.compressor_values(args),
-                                 fp16_divide="after" if args.engine == "horovod" else "before")
+                                 **config.compressor_options,
+                                 fp16_divide="after" if config.engine == "horovod" else "before")
         reference = Reference(run.work.model,
                               lambda p: workload.make_optimizer(run.optimizer_spec, p, run.lr),
                               ctx, rtol=rtol, atol=atol, compression=math)
-        recording = _Recording(args, ctx, run, name)
+        recording = _Recording(config, ctx, run, name)
         ok = True
         try:
-            for step in range(1, args.verify + 1):
+            for step in range(1, config.verify + 1):
                 ok &= _step(run, reference, math is not None, name, step, ctx)
         finally:
             reference.close()
         recording.finish()
-        if args.save_params and ctx.is_root:
-            _save_params(args.save_params.replace("{method}", name), run.work.model)
-    run.write_trace(args.trace_collectives, name)
+        if config.save_params and ctx.is_root:
+            _save_params(config.save_params.replace("{method}", name), run.work.model)
+    run.write_trace(config.trace_collectives, name)
     return ok
 
 
@@ -327,18 +330,18 @@ class _Recording:
     the reference's work between steps is outside them), parameter servers included, and
     written to PATH with ``{method}`` replaced; nothing without ``--timeline``."""
 
-    def __init__(self, args, ctx, run, name: str):
+    def __init__(self, config: RunConfig, ctx, run, name: str):
         self.ctx, self.run, self.name = ctx, run, name
-        self.path = args.timeline.replace("{method}", name) if args.timeline else None
-        self.meta = {"method": name, "model": args.model, "nworkers": ctx.size,
-                     "net": args.net, "verify": args.verify}
-        self.steps = args.verify
+        self.path = config.timeline.replace("{method}", name) if config.timeline else None
+        self.meta = {"method": name, "model": config.spec.model, "nworkers": ctx.size,
+                     "net": config.net, "verify": config.verify}
+        self.steps = config.verify
         if self.path is None:
             return
         from .measure import overlap
         tl = run.comm.timeline
-        run.watch(args)
-        self.servers = run.servers_recorded(args, ctx)
+        run.watch(config)
+        self.servers = run.servers_recorded(config, ctx)
         self.clock = overlap.align(ctx.device if ctx.backend == "nccl" else None)
         if self.servers:
             overlap.servers_start(ctx.ps, ctx.rank)

@@ -124,15 +124,16 @@ def server_counters(ctx, ps_method: bool) -> list[dict] | None:
     return counters
 
 
-def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict,
-               result: dict, communication: dict, compression: dict | None,
-               rss_after_warmup: int | None, optimizer: dict, flops: dict | None,
-               timeline: dict | None = None, servers_before: list[dict] | None = None
-               ) -> dict:
-    """A benchmark's record: the configuration (the command line, with the running method's
-    effective options), the method's description, the optimizer that ran
-    (``workload.optimizer_info``), the model, its FLOPs and the FLOP/s achieved
-    (``flops.achieved``, rank 0's), the timings, where iteration time went
+def run_record(settings: dict, ctx, *, net: str, network: str, lr: float, options: dict,
+               method: dict, model: dict, result: dict, communication: dict,
+               compression: dict | None, rss_after_warmup: int | None, optimizer: dict,
+               flops: dict | None, timeline: dict | None = None,
+               servers_before: list[dict] | None = None) -> dict:
+    """A benchmark's record: the configuration (``settings``, the command line's as
+    ``RunConfig.record()`` gives them, with the running method's effective options), the
+    emulated network (``net``) and its label (``network``), the method's description, the
+    optimizer that ran (``workload.optimizer_info``), the model, its FLOPs and the FLOP/s
+    achieved (``flops.achieved``, rank 0's), the timings, where iteration time went
     (``overlap.collect``), bytes per iteration, memory, the servers' figures (their traffic
     since ``servers_before``, ``server_counters`` at the method's start: its own; their
     memory as it stands) and the environment. Collective: every worker calls it; rank 0's is
@@ -149,7 +150,7 @@ def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict
                and method.get("architecture") == "ps" else None)
     for now, then in zip(servers or [], servers_before or []):
         now.update({k: now[k] - then[k] for k in COUNTERS})
-    config = {k: v for k, v in vars(args).items() if k not in ("output", "given")}
+    config = dict(settings)
     config.update(options)
     config.update(nworkers=ctx.size, nservers=ctx.nservers, lr=lr)
     return {
@@ -165,8 +166,8 @@ def run_record(args, ctx, *, lr: float, options: dict, method: dict, model: dict
         "memory": {"rss_bytes_per_worker": rss},
         "servers": servers,
         "environment": env,
-        "network": args.network,
-        "net": netem.run_info(args.net),  # profile, configured and probed rate
+        "network": network,
+        "net": netem.run_info(net),  # profile, configured and probed rate
     }
 
 

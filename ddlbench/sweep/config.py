@@ -1150,7 +1150,7 @@ def _environment(environ: dict):
 
 def _preflight(sweep: Sweep) -> list[str]:
     """Every cell's flags through the training script's parser and checks, in this process."""
-    from .. import train
+    from .. import flags
     problems: dict[str, list[str]] = {}
     seen = set()
     horovod_env = None
@@ -1188,8 +1188,8 @@ def _preflight(sweep: Sweep) -> list[str]:
         try:
             with contextlib.redirect_stderr(err), _environment(run_environment):
                 # Horovod's engine imports only in its own environment: checked apart.
-                parsed = train.parse_args(args)
-                train.check(parsed, probe_engine=cell.engine == "torch")
+                parsed = flags.parse_args(args)
+                flags.check(parsed, probe_engine=cell.engine == "torch")
                 if cell.network.kind == "net" and cell.engine == "torch":
                     from ..launch.local import check_capacity
                     check_capacity(cell.nworkers + parsed.nservers)
