@@ -111,7 +111,7 @@ def test_bad_host_files_and_launcher_variables_are_one_line(case):
 def test_a_port_in_use_is_one_line():
     import socket
     from datetime import timedelta
-    from ddlbench import engine
+    from ddlbench import runtime
     from ddlbench.hosts.placement import Placement
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,7 +120,7 @@ def test_a_port_in_use_is_one_line():
         p = Placement(0, 2, 0, 2, "mpi", "127.0.0.1", port)
         with pytest.raises(UsageError, match=f"cannot open the rendezvous store at "
                                              f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port}"):
-            engine._store(p, timedelta(seconds=5))
+            runtime._store(p, timedelta(seconds=5))
 
 
 @pytest.mark.parametrize("case", SWEEP_CASES, ids=lambda c: c.name)

@@ -96,11 +96,9 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(shared_jo
     if method == "bspa2a":   # one all-reduce of the whole gradient per step, after backward
         assert [(n, b) for _, n, b in traces.collectives(rows, 0)] == \
             [("allreduce", model["gradient_bytes"])] * 4
-        # and its division by the workers, a decode span over the same dense bytes (it reads
-        # the all-reduced gradient itself)
-        decodes = [e["args"] for e in rows[(0, "compressor")] if e["name"] == "decode"]
-        assert decodes == [{"elements": model["parameters"], "bytes": model["gradient_bytes"],
-                            "bytes_in": model["gradient_bytes"]}] * 4
+        # averaged by the all-reduce itself (ReduceOp.AVG: Gloo on torch >= 2.8): no division
+        # after it, so no decode span on the compressor's row
+        assert not [e for e in rows.get((0, "compressor"), []) if e["name"] == "decode"]
     if method in ("fusion", "ddp"):   # one per bucket
         assert len(traces.collectives(rows, 0)) == 4 * rec["method"]["buckets"] > 4
     if method == "ddp":   # torch's default buckets: 1 MiB first, then 25 MiB (the simulator's
@@ -204,10 +202,11 @@ def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, me
 ])
 def test_a_job_of_several_methods_refuses_bad_input(tmp_path, monkeypatch, capsys, args,
                                                     message):
+    import ddlbench.flags
     import ddlbench.train as train_script
     monkeypatch.chdir(tmp_path)
     if "horovod" in args:  # as if Horovod were importable: the job's shape is refused first
-        monkeypatch.setattr(train_script, "_check_horovod", lambda *a: None)
+        monkeypatch.setattr(ddlbench.flags, "_check_horovod", lambda *a: None)
     code = train_script.main([*TINY_BERT, "--nworkers", "2", *args])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
