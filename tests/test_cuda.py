@@ -8,10 +8,29 @@ from .conftest import QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, train, verif
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+def every_method(spec="all"):
+    """The methods a job with ``--method SPEC`` verifies: as the training script picks them,
+    the parameter-server ones with the servers it starts (none under a cluster's launcher)."""
+    from ddlbench import methods
+    from ddlbench.hosts import placement
+    return methods.selected(spec, with_servers=placement.detect() is None)
+
+
+def assert_verified(proc, expected, steps=3):
+    """Every expected method (or method+compressor) has its ``steps`` verify lines, each OK,
+    and there are no others: no line parsed is a failure, not a pass."""
+    lines = verify_lines(proc.stdout)
+    assert expected and sorted(lines) == sorted(expected), describe(proc)
+    for name, got in lines.items():
+        assert [s for s, *_ in got] == list(range(1, steps + 1)), (name, got)
+        assert all(ok for *_, ok in got), (name, got)
+    assert "all methods match the reference" in proc.stdout, describe(proc)
+
+
 def test_nccl_single_rank_verifies_every_method():
     proc = train(*SMALL_CNN, "--verify", "3", "--method", "all", "--backend", "nccl")
     assert proc.returncode == 0, describe(proc)
-    assert all(ok for steps in verify_lines(proc.stdout).values() for *_, ok in steps)
+    assert_verified(proc, every_method())
 
 
 @pytest.mark.parametrize("nworkers", [2, 3])
@@ -19,7 +38,7 @@ def test_gloo_with_cuda_tensors_on_one_gpu(nworkers):
     # NCCL refuses two ranks on one GPU; the engine picks Gloo for CUDA tensors then.
     proc = train(*TINY_BERT, "--verify", "3", "--method", "all", "--nworkers", str(nworkers))
     assert proc.returncode == 0, describe(proc)
-    assert all(ok for steps in verify_lines(proc.stdout).values() for *_, ok in steps)
+    assert_verified(proc, every_method())
 
 
 def test_cuda_run_record(tmp_path, load_json):
@@ -30,7 +49,9 @@ def test_cuda_run_record(tmp_path, load_json):
     rec = load_json(out)
     assert rec["environment"]["device"].startswith("cuda")
     assert rec["environment"]["backend"] == "nccl"
-    assert all(t > 0 for t in rec["result"]["round_seconds"])
+    rounds = rec["result"]["round_seconds"]     # one per --num-iters (QUICK_TIMING: 2)
+    assert len(rounds) == int(QUICK_TIMING[QUICK_TIMING.index("--num-iters") + 1])
+    assert all(t > 0 for t in rounds), rounds
 
 
 def test_no_cuda_flag_keeps_the_cpu(tmp_path, load_json):
@@ -51,7 +72,8 @@ def test_every_compressor_verifies_on_the_gpu():
                      "200000", "--compressor", COMPRESSORS, "--density", "0.05", *extra)
         assert proc.returncode == 0, describe(proc)
         lines = verify_lines(proc.stdout)
-        assert len(lines) == 12 and all(ok for steps in lines.values() for *_, ok in steps)
+        assert len(lines) == 12, describe(proc)   # 2 methods x 6 compressors
+        assert_verified(proc, list(lines))
 
 
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000003])

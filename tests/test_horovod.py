@@ -1,8 +1,9 @@
 """The real-Horovod lane (--engine horovod): Horovod 0.28.1 in its torch 2.0.1 environment.
 
 The environment is built by `make horovod-env` (horovod/legacy_env.sh; `make test` builds it
-first). These tests skip only when the package registry could not be reached to build it;
-any other failure to build or run fails.
+first). These tests skip only when the package registry could not be reached to build it, a
+network error that pip names (tests/skip_conditions.py checks the recorded reason); any other
+failure to build or run fails.
 
 The cross-engine checks run both engines in float64: two fp32 runs that differ only in the
 order of a sum (Horovod's all-reduce against Gloo's) differ by an ulp after the first step, and
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from .conftest import MOMENTUM_SGD, REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
+from .skip_conditions import horovod_skip_reason
 
 LEGACY = os.path.join(REPO, "horovod", "legacy_env.sh")
 LAUNCHER = os.path.join(REPO, "horovod", "horovod_mpi_cj.sh")
@@ -36,9 +38,9 @@ def legacy_python():
                            timeout=3600)
     assert build.returncode == 0, f"building the Horovod environment failed:\n{build.stderr}"
     proc = subprocess.run([LEGACY, "python"], capture_output=True, text=True)
-    if proc.returncode == 3:  # the registry could not be reached: the one reason to skip
-        pytest.skip(proc.stderr.strip())
-    assert proc.returncode == 0, proc.stderr
+    reason = horovod_skip_reason(proc)   # the registry out of the network's reach, or fails
+    if reason is not None:
+        pytest.skip(reason)
     return proc.stdout.strip()
 
 
@@ -225,6 +227,57 @@ def test_legacy_env_not_built_and_unreachable_registry(tmp_path):
     assert proc.returncode == 3 and "registry cannot be reached" in proc.stderr, proc.stderr
     proc = subprocess.run([LEGACY, "remove"], env=e, capture_output=True, text=True)
     assert proc.returncode == 0 and not list(cache.glob("horovod-env*")), proc.stderr
+
+
+def test_a_pip_failure_that_is_not_the_network_is_a_failure(tmp_path):
+    """A registry that answers without Horovod (here: no index at all) is no reason to skip:
+    exit 1 with its own message, --optional too, nothing recorded, and the tests' skip code
+    fails on what `python` then says."""
+    cache = tmp_path / "cache"
+    e = env(DDLBENCH_CACHE=cache, PIP_NO_INDEX="1", PIP_INDEX_URL="", PIP_EXTRA_INDEX_URL="",
+            PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
+    for args in (["build"], ["build", "--optional"]):
+        proc = subprocess.run([LEGACY, *args], env=e, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 1, describe(proc)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("horovod-env: error: pip download horovod==0.28.1 failed, not "
+                               "for a network error: ") and "registry" not in last, last
+        assert not (cache / "horovod-env.unavailable").exists()
+    proc = subprocess.run([LEGACY, "python"], env=e, capture_output=True, text=True)
+    assert proc.returncode == 1, describe(proc)
+    with pytest.raises(AssertionError, match="not for an unreachable registry"):
+        horovod_skip_reason(proc)
+
+
+NOT_NETWORK = ("the package registry cannot be reached (pip download horovod==0.28.1: ERROR: "
+               "No matching distribution found for horovod==0.28.1)")
+
+
+@pytest.mark.parametrize("code,stderr,skips", [
+    (3, "horovod-env: error: the package registry cannot be reached (pip download "
+        "horovod==0.28.1: Failed to establish a new connection: [Errno 111] Connection "
+        "refused)", True),
+    (3, "horovod-env: error: the package registry cannot be reached (pip download "
+        "horovod==0.28.1: Failed to establish a new connection: [Errno -3] Temporary failure "
+        "in name resolution)", True),
+    (3, "horovod-env: error: the package registry cannot be reached while installing "
+        "/x/requirements-legacy.txt (WARNING: Retrying (Retry(total=1)) after connection broken "
+        "by 'ReadTimeoutError(\"HTTPSConnectionPool(host='pypi.org', port=443): Read timed "
+        "out. (read timeout=15)\")': /simple/torch/); see /x.log", True),
+    # a record of the script before it told the network from other failures
+    (3, "horovod-env: error: " + NOT_NETWORK, False),
+    (1, "horovod-env: error: the Horovod environment is not built (/x); run: make "
+        "horovod-env", False),
+    (2, "horovod-env: error: unknown command", False),
+])
+def test_the_skip_is_only_for_a_network_error(code, stderr, skips):
+    proc = subprocess.CompletedProcess([LEGACY, "python"], code, "", stderr + "\n")
+    if skips:
+        assert horovod_skip_reason(proc) == stderr
+    else:
+        with pytest.raises(AssertionError, match="not for an unreachable registry"):
+            horovod_skip_reason(proc)
 
 
 def test_hostfile_for_horovodrun(tmp_path):

@@ -1,5 +1,6 @@
-"""Methods are context managers: after an exception inside a run, whether in the training
-thread or in a method's own thread, no method thread and no process group is left."""
+"""Methods are context managers: after a run, also one ended by an exception in the training
+thread or in a method's own thread, no method thread, no hook the method put on the model and
+no process group is left."""
 import gc
 import threading
 
@@ -9,7 +10,8 @@ import torch.distributed as dist
 from ddlbench import train
 from ddlbench.hosts.placement import single
 from ddlbench.measure import timing
-from ddlbench.methods import threads
+from ddlbench.methods import base, threads
+from ddlbench.timeline import Timeline
 
 from .conftest import TINY_BERT
 
@@ -19,6 +21,71 @@ RUN = [*TINY_BERT, "--num-warmup-batches", "3", "--num-batches-per-iter", "1",
 
 class Injected(RuntimeError):
     pass
+
+
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
+              "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def _hooks(model) -> dict:
+    """Every hook on the model: each module's (by kind) and each parameter's, gradient-ready
+    (``register_post_accumulate_grad_hook``, what ``compat.on_grad_ready`` uses on this torch)
+    and gradient (``register_hook``) ones."""
+    out = {}
+    for name, m in model.named_modules():
+        for kind in HOOK_DICTS:
+            out[f"module {name or '(root)'} {kind}"] = len(getattr(m, kind, None) or {})
+    for name, p in model.named_parameters():
+        out[f"parameter {name} post-accumulate"] = len(p._post_accumulate_grad_hooks or {})
+        out[f"parameter {name} backward"] = len(p._backward_hooks or {})
+    return out
+
+
+class _Made(list):
+    timeline_handles: list
+
+
+@pytest.fixture
+def methods_made(monkeypatch):
+    """Every method a test's run makes (its name), with its model and the hooks the model had
+    when the method got it. (The model, not the method: holding the method would keep DDP's
+    wrapper alive.)"""
+    made = _Made()
+    real = base.Method.__init__
+
+    def init(self, model, *args, **kwargs):
+        made.append((type(self).__name__, model, _hooks(model)))
+        real(self, model, *args, **kwargs)
+    monkeypatch.setattr(base.Method, "__init__", init)
+    # --timeline's gradient-ready hooks are the run's (session.watch), not the method's: the
+    # run drops their handles with its replica, which is built anew for each method. Kept here
+    # to be told apart from the method's.
+    watch = Timeline.watch_gradients
+
+    def watch_gradients(self, model):
+        handles = watch(self, model)
+        made_by_timeline.extend(handles)
+        return handles
+    made_by_timeline = []
+    monkeypatch.setattr(Timeline, "watch_gradients", watch_gradients)
+    made.timeline_handles = made_by_timeline
+    return made
+
+
+def assert_no_hook_left(made, expected: int = 1):
+    """After close(), each method's model has the hooks it had before the method, and none of
+    the kinds the methods use at all."""
+    assert len(made) == expected, [name for name, *_ in made]
+    for h in made.timeline_handles:
+        h.remove()
+    for name, model, before in made:
+        after = _hooks(model)
+        added = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+        assert added == {}, f"{name} left hooks after close(): {added}"
+        for p in model.parameters():
+            assert not p._post_accumulate_grad_hooks, name
+        for m in model.modules():
+            assert not m._forward_pre_hooks, (name, type(m).__name__)
 
 
 @pytest.fixture
@@ -46,8 +113,9 @@ def _fail_after(steps):
     ("ddp", "fp16"),             # DDP's exchange thread
     ("fusion", "eftopk"),
 ])
-def test_an_exception_in_the_loop_leaves_no_thread_and_no_group(clean_world, monkeypatch,
-                                                                method, compressor):
+def test_an_exception_in_the_loop_leaves_no_thread_no_hook_and_no_group(clean_world, monkeypatch,
+                                                                        methods_made, method,
+                                                                        compressor):
     monkeypatch.setattr(timing, "run", _fail_after(3))
     args = train.parse_args([*RUN, "--method", method, "--compressor", compressor,
                              "--partition", "20000"])
@@ -55,10 +123,12 @@ def test_an_exception_in_the_loop_leaves_no_thread_and_no_group(clean_world, mon
         train.worker(args, single())
     assert not dist.is_initialized()
     assert set(threading.enumerate()) == clean_world
+    assert_no_hook_left(methods_made)
 
 
 @pytest.mark.parametrize("compressor,traced", [("none", True), ("powersgd", False)])
 def test_a_ddp_with_a_comm_hook_is_freed_before_its_group_is_destroyed(clean_world, tmp_path,
+                                                                       methods_made,
                                                                        compressor, traced):
     """DDP's reducer holds its comm hook in C++, out of the garbage collector's sight: a hook
     holding the wrapper kept it, its reducer and its Gloo group alive until the interpreter's
@@ -72,10 +142,12 @@ def test_a_ddp_with_a_comm_hook_is_freed_before_its_group_is_destroyed(clean_wor
     assert not dist.is_initialized()
     assert [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)] == []
     assert set(threading.enumerate()) == clean_world
+    assert_no_hook_left(methods_made)
 
 
 def test_an_exception_in_a_method_thread_is_raised_and_leaves_nothing(clean_world,
-                                                                      monkeypatch):
+                                                                      monkeypatch,
+                                                                      methods_made):
     """A chunk's compressor failing on the ByteScheduler's dispatcher thread: the training
     thread gets the error, and the method still stops both its threads."""
     import compression
@@ -96,6 +168,7 @@ def test_an_exception_in_a_method_thread_is_raised_and_leaves_nothing(clean_worl
     assert calls["n"] == 20
     assert not dist.is_initialized()
     assert set(threading.enumerate()) == clean_world
+    assert_no_hook_left(methods_made)
 
 
 def test_a_thread_that_does_not_stop_is_an_error_naming_it():

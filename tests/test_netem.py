@@ -10,7 +10,9 @@ import re
 import signal
 import statistics
 import subprocess
+import shutil
 import sys
+import tempfile
 import time
 
 import psutil
@@ -217,22 +219,108 @@ def test_unavailable_reasons(monkeypatch):
     assert netem.start(2, "loopback") is None  # loopback needs neither
 
 
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _pythons() -> list[str]:
+    """Interpreters of this Python's version, this one first: a venv under a root home (mode
+    700) is not one another user can start; the system's usually is."""
+    version = "python%d.%d" % sys.version_info[:2]
+    found = [sys.executable, getattr(sys, "_base_executable", sys.executable)]
+    found += [os.path.join(d, version) for d in ("/usr/bin", "/usr/local/bin")]
+    return [p for i, p in enumerate(found) if os.path.isfile(p) and p not in found[:i]]
+
+
+def unprivileged_python(tmp_root: str, pythons=None) -> tuple[list[str], dict]:
+    """A command that runs Python as user nobody with ddlbench importable, and its
+    environment. ddlbench is copied to a folder anyone can read (the clone may be in a root
+    home). Skips only where setpriv is missing or no interpreter of this version can be started
+    by another user; ddlbench.netem failing to import there is a failure."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed: cannot drop to an unprivileged user")
+    tried = []
+    for python in _pythons() if pythons is None else pythons:
+        # (its standard library too: one that cannot read its own home may fall back on
+        # another's, or on none)
+        proc = subprocess.run([*NOBODY, python, "-c", "import json, socket, subprocess"],
+                              cwd="/", capture_output=True, text=True, timeout=60)
+        if proc.returncode == 0:
+            break
+        why = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+        tried.append(f"{python}: {why[-1]}")
+    else:
+        pytest.skip("no Python %d.%d that user nobody can start: %s"
+                    % (*sys.version_info[:2], "; ".join(tried)))
+    os.chmod(tmp_root, 0o755)
+    for folder in ("ddlbench", "configs"):   # (configs/networks.yaml: the profiles)
+        shutil.copytree(os.path.join(REPO, folder), os.path.join(tmp_root, folder),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for d, dirs, files in os.walk(tmp_root):
+        for name in dirs + files:
+            os.chmod(os.path.join(d, name), 0o755)
+    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": tmp_root,
+         "PYTHONDONTWRITEBYTECODE": "1", "HOME": tmp_root}
+    proc = subprocess.run([*NOBODY, python, "-c", "import ddlbench.netem"], cwd=tmp_root,
+                          env=e, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"ddlbench.netem does not import as user nobody with " \
+        f"{python}:\n{describe(proc)}"
+    return [*NOBODY, python], e
+
+
 def test_not_root_is_one_line():
     if os.geteuid() != 0:
         proc = netem_cli("probe", "--net", "1gbit", timeout=60)
     else:
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+        root = tempfile.mkdtemp(prefix="ddlbench-nobody-")
         try:
-            ok = subprocess.run([*cmd, "-c", "import ddlbench.netem"], cwd=REPO,
-                                capture_output=True, timeout=60).returncode == 0
-        except OSError:
-            ok = False
-        if not ok:
-            pytest.skip("cannot run this Python as an unprivileged user (setpriv)")
-        proc = subprocess.run([*cmd, "-m", "ddlbench.netem", "probe", "--net", "1gbit"],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+            cmd, e = unprivileged_python(root)
+            proc = subprocess.run([*cmd, "-m", "ddlbench.netem", "probe", "--net", "1gbit"],
+                                  cwd=root, env=e, capture_output=True, text=True, timeout=60)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.count("\n") == 1 and "needs root" in proc.stderr, describe(proc)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops from root to user nobody: needs root")
+def test_an_import_error_as_the_unprivileged_user_fails_and_does_not_skip(monkeypatch):
+    """The injected fault: ddlbench.netem fails to import in the copy nobody runs."""
+    real = shutil.copytree
+
+    def broken_copy(src, dst, *args, **kw):
+        out = real(src, dst, *args, **kw)
+        if os.path.basename(dst) == "netem":
+            with open(os.path.join(dst, "__init__.py"), "a") as f:
+                f.write("\nimport ddlbench_no_such_module\n")
+        return out
+    monkeypatch.setattr(shutil, "copytree", broken_copy)
+    root = tempfile.mkdtemp(prefix="ddlbench-nobody-")
+    try:
+        with pytest.raises(AssertionError, match="does not import as user nobody"):
+            try:
+                unprivileged_python(root)
+            except pytest.skip.Exception as skipped:
+                pytest.fail(f"skipped where it should fail: {skipped}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops from root to user nobody: needs root")
+def test_no_interpreter_nobody_can_start_is_the_one_skip():
+    """An interpreter that does not start as user nobody is passed over, and when none is
+    left the skip names each one tried and why."""
+    root = tempfile.mkdtemp(prefix="ddlbench-nobody-")
+    try:
+        os.chmod(root, 0o755)
+        python = os.path.join(root, "python")
+        with open(python, "w") as f:
+            f.write("#!/bin/sh\necho 'cannot read its home' >&2\nexit 1\n")
+        os.chmod(python, 0o755)
+        with pytest.raises(pytest.skip.Exception,
+                           match=f"no Python .* user nobody can start: {python}: cannot read"):
+            unprivileged_python(root, pythons=[python])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- emulated cluster

@@ -1,6 +1,7 @@
 """The timeline (issue 17): overlap metrics from hand-written events, the merged Chrome trace's
 form, a parameter server's own recording, and real runs' traces and records."""
 import json
+import math
 import queue
 import sys
 import threading
@@ -92,17 +93,50 @@ def test_transport_queue_is_inferred_in_hand_over_order():
     assert tl.overlap(one) == tl.overlap(events) and tl.overlap(events)["mean"]["comm_s"] > 0
 
 
-def test_cost_benchmark_rotates_the_three_modes():
+def test_cost_benchmark_rotates_the_three_modes(tmp_path):
     # (its own process: it starts a process group of one)
+    out = tmp_path / "cost.json"
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--timeline", "--model", "resnet18",
                 "--image-size", "32", "--batch-size", "2", "--methods", "wfbp", "--rounds", "6",
-                "--batches", "1", "--warmup", "1"], timeout=200)
+                "--batches", "1", "--warmup", "1", "--json", str(out)], timeout=200)
     assert proc.returncode == 0, describe(proc)
     lines = proc.stdout.splitlines()
     assert lines[1].split() == ["method", "none", "s/round", "counters/none", "full/none"]
     name, seconds, counters, full = lines[2].split()
-    assert name == "wfbp" and float(seconds) > 0 and 0.3 < float(counters) < 3 \
-        and 0.3 < float(full) < 3, lines
+    # (how much slower a recorded round is, is the benchmark's to say, not a test's bound)
+    with open(out) as f:
+        rec = json.load(f)
+    assert rec["mode"] == "timeline" and list(rec["methods"]) == ["wfbp"], rec
+    fig = rec["methods"]["wfbp"]
+    assert name == "wfbp" and set(fig) == {"none_s_per_round", "counters/none", "full/none"}
+    for printed, key, places in ((seconds, "none_s_per_round", 4), (counters, "counters/none", 3),
+                                 (full, "full/none", 3)):
+        assert math.isfinite(fig[key]) and fig[key] > 0, (key, fig)
+        assert float(printed) == pytest.approx(fig[key], abs=0.6 * 10 ** -places), (key, lines)
+
+
+def test_overhead_figures_are_medians_of_the_rounds():
+    """The figures from known round times (seconds per round of each loop): throughput ratios
+    the median of the rounds' quotients (not the quotient of the medians: 3 rounds where they
+    differ), extra microseconds per tensor the median of the rounds' differences."""
+    from types import SimpleNamespace
+
+    from ddlbench import overhead
+    times = {"bare": [1.0, 2.0, 4.0], "method": [2.0, 2.0, 5.0], "raw_hook": [1.5, 2.5, 4.0],
+             "ddp_match": [1.0, 4.0, 4.0]}
+    fig = overhead._figures(SimpleNamespace(batches=2, batch_size=3), times, tensors=10)
+    assert fig["bare_s_per_round"] == 2.0 and fig["method_s_per_round"] == 2.0
+    assert fig["samples_per_s"] == {"bare": 3.0, "method": 3.0, "raw_hook": 6 / 2.5,
+                                    "ddp_match": 1.5}
+    assert fig["ratio"] == pytest.approx({"method/bare": 0.8,          # 0.5, 1.0, 0.8
+                                          "method/ddp_match": 0.8,     # 0.5, 2.0, 0.8
+                                          "raw_hook/bare": 0.8,        # 2/3, 0.8, 1.0
+                                          "ddp_match/bare": 1.0})      # 1.0, 0.5, 1.0
+    # (the quotient of the medians would be 1.0 for method/bare)
+    # (t - b) / 2 batches / 10 tensors, in us: method 1, 0, 1; raw 0.5, 0.5, 0; ddp 0, 2, 0
+    assert fig["us_per_tensor"] == pytest.approx({"method": 5e4, "raw_hook": 2.5e4,
+                                                  "ddp_match": 0.0})
+    assert fig["tensors"] == 10
 
 
 OVERHEAD_COLUMNS = ["method", "bare", "s/round", "bare", "samples/s", "method", "s/round",
@@ -129,9 +163,23 @@ def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optim
     n = sum(p.requires_grad for p in models.build("bert_tiny", sentence_len=16).model.parameters())
     for name, row in rows.items():
         _, bare, rate, seconds, ratio, tensors, us, raw_us, ddp_us, vs_ddp, cap, buckets = row
-        assert float(seconds) > 0 and 0.2 < float(ratio) < 5 and 0.2 < float(vs_ddp) < 5, row
+        assert float(seconds) > 0, row
         assert float(rate) == pytest.approx(2 * 2 / float(bare), rel=1e-3, abs=0.1)
         fig = got[name]
+        # what the figures must be (how fast is the benchmark's to say): the printed ones the
+        # record's; every ratio finite and positive; each loop's seconds per round the samples
+        # over its rate, and with 2 rounds (the median their mean) its extra microseconds per
+        # tensor the difference of the medians over the batches and tensors
+        assert float(bare) == pytest.approx(fig["bare_s_per_round"], abs=6e-5)
+        assert float(seconds) == pytest.approx(fig["method_s_per_round"], abs=6e-5)
+        assert float(ratio) == pytest.approx(fig["ratio"]["method/bare"], abs=6e-4)
+        assert all(math.isfinite(r) and r > 0 for r in fig["ratio"].values()), fig
+        per_round = {loop: 2 * 2 / rate for loop, rate in fig["samples_per_s"].items()}
+        assert per_round["bare"] == pytest.approx(fig["bare_s_per_round"], rel=1e-9)
+        assert per_round["method"] == pytest.approx(fig["method_s_per_round"], rel=1e-9)
+        assert fig["us_per_tensor"] == pytest.approx(
+            {loop: (per_round[loop] - per_round["bare"]) / 2 / n * 1e6
+             for loop in ("method", "raw_hook", "ddp_match")}, rel=1e-6, abs=1e-6)
         assert int(tensors) == fig["tensors"] == n
         assert [float(us), float(raw_us), float(ddp_us)] == pytest.approx(
             [fig["us_per_tensor"][k] for k in ("method", "raw_hook", "ddp_match")], abs=0.01)
