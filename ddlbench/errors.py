@@ -100,6 +100,13 @@ def check_writable(path: str, what: str = "--output", folder: bool = False) -> N
     os.unlink(tmp)
 
 
+def open_to_write(path: str):
+    """``open(path, "w")`` after making the folders ``check_writable`` let through (a path
+    whose folders do not exist yet is a path the command makes)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return open(path, "w")
+
+
 def _check_name_lengths(made: str, directory: str, what: str, path: str) -> None:
     """Each name of ``made`` (the folders and file to be made in ``directory``) within the file
     system's limit of a file name (NAME_MAX, 255 bytes), else one line naming ``what``."""

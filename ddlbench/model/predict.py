@@ -40,7 +40,7 @@ from .. import methods, timeline
 from . import simulate, topology
 from ..costs import ALLGATHER_COMPRESSORS
 from ..costs import COMPRESSOR_IDS as COMPRESSORS
-from ..errors import ArgumentParser, UsageError, check_writable, read_json, run_cli
+from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
 from ..options import LIMITS, add_ps_flags
 from ..measure.profile_file import read_profile
 from ..methods import PS
@@ -615,7 +615,7 @@ def run(args) -> int:
     print(f"\n({time.perf_counter() - began:.2f} s to predict)")
     work = mean_work
     if args.output:
-        with open(args.output, "w") as f:
+        with open_to_write(args.output) as f:
             json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,
                        "batch_size": batch, "network": args.network,
                        "compressor": args.compressor, "optimizer_s": work.optimizer_s,

@@ -59,7 +59,7 @@ import time
 
 from .. import methods
 from . import predict, rules, simulate, survey, topology
-from ..errors import ArgumentParser, UsageError, check_writable, run_cli
+from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
 from ..measure.profile_file import read_profile
 from ..planning import ORIGINAL_AB_TABLES, original_ab_table
 
@@ -544,10 +544,10 @@ def run(args) -> int:
     result = validate(args.network_source)
     print(report(result))
     if args.output:
-        with open(args.output, "w") as f:
+        with open_to_write(args.output) as f:
             json.dump(result, f, indent=1)
     if args.markdown:
-        with open(args.markdown, "w") as f:
+        with open_to_write(args.markdown) as f:
             f.write(markdown(result))
     return 0
 

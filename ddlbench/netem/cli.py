@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from ..errors import EXIT_USAGE, ArgumentParser, UsageError
+from ..errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable, open_to_write
 from . import helper
 from .cluster import Cluster
 from .links import require
@@ -160,6 +160,8 @@ def _cmd_probe(args) -> int:
     nbytes = parse_size(args.bytes, "--bytes")
     if nbytes < 4:
         raise UsageError("--bytes must be at least 4 (one fp32)")
+    if args.json:
+        check_writable(args.json, "--json")
     nbytes -= nbytes % 4
     if not profile.loopback:
         require()
@@ -186,7 +188,7 @@ def _cmd_probe(args) -> int:
             print(line, flush=True)
         results["net"] = cluster.describe()
     if args.json:
-        with open(args.json, "w") as f:
+        with open_to_write(args.json) as f:
             json.dump(results, f, indent=2, sort_keys=True)
             f.write("\n")
     return 0

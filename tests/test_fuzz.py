@@ -1,0 +1,258 @@
+"""The hostile matrix kept as a fuzz test (issue 47): seeded, generated cases over the flags of
+``train``, ``predict``, ``timeline``, ``comm_bench``, the profiler and ``netem probe``, over
+trace files and over sweep files. Each case is accepted (exit 0, or stopped where work would
+start: spawning and workers are replaced by an exception, as in tests/test_hostile.py) or one
+line on stderr with exit code 2; never a traceback, never a stray file, no process or network
+namespace left behind.
+
+``DDLBENCH_FUZZ=N`` runs N cases per test (default 60: 420 cases, about half a minute);
+``DDLBENCH_FUZZ_SEED`` picks another seed. A failing case prints its command line."""
+import argparse
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+import benchmarks
+from ddlbench import train
+from ddlbench.measure import comm_bench, profiler
+from ddlbench.model import predict
+from ddlbench.netem import cli as netem_cli
+from ddlbench.sweep import config
+from ddlbench.timeline import cli as timeline_cli
+
+from .conftest import REPO
+from .test_hostile import NASTY, WouldRun, no_runs, outcome  # noqa: F401 (the fixture)
+
+CASES = int(os.environ.get("DDLBENCH_FUZZ", "60"))
+SEED = int(os.environ.get("DDLBENCH_FUZZ_SEED", "47"))
+PROFILE = os.path.join(REPO, "configs", "profiles", "h200_resnet50_bs64.json")
+PLAUSIBLE = ["1", "2", "3", "4", "8", "16", "0.5", "1e-3", "64", "1000", "resnet18", "bert_tiny",
+             "wfbp", "fusion,ddp", "none", "fp16", "loopback", "{tmp}/out.json", "{tmp}"]
+TINY = ["--no-cuda", "--model", "bert_tiny", "--sentence-len", "16", "--batch-size", "4"]
+
+
+def _parser(parse) -> argparse.ArgumentParser:
+    """The parser a command builds (its ``parse(argv)`` stopped at ``parse_args``)."""
+    captured = {}
+
+    class Capture(Exception):
+        pass
+
+    def stop(self, argv=None, namespace=None):
+        captured.setdefault("p", self)
+        raise Capture()
+    saved = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = stop
+    try:
+        parse([])
+    except Capture:
+        pass
+    finally:
+        argparse.ArgumentParser.parse_args = saved
+    return captured["p"]
+
+
+def _options(parser) -> tuple[list, list]:
+    """(flags taking a value with their choices, switches) of a parser."""
+    valued, switches = [], []
+    for a in parser._actions:
+        if not a.option_strings or a.option_strings[0] in ("--help", "-h"):
+            continue
+        if a.nargs == 0:
+            switches.append(a.option_strings[0])
+        else:
+            valued.append((a.option_strings[-1], list(a.choices or [])))
+    return valued, switches
+
+
+def _value(rng, choices) -> str:
+    pool = rng.choice((NASTY, PLAUSIBLE, [str(c) for c in choices] or PLAUSIBLE))
+    return rng.choice(pool)
+
+
+def _argv(rng, parser, base, tmp) -> list[str]:
+    valued, switches = _options(parser)
+    argv = list(base)
+    for flag, choices in rng.sample(valued, min(len(valued), rng.randint(1, 3))):
+        argv += [flag, _value(rng, choices)]
+    argv += [s for s in switches if rng.random() < 0.15]
+    return [a.replace("{tmp}", str(tmp)) for a in argv]
+
+
+def _children() -> set[int]:
+    """This process's child processes (pids), from /proc."""
+    me, kids = os.getpid(), set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                    kids.add(int(pid))
+        except (OSError, ValueError, IndexError):
+            pass
+    return kids
+
+
+def _namespaces_of(pid: int) -> list[str]:
+    """The emulated networks whose state file names ``pid`` as their owner (a run creates
+    none without writing one first: ddlbench/netem/state.py)."""
+    from ddlbench.netem.state import _read_states
+    return [name for name, state in _read_states() if state.get("owner_pid") == pid]
+
+
+@pytest.fixture
+def left_behind(tmp_path, monkeypatch):
+    """Run four folders down in ``tmp_path`` (a stray ``touch X`` lands there, a relative
+    ``../../../x`` stays inside); afterwards no new child process, no network namespace left
+    by this process, no stray file."""
+    cwd = tmp_path / "a" / "b" / "c" / "d"
+    cwd.mkdir(parents=True)
+    monkeypatch.chdir(cwd)
+    kids = _children()
+    yield
+    assert _children() <= kids
+    assert not _namespaces_of(os.getpid())
+    assert not os.path.exists(cwd / "X")
+
+
+def _netem_probe(argv):
+    return netem_cli.main(["probe", *argv])
+
+
+@pytest.mark.parametrize("name,fn,parse,base", [
+    ("train", train.main, train.parse_args, TINY),
+    ("predict", predict.main, predict.main, ["--profile", PROFILE, "--method", "wfbp"]),
+    ("comm_bench", comm_bench.main, comm_bench.parse_args, ["--ops", "allreduce"]),
+    ("profiler", profiler.main, profiler.parse_args, ["--model", "bert_tiny"]),
+    ("netem probe", _netem_probe, lambda a: netem_cli.parse_args(["probe", *a]), []),
+])
+def test_generated_flags_are_a_run_or_one_line(name, fn, parse, base, tmp_path, capfd, no_runs,
+                                               left_behind, monkeypatch):
+    def refuse(*_a, **_k):
+        raise WouldRun()
+    monkeypatch.setattr(netem_cli, "Cluster", refuse)  # a probe accepted: it would start one
+    parser = _parser(parse) if name != "netem probe" else _probe_parser()
+    rng = random.Random(f"{SEED}-{name}")
+    seen = []
+    for _ in range(CASES):
+        argv = _argv(rng, parser, base, tmp_path)
+        try:
+            seen.append(outcome(fn, argv, capfd))
+        except Exception as e:  # the traceback a user would have seen, or a wrong exit
+            raise AssertionError(f"{name} {argv}: {type(e).__name__}: {e}") from e
+    assert "line" in seen  # the generator reaches the checks
+
+
+def _probe_parser():
+    """``netem probe``'s own subparser."""
+    root = _parser(lambda a: netem_cli.parse_args(a))
+    sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["probe"]
+
+
+# -- trace files ------------------------------------------------------------------------------
+
+FIELD_VALUES = {"name": ["x", "", "allreduce", 7, None, "\u00e9" * 300],
+                "ph": ["X", "B", "E", "i", "M", "?", 1, None],
+                "ts": [0, 1.5, -1, 1e308, float("nan"), "x", None, 10 ** 30, True],
+                "dur": [0, 2, -1e308, float("inf"), "1", None, [1]],
+                "cat": ["comm", "compute", "wait", 3, None], "pid": [0, 1, -1, "a", None],
+                "tid": ["training", 0, None, {}],
+                "args": [{}, {"bytes": "x"}, [], None, {"a": {"b": [1]}}]}
+
+
+@pytest.fixture(scope="module")
+def valid_trace(tmp_path_factory) -> dict:
+    """A merged two-rank trace as a run writes it (scripts/gen_trace.py)."""
+    path = tmp_path_factory.mktemp("trace") / "valid.json"
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "gen_trace.py"), str(path),
+                    "--mb", "0.05", "--ranks", "2"], check=True, capture_output=True, timeout=60)
+    with open(path) as f:
+        return json.load(f)
+
+
+def _trace(rng, path, valid: dict) -> None:
+    """A trace file: the valid one, the valid one with a few events damaged or dropped, its
+    metadata damaged, text that is not a trace, or nesting deeper than a decoder goes."""
+    kind = rng.randrange(8)
+    if kind == 0:
+        text = rng.choice(["", "{", "null", "[]", "{}", "\x00\xff", "[1, 2", '"x"', "1e999"])
+    elif kind == 1:
+        depth = rng.choice([10, 100, 5000])
+        text = "[" * depth + "]" * depth
+    else:
+        doc = json.loads(json.dumps(valid))
+        events = doc["traceEvents"]
+        for _ in range(0 if kind == 2 else rng.randint(1, 3)):
+            e = rng.choice(events)
+            key = rng.choice(sorted(FIELD_VALUES))
+            if rng.random() < 0.2:
+                e.pop(key, None)
+            else:
+                e[key] = rng.choice(FIELD_VALUES[key])
+        if kind == 7:
+            doc[rng.choice(["metadata", "traceEvents"])] = rng.choice([None, {}, [], "x", 1])
+        text = json.dumps(doc, allow_nan=True)
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+
+
+def test_generated_traces_are_a_summary_or_one_line(tmp_path, capfd, left_behind,
+                                                     valid_trace):
+    rng = random.Random(f"{SEED}-timeline")
+    parser = _parser(timeline_cli.parse_args)
+    seen = []
+    for k in range(CASES):
+        traces = []
+        for j in range(rng.choice([1, 1, 2])):
+            traces.append(str(tmp_path / f"t{k}_{j}.json"))
+            _trace(rng, traces[-1], valid_trace)
+        if rng.random() < 0.1:
+            traces.append(str(tmp_path / "missing.json"))
+        argv = traces + _argv(rng, parser, [], tmp_path)[:2]
+        try:
+            seen.append(outcome(timeline_cli.main, argv, capfd))
+        except Exception as e:
+            raise AssertionError(f"timeline {argv}: {type(e).__name__}: {e}") from e
+    assert "line" in seen and "run" in seen
+
+
+# -- sweep files ------------------------------------------------------------------------------
+
+def _sweep_value(rng):
+    return rng.choice([None, 0, -1, 1, 2, 1.5, 10 ** 15, float("nan"), "", "x" * 300, "loopback",
+                       "resnet18", "wfbp", [], [1], ["wfbp", "ddp"], [[1]], {}, {"a": 1},
+                       {"name": "r18", "dnn": "resnet18", "bs": 2}, True, "$(touch X)",
+                       [{"name": "lo", "kind": "net"}], "{bogus}"])
+
+
+def test_generated_sweep_files_are_a_dry_run_or_one_line(tmp_path, capfd, no_runs, left_behind):
+    rng = random.Random(f"{SEED}-sweep")
+    keys = {f.name: f.default for f in dataclasses.fields(config.Sweep)
+            if f.default is not dataclasses.MISSING}
+    base = os.path.join(REPO, "configs", "quick.yaml")
+    import yaml
+    with open(base) as f:
+        quick = yaml.safe_load(f)
+    seen = []
+    for k in range(CASES):
+        doc = dict(quick) if rng.random() < 0.7 else {}
+        for key in rng.sample(sorted(keys), rng.randint(0, 3)):
+            # a nasty value, or the key's own default (or the quick sweep's)
+            doc[key] = _sweep_value(rng) if rng.random() < 0.6 else \
+                quick.get(key, keys[key])
+        if rng.random() < 0.1:
+            doc[rng.choice(["bogus", "", "nworker"])] = 1
+        path = tmp_path / f"s{k}.yaml"
+        path.write_text(yaml.safe_dump(doc) if rng.random() < 0.95 else "a: [1,\n")
+        argv = ["--config", str(path), "--dry-run", "--results", str(tmp_path / f"r{k}")]
+        try:
+            seen.append(outcome(benchmarks.main, argv, capfd))
+        except Exception as e:
+            raise AssertionError(f"benchmarks.py {argv} with {doc!r}: {type(e).__name__}: "
+                                 f"{e}") from e
+    assert "line" in seen and "run" in seen
