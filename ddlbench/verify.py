@@ -25,12 +25,17 @@ state: residuals, PowerSGD's Q), in place of the plain average. Where that mathe
 correct implementation to differ by more than fp32 reordering (fp16's half-precision sums,
 PowerSGD's fp32 factorisation), it returns a per-element bound on the averaged gradient; for SGD
 the bound is carried through the optimizer's linear update (momentum, weight decay, dampening,
-Nesterov) into a per-element allowance added to the tolerance. Under Adam and AdamW the allowance
-is not propagated (their step is not linear in the gradient) and their tolerance (5% of lr)
-stays as it is.
+Nesterov) into a per-element allowance added to the tolerance. Adam and AdamW normalise each
+element's step, which is not linear in the gradient: there the allowance grows, each step, by lr
+times the largest difference two normalised steps can have (twice the largest step, from the
+betas and the step count) times the element's relative uncertainty (twice its bound over its
+averaged gradient, at most 1; the largest so far, since the moments keep every step's error). An
+element whose averaged gradient is below its rounding (a sign the half sums may flip) is then
+allowed a step's difference; the others a fraction of lr as small as their rounding.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING
 
@@ -56,6 +61,16 @@ DEFAULT_ATOL = 1e-7
 # blind to the gradient's scale (a sum instead of an average gives the same step): only SGD
 # verifies the division by the workers.
 ADAM_ATOL_FRACTION_OF_LR = 0.05
+
+
+def adam_step_bound(beta1: float, beta2: float, t: int) -> float:
+    """The largest |m_hat / sqrt(v_hat)| Adam can take at step ``t`` (eps aside), in units of
+    lr, over every gradient history: by Cauchy-Schwarz on m = (1 - b1) sum b1^k g_k and
+    v = (1 - b2) sum b2^k g_k^2, with their bias corrections. 1 at the first step (sign(g))."""
+    ratio = beta1 * beta1 / beta2
+    series = t if ratio == 1 else (1 - ratio ** t) / (1 - ratio)
+    return ((1 - beta1) / math.sqrt(1 - beta2) * math.sqrt(1 - beta2 ** t)
+            / (1 - beta1 ** t) * math.sqrt(series))
 
 
 def default_tolerance(optimizer: str, lr: float) -> tuple[float, float]:
@@ -93,6 +108,8 @@ class Reference:
         # Per-element allowance for a compressor's legitimate rounding, carried through SGD.
         self.allow: list[torch.Tensor] | None = None
         self._allow_buf: list[torch.Tensor | None] = [None] * len(self.params)
+        self._uncertain: list[torch.Tensor | None] = [None] * len(self.params)  # Adam's
+        self._steps = 0
         self._handles = [p.register_hook(self._capture_hook(i))
                          for i, p in enumerate(self.params)]
 
@@ -126,8 +143,10 @@ class Reference:
             n = r.numel()
             r.grad = average[offset:offset + n].view_as(r).to(device=r.device, dtype=r.dtype)
             offset += n
+        self._steps += 1
         if bound is not None:
             self._carry_allowance(bound)
+            self._carry_adam_allowance(bound, average)
         self.opt.step()
         self.local = [None] * len(self.params)
 
@@ -202,6 +221,31 @@ class Reference:
                     self._allow_buf[i] = buf
                     e = e + mu * buf if nesterov else buf
                 self.allow[i] += lr * e
+
+    def _carry_adam_allowance(self, bound, average) -> None:
+        """Under Adam or AdamW: per element, lr times the largest difference of two of its
+        normalised steps at this step count (``adam_step_bound``, twice) times its relative
+        uncertainty so far (min(1, 2 e / |g|), the largest yet), added to the allowance."""
+        if not isinstance(self.opt, (torch.optim.Adam, torch.optim.AdamW)):
+            return
+        if self.allow is None:
+            self.allow = [torch.zeros_like(r, dtype=torch.float64) for r in self.ref]
+        index = {id(r): i for i, r in enumerate(self.ref)}
+        starts = [0]
+        for r in self.ref:
+            starts.append(starts[-1] + r.numel())
+        for group in self.opt.param_groups:
+            beta1, beta2 = group["betas"]
+            reach = 2 * group["lr"] * adam_step_bound(beta1, beta2, self._steps)
+            for param in group["params"]:
+                i = index[id(param)]
+                e = bound[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(self.allow[i].device)
+                g = average[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(e.device).abs()
+                u = torch.where(e > 0, (2 * e / g.clamp_min(1e-300)).clamp(max=1.0),
+                                torch.zeros_like(e))
+                prev = self._uncertain[i]
+                self._uncertain[i] = u if prev is None else torch.maximum(prev, u)
+                self.allow[i] += reach * self._uncertain[i]
 
     def compare(self) -> tuple[float, float]:
         """(max |p - ref|, worst |p - ref| / (atol + rtol |ref| + allowance)) over every rank
