@@ -202,25 +202,16 @@ class Reference:
         (buf = d on the first step); step = d + mu buf (Nesterov) or buf; p -= lr step."""
         if not isinstance(self.opt, torch.optim.SGD):
             return
-        if self.allow is None:
-            self.allow = [torch.zeros_like(r, dtype=torch.float64) for r in self.ref]
-        index = {id(r): i for i, r in enumerate(self.ref)}
-        starts = [0]
-        for r in self.ref:
-            starts.append(starts[-1] + r.numel())
-        for group in self.opt.param_groups:
+        for group, i, (e,) in self._per_parameter(bound):
             lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
             damp, nesterov = group["dampening"], group["nesterov"]
-            for param in group["params"]:
-                i = index[id(param)]
-                e = bound[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(self.allow[i].device)
-                e = e + wd * self.allow[i]
-                if mu:
-                    prev = self._allow_buf[i]
-                    buf = e.clone() if prev is None else mu * prev + (1 - damp) * e
-                    self._allow_buf[i] = buf
-                    e = e + mu * buf if nesterov else buf
-                self.allow[i] += lr * e
+            e = e + wd * self.allow[i]
+            if mu:
+                prev = self._allow_buf[i]
+                buf = e.clone() if prev is None else mu * prev + (1 - damp) * e
+                self._allow_buf[i] = buf
+                e = e + mu * buf if nesterov else buf
+            self.allow[i] += lr * e
 
     def _carry_adam_allowance(self, bound, average) -> None:
         """Under Adam or AdamW: per element, lr times the largest difference of two of its
@@ -228,6 +219,18 @@ class Reference:
         uncertainty so far (min(1, 2 e / |g|), the largest yet), added to the allowance."""
         if not isinstance(self.opt, (torch.optim.Adam, torch.optim.AdamW)):
             return
+        for group, i, (e, g) in self._per_parameter(bound, average):
+            beta1, beta2 = group["betas"]
+            reach = 2 * group["lr"] * adam_step_bound(beta1, beta2, self._steps)
+            u = torch.where(e > 0, (2 * e / g.abs().clamp_min(1e-300)).clamp(max=1.0),
+                            torch.zeros_like(e))
+            prev = self._uncertain[i]
+            self._uncertain[i] = u if prev is None else torch.maximum(prev, u)
+            self.allow[i] += reach * self._uncertain[i]
+
+    def _per_parameter(self, *flats):
+        """(its optimizer group, its index, its part of each flat tensor shaped as it) for
+        every reference parameter; the allowance made if there is none yet."""
         if self.allow is None:
             self.allow = [torch.zeros_like(r, dtype=torch.float64) for r in self.ref]
         index = {id(r): i for i, r in enumerate(self.ref)}
@@ -235,17 +238,11 @@ class Reference:
         for r in self.ref:
             starts.append(starts[-1] + r.numel())
         for group in self.opt.param_groups:
-            beta1, beta2 = group["betas"]
-            reach = 2 * group["lr"] * adam_step_bound(beta1, beta2, self._steps)
             for param in group["params"]:
                 i = index[id(param)]
-                e = bound[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(self.allow[i].device)
-                g = average[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(e.device).abs()
-                u = torch.where(e > 0, (2 * e / g.clamp_min(1e-300)).clamp(max=1.0),
-                                torch.zeros_like(e))
-                prev = self._uncertain[i]
-                self._uncertain[i] = u if prev is None else torch.maximum(prev, u)
-                self.allow[i] += reach * self._uncertain[i]
+                device = self.allow[i].device
+                yield group, i, tuple(f[starts[i]:starts[i + 1]].view_as(self.ref[i]).to(device)
+                                      for f in flats)
 
     def compare(self) -> tuple[float, float]:
         """(max |p - ref|, worst |p - ref| / (atol + rtol |ref| + allowance)) over every rank

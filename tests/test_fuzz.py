@@ -26,7 +26,7 @@ from ddlbench.sweep import config
 from ddlbench.timeline import cli as timeline_cli
 
 from .conftest import REPO
-from .test_hostile import NASTY, WouldRun, no_runs, outcome  # noqa: F401 (the fixture)
+from .test_hostile import NASTY, WouldRun, no_runs, outcome, parser_of  # noqa: F401
 
 CASES = int(os.environ.get("DDLBENCH_FUZZ", "60"))
 SEED = int(os.environ.get("DDLBENCH_FUZZ_SEED", "47"))
@@ -34,27 +34,6 @@ PROFILE = os.path.join(REPO, "configs", "profiles", "h200_resnet50_bs64.json")
 PLAUSIBLE = ["1", "2", "3", "4", "8", "16", "0.5", "1e-3", "64", "1000", "resnet18", "bert_tiny",
              "wfbp", "fusion,ddp", "none", "fp16", "loopback", "{tmp}/out.json", "{tmp}"]
 TINY = ["--no-cuda", "--model", "bert_tiny", "--sentence-len", "16", "--batch-size", "4"]
-
-
-def _parser(parse) -> argparse.ArgumentParser:
-    """The parser a command builds (its ``parse(argv)`` stopped at ``parse_args``)."""
-    captured = {}
-
-    class Capture(Exception):
-        pass
-
-    def stop(self, argv=None, namespace=None):
-        captured.setdefault("p", self)
-        raise Capture()
-    saved = argparse.ArgumentParser.parse_args
-    argparse.ArgumentParser.parse_args = stop
-    try:
-        parse([])
-    except Capture:
-        pass
-    finally:
-        argparse.ArgumentParser.parse_args = saved
-    return captured["p"]
 
 
 def _options(parser) -> tuple[list, list]:
@@ -135,7 +114,7 @@ def test_generated_flags_are_a_run_or_one_line(name, fn, parse, base, tmp_path, 
     def refuse(*_a, **_k):
         raise WouldRun()
     monkeypatch.setattr(netem_cli, "Cluster", refuse)  # a probe accepted: it would start one
-    parser = _parser(parse) if name != "netem probe" else _probe_parser()
+    parser = parser_of(parse) if name != "netem probe" else _probe_parser()
     rng = random.Random(f"{SEED}-{name}")
     seen = []
     for _ in range(CASES):
@@ -149,7 +128,7 @@ def test_generated_flags_are_a_run_or_one_line(name, fn, parse, base, tmp_path, 
 
 def _probe_parser():
     """``netem probe``'s own subparser."""
-    root = _parser(lambda a: netem_cli.parse_args(a))
+    root = parser_of(lambda a: netem_cli.parse_args(a))
     sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
     return sub.choices["probe"]
 
@@ -204,7 +183,7 @@ def _trace(rng, path, valid: dict) -> None:
 def test_generated_traces_are_a_summary_or_one_line(tmp_path, capfd, left_behind,
                                                      valid_trace):
     rng = random.Random(f"{SEED}-timeline")
-    parser = _parser(timeline_cli.parse_args)
+    parser = parser_of(timeline_cli.parse_args)
     seen = []
     for k in range(CASES):
         traces = []

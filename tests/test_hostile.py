@@ -187,26 +187,31 @@ NASTY = ["nan", "inf", "-inf", "-1", "0", "1e308", "9" * 30, "", " ", "é", "$(t
          "0x10", "\x7f"]
 
 
-def _flags(parser_fn):
-    """Every --flag of a command that takes a value, from its own parser."""
+def parser_of(parse):
+    """The (first) parser a command builds: its ``parse(argv)`` stopped at ``parse_args``."""
     import argparse
     captured = {}
 
     class Capture(Exception):
         pass
 
-    def parse_args(self, argv=None, namespace=None):
-        captured["p"] = self
+    def stop(self, argv=None, namespace=None):
+        captured.setdefault("p", self)
         raise Capture()
     saved = argparse.ArgumentParser.parse_args
-    argparse.ArgumentParser.parse_args = parse_args
+    argparse.ArgumentParser.parse_args = stop
     try:
-        parser_fn([])
+        parse([])
     except Capture:
         pass
     finally:
         argparse.ArgumentParser.parse_args = saved
-    return [a.option_strings[0] for a in captured["p"]._actions
+    return captured["p"]
+
+
+def _flags(parser_fn):
+    """Every --flag of a command that takes a value, from its own parser."""
+    return [a.option_strings[0] for a in parser_of(parser_fn)._actions
             if a.option_strings and a.nargs != 0 and a.option_strings[0] != "--help"]
 
 

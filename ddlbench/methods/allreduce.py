@@ -231,7 +231,7 @@ class GradViews:
             f"(each a view into its bucket's buffer): write into p.grad, or set it to None")
 
 
-class BucketedAllReduce(GradViews, Method):
+class BucketedAllReduce(threads.HandsOver, GradViews, Method):
     """Buckets started strictly in bucket order from gradient hooks, each reduced through the
     compressor; subclasses choose the threshold (and whether to overlap). Gradients of a
     bucket of several tensors are views into its buffer (``GradViews``)."""
@@ -258,18 +258,6 @@ class BucketedAllReduce(GradViews, Method):
                 self._issuer = threads.Issuer(f"{self.id or 'allreduce'}-issue", self._launch,
                                               describe=self._bucket_name, device=device)
             self._register_ready_hooks(self._on_ready)
-
-    def start(self) -> None:
-        super().start()
-        if self._issuer is not None:
-            self._issuer.start()
-
-    def close(self) -> None:
-        try:
-            if self._issuer is not None:
-                self._issuer.stop()
-        finally:
-            super().close()
 
     def _threshold(self) -> float:
         return 0.0

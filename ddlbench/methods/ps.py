@@ -103,7 +103,7 @@ def require_servers(name: str, comm) -> None:
                          f"--nservers S (S >= 1 extra processes)")
 
 
-class BucketedPS(GradViews, Method):
+class BucketedPS(threads.HandsOver, GradViews, Method):
     """Units pushed whole (in partitions) and pulled back summed; the gradients of a unit of
     several tensors are views into its buffer (``GradViews``), so the pulled sums land in
     them. A hook hands a complete unit to the method's communication thread
@@ -134,11 +134,6 @@ class BucketedPS(GradViews, Method):
             self._issuer = threads.Issuer(f"{self.id or 'ps'}-issue", self._launch,
                                           describe=self._unit_name, device=device)
             self._register_ready_hooks(self._on_ready)
-
-    def start(self) -> None:
-        super().start()
-        if self._issuer is not None:
-            self._issuer.start()
 
     def _unit_name(self, u: int) -> str:
         names = [self.param_names[i] for i in self.buckets[u].members]
@@ -219,10 +214,8 @@ class BucketedPS(GradViews, Method):
 
     def close(self) -> None:
         try:
-            if self._issuer is not None:
-                self._issuer.stop()
-        finally:
             super().close()
+        finally:
             self.comm.ps.close()
 
 

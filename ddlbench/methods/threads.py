@@ -69,6 +69,26 @@ class QueueWorker:
         join(self._thread, timeout)
 
 
+class HandsOver:
+    """A method whose gradient hooks hand work to a communication thread, ``self._issuer`` (an
+    ``Issuer``; None: the method issues itself): started with the method, stopped (what is
+    queued issued first) before its hooks go. Put it before ``Method`` in the bases."""
+
+    _issuer: "Issuer | None" = None
+
+    def start(self) -> None:
+        super().start()
+        if self._issuer is not None:
+            self._issuer.start()
+
+    def close(self) -> None:
+        try:
+            if self._issuer is not None:
+                self._issuer.stop()
+        finally:
+            super().close()
+
+
 class IssueFailed(RuntimeError):
     """The communication thread could not issue an item; names the item."""
 
