@@ -521,14 +521,7 @@ def run(args) -> int:
     if args.model is not None and prof["model"] != args.model:
         raise UsageError(f"profile {args.profile} is of model {prof['model']}, not "
                          f"{args.model}")
-    optimizer_s = (args.optimizer_ms / 1e3 if args.optimizer_ms is not None
-                   else float(prof.get("optimizer_s") or 0.0))
-    work = workload_of(prof, optimizer_s, interference=not args.no_interference)
-    if args.issue_us is not None:
-        work = replace(work, host=replace(work.host, issue_s=args.issue_us / 1e6))
-    batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
-    if args.device_throughput:
-        work = rescaled(work, batch, args.device_throughput)
+    work, batch = _workload_for(args, prof)
     network = topology.load(args.network, args.extrapolate) if args.network else None
     counts = args.counts or [int(prof.get("nworkers") or 1)]
     enc, dec, enc_wait = _codec_times(args.codec, prof["model"], args.compressor)
@@ -542,6 +535,39 @@ def run(args) -> int:
         if args.compressor in ALLGATHER_COMPRESSORS:
             setting.allgather()
     unit = "img" if "image_size" in (prof.get("workload") or {}) else "sen"
+    _print_preamble(args, prof, names, work, batch, network, settings[0], unit)
+    out, matrix = [], {}
+    began = time.perf_counter()
+    for setting in settings:
+        out += _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix)
+    if len(counts) > 1:
+        best = " at the best settings" if args.advise else ""
+        print(f"\nPredicted {unit}/s (total over all workers){best}:")
+        rows = [[name, *(f"{matrix[name][c]:.1f}" for c in counts)] for name in matrix]
+        print("\n".join(_table(["method", *(f"{c} workers" for c in counts)], rows)))
+    print(f"\n({time.perf_counter() - began:.2f} s to predict)")
+    if args.output:
+        _write(args, prof, counts, batch, network, work, out)
+    return 0
+
+
+def _workload_for(args, prof) -> tuple:
+    """(the replay's workload, the batch per worker) from the profile and the flags that
+    change it (--optimizer-ms, --no-interference, --issue-us, --batch-size,
+    --device-throughput)."""
+    optimizer_s = (args.optimizer_ms / 1e3 if args.optimizer_ms is not None
+                   else float(prof.get("optimizer_s") or 0.0))
+    work = workload_of(prof, optimizer_s, interference=not args.no_interference)
+    if args.issue_us is not None:
+        work = replace(work, host=replace(work.host, issue_s=args.issue_us / 1e6))
+    batch = args.batch_size or int((prof.get("workload") or {}).get("batch_size") or 1)
+    if args.device_throughput:
+        work = rescaled(work, batch, args.device_throughput)
+    return work, batch
+
+
+def _print_preamble(args, prof, names, work, batch, network, setting, unit) -> None:
+    """What is predicted: the workload, compressor and network, and the CPU interference."""
     where = (network.describe() if network is not None else
              "the profile's alpha-beta" if args.alpha is None else "--alpha/--beta")
     print(f"Predicted: {prof['model']}, batch {batch} per worker, compute "
@@ -553,80 +579,71 @@ def run(args) -> int:
               f"x{1 + work.compute_slowdown:.2f} beside communication, communication "
               f"x{1 + work.comm_slowdown:.2f} beside compute (it is the network's: profile "
               f"over the one you predict, the profiler's --net; --no-interference: without)")
-    x = settings[0].ps_interference
+    x = setting.ps_interference
     if prof.get("interference_ps") and x and any(m in simulate.PS_METHODS for m in names):
         print(f"CPU interference beside push/pulls (the PS methods'): compute "
               f"x{1 + x.get('compute_slowdown', 0.0):.2f}, communication "
               f"x{1 + x.get('comm_slowdown', 0.0):.2f}")
-    out, matrix = [], {}
-    began = time.perf_counter()
-    mean_work, mean_codec = work, codec
-    for setting in settings:
-        nworkers = setting.nworkers
-        print(f"\n{nworkers} worker(s): all-reduce alpha {setting.link.alpha * 1e6:.2f} us, "
-              f"beta {setting.link.beta * 1e9:.4f} ns/B")
-        work, codec = mean_work, mean_codec
-        slow = slowest_rank(prof, nworkers)
-        if slow != 1.0:
-            work, codec = scaled(work, slow, host=True), _scaled_codec(codec, slow)
-            who = "each step's slowest" if _step_passes(prof, nworkers) else "the slowest"
-            print(f"{who} of the profile's {nworkers} ranks computes x{slow:.3f} rank 0's: the "
-                  f"replay takes its pace")
-        if args.advise:
-            ranked = advise(names, work, setting, codec, batch)
-            rows = [[r["method"], _describe(r["settings"], r["method"]), f"{r['throughput']:.1f}",
-                     f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]]
-                    for r in ranked]
-            print("\n".join(_table(["method", "best settings", f"{unit}/s total",
-                                    "vs DDP default", "bound by", "why"], rows,
-                                   left=(0, 1, 4, 5))))
-            for r in ranked:
-                matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
-            out.append({"nworkers": nworkers, "slowest_rank": slow, "advice": ranked})
-            continue
-        rows = []
-        for name in names:
-            p = run_one(name, work, setting, codec, settings_of(args, name))
-            m = p.metrics
-            rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
-                         f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
-                         f"{m['exposed_s'] * 1e3:.2f}",
-                         "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}",
-                         p.bottleneck])
-            matrix.setdefault(name, {})[nworkers] = p.throughput(batch, nworkers)
-            out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
-                        "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
-                        "iteration_s": p.iteration_s, "slowest_rank": slow,
-                        "throughput": p.throughput(batch, nworkers), "metrics": m,
-                        "bottleneck": p.bottleneck})
-            if args.traces:
-                os.makedirs(args.traces, exist_ok=True)
-                timeline.write(os.path.join(args.traces, f"{name}_{nworkers}.trace.json"),
-                               simulate.trace(p, {"model": prof["model"],
-                                                  "nworkers": nworkers}))
-        print("\n".join(_table(["method", "messages", "iteration ms", f"{unit}/s total",
-                                "compute ms", "exposed ms", "overlap %", "bound by"], rows,
-                               left=(0, 7))))
-    if len(counts) > 1:
-        best = " at the best settings" if args.advise else ""
-        print(f"\nPredicted {unit}/s (total over all workers){best}:")
-        rows = [[name, *(f"{matrix[name][c]:.1f}" for c in counts)] for name in matrix]
-        print("\n".join(_table(["method", *(f"{c} workers" for c in counts)], rows)))
-    print(f"\n({time.perf_counter() - began:.2f} s to predict)")
-    work = mean_work
-    if args.output:
-        with open_to_write(args.output) as f:
-            json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,
-                       "batch_size": batch, "network": args.network,
-                       "compressor": args.compressor, "optimizer_s": work.optimizer_s,
-                       "compute_slowdown": work.compute_slowdown,
-                       "comm_slowdown": work.comm_slowdown,
-                       "compute_s": work.compute_s,
-                       "alpha_s": None if network else Setting(args, prof, None, 1).link.alpha,
-                       "beta_s_per_byte": (None if network else
-                                           Setting(args, prof, None, 1).link.beta),
-                       ("advice" if args.advise else "predictions"): out}, f, indent=1)
-    return 0
+
+
+def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) -> list:
+    """One worker count's predictions (or, with --advise, its ranking), printed as a table;
+    each method's throughput noted in ``matrix``; the entries of the JSON output."""
+    nworkers = setting.nworkers
+    print(f"\n{nworkers} worker(s): all-reduce alpha {setting.link.alpha * 1e6:.2f} us, "
+          f"beta {setting.link.beta * 1e9:.4f} ns/B")
+    slow = slowest_rank(prof, nworkers)
+    if slow != 1.0:
+        work, codec = scaled(work, slow, host=True), _scaled_codec(codec, slow)
+        who = "each step's slowest" if _step_passes(prof, nworkers) else "the slowest"
+        print(f"{who} of the profile's {nworkers} ranks computes x{slow:.3f} rank 0's: the "
+              f"replay takes its pace")
+    if args.advise:
+        ranked = advise(names, work, setting, codec, batch)
+        rows = [[r["method"], _describe(r["settings"], r["method"]), f"{r['throughput']:.1f}",
+                 f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]] for r in ranked]
+        print("\n".join(_table(["method", "best settings", f"{unit}/s total", "vs DDP default",
+                                "bound by", "why"], rows, left=(0, 1, 4, 5))))
+        for r in ranked:
+            matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
+        return [{"nworkers": nworkers, "slowest_rank": slow, "advice": ranked}]
+    rows, out = [], []
+    for name in names:
+        p = run_one(name, work, setting, codec, settings_of(args, name))
+        m = p.metrics
+        rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
+                     f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
+                     f"{m['exposed_s'] * 1e3:.2f}",
+                     "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}", p.bottleneck])
+        matrix.setdefault(name, {})[nworkers] = p.throughput(batch, nworkers)
+        out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
+                    "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
+                    "iteration_s": p.iteration_s, "slowest_rank": slow,
+                    "throughput": p.throughput(batch, nworkers), "metrics": m,
+                    "bottleneck": p.bottleneck})
+        if args.traces:
+            os.makedirs(args.traces, exist_ok=True)
+            timeline.write(os.path.join(args.traces, f"{name}_{nworkers}.trace.json"),
+                           simulate.trace(p, {"model": prof["model"], "nworkers": nworkers}))
+    print("\n".join(_table(["method", "messages", "iteration ms", f"{unit}/s total",
+                            "compute ms", "exposed ms", "overlap %", "bound by"], rows,
+                           left=(0, 7))))
+    return out
+
+
+def _write(args, prof, counts, batch, network, work, out) -> None:
+    """The predictions (or the advice) as JSON, in --output."""
+    link = None if network else Setting(args, prof, None, 1).link
+    with open_to_write(args.output) as f:
+        json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,
+                   "batch_size": batch, "network": args.network,
+                   "compressor": args.compressor, "optimizer_s": work.optimizer_s,
+                   "compute_slowdown": work.compute_slowdown,
+                   "comm_slowdown": work.comm_slowdown,
+                   "compute_s": work.compute_s,
+                   "alpha_s": None if link is None else link.alpha,
+                   "beta_s_per_byte": None if link is None else link.beta,
+                   ("advice" if args.advise else "predictions"): out}, f, indent=1)
 
 
 def main(argv=None) -> int:

@@ -861,23 +861,41 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
                       _bottleneck(work, link, servers, sizes, metrics))
 
 
+class _IssueThread:
+    """A method's communication thread in the replay (``threads.Issuer``): it encodes and
+    issues each group its gradient hooks hand it (``_HostWork.pack``), one after another, on
+    the communication clock; its spans go on the ``issue`` row of ``events``."""
+
+    def __init__(self, host: _HostWork, events: list):
+        self.host, self.events, self.free = host, events, 0.0
+
+    def take(self, g, now: float) -> float:
+        """When group ``g``, handed over at ``now``, is issued."""
+        seconds = self.host.pack(g)
+        start = max(now, self.free)
+        if seconds:
+            self.events.append((self.host.pack_name(g), timeline.CODEC, ISSUER_ROW,
+                                start * 1e6, (start + seconds) * 1e6, None))
+        self.free = start + seconds
+        return self.free
+
+
 def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
               host: _HostWork):
-    """``replay``'s iteration on the event simulator (``_CoSim``, at ``work``'s CPU interference,
-    zero for none): the training thread computes the forward
-    and the backward, packs and hands each group over (in order) once its gradients are ready
-    (with ``wait_all``, after the backward), finishes each in order once it is done (first
-    encoding and sending what its compressor issues when waited for: ``send_late``), and
-    steps the optimizer; the transport schedules on the communication clock. Returns the
-    forward's,
+    """``replay``'s iteration on the event simulator (``_CoSim``, at ``work``'s CPU
+    interference, zero for none): the training thread computes the forward and the backward,
+    hands each group over (in order) once its gradients are ready, to the method's
+    communication thread (``_IssueThread``), or, with ``wait_all`` (or without the thread),
+    encodes and issues it itself; it finishes each in order once it is done (first encoding
+    and sending what its compressor issues when waited for: ``send_late``), and steps the
+    optimizer; the transport schedules on the communication clock. Returns the forward's,
     backward's and communication's ends, the iteration's end, the transport's events in wall
     time and the host work's (name, start, end)."""
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
     ends: dict = {}
     spans: list = []
     handed = [0]
-    issuer = [0.0]  # when the communication thread is free (communication clock)
-    threaded = host.threaded and not wait_all
+    issuer = _IssueThread(host, transport.events) if host.threaded and not wait_all else None
 
     def in_flight(done, key):
         """Communication until ``done`` (communication clock); ``key`` signalled then."""
@@ -885,19 +903,9 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
         sim.at(done, lambda: sim.signal(key))
         return key
 
-    def hand_over(g, threaded: bool = False):
-        """Hand group ``g`` to the transport now; ``threaded``: through the method's
-        communication thread, which first encodes and issues it (``host.pack``), one group
-        after another, on the communication clock."""
-        start = sim.v
-        if threaded:
-            seconds = host.pack(g)
-            start = max(start, issuer[0])
-            if seconds:
-                transport.events.append((host.pack_name(g), timeline.CODEC, ISSUER_ROW,
-                                         start * 1e6, (start + seconds) * 1e6, None))
-                start += seconds
-            issuer[0] = start
+    def hand_over(g, thread: _IssueThread | None = None):
+        """Hand group ``g`` to the transport now, or through ``thread``."""
+        start = sim.v if thread is None else thread.take(g, sim.v)
         in_flight(send(g, start)[1], ("done", handed[0]))
         handed[0] += 1
 
@@ -922,9 +930,9 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
             ready.add(b)
             while left and not wait_all and ready.issuperset(left[0]):
                 g = left.pop(0)
-                if not threaded:
+                if issuer is None:
                     yield from host_work(host.pack_name(g), host.pack(g))
-                hand_over(g, threaded)
+                hand_over(g, issuer)
         ends["backward"] = sim.t
         for g in left:
             yield from host_work(host.pack_name(g), host.pack(g))
@@ -1033,19 +1041,9 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
                              f"{batches_per_iter!r}")
         iterations = batches_per_iter
     n = len(work.nbytes)
-    # forward order (l = 0 next to the input): backward position b is l = n-1-b
-    tb = [work.backward_s[n - 1 - l] for l in range(n)]
-    nbytes = [work.nbytes[n - 1 - l] for l in range(n)]
-    names = ([work.names[n - 1 - l] for l in range(n)] if work.names is not None
-             else [f"tensor {l}" for l in range(n)])
-    total_tb, total_bytes = sum(tb), sum(nbytes)
-    if work.forward_tensor_s is None:
-        fwd = [work.forward_s * (x / total_tb if total_tb else 1 / n) for x in tb]
-    else:
-        own = [work.forward_tensor_s[n - 1 - l] for l in range(n)]
-        rest, total_own = max(0.0, work.forward_s - sum(own)), sum(own)
-        fwd = [x + rest * (x / total_own if total_own else 1 / n) for x in own]
+    tb, nbytes, names, fwd = _forward_order(work)
     divide = _HostWork(False, work, NO_CODEC if ps else codec, nworkers).div
+    total_bytes = sum(nbytes)
     opt = [work.optimizer_s * (x / total_bytes if total_bytes else 1 / n) + divide * x
            for x in nbytes]
     table = chunk_table([max(1, -(-x // element_bytes)) for x in nbytes], partition)
@@ -1058,25 +1056,9 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
         raise UsageError("bytescheduler needs an all-reduce link")
     else:
         transport = _AllReduce(link, codec, channels)
-    us, main = 1e6, timeline.MAIN
     plan = (table, chunks_of, credit, element_bytes, names, ps)
     starts, every = _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations)
-    if batches_per_iter is None:
-        lo, hi = starts[-2], starts[-1]
-        window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
-        window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": 0}))
-        iteration_s = hi - lo
-    else:
-        # the round: every event, each iteration from its forward to the next one's (the
-        # last to its backward's end), then the synchronize until the last update
-        end = max(e[4] for e in every if e[4] is not None) / us
-        last = max(e[4] for e in every if e[0] == "backward") / us
-        window = list(every)
-        for i, (lo, hi) in enumerate(zip(starts, starts[1:] + [last])):
-            window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us,
-                           {"index": i}))
-        window.append(("synchronize", timeline.WAIT, main, last * us, end * us, None))
-        iteration_s = end / batches_per_iter
+    window, iteration_s = _reported(starts, every, batches_per_iter)
     metrics = timeline.overlap(window)["mean"]
     sizes = [(e - b) * element_bytes for _, b, e in table]
     if method is None:  # the registry's method on ByteScheduler's schedule, of the architecture
@@ -1087,50 +1069,106 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
                       metrics, _bottleneck(work, link, servers, sizes, metrics), every)
 
 
+def _forward_order(work: Compute):
+    """Per tensor in forward order (l = 0 next to the input; backward position b is
+    l = n-1-b): its backward seconds, bytes, name and forward seconds (its
+    ``forward_tensor_s`` plus a share of the rest of ``forward_s`` in proportion to it, evenly
+    where all are 0; without them a share of ``forward_s`` in proportion to its backward)."""
+    n = len(work.nbytes)
+    tb = [work.backward_s[n - 1 - l] for l in range(n)]
+    nbytes = [work.nbytes[n - 1 - l] for l in range(n)]
+    names = ([work.names[n - 1 - l] for l in range(n)] if work.names is not None
+             else [f"tensor {l}" for l in range(n)])
+    total_tb = sum(tb)
+    if work.forward_tensor_s is None:
+        fwd = [work.forward_s * (x / total_tb if total_tb else 1 / n) for x in tb]
+    else:
+        own = [work.forward_tensor_s[n - 1 - l] for l in range(n)]
+        rest, total_own = max(0.0, work.forward_s - sum(own)), sum(own)
+        fwd = [x + rest * (x / total_own if total_own else 1 / n) for x in own]
+    return tb, nbytes, names, fwd
+
+
+def _reported(starts, every, batches_per_iter):
+    """(the events reported, the iteration's seconds) of ByteScheduler's replayed iterations:
+    the last full one (from one forward's start to the next's) in steady state; with
+    ``batches_per_iter``, the timing round: every event, each iteration from its forward to the
+    next one's (the last to its backward's end), then the synchronize until the last update,
+    the round's time over its iterations."""
+    us, main = 1e6, timeline.MAIN
+    if batches_per_iter is None:
+        lo, hi = starts[-2], starts[-1]
+        window = [e for e in every if e[4] is not None and e[4] > lo * us and e[3] < hi * us]
+        window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": 0}))
+        return window, hi - lo
+    end = max(e[4] for e in every if e[4] is not None) / us
+    last = max(e[4] for e in every if e[0] == "backward") / us
+    window = list(every)
+    for i, (lo, hi) in enumerate(zip(starts, starts[1:] + [last])):
+        window.append(("iteration", timeline.ITERATION, main, lo * us, hi * us, {"index": i}))
+    window.append(("synchronize", timeline.WAIT, main, last * us, end * us, None))
+    return window, end / batches_per_iter
+
+
+class _Dispatcher:
+    """ByteScheduler's dispatcher in the replay, on the communication clock: chunks queue by
+    priority (front layers first) as their tensor's gradient is ready (``ready``); it hands
+    the best to the transport while the credit (elements in flight) is positive, subtracting
+    its size; the credit comes back when the transport has taken the chunk (all-reduce: done;
+    PS: pushed); a tensor whose chunks are all done is signalled ``("reduced", k)``, the k-th
+    so (``reduced[k]``: its (iteration, tensor))."""
+
+    def __init__(self, sim, transport, plan, events: list):
+        self.sim, self.transport, self.events = sim, transport, events
+        self.table, self.chunks_of, self.credit, self.element_bytes, self.names, self.ps = plan
+        self.queue: list = []        # (tensor, chunk index, iteration, ready time)
+        self.left: dict = {}         # (iteration, tensor) -> chunks not yet done
+        self.reduced: list = []      # (iteration, tensor), all chunks done, in that order
+
+    def ready(self, it: int, tensor: int) -> None:
+        self.left[(it, tensor)] = len(self.chunks_of[tensor])
+        for c in self.chunks_of[tensor]:
+            heapq.heappush(self.queue, (tensor, c, it, self.sim.t))
+            self.dispatch()
+
+    def dispatch(self) -> None:
+        sim, us = self.sim, 1e6
+        while self.credit > 0 and self.queue:
+            tensor, c, it, ready = heapq.heappop(self.queue)
+            _, begin, end = self.table[c]
+            size = end - begin
+            self.credit -= size
+            label = f"{self.names[tensor]}[{begin}:{end}]"
+            what = [(c, size * self.element_bytes)] if self.ps else [(size,)]
+            taken, done, _ = self.transport.send(sim.v, what, label)
+            sim.sent(done)
+            sim.at(taken, lambda size=size: self._credit_back(size))
+            sim.at(done, lambda it=it, tensor=tensor: self._chunk_done(it, tensor))
+            self.events.append((label, timeline.QUEUE, "scheduler queue", ready * us,
+                                sim.t * us, None))
+
+    def _credit_back(self, size: int) -> None:
+        self.credit += size
+        self.dispatch()
+
+    def _chunk_done(self, it: int, tensor: int) -> None:
+        self.left[(it, tensor)] -= 1
+        if self.left[(it, tensor)] == 0:
+            self.reduced.append((it, tensor))
+            self.sim.signal(("reduced", len(self.reduced) - 1))
+
+
 def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
     """``bytescheduler``'s iterations on the event simulator (``_CoSim``, at ``work``'s CPU
-    interference, zero for none): the training thread
-    (each module's forward after its tensor's previous update, the backward marking chunks
-    ready) and the completer thread (each tensor's update once its chunks are reduced, in the
-    order they were) compute; the dispatcher hands chunks to the transport on the
-    communication clock, by priority while the credit is positive: chunks queue by priority
-    (front layers first) as their tensor's gradient is ready; the dispatcher hands the best to
-    the transport while the credit (elements in flight) is positive, subtracting its size; the
-    credit comes back when the transport has taken the chunk (all-reduce: done; PS: pushed).
+    interference, zero for none): the training thread (each module's forward after its
+    tensor's previous update, the backward marking chunks ready) and the completer thread
+    (each tensor's update once its chunks are reduced, in the order they were) compute; the
+    dispatcher (``_Dispatcher``) hands chunks to the transport by priority under the credit.
     Returns each iteration's start and every event in wall time."""
-    table, chunks_of, credit, element_bytes, names, ps = plan
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
     us, main, n = 1e6, timeline.MAIN, len(tb)
-    queue: list = []                 # (tensor, chunk index, iteration, ready time)
-    left: dict = {}                  # (iteration, tensor) -> chunks not yet done
-    reduced: list = []               # (iteration, tensor), all chunks done, in that order
-    window = [credit]                # elements the dispatcher may still start
     starts, events = [], []
-
-    def dispatch():
-        while window[0] > 0 and queue:
-            tensor, c, it, ready = heapq.heappop(queue)
-            _, begin, end = table[c]
-            size = end - begin
-            window[0] -= size
-            label = f"{names[tensor]}[{begin}:{end}]"
-            what = [(c, size * element_bytes)] if ps else [(size,)]
-            taken, done, _ = transport.send(sim.v, what, label)
-            sim.sent(done)
-            sim.at(taken, lambda size=size: credit_back(size))
-            sim.at(done, lambda it=it, tensor=tensor: chunk_done(it, tensor))
-            events.append((label, timeline.QUEUE, "scheduler queue", ready * us, sim.t * us,
-                           None))
-
-    def credit_back(size):
-        window[0] += size
-        dispatch()
-
-    def chunk_done(it, tensor):
-        left[(it, tensor)] -= 1
-        if left[(it, tensor)] == 0:
-            reduced.append((it, tensor))
-            sim.signal(("reduced", len(reduced) - 1))
+    dispatcher = _Dispatcher(sim, transport, plan, events)
 
     def training():
         for it in range(iterations):
@@ -1148,16 +1186,13 @@ def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
             b0 = sim.t
             for l in range(n - 1, -1, -1):
                 yield COMPUTE, tb[l]
-                left[(it, l)] = len(chunks_of[l])
-                for c in chunks_of[l]:
-                    heapq.heappush(queue, (l, c, it, sim.t))
-                    dispatch()
+                dispatcher.ready(it, l)
             events.append(("backward", timeline.COMPUTE, main, b0 * us, sim.t * us, None))
 
     def completer():
         for k in itertools.count():
             yield WAIT, ("reduced", k)
-            it, tensor = reduced[k]
+            it, tensor = dispatcher.reduced[k]
             start = sim.t
             yield COMPUTE, opt[tensor]
             events.append(("optimizer", timeline.COMPUTE, "completer", start * us, sim.t * us,
@@ -1167,7 +1202,7 @@ def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
     sim.spawn("completer", completer())
     sim.spawn("training", training())
     sim.run()      # to the end: every chunk reduced, every update applied
-    if "training" in sim.threads or left and any(left.values()):
+    if "training" in sim.threads or any(dispatcher.left.values()):
         raise RuntimeError("the co-simulation stopped early")  # pragma: no cover
     return starts, events + sim.on_wall_clock(transport.events)
 
