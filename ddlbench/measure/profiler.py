@@ -215,24 +215,49 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
     order}``. Parameters that never got a gradient come last, at 0 s. ``step``, if given, runs
     before every pass, warm-up too (``make_profile``: the ranks' barrier).
 
-    The shares (``_ForwardSplit``) come from every other measured iteration (the only one if
-    there is one), with forward hooks on every module owning parameters: each tensor's median
-    fraction of those passes, scaled to sum to the median fraction attributed (at most 1),
-    times ``forward_s``, which the other iterations time without them (on a GPU the hooks
-    synchronise the device at every module). The backward is timed in every iteration (the
-    forward hooks do not run in it)."""
-    from .. import runtime
+    The passes and their hooks: ``_layer_passes``; the backward order and times:
+    ``_backward_times``; the forward and its shares: ``_forward_shares``."""
     if iters <= 0 or warmup < 0:
         raise UsageError("profiling needs iterations > 0 and warm-up >= 0")
     params = [p for p in model.parameters() if p.requires_grad]
-    n = len(params)
-    nbytes = [p.numel() * p.element_size() for p in params]
+    sync = _synchronizer(device)
+    cur: dict = {}
+    handles = _layer_hooks(model, params, cur, sync)
+    with _leaving_no_trace(model, device), _removed_after(handles):
+        forward, ready_at, orders, fractions, passes = _layer_passes(
+            forward_backward, params, cur, sync, warmup=warmup, iters=iters, step=step)
+    order, backward = _backward_times(orders, ready_at)
+    forward_s, forward_tensor_s = _forward_shares(forward, fractions, order)
+    return {"order": order, "backward_s": backward, "forward_s": forward_s,
+            "forward_tensor_s": forward_tensor_s, "passes_s": passes}
+
+
+def _synchronizer(device):
+    """A function that waits for ``device``'s queued work (nothing to wait for without one)."""
+    from .. import runtime
 
     def sync():
         if device is not None:
             runtime.synchronize(device)
+    return sync
 
-    cur: dict = {}
+
+def _layer_hooks(model, params, cur: dict, sync) -> list:
+    """The hooks ``measure_layers`` times a pass with; they stamp ``time.perf_counter()`` into
+    ``cur`` (cleared before every pass), each after ``sync()``: ``"f0"`` and ``"f1"`` as the
+    model's forward starts and ends, ``"b0"`` as the backward enters the model (a gradient hook
+    on its outputs), and (parameter index, time) into ``cur["ready"]`` as each gradient of
+    ``params`` is ready. With ``cur["timing"]`` set, a ``_ForwardSplit`` in ``cur["split"]``
+    takes the stamps of the forward hooks on every module owning parameters. Returns the
+    handles: the model's own hooks first (they open and close the pass around its modules')."""
+    return (_pass_hooks(model, params, cur, sync) + _module_hooks(model, params, cur, sync)
+            + _grad_hooks(params, cur, sync))
+
+
+def _pass_hooks(model, params, cur: dict, sync) -> list:
+    """The model's forward pre-hook and forward hook (``_layer_hooks``): ``"f0"``, ``"f1"``,
+    the pass's ``_ForwardSplit`` when timing, and the backward's start ``"b0"``."""
+    nbytes = [p.numel() * p.element_size() for p in params]
 
     def on_backward_start(_grad):
         if "b0" not in cur:
@@ -253,6 +278,13 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
         for t in _tensors_in(output):
             t.register_hook(on_backward_start)
 
+    return [model.register_forward_pre_hook(pre_forward),
+            model.register_forward_hook(post_forward)]
+
+
+def _module_hooks(model, params, cur: dict, sync) -> list:
+    """Forward pre-hooks and hooks on every module owning parameters (``_layer_hooks``): they
+    feed the pass's ``_ForwardSplit``, if it has one and it is still open."""
     def module_pre(own):
         def hook(_module, _args):
             split = cur.get("split")
@@ -267,50 +299,77 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             sync()
             split.leave(time.perf_counter())
 
+    handles = []
+    for m, own in _param_owners(model, params):
+        handles += [m.register_forward_pre_hook(module_pre(own)),
+                    m.register_forward_hook(module_post)]
+    return handles
+
+
+def _grad_hooks(params, cur: dict, sync) -> list:
+    """A hook on every parameter of ``params`` (``_layer_hooks``): (its index, the time) into
+    ``cur["ready"]`` as its gradient is ready."""
+    from .. import compat
+
     def ready_hook(i):
         def hook(_p):
             sync()
             cur["ready"].append((i, time.perf_counter()))
         return hook
+    return [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
 
-    # the model's own hooks first: they open and close the pass around its modules'
-    handles = [model.register_forward_pre_hook(pre_forward),
-               model.register_forward_hook(post_forward)]
-    for m, own in _param_owners(model, params):
-        handles += [m.register_forward_pre_hook(module_pre(own)),
-                    m.register_forward_hook(module_post)]
-    from .. import compat
-    handles += [compat.on_grad_ready(p, ready_hook(i)) for i, p in enumerate(params)]
-    forward, ready_at, orders, fractions, passes = [], [[] for _ in range(n)], [], [], []
-    with _leaving_no_trace(model, device), _removed_after(handles):
-        for it in range(warmup + iters):
-            if step is not None:
-                step()
-            for p in params:
-                p.grad = None
-            split_here = it >= warmup and ((it - warmup) % 2 == 1 or iters == 1)
-            cur.clear()
-            cur["ready"] = []
-            cur["timing"] = split_here
-            forward_backward()
-            sync()
-            if it < warmup:
-                continue
-            if "f0" not in cur or "f1" not in cur:
-                raise RuntimeError("the profiler saw no forward pass through the model")
-            span = cur["f1"] - cur["f0"]
-            if split_here:
-                fractions.append([x / span if span > 0 else 0.0 for x in cur["split"].spent])
-            if not split_here or iters == 1:
-                forward.append(span)
-            start = cur.get("b0", cur["f1"])
-            # the pass: its forward and its backward, to the last gradient
-            passes.append(span + max((t for _, t in cur["ready"]), default=start) - start)
-            orders.append([i for i, _ in cur["ready"]])
-            for i, t in cur["ready"]:
-                ready_at[i].append(t - start)
-    # Autograd's order is the one the first measured iteration showed (it is the same every
-    # iteration for a fixed graph); a tensor's time is the gap between mean ready times.
+
+def _layer_passes(forward_backward, params, cur: dict, sync, *, warmup: int, iters: int,
+                  step) -> tuple[list, list, list, list, list]:
+    """``warmup + iters`` passes of ``forward_backward`` with the hooks of ``_layer_hooks``
+    recording into ``cur``, gradients cleared (and ``step`` run) before each; the warm-up's
+    are dropped. Every other measured pass (the only one if there is one) is cut among the
+    modules (``_ForwardSplit``); the others time the forward without the module hooks (on a
+    GPU these synchronise the device at every module). The backward is timed in every pass
+    (the forward hooks do not run in it).
+
+    Returns, over the measured passes: the forwards timed without the module hooks (or the
+    only pass's), every parameter's ready times since the backward's start, each pass's
+    order of ready gradients, each cut pass's fractions of the forward per parameter, and
+    each pass's forward and backward (to its last gradient)."""
+    forward, ready_at, orders, fractions, passes = [], [[] for _ in params], [], [], []
+    for it in range(warmup + iters):
+        if step is not None:
+            step()
+        for p in params:
+            p.grad = None
+        split_here = it >= warmup and ((it - warmup) % 2 == 1 or iters == 1)
+        cur.clear()
+        cur["ready"] = []
+        cur["timing"] = split_here
+        forward_backward()
+        sync()
+        if it < warmup:
+            continue
+        if "f0" not in cur or "f1" not in cur:
+            raise RuntimeError("the profiler saw no forward pass through the model")
+        span = cur["f1"] - cur["f0"]
+        if split_here:
+            fractions.append([x / span if span > 0 else 0.0 for x in cur["split"].spent])
+        if not split_here or iters == 1:
+            forward.append(span)
+        start = cur.get("b0", cur["f1"])
+        # the pass: its forward and its backward, to the last gradient
+        passes.append(span + max((t for _, t in cur["ready"]), default=start) - start)
+        orders.append([i for i, _ in cur["ready"]])
+        for i, t in cur["ready"]:
+            ready_at[i].append(t - start)
+    return forward, ready_at, orders, fractions, passes
+
+
+def _backward_times(orders: list[list[int]],
+                    ready_at: list[list[float]]) -> tuple[list[int], list[float]]:
+    """The backward order and each tensor's backward time in it (``measure_layers``).
+
+    Autograd's order is the one the first measured iteration showed (it is the same every
+    iteration for a fixed graph), parameters that never got a gradient last (at 0 s); a
+    tensor's time is the gap between mean ready times."""
+    n = len(ready_at)
     order = []
     for i in orders[0]:
         if i not in order:
@@ -324,14 +383,22 @@ def measure_layers(model, forward_backward, *, device=None, warmup: int = DEFAUL
             continue
         backward.append(max(0.0, mean_ready[i] - prev))
         prev = max(prev, mean_ready[i])
-    # each tensor's median fraction of a pass, together the median fraction attributed (a sum
-    # of medians of skewed samples falls short of it); forward_s times them
+    return order, backward
+
+
+def _forward_shares(forward: list[float], fractions: list[list[float]],
+                    order: list[int]) -> tuple[float, list[float]]:
+    """The mean forward and each tensor's share of it, in ``order`` (``measure_layers``).
+
+    Each tensor's median fraction of the cut passes, scaled to sum to the median fraction
+    attributed (at most 1; a sum of medians of skewed samples falls short of it), times the
+    forward timed without the module hooks."""
+    n = len(order)
     forward_s = statistics.fmean(forward)
     share = [statistics.median(f[i] for f in fractions) for i in range(n)]
     attributed = min(1.0, statistics.median(sum(f) for f in fractions))
     scale = forward_s * (attributed / sum(share) if sum(share) > 0 else 0.0)
-    return {"order": order, "backward_s": backward, "forward_s": forward_s,
-            "forward_tensor_s": [share[i] * scale for i in order], "passes_s": passes}
+    return forward_s, [share[i] * scale for i in order]
 
 
 def interference_bytes(nbytes: list[int]) -> int:
@@ -348,36 +415,37 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
     """How much compute and communication slow each other down when they run at once
     (docs/DESIGN.md section 3: on CPUs a Gloo collective needs the cores the backward uses).
 
-    Three phases, every rank of ``group`` at once (collective), each after a barrier: all-
-    reduces of ``nbytes`` alone (``comm_iters``, one at a time, as a method's channel sends
-    them); ``forward_backward`` alone (``iters``); then a background thread runs back-to-back
-    all-reduces on the same group, enough to cover ``iters + 1`` forward-backward passes (the
-    slowest rank's, at most ``max_allreduces``), while this thread runs forward-backward passes
-    until they are done. Compute under concurrent communication takes ``1 +
-    compute_slowdown`` times as long (the passes that ended before the last all-reduce),
-    communication under concurrent compute ``1 + comm_slowdown`` times (every all-reduce of the
-    third phase: compute runs throughout). The means are the ranks' means; ``per_rank`` has
-    each rank's two slowdowns. On a GPU the compute is timed on its stream and each all-reduce
-    on a stream of its own, so that neither waits for the other. Gradients are cleared and
-    buffers and random generators restored afterwards.
+    Every rank of ``group`` at once (collective): all-reduces of ``nbytes`` alone,
+    ``forward_backward`` alone, then both at once (``_interference_phases``). Compute under
+    concurrent communication takes ``1 + compute_slowdown`` times as long, communication under
+    concurrent compute ``1 + comm_slowdown`` times; the means are the ranks' means, ``per_rank``
+    has each rank's two slowdowns (``_interference_result``). On a GPU the compute is timed on
+    its stream and each all-reduce on a stream of its own, so that neither waits for the
+    other. Gradients are cleared and buffers and random generators restored afterwards.
 
     ``ps`` (a job's parameter-server client, ``runtime.Context.ps``): the communication is a
-    push/pull instead, of ``ps_bytes`` (each gradient tensor's bytes; default one message of
-    ``nbytes``), every tensor cut into the servers' partitions, all pushed at once and their
-    sums pulled back; ``op`` in the result says which."""
-    import threading
-
-    import torch
+    push/pull instead, of ``ps_bytes`` (``_Exchange``); ``op`` in the result says which."""
     import torch.distributed as dist
     if iters <= 0 or comm_iters <= 0:
         raise UsageError("the interference needs iterations > 0")
     began = time.perf_counter()
+    on = device if dist.get_backend(group) == "nccl" else "cpu"
+    compute = _timed_compute(model, forward_backward, device)
+    exchange = _Exchange(nbytes, group=group, device=device, ps=ps, ps_bytes=ps_bytes)
+    with _leaving_no_trace(model, device):
+        phases = _interference_phases(compute, exchange, group=group, on=on, iters=iters,
+                                      comm_iters=comm_iters, max_allreduces=max_allreduces)
+        exchange.close()
+    return _interference_result(*phases, group=group, on=on, op=exchange.op,
+                                nbytes=exchange.nbytes, began=began)
+
+
+def _timed_compute(model, forward_backward, device):
+    """A function running one ``forward_backward`` (the gradients cleared first) and returning
+    its (start, end), on a GPU once the device's current stream has done its work."""
+    import torch
     params = [p for p in model.parameters() if p.requires_grad]
     cuda = device is not None and device.type == "cuda"
-    side = torch.cuda.Stream(device) if cuda else None
-    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
-    world = dist.get_world_size(group)
-    on = device if dist.get_backend(group) == "nccl" else "cpu"
 
     def compute():
         for p in params:
@@ -387,91 +455,157 @@ def measure_interference(model, forward_backward, nbytes: int, *, group=None, de
         if cuda:
             torch.cuda.current_stream(device).synchronize()
         return t0, time.perf_counter()
+    return compute
 
-    parts = None
-    if ps is not None:       # every gradient tensor's partitions, at once, as WFBP-PS sends
-        sizes = [max(1, b // 4) for b in (ps_bytes or [buf.numel() * 4])]
-        buf = torch.zeros(sum(sizes), dtype=torch.float32, device=device)
-        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-        parts = [(p, off) for unit, off in zip(ps.open([(n, torch.float32) for n in sizes]),
-                                               offsets) for p in unit]
 
-    def communicate():
+class _Exchange:
+    """The communication ``measure_interference`` times, one at each call, which returns its
+    (start, end): an all-reduce of ``nbytes`` on ``group`` (on a GPU on a stream of its own).
+    With ``ps``, a push/pull instead, of ``ps_bytes`` (each gradient tensor's bytes; default
+    one message of ``nbytes``): every tensor cut into the servers' partitions, all pushed at
+    once and their sums pulled back, as WFBP-PS sends them."""
+
+    def __init__(self, nbytes: int, *, group=None, device=None, ps=None,
+                 ps_bytes: list[int] | None = None):
+        import torch
+        self.group, self.ps = group, ps
+        self.cuda = device is not None and device.type == "cuda"
+        self.side = torch.cuda.Stream(device) if self.cuda else None
+        self.buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        self.parts = None
+        if ps is not None:
+            sizes = [max(1, b // 4) for b in (ps_bytes or [self.buf.numel() * 4])]
+            self.buf = torch.zeros(sum(sizes), dtype=torch.float32, device=device)
+            offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+            self.parts = [(p, off) for unit, off in zip(
+                ps.open([(n, torch.float32) for n in sizes]), offsets) for p in unit]
+        self.op = "allreduce" if self.parts is None else "pushpull"
+        self.nbytes = int(self.buf.numel() * 4)
+
+    def __call__(self) -> tuple[float, float]:
+        import torch
+        import torch.distributed as dist
+        buf = self.buf
         t0 = time.perf_counter()
-        if parts is not None:
-            for h in [ps.push_pull(p, buf[off + p.start:off + p.end]) for p, off in parts]:
+        if self.parts is not None:
+            for h in [self.ps.push_pull(p, buf[off + p.start:off + p.end])
+                      for p, off in self.parts]:
                 h.wait()
-        elif cuda:
-            with torch.cuda.stream(side):
-                dist.all_reduce(buf, group=group)
-            side.synchronize()
+        elif self.cuda:
+            with torch.cuda.stream(self.side):
+                dist.all_reduce(buf, group=self.group)
+            self.side.synchronize()
         else:
-            dist.all_reduce(buf, group=group)
+            dist.all_reduce(buf, group=self.group)
         return t0, time.perf_counter()
 
-    def slowest(x: float) -> float:
-        t = torch.tensor([x], dtype=torch.float64, device=on)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        return float(t.item())
+    def close(self) -> None:
+        """End the push/pull session, if there is one."""
+        if self.parts is not None:
+            self.ps.close()
 
-    def seconds(spans) -> list[float]:
-        return [b - a for a, b in spans]
 
-    with _leaving_no_trace(model, device):
-        compute()                                  # warm: the layer timing ran before
-        communicate()
-        dist.barrier(group=group)
-        comm_alone = seconds(communicate() for _ in range(comm_iters))
-        dist.barrier(group=group)
-        compute_alone = seconds(compute() for _ in range(iters))
-        window = (iters + 1) * slowest(statistics.fmean(compute_alone))
-        count = int(min(max_allreduces, max(comm_iters, math.ceil(
-            window / max(1e-9, -slowest(-statistics.fmean(comm_alone)))))))
-        comm_spans, failed, done = [], [], threading.Event()
+def _seconds(spans) -> list[float]:
+    """The length of each (start, end)."""
+    return [b - a for a, b in spans]
 
-        def background():
-            try:
-                for _ in range(count):
-                    comm_spans.append(communicate())
-            except BaseException as e:     # re-raised on the profiler's thread
-                failed.append(e)
-            finally:
-                done.set()
 
-        dist.barrier(group=group)
-        thread = threading.Thread(target=background, name="interference", daemon=True)
-        thread.start()
-        compute_spans = []
-        while not done.is_set():
-            compute_spans.append(compute())
-        thread.join()
-        if failed:
-            raise failed[0]
-        if parts is not None:
-            ps.close()
+def _slowest(x: float, *, group, on) -> float:
+    """The largest ``x`` of the ranks of ``group`` (an all-reduce on ``on``)."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([x], dtype=torch.float64, device=on)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t.item())
+
+
+def _interference_phases(compute, communicate, *, group, on, iters: int, comm_iters: int,
+                         max_allreduces: int) -> tuple[list, list, list, list, int]:
+    """The three phases of ``measure_interference``, every rank of ``group`` at once, each
+    after a barrier (a warm-up of each first: the layer timing ran before): ``communicate``
+    alone (``comm_iters``, one at a time, as a method's channel sends them); ``compute`` alone
+    (``iters``); then a background thread runs back-to-back ``communicate``s, enough to cover
+    ``iters + 1`` computes (the slowest rank's, at most ``max_allreduces``), while this thread
+    computes until they are done (``_side_by_side``).
+
+    Returns the seconds of communication alone and of compute alone, the (start, end) of
+    every communication and compute of the third phase, and how many communications it ran."""
+    import torch.distributed as dist
+    compute()
+    communicate()
+    dist.barrier(group=group)
+    comm_alone = _seconds(communicate() for _ in range(comm_iters))
+    dist.barrier(group=group)
+    compute_alone = _seconds(compute() for _ in range(iters))
+    window = (iters + 1) * _slowest(statistics.fmean(compute_alone), group=group, on=on)
+    count = int(min(max_allreduces, max(comm_iters, math.ceil(
+        window / max(1e-9, -_slowest(-statistics.fmean(comm_alone), group=group, on=on))))))
+    dist.barrier(group=group)
+    comm_spans, compute_spans = _side_by_side(compute, communicate, count)
+    return comm_alone, compute_alone, comm_spans, compute_spans, count
+
+
+def _side_by_side(compute, communicate, count: int) -> tuple[list, list]:
+    """``count`` back-to-back ``communicate``s on a background thread, and ``compute``s on
+    this one until they are done: the (start, end) of each. The background thread's error,
+    if any, is raised here once it has ended."""
+    import threading
+    comm_spans, failed, done = [], [], threading.Event()
+
+    def background():
+        try:
+            for _ in range(count):
+                comm_spans.append(communicate())
+        except BaseException as e:     # re-raised on the profiler's thread
+            failed.append(e)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=background, name="interference", daemon=True)
+    thread.start()
+    compute_spans = []
+    while not done.is_set():
+        compute_spans.append(compute())
+    thread.join()
+    if failed:
+        raise failed[0]
+    return comm_spans, compute_spans
+
+
+def _slowdown(a: float, b: float) -> float | None:
+    """How much longer ``a`` took than ``b`` (a fraction), None if ``a`` is NaN."""
+    return None if math.isnan(a) else a / b - 1.0
+
+
+def _interference_result(comm_alone, compute_alone, comm_spans, compute_spans, count: int, *,
+                         group, on, op: str, nbytes: int, began: float) -> dict:
+    """``measure_interference``'s result from its phases (``_interference_phases``), every
+    rank of ``group`` at once (an all-reduce of each rank's means). Compute beside
+    communication is the third phase's computes that ended before its last communication;
+    communication beside compute every communication of the third phase (compute runs
+    throughout). The means are the ranks' means; ``per_rank`` has each rank's two slowdowns;
+    ``seconds`` is the time since ``began``."""
+    import torch
+    import torch.distributed as dist
     end = comm_spans[-1][1]
-    beside = seconds(s for s in compute_spans if s[1] <= end)
+    beside = _seconds(s for s in compute_spans if s[1] <= end)
     mine = [statistics.fmean(compute_alone), statistics.fmean(beside) if beside else math.nan,
-            statistics.fmean(comm_alone), statistics.fmean(seconds(comm_spans))]
-    table = torch.zeros((world, 4), dtype=torch.float64, device=on)
+            statistics.fmean(comm_alone), statistics.fmean(_seconds(comm_spans))]
+    table = torch.zeros((dist.get_world_size(group), 4), dtype=torch.float64, device=on)
     table[dist.get_rank(group)] = torch.tensor(mine, dtype=torch.float64)
     dist.all_reduce(table, group=group)
     rows = table.cpu().tolist()
     means = [statistics.fmean(r[i] for r in rows) for i in range(4)]
-
-    def ratio(a, b):
-        return None if math.isnan(a) else a / b - 1.0
-
-    return {"op": "allreduce" if parts is None else "pushpull",
-            "compute_slowdown": ratio(means[1], means[0]),
-            "comm_slowdown": ratio(means[3], means[2]),
-            "bytes": int(buf.numel() * 4),
-            "iters": {"compute_alone": iters, "comm_alone": comm_iters,
+    return {"op": op,
+            "compute_slowdown": _slowdown(means[1], means[0]),
+            "comm_slowdown": _slowdown(means[3], means[2]),
+            "bytes": nbytes,
+            "iters": {"compute_alone": len(compute_alone), "comm_alone": len(comm_alone),
                       "compute_beside_comm": len(beside), "comm_beside_compute": count},
             "compute_s": means[0],
             "compute_beside_comm_s": None if math.isnan(means[1]) else means[1],
             "comm_s": means[2], "comm_beside_compute_s": means[3],
-            "per_rank": [[ratio(r[1], r[0]), ratio(r[3], r[2])] for r in rows],
+            "per_rank": [[_slowdown(r[1], r[0]), _slowdown(r[3], r[2])] for r in rows],
             "seconds": time.perf_counter() - began}
 
 
