@@ -97,72 +97,85 @@ def report_main(argv: list[str]) -> int:
     return 0
 
 
-def run_main(argv: list[str]) -> int:
-    from ddlbench.sweep import config, execute, report, runner, select, store
-    args = _run_parser().parse_args(argv)
-    if args.report:
-        return report_main([args.report])
-    sweep = config.load(config.resolve_config(args.config), runs=not args.predict_only)
-    only = select.parse(args.only) if args.only else None
+def _progress_mode(args) -> str:
+    """none (--quiet), bar or lines; auto is a bar on a terminal."""
     mode = "none" if args.quiet else args.progress
     if mode == "auto":
         mode = "bar" if sys.stderr.isatty() else "lines"
-    if args.predict_only:
-        return predict_main(sweep, only, args)
-    p = execute.plan(sweep, only, args.results, args.fresh, args.rerun_failed)
+    return mode
+
+
+def _print_plan(sweep, p, mode: str, dry_run: bool, rel: str) -> None:
+    """The sweep file's notes, a test override, and the line on what is left to run."""
+    from ddlbench.sweep import config
     for note in sweep.notes:
         print(f"benchmarks.py: {note}", file=sys.stderr)
     if os.environ.get(config.PROGRAM_ENV) and mode != "none":
         print(f"benchmarks.py: test override: python -m {os.environ[config.PROGRAM_ENV]} "
               f"replaces the training script", file=sys.stderr)
-    rel = _show(p.folder)
     nruns = len(p.cells) * sweep.tries
-    if mode != "none" or args.dry_run:
+    if mode != "none" or dry_run:
         state = "resuming" if p.resumed else "new"
         print(f"sweep {sweep.name}: {len(p.cells)} cells x {sweep.tries} tries = {nruns} runs; "
               f"{len(p.todo)} to run, {p.skipped} already done; results -> {rel} ({state})",
               flush=True)
-    if args.dry_run:
-        print(f"order: round-robin, try 0 of every cell, then try 1, ...; each round shuffled "
-              f"by seed {p.seed} ({p.seed_source})")
-        if sweep.adaptive:
-            a = sweep.adaptive
-            print(f"adaptive: then rounds of one more try for the cells whose 95% interval is "
-                  f"wider than +-{a['target'] * 100:g}% of their median, up to {a['max_tries']} "
-                  f"tries each (not counted below)")
-        if sweep.calibrate:
-            from ddlbench.sweep import calibrate
-            jobs, _ = calibrate.jobs(p.cells)
-            done = calibrate.done(p.entries, p.folder)
-            left = [j.name for j in jobs if j.name not in done]
-            print(f"calibrate: {_n(len(left), 'job')} to run before the tries"
-                  + (f" ({', '.join(left)})" if left else ""))
-            if sweep.pace:
-                print(f"pace: a short profiler run before each of the "
-                      f"{_n(len(execute.jobs(p.todo)), 'job')} (not counted below)")
-        for job in execute.jobs(p.todo):
-            t = job[0]
-            record = "<record>.json" if len(job) == 1 else "<records>/{method}.json"
-            cmd, env = runner.job_command(sweep, [x.cell for x in job], record)
-            again = f" (attempt {t.attempt})" if t.attempt > 1 else ""
-            names = ", ".join(x.cell.name for x in job)
-            print(f"{names} try {t.try_index}{again}: {runner.describe(cmd, env)}")
-        seconds, guessed = execute.estimate(p, sweep)
-        basis = (f"{len(p.todo) - guessed} from this store's history, {guessed} guessed at "
-                 f"{sweep.estimate_s:g} s each (estimate_s)")
-        print(f"estimated time: {execute.fmt_duration(seconds)} for {len(p.todo)} runs "
-              f"({basis})")
-        return 0
-    for what, folder in (("results folder", p.folder), ("logs folder", p.logs)):
-        check_writable(folder, what, folder=True)
-    try:
-        counts = execute.execute(sweep, p, mode, argv)
-    except (KeyboardInterrupt, execute._Stop) as e:
-        print("benchmarks.py: interrupted; every finished try is in the store, the run in "
-              "progress was stopped and will run again next time", file=sys.stderr)
-        if os.path.isfile(store.store_path(p.folder)):
-            report.write_all(p.folder, plots=False)
-        return 143 if isinstance(e, execute._Stop) else 130
+
+
+def _print_order(sweep, p) -> None:
+    """--dry-run: the order of the tries, adaptive rounds, and the calibration and pace jobs."""
+    from ddlbench.sweep import execute
+    print(f"order: round-robin, try 0 of every cell, then try 1, ...; each round shuffled "
+          f"by seed {p.seed} ({p.seed_source})")
+    if sweep.adaptive:
+        a = sweep.adaptive
+        print(f"adaptive: then rounds of one more try for the cells whose 95% interval is "
+              f"wider than +-{a['target'] * 100:g}% of their median, up to {a['max_tries']} "
+              f"tries each (not counted below)")
+    if sweep.calibrate:
+        from ddlbench.sweep import calibrate
+        jobs, _ = calibrate.jobs(p.cells)
+        done = calibrate.done(p.entries, p.folder)
+        left = [j.name for j in jobs if j.name not in done]
+        print(f"calibrate: {_n(len(left), 'job')} to run before the tries"
+              + (f" ({', '.join(left)})" if left else ""))
+        if sweep.pace:
+            print(f"pace: a short profiler run before each of the "
+                  f"{_n(len(execute.jobs(p.todo)), 'job')} (not counted below)")
+
+
+def _dry_run(sweep, p) -> int:
+    """--dry-run: the order, each job's command and the estimated time; starts nothing."""
+    from ddlbench.sweep import execute, runner
+    _print_order(sweep, p)
+    for job in execute.jobs(p.todo):
+        t = job[0]
+        record = "<record>.json" if len(job) == 1 else "<records>/{method}.json"
+        cmd, env = runner.job_command(sweep, [x.cell for x in job], record)
+        again = f" (attempt {t.attempt})" if t.attempt > 1 else ""
+        names = ", ".join(x.cell.name for x in job)
+        print(f"{names} try {t.try_index}{again}: {runner.describe(cmd, env)}")
+    seconds, guessed = execute.estimate(p, sweep)
+    basis = (f"{len(p.todo) - guessed} from this store's history, {guessed} guessed at "
+             f"{sweep.estimate_s:g} s each (estimate_s)")
+    print(f"estimated time: {execute.fmt_duration(seconds)} for {len(p.todo)} runs "
+          f"({basis})")
+    return 0
+
+
+def _interrupted(p, e: BaseException) -> int:
+    """Ctrl-C (130) or SIGTERM (143): say so and report what the store holds."""
+    from ddlbench.sweep import execute, report, store
+    print("benchmarks.py: interrupted; every finished try is in the store, the run in "
+          "progress was stopped and will run again next time", file=sys.stderr)
+    if os.path.isfile(store.store_path(p.folder)):
+        report.write_all(p.folder, plots=False)
+    return 143 if isinstance(e, execute._Stop) else 130
+
+
+def _finish(sweep, p, mode: str, counts: dict, rel: str) -> int:
+    """The reports, the tables (unless --quiet) and the summary; 1 when a try of the sweep
+    failed or timed out."""
+    from ddlbench.sweep import report, store
     t = report.write_all(p.folder)
     selected = {c.hash for c in p.cells}
     eff = store.latest(store.read(store.store_path(p.folder))[0])
@@ -181,6 +194,30 @@ def run_main(argv: list[str]) -> int:
               f"(see the README's 'Failed tries'; --rerun-failed runs them again)",
               file=sys.stderr)
     return 1 if bad else 0
+
+
+def run_main(argv: list[str]) -> int:
+    from ddlbench.sweep import config, execute, select
+    args = _run_parser().parse_args(argv)
+    if args.report:
+        return report_main([args.report])
+    sweep = config.load(config.resolve_config(args.config), runs=not args.predict_only)
+    only = select.parse(args.only) if args.only else None
+    mode = _progress_mode(args)
+    if args.predict_only:
+        return predict_main(sweep, only, args)
+    p = execute.plan(sweep, only, args.results, args.fresh, args.rerun_failed)
+    rel = _show(p.folder)
+    _print_plan(sweep, p, mode, args.dry_run, rel)
+    if args.dry_run:
+        return _dry_run(sweep, p)
+    for what, folder in (("results folder", p.folder), ("logs folder", p.logs)):
+        check_writable(folder, what, folder=True)
+    try:
+        counts = execute.execute(sweep, p, mode, argv)
+    except (KeyboardInterrupt, execute._Stop) as e:
+        return _interrupted(p, e)
+    return _finish(sweep, p, mode, counts, rel)
 
 
 def predict_main(sweep, only, args) -> int:

@@ -300,88 +300,129 @@ def _on_term(signum, _frame):
     raise _Stop(signum)
 
 
+def _make_folder(folder: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:  # checked at load (the name's length) and before (writable): a race
+        raise UsageError(f"cannot make the results folder {folder}: {e.strerror or e}") \
+            from None
+
+
+def _reap(sweep: Sweep, inflight: runner.Inflight, mode: str) -> None:
+    """Stop a run an interrupted sweep left going, and say so."""
+    left = inflight.reap(sweep.kill_grace)
+    if left and mode != "none":
+        print(f"benchmarks.py: a run of an interrupted sweep was still going "
+              f"({left['cell']} try {left['try']}); stopped it "
+              f"({left['killed']} process(es))", file=sys.stderr, flush=True)
+
+
+def _header(sweep: Sweep, seed: int, source: str, argv: list[str] | None) -> dict:
+    """The store's line that starts this session."""
+    header = {"kind": "sweep", **sweep.header(), "seed": seed, "seed_source": source,
+              "cells": [c.hash for c in sweep.cells()],
+              "suite_version": suite_version(), "started": runner._now(),
+              "host": socket.gethostname(), "pid": os.getpid(),
+              "argv": list(argv or [])}
+    if os.environ.get(PROGRAM_ENV):
+        header["program"] = os.environ[PROGRAM_ENV]
+    return header
+
+
+def _calibrate(sweep: Sweep, p: Plan, path: str, inflight: runner.Inflight, mode: str,
+               ran: list) -> int:
+    """The calibration jobs still to run, then a prediction for each cell without one (or
+    whose jobs ran again); returns calibrate.run's count."""
+    calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode, ran)
+    known = {e["hash"] for e in store.read(path)[0]
+             if e.get("kind") == "prediction" and e.get("throughput") is not None
+             and e.get("try") is None}
+    # a cell is predicted again when a job it reads ran again (its file deleted)
+    for line in calibrate.predictions(sweep, [c for c in p.cells if c.hash not in known
+                                              or calibrate.uses(c, ran)], p.folder):
+        store.append(path, line)
+    return calibrated
+
+
+def _run_job(sweep: Sweep, p: Plan, path: str, job: list[Planned], inflight: runner.Inflight,
+             mode: str, progress: Progress, counts: dict) -> None:
+    """One job's tries (after its pace probe, with ``pace``), each into the store."""
+    progress.start(job)
+    first = job[0]
+    if sweep.pace:    # the machine's pace just before the job
+        for line in calibrate.pace(sweep, p.cells, [t.cell for t in job],
+                                   first.try_index, first.attempt, p.folder,
+                                   p.logs, inflight, mode):
+            store.append(path, line)
+    entries = runner.run_cells(sweep, [t.cell for t in job], first.try_index,
+                               first.attempt, p.folder, p.logs, inflight)
+    for t, entry in zip(job, entries):
+        store.append(path, entry)
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+        progress.finish(t, entry)
+
+
+def _run_rounds(sweep: Sweep, p: Plan, path: str, todo: list[Planned], seed: int,
+                inflight: runner.Inflight, mode: str, progress: Progress,
+                counts: dict) -> None:
+    """The tries in ``todo`` job by job, then adaptive rounds while the store asks for any."""
+    while todo:
+        for job in jobs(todo):
+            _run_job(sweep, p, path, job, inflight, mode, progress, counts)
+        # adaptive tries: another round for the cells whose interval is too wide
+        todo = extra_round(sweep, p.cells, store.read(path)[0], seed)
+        progress.more(len(todo))
+        counts["extra"] = counts.get("extra", 0) + len(todo)
+
+
+def _check_calibration(sweep: Sweep, p: Plan, path: str, ran: list,
+                       inflight: runner.Inflight, mode: str) -> None:
+    """After the tries: probe the calibration jobs run in this session and calibrate again
+    those the machine's pace has drifted from, saying so."""
+    probes = calibrate.check(sweep, ran, p.folder, p.logs, inflight, mode)
+    for line in probes:
+        store.append(path, line)
+        if line.get("off") and mode != "none":
+            print(f"benchmarks.py: calibration check: {line['checks']} took "
+                  f"{line['ratio']:.2f} times as long now as in the calibration: "
+                  f"calibrating it again", file=sys.stderr, flush=True)
+    redone = calibrate.recalibrate(sweep, p.cells, probes, p.folder, p.logs, inflight,
+                                   mode)
+    if redone and mode != "none":
+        failed = [e["job"] for e in redone if e.get("kind") == "calibration"
+                  and e["status"] != "ok"]
+        print(f"benchmarks.py: calibration check: "
+              f"{sum(e['kind'] == 'prediction' for e in redone)} cell(s) predicted "
+              f"again" + (f"; calibrating {', '.join(failed)} again failed (its "
+                          f"first calibration stands)" if failed else ""),
+              file=sys.stderr, flush=True)
+
+
 def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> dict:
     """Run the plan's tries one after the other; every finished try is in the store before the
     next starts. Returns counts of this session's runs."""
-    try:
-        os.makedirs(p.folder, exist_ok=True)
-    except OSError as e:  # checked at load (the name's length) and before (writable): a race
-        raise UsageError(f"cannot make the results folder {p.folder}: {e.strerror or e}") \
-            from None
+    _make_folder(p.folder)
     path = store.store_path(p.folder)
     counts = {"ok": 0, "failed": 0, "timeout": 0}
     with store.Lock(p.folder):
         inflight = runner.Inflight(p.folder)
-        left = inflight.reap(sweep.kill_grace)
-        if left and mode != "none":
-            print(f"benchmarks.py: a run of an interrupted sweep was still going "
-                  f"({left['cell']} try {left['try']}); stopped it "
-                  f"({left['killed']} process(es))", file=sys.stderr, flush=True)
+        _reap(sweep, inflight, mode)
         # The plan was made before taking the lock: read the store again.
         entries, _ = store.read(path)
         seed, source = order_seed(sweep, entries, p.folder)
         todo, skipped = pending(p.cells, sweep.tries, entries, p.rerun_failed, seed)
-        header = {"kind": "sweep", **sweep.header(), "seed": seed, "seed_source": source,
-                  "cells": [c.hash for c in sweep.cells()],
-                  "suite_version": suite_version(), "started": runner._now(),
-                  "host": socket.gethostname(), "pid": os.getpid(),
-                  "argv": list(argv or [])}
-        if os.environ.get(PROGRAM_ENV):
-            header["program"] = os.environ[PROGRAM_ENV]
-        store.append(path, header)
+        store.append(path, _header(sweep, seed, source, argv))
         ran: list = []     # calibration jobs run in this session: checked after the tries
         if sweep.calibrate:
-            calibrated = calibrate.run(sweep, p.cells, p.folder, p.logs, inflight, mode, ran)
-            known = {e["hash"] for e in store.read(path)[0]
-                     if e.get("kind") == "prediction" and e.get("throughput") is not None
-                     and e.get("try") is None}
-            # a cell is predicted again when a job it reads ran again (its file deleted)
-            for line in calibrate.predictions(sweep, [c for c in p.cells if c.hash not in known
-                                                      or calibrate.uses(c, ran)], p.folder):
-                store.append(path, line)
-            counts["calibration"] = calibrated
+            counts["calibration"] = _calibrate(sweep, p, path, inflight, mode, ran)
         if not todo:   # every planned try is done: adaptive tries may be left
             todo = extra_round(sweep, p.cells, entries, seed)
             counts["extra"] = len(todo)
         progress = Progress(len(todo), skipped, mode)
         old = signal.signal(signal.SIGTERM, _on_term)
         try:
-            while todo:
-                for job in jobs(todo):
-                    progress.start(job)
-                    first = job[0]
-                    if sweep.pace:    # the machine's pace just before the job
-                        for line in calibrate.pace(sweep, p.cells, [t.cell for t in job],
-                                                   first.try_index, first.attempt, p.folder,
-                                                   p.logs, inflight, mode):
-                            store.append(path, line)
-                    entries = runner.run_cells(sweep, [t.cell for t in job], first.try_index,
-                                             first.attempt, p.folder, p.logs, inflight)
-                    for t, entry in zip(job, entries):
-                        store.append(path, entry)
-                        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-                        progress.finish(t, entry)
-                # adaptive tries: another round for the cells whose interval is too wide
-                todo = extra_round(sweep, p.cells, store.read(path)[0], seed)
-                progress.more(len(todo))
-                counts["extra"] = counts.get("extra", 0) + len(todo)
-            probes = calibrate.check(sweep, ran, p.folder, p.logs, inflight, mode)
-            for line in probes:
-                store.append(path, line)
-                if line.get("off") and mode != "none":
-                    print(f"benchmarks.py: calibration check: {line['checks']} took "
-                          f"{line['ratio']:.2f} times as long now as in the calibration: "
-                          f"calibrating it again", file=sys.stderr, flush=True)
-            redone = calibrate.recalibrate(sweep, p.cells, probes, p.folder, p.logs, inflight,
-                                           mode)
-            if redone and mode != "none":
-                failed = [e["job"] for e in redone if e.get("kind") == "calibration"
-                          and e["status"] != "ok"]
-                print(f"benchmarks.py: calibration check: "
-                      f"{sum(e['kind'] == 'prediction' for e in redone)} cell(s) predicted "
-                      f"again" + (f"; calibrating {', '.join(failed)} again failed (its "
-                                  f"first calibration stands)" if failed else ""),
-                      file=sys.stderr, flush=True)
+            _run_rounds(sweep, p, path, todo, seed, inflight, mode, progress, counts)
+            _check_calibration(sweep, p, path, ran, inflight, mode)
         finally:
             signal.signal(signal.SIGTERM, old)
             progress.close()

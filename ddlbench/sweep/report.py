@@ -424,7 +424,8 @@ def summary_counts(t: Table) -> dict:
     return counts
 
 
-def markdown(t: Table, plots: list[str] | None = None) -> str:
+def _intro_lines(t: Table) -> list[str]:
+    """The title and the paragraph on what was run and how the tables count it."""
     name = (t.header or {}).get("name", "sweep")
     c = summary_counts(t)
     agg = {"mean": "mean +- std (population std, as the original)",
@@ -452,58 +453,91 @@ def markdown(t: Table, plots: list[str] | None = None) -> str:
                    f"suite version or sweep file) are in the store but not in these tables.")
     if t.unreadable:
         out.append(f"{t.unreadable} unreadable line(s) in the store were skipped.")
-    out += contention_lines(t)
-    out += [""] + conclusion(t)
-    out += ["## Throughput", "", throughput_table(t).rstrip("\n"), ""]
-    out += intervals_section(t)
-    out += prediction_section(t, next((p for p in plots or [] if p.endswith(
-        "predicted_vs_measured.png")), None))
+    return out
+
+
+def _engines_section(t: Table) -> list[str]:
     engines = engine_table(t)
-    if engines:
-        out += ["## Engines side by side", "",
-                "thr(torch engine) / thr(other engine) for the same network, task, method and "
-                "workers, from this sweep's tries (above 1: the torch engine is faster).", "",
-                engines.rstrip("\n"), ""]
-    if 1 in t.counts:
-        out += ["## Speedup and scaling efficiency", "",
-                "S(P) = thr(P) / thr(1) (efficiency S(P)/P in brackets), thr(1) being the same "
-                "row's 1-worker throughput measured in this sweep.", "",
-                speedup_table(t).rstrip("\n"), ""]
-    else:
-        out += ["No speedups: this sweep has no 1-worker cells to measure them against.", ""]
-    out += check_section(t)
+    if not engines:
+        return []
+    return ["## Engines side by side", "",
+            "thr(torch engine) / thr(other engine) for the same network, task, method and "
+            "workers, from this sweep's tries (above 1: the torch engine is faster).", "",
+            engines.rstrip("\n"), ""]
+
+
+def _speedup_section(t: Table) -> list[str]:
+    if 1 not in t.counts:
+        return ["No speedups: this sweep has no 1-worker cells to measure them against.", ""]
+    return ["## Speedup and scaling efficiency", "",
+            "S(P) = thr(P) / thr(1) (efficiency S(P)/P in brackets), thr(1) being the same "
+            "row's 1-worker throughput measured in this sweep.", "",
+            speedup_table(t).rstrip("\n"), ""]
+
+
+def _time_section(t: Table) -> list[str]:
     times = time_table(t)
-    if times:
-        out += ["## Where the time goes", "",
-                "Each cell's iteration on its slowest rank, mean over its tries (the runs' "
-                "timelines): compute (forward, backward, optimizer), communication (the union "
-                "of its collectives and push/pulls), exposed (communication or waiting while "
-                "nothing computes), hidden = the part of communication under compute. DDP "
-                "(without a trace file) and Horovod communicate outside the suite's "
-                "collectives: not observed, their exposed time is their waits only.", "", times.rstrip("\n"), ""]
+    if not times:
+        return []
+    return ["## Where the time goes", "",
+            "Each cell's iteration on its slowest rank, mean over its tries (the runs' "
+            "timelines): compute (forward, backward, optimizer), communication (the union "
+            "of its collectives and push/pulls), exposed (communication or waiting while "
+            "nothing computes), hidden = the part of communication under compute. DDP "
+            "(without a trace file) and Horovod communicate outside the suite's "
+            "collectives: not observed, their exposed time is their waits only.", "", times.rstrip("\n"), ""]
+
+
+def _failed_section(t: Table) -> list[str]:
     bad = [e for e in t.tries_used if e.get("status") != "ok"]
-    if bad:
-        out += ["## Failed tries", "",
-                _md(["cell", "try", "status", "reason", "last log line", "log"]),
-                "| --- | --- | --- | --- | --- | --- |"]
-        for e in bad:
-            last = next((ln.strip() for ln in reversed(e.get("log_tail") or [])
-                         if ln.strip() and not ln.startswith("# benchmarks.py")), "")
-            out.append(_md([e["cell"], str(e["try"]), e.get("status", "?"),
-                            str(e.get("reason") or ""), f"`{last[:160]}`" if last else "",
-                            str(e.get("log") or "")]))
-        out.append("")
-    if plots:
-        out += ["## Plots", ""]
-        out += [f"![{os.path.splitext(os.path.basename(p))[0]}]({p})" for p in plots]
-        out.append("")
-    out += ["## Files", "",
+    if not bad:
+        return []
+    out = ["## Failed tries", "",
+           _md(["cell", "try", "status", "reason", "last log line", "log"]),
+           "| --- | --- | --- | --- | --- | --- |"]
+    for e in bad:
+        last = next((ln.strip() for ln in reversed(e.get("log_tail") or [])
+                     if ln.strip() and not ln.startswith("# benchmarks.py")), "")
+        out.append(_md([e["cell"], str(e["try"]), e.get("status", "?"),
+                        str(e.get("reason") or ""), f"`{last[:160]}`" if last else "",
+                        str(e.get("log") or "")]))
+    out.append("")
+    return out
+
+
+def _plots_section(plots: list[str] | None) -> list[str]:
+    if not plots:
+        return []
+    return (["## Plots", ""]
+            + [f"![{os.path.splitext(os.path.basename(p))[0]}]({p})" for p in plots] + [""])
+
+
+def _files_section() -> list[str]:
+    return ["## Files", "",
             "- `results.jsonl`: the store, one JSON line per finished try (the source of all "
             "of this; `benchmarks.py report` remakes it)",
             "- `results.csv`: every try, with its cell's median, interval and standing",
             "- `manifest.json`: the sweep and its environments",
             "- `records/`: each run's own JSON record (and, with `timeline:` on, its Chrome "
             "trace: `python -m ddlbench.timeline FILE` summarises it)", ""]
+
+
+def markdown(t: Table, plots: list[str] | None = None) -> str:
+    """README.md of a results folder: what ran, the conclusion, then one section each."""
+    out = _intro_lines(t)
+    out += contention_lines(t)
+    out += [""] + conclusion(t)
+    out += ["## Throughput", "", throughput_table(t).rstrip("\n"), ""]
+    out += intervals_section(t)
+    out += prediction_section(t, next((p for p in plots or [] if p.endswith(
+        "predicted_vs_measured.png")), None))
+    out += _engines_section(t)
+    out += _speedup_section(t)
+    out += check_section(t)
+    out += _time_section(t)
+    out += _failed_section(t)
+    out += _plots_section(plots)
+    out += _files_section()
     return "\n".join(out)
 
 
