@@ -214,17 +214,6 @@ def _allgather_each(comm, *tensors):
     return [comm.allgather(out, t) for out, t in zip(gathered, tensors)], gathered
 
 
-def _copy_each(dsts, srcs) -> None:
-    """``dst.copy_(src)`` for every pair in one fused call (torch 2.0 has none: a loop)."""
-    import torch
-    fused = getattr(torch, "_foreach_copy_", None)
-    if fused is not None and len(dsts) > 1:
-        fused(list(dsts), list(srcs))
-    else:
-        for d, s in zip(dsts, srcs):
-            d.copy_(s)
-
-
 # -- state that follows the tensors --------------------------------------------------------
 
 class _FlatResidual:
@@ -617,7 +606,8 @@ class PowerSGD(Compressor):
                 if dense_buf is not None:
                     if p > 1:
                         dense_buf.div_(p)
-                    _copy_each(dense, dense_buf.split([seg.numel() for seg in dense]))
+                    from ddlbench.compat import copy_all
+                    copy_all(dense, dense_buf.split([seg.numel() for seg in dense]))
         return Pending(works or [None], finish)
 
 

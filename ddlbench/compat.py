@@ -25,6 +25,18 @@ class _AccumulatorHook:
         self._node = None
 
 
+def copy_all(dsts, srcs) -> None:
+    """``dst.copy_(src)`` for every pair, in one fused call (``torch._foreach_copy_``; torch
+    2.0 has none: a loop there)."""
+    dsts, srcs = list(dsts), list(srcs)
+    fused = getattr(torch, "_foreach_copy_", None)
+    if fused is not None and len(dsts) > 1:
+        fused(dsts, srcs)
+    else:
+        for d, s in zip(dsts, srcs):
+            d.copy_(s)
+
+
 def on_grad_ready(param: torch.Tensor, fn):
     """Call ``fn(param)`` each time ``param.grad`` has been fully accumulated in a backward
     pass; returns a handle with ``remove()``."""

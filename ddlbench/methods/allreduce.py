@@ -51,21 +51,6 @@ class FusionOptions(Options):
         "fusion threshold in bytes (Horovod semantics: 0 = one message per tensor)")
 
 
-def copy_all(dsts: list, srcs: list) -> None:
-    """``dst.copy_(src)`` for every pair, in one fused call (``torch._foreach_copy_``; torch 2.0,
-    the Horovod lane's, has none: a loop there)."""
-    import torch
-    if len(dsts) == 1:
-        dsts[0].copy_(srcs[0])
-    elif dsts:
-        fused = getattr(torch, "_foreach_copy_", None)
-        if fused is not None:
-            fused(dsts, srcs)
-        else:
-            for d, s in zip(dsts, srcs):
-                d.copy_(s)
-
-
 def zero_all(tensors: list) -> None:
     """``t.zero_()`` for every tensor, in one fused call."""
     import torch
@@ -121,6 +106,7 @@ class Bucket:
             else:
                 dsts.append(v)
                 srcs.append(g)
+        from ..compat import copy_all  # torch: imported when a run starts
         copy_all(dsts, srcs)
         zero_all(zeros)
         if dsts or zeros:
@@ -149,6 +135,17 @@ class Bucket:
             if flat.data_ptr() != g.data_ptr():
                 g.copy_(flat.view(g.shape))
 
+    def settle(self) -> int | None:
+        """After its collectives are done: the result in place (``unpack``), the bucket ready
+        for the next step; the parameter whose gradient was replaced after the bucket was
+        packed, if any (``replaced``)."""
+        replaced = self.replaced()
+        self.unpack(self.flat)
+        self.pending = None
+        self.flat = None
+        self.ready = 0
+        return replaced
+
     def replaced(self) -> int | None:
         """The first member (parameter index) whose ``.grad`` is no longer the tensor this
         bucket reduces into (its view, or the lone gradient it packed), else None."""
@@ -163,7 +160,8 @@ class Bucket:
 
 class GradViews:
     """What keeps the gradients of buffered buckets views into their buffers (``Bucket``), for
-    a method with ``buckets``, ``model``, ``params``, ``param_names`` and ``optimizer``:
+    a method with ``buckets``, ``model``, ``params``, ``param_names``, ``optimizer`` and
+    ``_finish(bucket)`` (wait for one bucket, then ``Bucket.settle``):
 
     - ``zero_grad()`` zeroes each buffer in place (one fused zero for all buffers) and keeps
       the views; a lone tensor's gradient is set to None, as ``optimizer.zero_grad()`` would;
@@ -222,6 +220,22 @@ class GradViews:
         for p in self._unbucketed:
             p.grad = None
 
+    def _finish_all(self) -> int | None:
+        """``_finish`` every bucket, in order; the first parameter whose gradient was replaced
+        after its bucket was started, if any."""
+        replaced = None
+        for b in self.buckets:
+            r = self._finish(b)
+            replaced = r if replaced is None else replaced
+        return replaced
+
+    def _settle_in_flight(self) -> None:
+        """Wait for the buckets in flight, start no other (the step is refused)."""
+        for b in self.buckets:
+            if b.pending is not None:
+                self._finish(b)
+            b.ready = 0
+
     def _refuse_replaced(self, i: int, when: str) -> None:
         from ..errors import UsageError
         self._foreign = None
@@ -238,7 +252,6 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
 
     overlap = True  # start buckets from hooks during backward
     rebuild = True  # re-plan from rank 0's gradient order after the first step
-    issue_thread = True  # hooks hand buckets to a communication thread (False: issue in the hook)
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
@@ -253,10 +266,9 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
         self._steps = 0
         self._issuer = None
         if self.overlap:
-            if self.issue_thread:
-                device = self.params[0].device if self.params else None
-                self._issuer = threads.Issuer(f"{self.id or 'allreduce'}-issue", self._launch,
-                                              describe=self._bucket_name, device=device)
+            device = self.params[0].device if self.params else None
+            self._issuer = threads.Issuer(f"{self.id or 'allreduce'}-issue", self._launch,
+                                          describe=self._bucket_name, device=device)
             self._register_ready_hooks(self._on_ready)
 
     def _threshold(self) -> float:
@@ -316,20 +328,12 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
         """Wait for the bucket and put its result in place; the parameter whose gradient was
         replaced after the bucket was packed, if any."""
         b.pending.wait()
-        replaced = b.replaced()
-        b.unpack(b.flat)
-        b.pending = None
-        b.flat = None
-        b.ready = 0
-        return replaced
+        return b.settle()
 
     def _drain(self) -> None:
         """Wait for every bucket in flight, launch no other: the step is refused."""
         self._issued()
-        for b in self.buckets:
-            if b.pending is not None:
-                self._finish(b)
-            b.ready = 0
+        self._settle_in_flight()
         self._next = 0
         if self._steps == 0:
             self._seen = []  # the order is observed again in the next step
@@ -343,10 +347,7 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
         for b in self.buckets[self._next:]:
             b.ready = len(b.members)
         self._launch_in_order()
-        replaced = None
-        for b in self.buckets:
-            r = self._finish(b)
-            replaced = r if replaced is None else replaced
+        replaced = self._finish_all()
         self._next = 0
         if replaced is not None:
             self._refuse_replaced(replaced, "after its bucket was started")

@@ -161,30 +161,19 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
             h.wait()
         if self.comm.size > 1:
             b.flat.div_(self.comm.size)
-        replaced = b.replaced()
-        b.unpack(b.flat)
-        b.pending = None
-        b.flat = None
-        b.ready = 0
-        return replaced
+        return b.settle()
 
     def step(self) -> None:
         if self._issuer is not None:
             self._issuer.drain()
         if self._foreign is not None:
-            for b in self.buckets:  # nothing left in flight; the others are not pushed
-                if b.pending is not None:
-                    self._finish(b)
-                b.ready = 0
+            self._settle_in_flight()  # the others are not pushed
             self._launched.clear()
             self._refuse_replaced(self._foreign, "before backward")
         for u in range(len(self.buckets)):
             if u not in self._launched:
                 self._launch(u)
-        replaced = None
-        for b in self.buckets:
-            r = self._finish(b)
-            replaced = r if replaced is None else replaced
+        replaced = self._finish_all()
         self._launched.clear()
         if replaced is not None:
             self._refuse_replaced(replaced, "after its unit was pushed")
