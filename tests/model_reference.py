@@ -8,6 +8,7 @@ They are the plain replay the model had before its two paths became one (issue 4
 import heapq
 
 from ddlbench import timeline
+from ddlbench.model.simulate import ISSUER_ROW
 
 
 def training(work, groups, wait_all, send, send_late, transport, host):
@@ -35,7 +36,7 @@ def training(work, groups, wait_all, send, send_late, transport, host):
         start = max(t, issuer)
         seconds = host.pack(g)
         if seconds:
-            transport.events.append((host.pack_name(g), timeline.CODEC, "issue", start * 1e6,
+            transport.events.append((host.pack_name(g), timeline.CODEC, ISSUER_ROW, start * 1e6,
                                      (start + seconds) * 1e6, None))
         issuer = start + seconds
         done.append(send(g, issuer)[1])
