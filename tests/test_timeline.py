@@ -217,6 +217,74 @@ def test_no_communication_has_no_overlap_ratio():
     assert m["overlap"] is None and m["comm_s"] == 0 and m["exposed_s"] == 0
 
 
+class _FakeWork:
+    """A transport's work the test completes by hand."""
+
+    def __init__(self):
+        self.done = False
+        self.waited = 0
+
+    def is_completed(self):
+        return self.done
+
+    def wait(self, *_args):
+        self.waited += 1
+        self.done = True
+        return True
+
+
+def test_a_collectives_completion_is_discovered_at_the_next_event_or_its_wait(monkeypatch):
+    """No callback per collective: a span ends at the first recorder event after its work
+    completed (an issue, a span's start or end, an instant; in issue order), or where it was
+    waited for, and says when it was last seen incomplete; a window's end closes what is
+    left."""
+    now = [0.0]
+    monkeypatch.setattr(tl, "now_us", lambda: now[0])
+
+    def at(us):
+        now[0] = float(us)
+
+    def comm_spans():
+        return [(e[3], e[4], (e[5] or {}).get("pending_us")) for e in t.events
+                if e[1] == tl.COMM]
+
+    t = tl.Timeline()
+    t.start()
+    a, b, c, d = _FakeWork(), _FakeWork(), _FakeWork(), _FakeWork()
+    at(0)
+    wa = t.comm("allreduce", a, "allreduce", bytes=1)
+    at(20)
+    wb = t.comm("allreduce", b, "allreduce", bytes=2)   # a seen running at 20
+    at(30)
+    a.done = b.done = True
+    at(40)
+    t.instant("mark", "ready")                          # both discovered complete here
+    # b was never asked while a ran ahead of it
+    assert comm_spans() == [(0.0, 40.0, 20.0), (20.0, 40.0, None)]
+    at(45)
+    assert wa.wait() and wb.wait() and a.waited == b.waited == 1
+    assert len(comm_spans()) == 2                       # closed once
+    at(70)
+    wc = t.comm("allgather", c, "allgather")
+    at(90)
+    wd = t.comm("allgather", d, "allgather")            # c seen running at 90
+    at(120)
+    wd.wait()                                           # d ends here, but behind c
+    assert len(comm_spans()) == 2
+    at(140)
+    c.done = True
+    at(150)
+    with t.span("backward", tl.COMPUTE):                # c discovered as a span starts ...
+        at(160)
+    assert comm_spans()[2:] == [(70.0, 150.0, 120.0), (90.0, 120.0, None)]  # ... d at its wait
+    assert wc.wait() and len(comm_spans()) == 4
+    at(200)
+    t.comm("broadcast", _FakeWork(), "broadcast")
+    at(230)
+    t.stop()                                            # what is left ends with the window
+    assert comm_spans()[-1] == (200.0, 230.0, 200.0) and not t._pending
+
+
 def test_merged_trace_is_on_rank_0s_clock_with_a_row_per_stream():
     rank1 = [span("iteration", "iteration", 1000, 1100, index=0),
              span("allreduce", "comm", 1010, 1050, thread="allreduce"),

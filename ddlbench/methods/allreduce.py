@@ -85,6 +85,7 @@ class Bucket:
             self.views = [flat.view(p.shape)
                           for flat, p in zip(self.buffer.split(self.sizes), self.params)]
         self.reduced = None  # a lone bucket's gradient tensor, while it is being reduced
+        self.label = None    # its tensors' names on the timeline (set once, by the method)
         self.ready = 0
         self.pending = None
         self.flat = None
@@ -310,7 +311,12 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
 
     def _bucket_name(self, b: Bucket) -> str:
         k = self.buckets.index(b) if b in self.buckets else "?"
-        return f"bucket {k} ({tensors_label([self.param_names[i] for i in b.members])})"
+        return f"bucket {k} ({self._label(b)})"
+
+    def _label(self, b: Bucket) -> str:
+        if b.label is None:
+            b.label = tensors_label([self.param_names[i] for i in b.members])
+        return b.label
 
     def _issued(self) -> None:
         """Wait until the communication thread has issued every bucket it was handed: the
@@ -320,7 +326,7 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
 
     def _launch(self, b: Bucket) -> None:
         b.flat = b.pack()
-        with self.comm.about(lambda: tensors_label([self.param_names[i] for i in b.members])):
+        with self.comm.about(b.label or self._label(b)):
             b.pending = self.compressor.reduce_async(tuple(b.members), b.flat, self.comm,
                                                      shapes=[p.shape for p in b.params])
 

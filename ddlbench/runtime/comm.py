@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -62,6 +62,23 @@ def itemsize(dtype: torch.dtype) -> int:
 
 def _ignore(*_tensors) -> None:
     """``Comm.clock``'s ``encoded`` where nothing records it."""
+
+
+_UNLABELLED = nullcontext()
+
+
+class _About:
+    """``Comm.about`` while the timeline records: the thread's label for the block."""
+
+    def __init__(self, local: threading.local, label):
+        self._local, self._label, self._previous = local, label, None
+
+    def __enter__(self):
+        self._previous = getattr(self._local, "label", None)
+        self._local.label = self._label
+
+    def __exit__(self, *_exc):
+        self._local.label = self._previous
 
 
 class Comm:
@@ -228,20 +245,14 @@ class Comm:
         return self.timeline.comm("push_pull", self.ps.push_pull(part, data), "push_pull",
                                   bytes=nbytes, key=part.key, server=part.server)
 
-    @contextmanager
     def about(self, label):
         """The collectives this thread issues inside carry ``label`` on the timeline (the
         gradient tensors they move: ``timeline.tensors_label``); ``label`` may be a
-        callable, called only while the timeline records."""
+        callable, called only while the timeline records. A context manager; with the
+        timeline off a shared one that does nothing (no generator per collective)."""
         if not self.timeline.enabled:
-            yield
-            return
-        previous = getattr(self._about, "label", None)
-        self._about.label = label() if callable(label) else label
-        try:
-            yield
-        finally:
-            self._about.label = previous
+            return _UNLABELLED
+        return _About(self._about, label() if callable(label) else label)
 
     def _traced(self, op: str, tensor: torch.Tensor, async_op: bool, issue):
         """Issue a collective; while the timeline records, it is a span from now until it

@@ -15,8 +15,14 @@ instant has ``end_us None``. Categories:
   is compute again), ``synchronize``, and waits a method imposes inside compute (ByteScheduler's
   forward pre-hook);
 - ``comm``: a collective or a push/pull, from the moment it is handed to the transport until it
-  completes (the future's completion where the transport reports one, else the moment it was
-  waited for), on a thread row per kind of operation;
+  completes, on a thread row per kind of operation. The completion is *discovered*, as NCCL's
+  watchdog discovers it for its flight recorder, not reported by a callback (a Python callback
+  per collective costs the transport's thread the GIL: about 40 us a collective on this machine,
+  more than the rest of the recording together): the recorder asks the works in flight
+  (``is_completed``, in issue order) whenever it records anything and when one is waited for, so
+  a span ends at the first event after its completion (at the latest when it is waited for; the
+  span's ``pending_us`` says when it was last seen incomplete). A work that cannot be asked (a
+  push/pull, a server's sends) ends when it is waited for;
 - ``codec``: a compressor's encode and decode (the dense gradient's elements and bytes; an
   encode also ``bytes_out``, what it produced for the collectives that follow, a decode
   ``bytes_in``, what they brought back);
@@ -58,6 +64,7 @@ be finite numbers and a span's ``dur`` >= 0.
 from __future__ import annotations
 
 import bisect
+import collections
 import heapq
 import json
 import math
@@ -92,15 +99,23 @@ class Timeline:
         self.limit = limit          # iterations to record (None: every timed one)
         self.iterations = 0
         self.events: list = []
+        # collectives in flight, in issue order: [name, thread, start, args, work, last seen
+        # incomplete, end where it was waited for]; the completions are discovered (_poll)
+        self._pending: collections.deque = collections.deque()
+        self._lock = threading.Lock()
 
     # -- the recorded window ------------------------------------------------------------------
     def start(self) -> None:
+        self._pending.clear()
         self.events = []
         self.iterations = 0
         self.enabled = self.limit != 0
 
     def stop(self) -> None:
+        """Stop recording; a collective still in flight ends now (a window closes after its
+        round's wait, so none should be)."""
         self.enabled = False
+        self._poll(flush=True)
 
     @contextmanager
     def iteration(self):
@@ -120,35 +135,61 @@ class Timeline:
         if not self.enabled:
             yield None
             return
+        if self._pending:
+            self._poll()
         t0 = now_us()
         try:
             yield args
         finally:
             self.events.append((name, cat, thread, t0, now_us(), args or None))
+            if self._pending:
+                self._poll()
 
     def instant(self, name: str, cat: str, thread: str = MAIN, **args) -> None:
         if self.enabled:
             self.events.append((name, cat, thread, now_us(), None, args or None))
+            if self._pending:
+                self._poll()
 
     def comm(self, name: str, work, thread: str, start_us: float | None = None, **args):
         """A collective handed to the transport now (or at ``start_us``, stamped before it was
-        issued: a transport may complete it before this call): its span ends when ``work``
-        completes (its future's callback), or, without a future, when it is waited for.
-        Returns ``work``, or a wrapper whose ``wait()`` closes the span."""
+        issued: a transport may complete it before this call): its span ends when ``work`` is
+        discovered complete (a torch ``Work``: ``_poll``), or, for a work that cannot be asked,
+        when it is waited for. Returns a wrapper of ``work`` whose ``wait()`` closes the span."""
         if not self.enabled or work is None:
             return work
         t0 = now_us() if start_us is None else start_us
-        events = self.events
-        try:
-            future = work.get_future()
-        except (AttributeError, RuntimeError):
-            future = None
-        if future is not None and hasattr(future, "add_done_callback"):
-            future.add_done_callback(
-                lambda _f: events.append((name, COMM, thread, t0, now_us(), args or None)))
-            return work
-        return _Closing(work, lambda: events.append((name, COMM, thread, t0, now_us(),
-                                                     args or None)))
+        if not hasattr(work, "is_completed"):
+            events = self.events
+            return _Closing(work, lambda: events.append((name, COMM, thread, t0, now_us(),
+                                                         args or None)))
+        entry = [name, thread, t0, args, work, None, None]
+        with self._lock:
+            self._pending.append(entry)
+        self._poll()
+        return _Polled(work, self, entry)
+
+    def _poll(self, flush: bool = False) -> None:
+        """Close the spans of the collectives in flight that have completed, in issue order
+        up to the first one still running (one process group completes in order; one that
+        completes out of order is closed with the one before it, or at its own wait); that one
+        is noted as seen incomplete now. ``flush``: close them all."""
+        with self._lock:
+            pending = self._pending
+            while pending:
+                entry = pending[0]
+                if not (flush or entry[6] is not None or entry[4].is_completed()):
+                    entry[5] = now_us()
+                    return
+                pending.popleft()
+                self._close(entry)
+
+    def _close(self, entry) -> None:
+        name, thread, t0, args, _work, seen, end = entry
+        if seen is not None:
+            args["pending_us"] = seen
+        self.events.append((name, COMM, thread, t0, now_us() if end is None else end,
+                            args or None))
 
     # -- hooks ----------------------------------------------------------------------------------
     def watch_optimizer(self, optimizer) -> list:
@@ -186,6 +227,28 @@ class NullTimeline(Timeline):
 
     def start(self) -> None:
         self.enabled = False
+
+
+class _Polled:
+    """A collective whose completion the recorder discovers: waiting for it closes its span
+    (and those of the collectives issued before it) at the latest."""
+
+    def __init__(self, work, timeline: Timeline, entry):
+        self._work, self._timeline, self._entry = work, timeline, entry
+
+    def wait(self, *args, **kwargs):
+        tl = self._timeline
+        if tl._pending:
+            tl._poll()          # those already complete end before the wait, not after it
+        out = self._work.wait(*args, **kwargs)
+        if self._entry[6] is None:
+            self._entry[6] = now_us()   # it ends here, whenever the poll gets to it
+        if tl._pending:
+            tl._poll()
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
 
 
 class _Closing:
