@@ -9,10 +9,14 @@
 # suite's local spawner, elsewhere over $SSH (configs/cluster.conf) with the DMLC_* variables;
 # any failure, or Ctrl-C, stops every process of the job (byteps/stop.sh stops leftovers).
 #
-# method: byteschedulerps when bytescheduler=1, else bspps when threshold is at least bspps's
-# default (every gradient in one fused push, the original's BSP-PS setting), else wfbpps
-# (threshold 0: each tensor pushed as soon as it is ready); method=... overrides. nservers:
-# default one per worker machine (on one machine: one per 4 workers). The method's settings
+# method: byteschedulerps when bytescheduler=1 (the original's: WFBP-PS workers, the servers
+# scheduling by priority, BYTEPS_SERVER_ENABLE_SCHEDULE=1), else bspps when threshold is at
+# least 536870912 bytes (a fused push of everything; the original's BSP-PS setting counted
+# 536870912 elements), else wfbpps (threshold 0: each tensor pushed as soon as it is ready);
+# method=... overrides (byteschedulerps-worker: the suite's worker-side ByteScheduler).
+# nservers: default one per worker machine. Workers on one machine (one host holds them all,
+# or every host is this one) run no server, as BytePS (a local reduce and broadcast; a note
+# says so) unless ps_force_servers=1 (then, on one machine, one per 4 workers). The method's settings
 # are variables named after its options (threshold, partition_bytes, credit), their defaults
 # the method's own (`python -m ddlbench.methods defaults bspps`); rdma (0/1/2 as the Horovod
 # launcher), image_size, iters, extra_args, dry_run as for horovod/horovod_mpi_cj.sh; job=ID
@@ -27,14 +31,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
-defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0
+defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0 ps_force_servers=0
 defaults "hostfile=$root/configs/cluster$nworkers"
 
 positive nworkers "$nworkers"
 [ -n "$nservers" ] && positive nservers "$nservers"
 case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$bytescheduler'" ;; esac
+case "$ps_force_servers" in 0|1) ;; *) die "ps_force_servers must be 0 or 1, got '$ps_force_servers'" ;; esac
 if [ -z "${method:-}" ]; then
-    fused="$(cd "$root" && "$PY" -m ddlbench.methods defaults bspps | sed -n 's/^threshold=//p')"
+    fused=536870912   # bytes: at least this much is the original's BSP-PS (one fused push)
     given="${threshold:-0}"
     [[ "$given" =~ ^[0-9]{1,18}$ ]] || die "threshold must be a number of bytes >= 0, got '$given'"
     if [ "$bytescheduler" = 1 ]; then method=byteschedulerps
@@ -54,4 +59,5 @@ launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nw
 [ -n "${job:-}" ] && launch+=(--job-id "$job")
 [ -n "${servers:-}" ] && launch+=(--servers "$servers")
 [ -n "${server_hosts:-}" ] && launch+=(--server-hosts "$server_hosts")
+[ "$ps_force_servers" = 1 ] && launch+=(--ps-force-servers)
 launch_exec --quiet "${launch[@]}" -- "${ARGS[@]}"

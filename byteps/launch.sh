@@ -6,7 +6,11 @@
 # As the original:
 # - debug=1 is the default and prints the command without running it (the first line says
 #   so); debug=0 runs it;
-# - nservers=0 (default) means nworkers/4 servers (at least 1);
+# - nservers=0 (default) means nworkers/4 servers (at least 1), and workers on one machine
+#   (nworkers=4: one host of configs/cluster4) run none, as BytePS with DMLC_NUM_WORKER=1 did (a
+#   local reduce and broadcast; ps_force_servers=1 starts them anyway);
+# - bytescheduler=1 is the original's ByteScheduler-PS: the WFBP-PS workers with the servers'
+#   priority scheduling (BYTEPS_SERVER_ENABLE_SCHEDULE=1), method byteschedulerps;
 # - threshold counts ELEMENTS (the original's optimizer summed numel against it): 536870912,
 #   its BSP-PS setting, is 2 GiB of fp32; byteps_launch.sh, the suite's own, counts bytes.
 # Every other variable (rdma, bytescheduler, hostfile, image_size, iters, extra_args, job, ...)

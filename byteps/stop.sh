@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# Stop the suite's training processes (workers and servers) on every host of a host file, as
-# the original's stop script did after a parameter-server run:
+# Stop the suite's parameter-server jobs (workers and servers), as the original's stop script
+# did after a parameter-server run (its benchmarks.py runs `cd byteps;./stop.sh` after each):
 #
-#   job=ID ./byteps/stop.sh                        # hosts of configs/cluster$nworkers (8)
-#   hostfile=configs/cluster4 job=ID ./byteps/stop.sh
+#   ./byteps/stop.sh                               # every PS job of yours from this checkout
+#   hostfile=configs/cluster4 ./byteps/stop.sh     # ... on the hosts of that host file
+#   job=ID ./byteps/stop.sh                        # only job ID (the launcher prints it)
 #
-# Only the processes of job ID (the launcher prints it; byteps_launch.sh takes job=ID) are
-# stopped: other jobs, other users' runs and a test suite beside it are left alone.
+# Without job=: the PS jobs this user started from this checkout (python -m
+# ddlbench.launch.psstop says how it tells them apart) on the hosts of the host file:
+# hostfile=, else configs/cluster$nworkers (nworkers default 8) where that file exists and
+# lists real hosts, else this machine only (a line says so). Another user's jobs, another
+# checkout's jobs and all-reduce jobs are left alone.
+# With job=ID: only the processes of job ID, on the hosts of that host file (it must exist).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
-[ -n "${job:-}" ] || die "job= is required: the id the launcher printed (job ID: ...); stop.sh stops only that job's processes"
 defaults nworkers=8
-defaults "hostfile=$root/configs/cluster$nworkers"
-launch_exec --quiet "$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop --job-id "$job"
+if [ -n "${job:-}" ]; then
+    defaults "hostfile=$root/configs/cluster$nworkers"
+    launch_exec --quiet "$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --stop --job-id "$job"
+fi
+hosts=()
+if [ -n "${hostfile:-}" ]; then
+    hosts=(--hostfile "$hostfile")
+else
+    default="$root/configs/cluster$nworkers"
+    if [ -f "$default" ] && ! grep -qF '# ddlbench: example hosts' "$default"; then
+        hosts=(--hostfile "$default")
+    else
+        echo "$LAUNCHER_NAME: no host file (hostfile= unset, $default absent or an example): this machine only" >&2
+    fi
+fi
+# a PS job on one machine runs no server (as BytePS): its --method says PS
+ps_methods="$(cd "$root" && "$PY" -m ddlbench.methods names --architecture ps)" || exit 2
+launch_exec --quiet "$PY" -m ddlbench.launch.psstop "${hosts[@]}" --ps-methods "$ps_methods"

@@ -13,4 +13,5 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 export method="${method:-bytescheduler}"
+export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"  # the original's launchers always set it
 exec "$root/horovod/horovod_mpi_cj.sh"

@@ -30,6 +30,10 @@ The compressors (pure torch, CPU or CUDA, no compiled extension):
   ``g >= 0`` packed 32 per int32 (a zero votes +1: one bit has no zero); the result is
   sign(sum of the P votes), with no scale: the optimizer's learning rate is the step size, as in
   signSGD. An element with as many +1 as -1 votes (even P) gets 0.
+- ``signavg``: signSGD as the original suite ran it (its ``mgwfbp/compression.py``
+  SignCompressor through its optimizer's all-gather path): the same bits as ``signum``, but
+  the result is the mean of the P workers' signs, (ayes - noes) / P, in {-1, -1 + 2/P, ..., 1},
+  not their vote.
 - ``efsignum``: EF-signSGD (Karimireddy et al. 2019): corrected c = g + residual; each tensor
   of the bucket is sent as its sign bits and one scale, mean |c| over that tensor; the residual
   is c - scale * sign(c); the result is the average over workers of scale * sign (no vote: the
@@ -389,6 +393,18 @@ def majority_vote(words: torch.Tensor, n: int) -> torch.Tensor:
     return torch.sign(2 * ayes.to(torch.int32) - p).to(torch.float32)
 
 
+def average_signs(words: torch.Tensor, n: int) -> torch.Tensor:
+    """The mean of the P workers' signs (+1 for a set bit, -1 otherwise) from their (P, m)
+    packed words: float, (ayes - noes) / P."""
+    import torch
+    p = words.shape[0]
+    count = torch.uint8 if p < 256 else torch.int32
+    ayes = torch.zeros(n, dtype=count, device=words.device)
+    for w in words:
+        ayes += _unpack(w, n, count)
+    return (2 * ayes.to(torch.int32) - p).to(torch.float32) / p
+
+
 def _segment_sizes(tensor, shapes):
     if shapes is None:
         return [tensor.numel()]
@@ -415,6 +431,23 @@ class Signum(Compressor):
             with comm.clock("decode_s", tensor) as note:
                 note(gathered)
                 tensor.copy_(majority_vote(gathered.view(p, -1), n))
+        return Pending(work, finish)
+
+
+class SignAverage(Signum):
+    """signSGD as the original's: the sign bits, their mean over the workers."""
+
+    id = "signavg"
+    sends = "sign bits, 32 per int32 word, all-gathered (the signs averaged, the original's)"
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        p, n = comm.size, tensor.numel()
+        work, (gathered,) = self._gather_encoded(key, tensor, comm, shapes)
+
+        def finish():
+            with comm.clock("decode_s", tensor) as note:
+                note(gathered)
+                tensor.copy_(average_signs(gathered.view(p, -1), n))
         return Pending(work, finish)
 
 
@@ -612,7 +645,8 @@ class PowerSGD(Compressor):
 
 
 COMPRESSORS: dict[str, type[Compressor]] = {
-    cls.id: cls for cls in (NoCompression, FP16, TopK, EFTopK, Signum, EFSignum, PowerSGD)}
+    cls.id: cls for cls in (NoCompression, FP16, TopK, EFTopK, Signum, SignAverage, EFSignum,
+                            PowerSGD)}
 
 
 def option_owners() -> dict:

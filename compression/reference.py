@@ -23,7 +23,7 @@ the decoding and the averaging are float64. Bounds:
 - fp16: the P halves are summed by the collective in half precision, in an order we do not
   know; each of the P-1 additions rounds by at most 2^-11 of the partial sum (<= sum |h_i|),
   or 2^-25 in the subnormal range: bound (P-1) * (2^-11 * sum_i |h_i| + 2^-25).
-- topk, eftopk, signum, efsignum: None. The same entries are selected and the same values sent;
+- topk, eftopk, signum, signavg, efsignum: None. The same entries are selected and the same values sent;
   the only difference is fp32 vs float64 summation of P values, as for dense.
 - powersgd: None is not possible. PowerSGD is computed here twice, in float64 and, with its
   own state, in the compressor's precision (the "shadow", the same definition in the gradient's
@@ -82,7 +82,7 @@ def _orthonormal_basis(p: torch.Tensor, drop: float = 1e-4):
     return basis, kappa
 
 
-NAMES = ("none", "fp16", "topk", "eftopk", "signum", "efsignum", "powersgd")
+NAMES = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd")
 
 
 class ReferenceMath:
@@ -170,6 +170,11 @@ class ReferenceMath:
     def _signum(self, names, xs, shapes, sizes):
         votes = sum(torch.where(x.to(self.dtype) >= 0, 1.0, -1.0).double() for x in xs)
         return torch.sign(votes), None
+
+    def _signavg(self, names, xs, shapes, sizes):
+        """The original's signSGD: the workers' signs (a zero counts +1) averaged."""
+        signs = sum(torch.where(x.to(self.dtype) >= 0, 1.0, -1.0).double() for x in xs)
+        return signs / self.world, None
 
     def _efsignum(self, names, xs, shapes, sizes):
         total = torch.zeros_like(xs[0])

@@ -58,9 +58,10 @@ def ring_link(op: str, alpha: float, beta: float, world: int) -> dict | None:
 # written without torch for the performance model; tests/test_compression_costs.py holds the
 # two to exactly the same collectives.
 
-COMPRESSOR_IDS = ("none", "fp16", "topk", "eftopk", "signum", "efsignum", "powersgd")
+COMPRESSOR_IDS = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum",
+                  "powersgd")
 # the compressors whose collectives are all-gathers (``compressed_messages``)
-ALLGATHER_COMPRESSORS = ("topk", "eftopk", "signum", "efsignum")
+ALLGATHER_COMPRESSORS = ("topk", "eftopk", "signum", "signavg", "efsignum")
 INDEX_BYTES = 4   # TopK's indices are int32
 WORD_BYTES = 4    # signs travel 32 per int32 word
 HALF_BYTES = 2    # fp16 sends half precision whatever the gradient's dtype
@@ -117,7 +118,7 @@ def compressed_messages(compressor: str, shapes: list[tuple[int, ...]], nworkers
     - none: the bucket, all-reduced; fp16: the bucket in half, all-reduced;
     - topk, eftopk: k = topk_count(n, density) values (element_bytes) all-gathered, then their
       int32 indices all-gathered;
-    - signum: ceil(n / 32) int32 words, all-gathered;
+    - signum, signavg: ceil(n / 32) int32 words, all-gathered;
     - efsignum: the words all-gathered, then one scale (element_bytes) per tensor all-gathered;
     - powersgd (rank r): every tensor with a plan (``powersgd_plan``) contributes its P factor
       (rows x r) to one all-reduce; every other tensor goes into one dense all-reduce after it;
@@ -143,7 +144,7 @@ def compressed_messages(compressor: str, shapes: list[tuple[int, ...]], nworkers
         return [("allgather", nworkers * k * element_bytes),
                 ("allgather", nworkers * k * INDEX_BYTES)]
     words = (n + 31) // 32
-    if compressor == "signum":
+    if compressor in ("signum", "signavg"):
         return [("allgather", nworkers * words * WORD_BYTES)]
     if compressor == "efsignum":
         return [("allgather", nworkers * words * WORD_BYTES),

@@ -13,6 +13,7 @@ import re
 import compression
 
 from . import methods
+from .methods import PS
 from .errors import ArgumentParser, UsageError, check_writable, say
 from .hosts.placement import dmlc_workers, launcher_rank
 from .measure import workload
@@ -108,6 +109,10 @@ def _run_flags(r) -> None:
                         "--net, one machine on the loopback): a host's workers share its link "
                         "and push to the parameter servers as one machine; servers get hosts "
                         "of their own")
+    r.add_argument("--ps-force-servers", action="store_true",
+                   help="a PS method starts parameter servers even when the workers are on "
+                        "one machine (which otherwise runs none: a local reduce and "
+                        "broadcast, as BytePS)")
     r.add_argument("--job-id", default=None,
                    help="label of this job on every process's command line (the PS launcher "
                         "finds and stops its processes by it)")
@@ -173,16 +178,38 @@ def _takers() -> str:
 
 
 def _job_settings(args) -> None:
-    """How many parameter servers the job has, decided before anything starts: the local
-    spawner starts one per 4 workers for a PS method that was not told; under a launcher the
-    count must be given (the launcher's processes include them)."""
+    """How many parameter servers the job has, decided before anything starts. A PS job whose
+    workers are on one machine (``one_machine``) runs none unless ``--ps-force-servers``:
+    ``ps_local``, a local reduce and broadcast (as BytePS with one worker machine). Otherwise
+    the local spawner starts one per worker machine (on one machine, forced: one per 4
+    workers) for a PS method that was not told; under a launcher the count must be given (the
+    launcher's processes include them)."""
     from .hosts import placement
     from .planning import default_nservers
+    if args.nservers == 0 and "nservers" not in args.given:
+        args.nservers = None    # DMLC_NUM_SERVER=0: a BytePS job with no server
     args.nservers_given = args.nservers is not None
+    wants = any(_is_ps(m) for m in args.method.split(","))
+    args.one_machine = one_machine(args)
+    args.ps_local = (wants and args.one_machine and not args.ps_force_servers
+                     and not args.nservers)
     if args.nservers is None:
-        wants = any(_is_ps(m) for m in args.method.split(","))
-        args.nservers = (default_nservers(args.nworkers or 1)
-                         if wants and placement.detect() is None else 0)
+        hosts = 1 if args.one_machine else machines(args)
+        args.nservers = (default_nservers(args.nworkers or 1, hosts)
+                         if wants and not args.ps_local and placement.detect() is None else 0)
+
+
+def machines(args) -> int:
+    """How many machines the suite's local spawner puts the workers on
+    (``launch.local.machines``)."""
+    from .launch import local
+    return local.machines(args.nworkers or 1, args.slots, args.net)
+
+
+def one_machine(args, env=None) -> bool:
+    """Whether the job's workers are all on one machine (``launch.local.one_machine``)."""
+    from .launch import local
+    return local.one_machine(args.nworkers or 1, args.slots, args.net, env)
 
 
 def _is_ps(method: str) -> bool:
@@ -230,10 +257,7 @@ def check(args, probe_engine: bool = True) -> None:
                                  f"'{{method}}' in the path ({each})")
     if len(names) > 1 and not args.verify:
         _check_several(args, names)
-    for name in names:
-        if methods.lookup(name, args.engine).architecture == methods.PS and args.nservers == 0:
-            raise UsageError(f"method {name} needs parameter servers: --nservers S (under a "
-                             f"launcher, S of its processes become servers)")
+    _check_servers(args, names)
     if len(compressor_list(args)) > 1 and not args.verify:
         raise UsageError("several compressors at once only with --verify; a benchmark times one")
     runs(args)  # methods that cannot take a compressor
@@ -243,6 +267,27 @@ def check(args, probe_engine: bool = True) -> None:
         models.check_vocab(args.model, args.vocab_size)
     models.check_input(args.model, args.image_size, args.batch_size)
     _check_optimizer(args)
+
+
+def _check_servers(args, names: list[str]) -> None:
+    """A PS method has servers, or its workers are on one machine (a local reduce and
+    broadcast); servers on one machine only with --ps-force-servers (BytePS used none
+    there)."""
+    ps = [n for n in names if methods.lookup(n, args.engine).architecture == methods.PS]
+    if not ps:
+        if args.ps_force_servers:
+            every = [n for n in methods.names(args.engine) if methods.architecture(n) == PS]
+            raise UsageError(f"--ps-force-servers is a setting of the PS methods "
+                             f"({', '.join(every)}), not of {', '.join(names)}")
+        return
+    if args.nservers == 0 and not args.ps_local:
+        raise UsageError(f"method {ps[0]} needs parameter servers: --nservers S (under a "
+                         f"launcher, S of its processes become servers)")
+    if args.nservers_given and args.one_machine and not args.ps_force_servers:
+        raise UsageError(f"--nservers {args.nservers}: the {args.nworkers or 1} worker(s) are "
+                         f"on one machine, where a PS job runs no server (a local reduce and "
+                         f"broadcast, as BytePS); add --ps-force-servers to start servers "
+                         f"anyway")
 
 
 # The paths a run writes, by flag: '{method}' in them is replaced by each method's id.
@@ -330,8 +375,14 @@ def _check_horovod(args, probe_engine: bool) -> None:
                   under_launcher=placement.detect() is not None or not probe_engine)
 
 
+def with_servers(args) -> bool:
+    """Whether the job can run PS methods: it has servers, or no server is needed (one
+    machine)."""
+    return args.nservers > 0 or getattr(args, "ps_local", False)
+
+
 def method_list(args) -> list[str]:
-    return methods.selected(args.method, args.engine, with_servers=args.nservers > 0)
+    return methods.selected(args.method, args.engine, with_servers=with_servers(args))
 
 
 def compressor_list(args) -> list[str]:
@@ -348,5 +399,5 @@ def runs(args) -> list[tuple[str, str]]:
     """(method, compressor) pairs to run. 'all' leaves out methods that cannot take a
     compressor other than none; a method named explicitly that cannot is an error."""
     return methods.pairs(args.method, compressor_list(args), args.engine,
-                         with_servers=args.nservers > 0)
+                         with_servers=with_servers(args))
 

@@ -63,10 +63,12 @@ class RunConfig:
         from . import runtime
         pairs = tuple(flags.runs(args))
         values = vars(args)
+        # no server (a PS job on one machine): the PS methods' nservers option is unset
+        resolvable = {**values, "nservers": args.nservers or None}
         options = {}
         for name, _ in pairs:
             if name not in options:
-                options[name] = methods.lookup(name, args.engine).Options.resolve(values)
+                options[name] = methods.lookup(name, args.engine).Options.resolve(resolvable)
         given = {spec.name: getattr(args, spec.name) for spec in compression.specs()}
         compressor_options = {spec.name: spec.default if given[spec.name] is None
                               else given[spec.name] for spec in compression.specs()}

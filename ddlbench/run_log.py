@@ -16,6 +16,15 @@ def print_header(log, config, ctx, method, model: dict) -> None:
         f"tensors: {model['tensors']}")
 
 
+def sentence_line(config) -> str | None:
+    """The line the original's BERT scripts printed after the warm-up, before "Running
+    benchmark..." (for BERT-Base too, word for word); None for the other models."""
+    from .measure.workload import is_bert
+    if not is_bert(config.spec.model):
+        return None
+    return f"BERT Large Pretraining, Sentence len: {config.spec.sentence_len}"
+
+
 def print_traffic(log, config, ctx, method, model: dict, traffic: dict,
                    compressed: dict | None) -> None:
     """What went over the wire per worker per iteration: the compressor's figures, the
@@ -25,7 +34,9 @@ def print_traffic(log, config, ctx, method, model: dict, traffic: dict,
     if method.architecture == methods.PS:
         push = traffic["payload_bytes"].get("push", 0)
         pull = traffic["payload_bytes"].get("pull", 0)
-        log(f"Parameter servers: {ctx.nservers}, partition {config.job.partition_bytes} bytes; "
+        from .methods.ps import servers_line
+        log(f"Parameter servers: {servers_line(ctx.nservers)}, partition "
+            f"{config.job.partition_bytes} bytes; "
             f"per worker per iteration {push / 1e6:.3f} MB pushed, {pull / 1e6:.3f} MB "
             f"pulled (gradient {model['gradient_bytes'] / 1e6:.3f} MB)")
 

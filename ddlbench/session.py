@@ -60,9 +60,10 @@ class Run:
         """Whether the parameter servers record too (``--timeline PATH`` with a PS method):
         their receives, sums and sends are rows of the trace, from the start of the recorded
         steps to their end (servers know no iterations, so ``--timeline-iters N`` limits the
-        workers only). Nothing changes on the wire without it."""
-        return (bool(config.timeline) and ctx.ps is not None and config.timeline_iters != 0
-                and self.method.architecture == methods.PS)
+        workers only). Nothing changes on the wire without it. (A job on one machine has no
+        server to record.)"""
+        return (bool(config.timeline) and ctx.ps is not None and ctx.nservers > 0
+                and config.timeline_iters != 0 and self.method.architecture == methods.PS)
 
     def calibrate(self) -> None:
         """The method's calibration (MG-WFBP measures here), leaving no gradient and no count

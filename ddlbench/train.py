@@ -74,6 +74,9 @@ def _benchmark(config: RunConfig, ctx) -> None:
         run.calibrate()
         model = run.work.stats()
         run_log.print_header(log, config, ctx, method, model)
+        if method.architecture == methods.PS and not ctx.nservers:
+            from .methods.ps import NO_SERVERS
+            log(f"Parameter servers: {NO_SERVERS}")
         warm = {}
         servers = run.servers_recorded(config, ctx)
         # the servers' counters so far (rank 0; every worker waits for them): the record
@@ -86,6 +89,8 @@ def _benchmark(config: RunConfig, ctx) -> None:
             warm["clock"] = overlap.align(ctx.device if ctx.backend == "nccl" else None)
             if servers:
                 overlap.servers_start(ctx.ps, ctx.rank)
+            if run_log.sentence_line(config):  # the original's, before "Running benchmark..."
+                log(run_log.sentence_line(config))
 
         log("Running warmup...")
         result = timing.run(ctx, run.train_step, method.synchronize,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from . import session
+from . import methods, session
 from .methods.base import BEFORE_STEP
 from .measure import workload
 from .timeline import WAIT
@@ -298,6 +298,9 @@ def run(config: RunConfig, ctx) -> int:
     rtol = rtol if config.rtol is None else config.rtol
     atol = atol if config.atol is None else config.atol
     failed = []
+    if any(methods.lookup(m, config.engine).architecture == methods.PS for m, _ in config.runs):
+        from .methods.ps import servers_line
+        _log(ctx, f"verify: parameter servers: {servers_line(ctx.nservers)}")
     for method_id, comp in config.runs:
         name = method_id if comp == "none" else f"{method_id}+{comp}"
         if not _verify_one(config, ctx, method_id, comp, name, rtol, atol):

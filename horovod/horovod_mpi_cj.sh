@@ -29,6 +29,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
+export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"  # the original's launchers always set it
 
 if [ -z "${method:-}" ] && [ -n "${threshold:-}" ]; then
     # The original's horovod/ launcher ran Horovod's default fusion and ignored threshold (its

@@ -32,6 +32,9 @@ COMPRESSED_ELEMENTS=67108864  # the original's threshold for compressed runs
 if [ "$compressor" != none ]; then
     method=fusion; threshold="$COMPRESSED_ELEMENTS"; export density=0.001
     said="compressor=$compressor: fusion, density 0.001, threshold $threshold elements"
+    if [ "$compressor" = signum ]; then  # the original's signSGD averaged the workers' signs
+        compressor=signavg; said="$said; the original's signum averaged the signs: signavg"
+    fi
 elif [ "$mgwfbp" = 1 ]; then
     method=mgwfbp
     defaults "mgwfbp_ab=${DDLBENCH_MGWFBP_AB:-table}"  # the original's alpha-beta tables

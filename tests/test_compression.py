@@ -14,7 +14,7 @@ from ddlbench import train as train_script
 
 from .conftest import REPO, describe, run, train, verify_lines
 
-COMPRESSORS = ["fp16", "topk", "eftopk", "signum", "efsignum", "powersgd"]
+COMPRESSORS = ["fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd"]
 # 0.73 M parameters in 52 tensors, no BatchNorm: every compressor x method x workers fits.
 SMALL = ["--model", "squeezenet1_1", "--image-size", "32", "--num-classes", "10",
          "--batch-size", "4"]
@@ -108,6 +108,48 @@ def test_error_feedback_topk_loses_nothing_each_step():
         assert (residual[idx.long()] == 0).all()
 
 
+def test_signavg_averages_the_signs_where_signum_votes():
+    """The original's signSGD (signavg): the mean of the workers' signs, exactly, where signum
+    takes their majority; a zero counts +1 in both. Its reference (compression/reference.py,
+    written apart) gives the same figures."""
+    from compression.reference import ReferenceMath
+    # 3 workers, 4 elements: votes (+,+,-), (-,-,-), (+,-,0 -> +), (0 -> +, 0 -> +, -)
+    xs = [torch.tensor([1.0, -2.0, 3.0, 0.0]), torch.tensor([0.5, -1.0, -1.0, 0.0]),
+          torch.tensor([-4.0, -0.1, 0.0, -7.0])]
+    words = [compression.pack_signs(x) for x in xs]   # what each worker sends
+
+    def on_each_worker(name):
+        out = []
+        for rank, x in enumerate(xs):
+            t = x.clone()
+            comm = _Gathered(words, rank)
+            compression.create(name).reduce_async((0,), t, comm, [t.shape]).wait()
+            out.append(t.tolist())
+        return out
+    avg, vote = on_each_worker("signavg"), on_each_worker("signum")
+    third = torch.tensor(1 / 3, dtype=torch.float32).item()   # the fp32 gradient's 1/3
+    assert avg == [[third, -1.0, third, third]] * 3
+    assert vote == [[1.0, -1.0, 1.0, 1.0]] * 3
+    ref, bound = ReferenceMath("signavg", 3).aggregate([0], [x.double() for x in xs], [(4,)])
+    assert bound is None
+    assert torch.allclose(torch.tensor(avg[0], dtype=torch.float64), ref, rtol=0, atol=1e-7)
+    assert ref.tolist() == [1 / 3, -1.0, 1 / 3, 1 / 3]
+
+
+class _Gathered(SimComm):
+    """Worker ``rank``'s all-gather among workers whose payloads are ``rows``: it sends its
+    own row (checked) and receives every row, in rank order."""
+
+    def __init__(self, rows, rank):
+        super().__init__(len(rows))
+        self.rows, self.rank = rows, rank
+
+    def allgather(self, output, tensor, async_op=True):
+        assert torch.equal(tensor, self.rows[self.rank])
+        output.copy_(torch.cat(self.rows))
+        return super().allgather(torch.empty_like(output), tensor, async_op)
+
+
 def test_error_feedback_signum_loses_nothing_but_rounding_each_step():
     comp = compression.create("efsignum")
     shapes = [torch.Size([30, 10]), torch.Size([7])]
@@ -180,6 +222,7 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         "topk": 10 * 4 + 10 * 4,          # k = 10 values (fp32) + 10 indices (int32)
         "eftopk": 80,
         "signum": 32 * 4,                 # ceil(1000 / 32) words
+        "signavg": 32 * 4,                # the same words
         "efsignum": 32 * 4 + 2 * 4,       # + one fp32 scale per tensor
         # rank 2 on 10 x 50: P 10x2 and Q 50x2; the 1-D tensor goes dense (500).
         "powersgd": (20 + 100 + 500) * 4,
@@ -194,7 +237,7 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         assert all(a["bytes"] == 4000 for a in encodes), name
         assert sum(a["bytes_out"] for a in encodes) == (payload if name != "none" else 0), name
         decodes = [e[5] for e in comm.timeline.events if e[0] == "decode"]
-        gathers = 4 if name in ("topk", "eftopk", "signum", "efsignum") else 1
+        gathers = 4 if name in ("topk", "eftopk", "signum", "signavg", "efsignum") else 1
         assert [(a["bytes"], a["bytes_in"]) for a in decodes] == [(4000, payload * gathers)], \
             name
         st = comm.compression_stats()  # the compressor counts through Comm
@@ -206,7 +249,7 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         assert st["dense_payload_bytes"] == 4000 and st["dense_wire_bytes"] == 6000
         assert st["compression_ratio"] == 4000 / payload
         assert st["encode_s"] >= 0 and st["decode_s"] >= 0
-    gathered = {"topk": 3 * 80, "signum": 3 * 128}  # all-gather: (P-1) m each way
+    gathered = {"topk": 3 * 80, "signum": 3 * 128, "signavg": 3 * 128}  # (P-1) m each way
     for name, wire in gathered.items():
         comp = compression.create(name, density=0.01)
         comm = SimComm(4)
@@ -243,6 +286,7 @@ def test_decoding_with_identical_workers():
     assert torch.equal(top.nonzero().view(-1), idx)
     assert torch.equal(top[idx], (g[idx] + g[idx] + g[idx]) / 3)  # 3 copies scatter-added
     assert torch.equal(once("signum"), torch.where(g >= 0, 1.0, -1.0))
+    assert torch.equal(once("signavg"), torch.where(g >= 0, 1.0, -1.0))
     ef = once("efsignum")
     scales = [g[:2000].abs().double().mean(), g[2000:].abs().double().mean()]
     assert torch.allclose(ef[:2000].double(), torch.sign(g[:2000]).double() * scales[0])
@@ -299,7 +343,7 @@ def test_bench_bad_input_is_one_line_and_nonzero(capsys, args, message):
     (["--density", "-0.5"], "--density must be in (0, 1], got -0.5"),
     (["--density", "1.01", "--compressor", "topk"], "--density must be in (0, 1], got 1.01"),
     (["--compressor", "zip"], "unknown compressor 'zip'; known: none, fp16, topk, eftopk, "
-                              "signum, efsignum, powersgd"),
+                              "signum, signavg, efsignum, powersgd"),
     (["--compressor", "topk,zip", "--verify", "1"], "unknown compressor 'zip'"),
     (["--compressor", "powersgd", "--powersgd-rank", "0"],
      "--powersgd-rank must be positive, got 0"),
@@ -336,7 +380,7 @@ def _check_verified(proc, names, steps=3):
         assert [r[0] for r in rows] == list(range(1, steps + 1)), name
         for step, max_abs, frac, ok in rows:
             assert ok, (name, step)
-            if name.endswith(("topk", "signum")) or "+" not in name:
+            if name.endswith(("topk", "signum", "signavg")) or "+" not in name:
                 # Exact selections on the same fp32 values: fp32 reordering only, as dense.
                 assert frac < 0.5 and max_abs < 1e-6, (name, step, max_abs, frac)
     for line in proc.stdout.splitlines():

@@ -147,3 +147,42 @@ def test_shipped_hostfiles():
         text = open(f"{REPO}/configs/cluster{n}").read()
         assert sum(int(l.split("slots=")[1]) for l in text.splitlines()
                    if "slots=" in l and not l.startswith("#")) == n
+
+
+# ompi_info and ucx_info stand-ins beside a stand-in mpirun: what this Open MPI has, what UCX
+# sees (an InfiniBand transport or only TCP and shared memory).
+OMPI_INFO = {"ucx": "MCA pml: ob1\nMCA pml: ucx\nMCA btl: tcp\n",
+             "openib": "MCA pml: ob1\nMCA btl: openib\nMCA btl: tcp\n",
+             "tcp": "MCA pml: ob1\nMCA btl: tcp\n"}
+UCX_INFO = {"ib": "#      Transport: rc_mlx5\n#         Device: mlx5_0:1\n",
+            "none": "#      Transport: tcp\n#      Transport: posix\n"}
+
+
+@pytest.mark.parametrize("ompi,ucx,pml,btl,line", [
+    ("ucx", "ib", "ucx", "self,sm,tcp", "rdma=1: MPI over UCX on InfiniBand (the original's "
+     "openib BTL is gone from Open MPI 5)"),
+    ("ucx", "none", "ob1", "self,sm,tcp",
+     "rdma=1: MPI over TCP on lo with pml ob1: this Open MPI has no openib BTL (the "
+     "original's) and UCX sees no InfiniBand device here (forced, it would abort); NCCL "
+     "still uses InfiniBand"),
+    ("openib", "none", "ob1", "openib,vader,self",
+     "rdma=1: MPI over the openib BTL (pml ob1, btl openib,vader,self), as the original"),
+    ("tcp", "ib", "ob1", "self,sm,tcp", "rdma=1: MPI over TCP on lo with pml ob1: this Open "
+     "MPI has neither the openib BTL (the original's) nor UCX; NCCL still uses InfiniBand"),
+])
+def test_rdma1_transport_falls_back_where_ucx_sees_no_device(tmp_path, ompi, ucx, pml, btl,
+                                                             line):
+    import shlex
+    for name, text in (("mpirun", "exit 0\n"), ("ompi_info", f"printf '{OMPI_INFO[ompi]}'\n"),
+                       ("ucx_info", f"printf '{UCX_INFO[ucx]}'\n")):
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n" + text)
+        path.chmod(0o755)
+    proc = run(["bash", LAUNCHER], timeout=60, nworkers=1, rdma="1", method="wfbp",
+               IB_INTERFACE="lo", MPIRUN=str(tmp_path / "mpirun"), dry_run="1")
+    assert proc.returncode == 0, describe(proc)
+    assert f"horovod/horovod_mpi_cj.sh: {line}" in proc.stderr.splitlines(), describe(proc)
+    words = shlex.split(proc.stdout.strip().splitlines()[-1])
+    mca = {words[i + 1]: words[i + 2] for i, w in enumerate(words) if w == "--mca"}
+    assert (mca["pml"], mca["btl"]) == (pml, btl), words
+    assert (mca.get("btl_openib_allow_ib") == "1") == (ompi == "openib")

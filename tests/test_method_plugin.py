@@ -46,7 +46,7 @@ def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
     proc = train("--help", timeout=120, **env)
     assert proc.returncode == 0, describe(proc)
     text = " ".join(proc.stdout.split())
-    assert "byteschedulerps, pieces) or module:Class" in text
+    assert "byteschedulerps, byteschedulerps-worker, pieces) or module:Class" in text
     assert "--pieces PIECES how many all-reduces the gradient is cut into [pieces] " \
         "(default: 2)" in text
 
@@ -87,7 +87,8 @@ def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
                                    "mgwfbp", "pieces"], describe(proc)
     proc = run([sys.executable, "-m", "ddlbench.methods", "names", "--architecture", "ps"],
                **env)
-    assert proc.stdout.split() == ["bspps", "wfbpps", "byteschedulerps"], describe(proc)
+    assert proc.stdout.split() == ["bspps", "wfbpps", "byteschedulerps",
+                                   "byteschedulerps-worker"], describe(proc)
     out = tmp_path / "rec.json"
     proc = run(["bash", f"{REPO}/horovod/horovod_mpi_cj.sh"], timeout=300, nworkers="2",
                method="pieces", pieces="4", dnn="bert_tiny", bs="4", senlen="16", iters="1",

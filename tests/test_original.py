@@ -22,16 +22,80 @@ ORIGINAL = [
      {"--partition": "4000000", "--credit": "16000000"}),
     ("horovod", "horovod", A2A.format(c="none", t=0, m=1), "fusion",
      {"--threshold": "67108864"}),  # Horovod's default, threshold= ignored as the original
+    # (nservers = nworkers/4 = 1 as its launch.sh computed; at 4 GPUs, one machine, the
+    # launcher then starts none: test_the_original_ps_runs_are_the_original_algorithm)
     ("bspps", "byteps", PS.format(t=536870912, b=0), "bspps",
      {"--threshold": str(536870912 * 4), "--nservers": "1"}),
     ("wfbpps", "byteps", PS.format(t=0, b=0), "wfbpps", {"--threshold": "0", "--nservers": "1"}),
-    ("byteschedulerps", "byteps", PS.format(t=0, b=1), "byteschedulerps", {"--nservers": "1"}),
+    ("byteschedulerps", "byteps", PS.format(t=0, b=1), "byteschedulerps",
+     {"--threshold": "0", "--nservers": "1"}),  # the WFBP-PS script, servers scheduling
     # the compressed runs of its a2a folder: density 0.001, 67108864 elements = 256 MiB
     ("eftopk", "mgwfbp", A2A.format(c="eftopk", t=536870912, m=0), "fusion",
      {"--compressor": "eftopk", "--density": "0.001", "--threshold": "268435456"}),
     ("signum", "mgwfbp", A2A.format(c="signum", t=536870912, m=0), "fusion",
-     {"--compressor": "signum", "--threshold": "268435456"}),  # signum has no density
+     {"--compressor": "signavg", "--threshold": "268435456"}),  # its signSGD averaged signs
 ]
+
+
+# What the original's gen_cmd ran for its PS methods (benchmarks.py: bspps threshold=536870912,
+# byteschedulerps bytescheduler=1, else 0 and 0), per worker count: at 4 GPUs its launch.sh set
+# DMLC_NUM_WORKER = nworkers/4 = 1 and BytePS with one worker machine runs no server (a local
+# reduce and broadcast); at 8, two worker machines and nworkers/4 = 2 servers, which sum in
+# arrival order unless BYTEPS_SERVER_ENABLE_SCHEDULE=1 (bytescheduler=1: priority). Its workers
+# ran one script: pushes from the gradient hooks, each tensor alone (threshold 0) or everything
+# fused and pushed once the backward is done (536870912 elements = 2147483648 bytes of fp32).
+GEN_CMD_PS = {"bspps": (536870912, 0), "wfbpps": (0, 0), "byteschedulerps": (0, 1)}
+ORIGINAL_PS_ALGORITHM = {
+    ("bspps", 4): ("after_backward", None, 0, 2147483648),
+    ("bspps", 8): ("after_backward", "arrival", 2, 2147483648),
+    ("wfbpps", 4): ("from_hooks", None, 0, 0),
+    ("wfbpps", 8): ("from_hooks", "arrival", 2, 0),
+    ("byteschedulerps", 4): ("from_hooks", None, 0, 0),
+    ("byteschedulerps", 8): ("from_hooks", "priority", 2, 0),
+}
+
+
+@pytest.mark.parametrize("method,nworkers", sorted(ORIGINAL_PS_ALGORITHM))
+def test_the_original_ps_runs_are_the_original_algorithm(tmp_path, monkeypatch, method,
+                                                         nworkers):
+    """gen_cmd's command for (method, nworkers), word for word (debug=1: printed), then what
+    the PS launcher makes of it (its servers: none on one machine; the variables of worker 0)
+    and the training script's flags under them: the algorithm the record carries
+    (``method.algorithm``, the method's own ``algorithm()``, which its describe() writes) is
+    what the original ran. 8 workers: two 'remote' hosts of 4 slots (nothing is started)."""
+    from ddlbench import flags, methods
+    from ddlbench.hosts import hostfile
+    from ddlbench.launch import pslaunch
+    from ddlbench.run_config import RunConfig
+    threshold, bytescheduler = GEN_CMD_PS[method]
+    hosts = f"{REPO}/configs/cluster4"
+    if nworkers == 8:
+        hosts = tmp_path / "hosts"
+        hosts.write_text("127.0.0.2 slots=4\n127.0.0.3 slots=4\n")
+    line = PS.format(t=threshold, b=bytescheduler)
+    cmd = f"cd byteps; rdma=0 dnn=resnet50 bs=64 nworkers={nworkers} {line}"
+    proc = run(["bash", "-c", cmd], timeout=120, hostfile=str(hosts))
+    assert proc.returncode == 0, describe(proc)
+    words = shlex.split(proc.stdout.strip().splitlines()[-1])
+    launch = pslaunch.parse_args(words[words.index("ddlbench.launch.pslaunch") + 1:])
+    listed = hostfile.parse(launch.hostfile)
+    nservers = pslaunch.servers_of(launch, listed)
+    argv = list(launch.train_args)
+    if all(pslaunch.is_local(h.name) for h in listed):   # the local spawner, on this machine
+        argv += ["--nworkers", str(nworkers)] + (["--nservers", str(nservers)] if nservers
+                                                 else [])
+    else:
+        workers, servers, _ = pslaunch.placement(listed, nworkers, nservers)
+        common, roles = pslaunch.dmlc_roles(workers, servers, nworkers, workers[0], "1")
+        for k, v in {**common, **roles[0][1]}.items():
+            monkeypatch.setenv(k, v)
+    args = flags.parse_args(argv)
+    flags.check(args)
+    config = RunConfig.of(args)
+    assert config.method == method
+    algorithm = methods.lookup(method).algorithm(config.options[method], config.job.nservers)
+    assert algorithm == dict(zip(("worker_schedule", "server_schedule", "servers",
+                                  "threshold_bytes"), ORIGINAL_PS_ALGORITHM[method, nworkers]))
 
 
 def _train_flags(printed):
@@ -60,8 +124,8 @@ def test_an_original_command_means_the_original_experiment(name, folder, line, m
     if method in ("bspa2a", "wfbp", "mgwfbp", "bytescheduler"):
         assert flags["--compressor"] == "none"
         assert "--threshold" not in flags  # no fusion threshold: none of these fuse by one
-    if folder == "mgwfbp":
-        assert "NCCL_DEBUG=INFO" in proc.stdout  # its launcher always set it
+    if folder in ("mgwfbp", "horovod", "bytescheduler"):
+        assert "NCCL_DEBUG=INFO" in proc.stdout  # its launchers always set it
     if folder == "byteps":
         assert proc.stderr.startswith("byteps/launch.sh: debug=1 (the original's default)")
 
@@ -144,6 +208,8 @@ def test_an_original_command_runs_with_a_small_model(tmp_path, load_json, folder
     opt = rec["optimizer"]
     assert (opt["class"], opt["lr"], opt["eps"], opt["auto"]) == ("AdamW", 2e-5, 1e-8, True)
     if method == "wfbpps":
-        assert rec["method"]["nservers"] == 1 and rec["config"]["nworkers"] == 2
-        # As BytePS: the machine's workers sum locally, one of them pushes.
-        assert rec["method"]["ps_clients"] == "machine" and rec["method"]["pushers"] == [0]
+        # As BytePS with one worker machine: no server, a local reduce and broadcast.
+        assert rec["method"]["nservers"] == 0 and rec["config"]["nworkers"] == 2
+        assert rec["method"]["parameter_servers"] == ("none (one machine: local reduce and "
+                                                      "broadcast, as BytePS)")
+        assert rec["method"]["pushers"] == [] and rec["servers"] is None

@@ -1,5 +1,6 @@
-"""The parameter-server architecture: partition plan, the three PS methods against the
-single-process reference, bytes on the wire, failures of servers and workers, the launcher."""
+"""The parameter-server architecture: partition plan, the PS methods against the
+single-process reference (with servers, and on one machine without any), bytes on the wire,
+failures of servers and workers, the launcher."""
 import os
 import signal
 import subprocess
@@ -21,7 +22,9 @@ from . import traces
 from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, SMALL_CNN, TINY_BERT, describe, env,
                        run, train, verify_lines)
 
-PS_METHODS = ["bspps", "wfbpps", "byteschedulerps"]
+PS_METHODS = ["bspps", "wfbpps", "byteschedulerps", "byteschedulerps-worker"]
+# Servers on one machine: BytePS ran none there, the suite only when forced.
+FORCE = "--ps-force-servers"
 LAUNCHER = f"{REPO}/byteps/byteps_launch.sh"
 FAKE_SSH = f"{REPO}/tests/fake_ssh.sh"
 # Small partitions and a small credit window, so that tensors are cut, spread over both
@@ -276,13 +279,13 @@ def test_a_server_refuses_a_round_pushed_wrong(monkeypatch, second, message):
 # Model x worker count (1-4) x server count (1, 2) x who pushes, pairwise for the suite's time
 # budget: every worker count, both server counts with an odd and an even number of workers,
 # each model with one and with two servers.
-# Every run checks all three PS methods for 3 momentum-SGD steps, with random per-rank delays in
+# Every run checks all four PS methods for 3 momentum-SGD steps, with random per-rank delays in
 # the gradient hooks when there are several workers (pushes then leave in a different order on
 # each worker). Clients per machine (the default) on one machine (one pusher summing 2-3
 # workers) and on 2 logical machines of 2 workers (--slots 2: two pushers, each summing two);
 # clients per process with 3 workers on 2 servers.
-MATRIX = [("cnn", 2, 1, []), ("cnn", 3, 2, ["--ps-clients", "process"]),
-          ("bert", 1, 2, []), ("bert", 3, 1, []), ("bert", 4, 2, ["--slots", "2"])]
+MATRIX = [("cnn", 2, 1, [FORCE]), ("cnn", 3, 2, ["--ps-clients", "process", FORCE]),
+          ("bert", 1, 2, [FORCE]), ("bert", 3, 1, [FORCE]), ("bert", 4, 2, ["--slots", "2"])]
 
 
 @pytest.mark.timeout(600)
@@ -307,14 +310,13 @@ def test_ps_methods_equal_the_reference(tmp_path, model, nworkers, nservers, ext
     assert "replicas differ" not in proc.stdout
 
 
-# (--method all with no --nservers, the spawner's default server included: test_verify.py's
-# AdamW run.)
+# (--method all with no --nservers on one machine, no server: test_verify.py's AdamW run.)
 
 
 @pytest.mark.timeout(300)
 def test_more_servers_than_partitions_is_still_correct():
     proc = train(*TINY_BERT, "--verify", "2", "--method", "bspps", "--nworkers", "2",
-                 "--nservers", "3", "--partition-bytes", str(10 ** 9), "--no-cuda",
+                 "--nservers", "3", "--partition-bytes", str(10 ** 9), "--no-cuda", FORCE,
                  timeout=280)
     assert proc.returncode == 0, describe(proc)
     assert all(ok for *_, ok in verify_lines(proc.stdout)["bspps"])
@@ -328,9 +330,20 @@ def test_more_servers_than_partitions_is_still_correct():
 # The first two also write their timeline (tests/test_timeline.py lists which tests carry
 # which method's); bspps shows a run without a trace file records nothing on the servers, in a
 # job that times wfbpps next on the same servers: each record counts its own method's traffic.
-RECORD_CASES = [("wfbpps", ["--ps-clients", "process"], 2, [0, 1]),
-                ("byteschedulerps", [], 3, [0]),
+RECORD_CASES = [("wfbpps", ["--ps-clients", "process", FORCE], 2, [0, 1]),
+                ("byteschedulerps-worker", [FORCE], 3, [0]),
                 ("bspps,wfbpps", ["--slots", "2"], 4, [0, 2])]
+
+
+# What each method of RECORD_CASES did, with 2 servers (the record's ``method.algorithm``).
+RECORD_ALGORITHM = {
+    "wfbpps": {"worker_schedule": "from_hooks", "server_schedule": "arrival", "servers": 2,
+               "threshold_bytes": 0},
+    "byteschedulerps-worker": {"worker_schedule": "bytescheduler",
+                               "server_schedule": "priority", "servers": 2,
+                               "threshold_bytes": None},
+    "bspps": {"worker_schedule": "after_backward", "server_schedule": "arrival", "servers": 2,
+              "threshold_bytes": None}}
 
 
 def _check_ps_record(proc, rec, extra, nworkers, pushers):
@@ -344,6 +357,8 @@ def _check_ps_record(proc, rec, extra, nworkers, pushers):
     parts = rec["method"]["partitions"]
     assert per_iter["calls"]["push"] == parts
     assert rec["config"]["nservers"] == 2 and rec["method"]["nservers"] == 2
+    assert rec["method"]["algorithm"] == RECORD_ALGORITHM[rec["config"]["method"]]
+    assert rec["method"]["parameter_servers"] == "2"
     assert rec["method"]["partition_bytes"] == 65536
     assert rec["method"]["ps_clients"] == ("process" if "process" in extra else "machine")
     assert rec["method"]["pushers"] == pushers
@@ -367,8 +382,8 @@ def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extr
                                                pushers):
     out = tmp_path / ("rec_{method}.json" if "," in method else "rec.json")
     trace = tmp_path / "trace.json"
-    # A benchmark takes only its method's options: the credit is byteschedulerps's.
-    workload = BERT_PS if method == "byteschedulerps" else BERT_PS[:-2]
+    # A benchmark takes only its method's options: the credit is byteschedulerps-worker's.
+    workload = BERT_PS if method == "byteschedulerps-worker" else BERT_PS[:-2]
     traced = "," not in method
     proc = train(*workload, *QUICK_TIMING, "--method", method, "--nworkers", str(nworkers),
                  "--nservers", "2", "--no-cuda", "--output", str(out), *extra,
@@ -404,7 +419,8 @@ def _children_alive(proc):
 def _start_long_run(nworkers, nservers, method, clients="machine"):
     args = [sys.executable, "-m", "ddlbench.train", *TINY_BERT, "--method", method,
             "--nworkers", str(nworkers), "--nservers", str(nservers), "--no-cuda",
-            "--num-warmup-batches", "1000000", "--timeout", "60", "--ps-clients", clients]
+            "--num-warmup-batches", "1000000", "--timeout", "60", "--ps-clients", clients,
+            FORCE]
     return subprocess.Popen(args, cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -449,7 +465,7 @@ def _error_line(err, who, *words):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("method,clients", [("wfbpps", "machine"),
-                                            ("byteschedulerps", "process")])
+                                            ("byteschedulerps-worker", "process")])
 def test_a_dead_server_stops_every_worker_naming_it(method, clients):
     proc = _start_long_run(2, 1, method, clients)
     server = _rank_process(proc, 2)
@@ -506,8 +522,10 @@ def test_bad_ps_input_is_one_line(args, message):
 
 
 def test_ps_method_without_servers_under_a_launcher_is_refused():
-    # As if started by mpirun -np 1 with no --nservers: no process is left to be a server.
-    e = dict(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+    # As if started by mpirun -np 2 on two machines with no --nservers: no process is left to
+    # be a server (on one machine none would be needed).
+    e = dict(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="2",
+             OMPI_COMM_WORLD_LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1")
     proc = train(*TINY_BERT, "--method", "bspps", timeout=120, **e)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip() == ("ddlbench: error: method bspps needs parameter servers: "
@@ -543,16 +561,131 @@ SMALL_ENV = dict(dnn="bert_tiny", bs="4", senlen="16", iters="2",
 
 
 @pytest.mark.timeout(300)
-def test_launcher_on_localhost_spawns_workers_and_servers(tmp_path, load_json):
+def test_launcher_on_localhost_spawns_workers_and_no_server(tmp_path, load_json):
+    """One machine (configs/cluster2: localhost): the original's ByteScheduler-PS runs as
+    BytePS did there, with no server (a local reduce and broadcast), whatever nservers says."""
     out = tmp_path / "rec.json"
     proc = run(["bash", LAUNCHER], timeout=280, hostfile=f"{REPO}/configs/cluster2",
-               nworkers="2", bytescheduler="1",
+               nworkers="2", nservers="1", bytescheduler="1",
                **dict(SMALL_ENV, extra_args=SMALL_ENV["extra_args"] + f" --output {out}"))
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     assert rec["config"]["method"] == "byteschedulerps"
-    assert rec["config"]["nservers"] == 1       # one machine, 2 workers: one server
-    assert "--nworkers 2 --nservers 1" in proc.stderr
+    assert rec["config"]["nservers"] == 0 and rec["servers"] is None
+    assert rec["method"]["algorithm"] == {"worker_schedule": "from_hooks",
+                                          "server_schedule": None, "servers": 0,
+                                          "threshold_bytes": 0}
+    assert rec["method"]["parameter_servers"] == ONE_MACHINE
+    assert f"Parameter servers: {ONE_MACHINE}" in proc.stdout.splitlines()
+    assert f"ddlbench: note: {pslaunch.ONE_MACHINE_NOTE}" in proc.stderr.splitlines()
+    assert "--nworkers 2 --job-id" in proc.stderr and "--nservers" not in proc.stderr
+
+
+ONE_MACHINE = "none (one machine: local reduce and broadcast, as BytePS)"
+
+
+@pytest.mark.timeout(300)
+def test_a_one_machine_ps_job_starts_no_server_and_verifies():
+    """Every PS method on one machine (2 workers on the loopback, 3 on --slots 3): no server
+    process (the job's processes are its workers), the local reduce and broadcast, and the
+    parameters of single-process SGD on the averaged gradient, with pushes in a different
+    order on each worker (jitter in the hooks)."""
+    for nworkers, extra in ((2, []), (3, ["--slots", "3"])):
+        proc = train(*BERT_PS, "--verify", "2", "--method", ",".join(PS_METHODS),
+                     *MOMENTUM_SGD, "--nworkers", str(nworkers), "--no-cuda", *extra,
+                     timeout=280, DDLBENCH_TEST_HOOK_JITTER_MS=10)
+        assert proc.returncode == 0, describe(proc)
+        assert f"verify: parameter servers: {ONE_MACHINE}" in proc.stdout.splitlines()
+        lines = verify_lines(proc.stdout)
+        assert set(lines) == set(PS_METHODS), describe(proc)
+        for method in PS_METHODS:
+            assert [s for s, *_ in lines[method]] == [1, 2], method
+            assert all(ok for *_, ok in lines[method]), (method, lines[method])
+        assert f"{nworkers} worker(s)" in proc.stdout
+
+
+def test_servers_on_one_machine_need_the_force_flag():
+    proc = train(*TINY_BERT, "--method", "wfbpps", "--nworkers", "2", "--nservers", "1",
+                 "--no-cuda", timeout=120)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.strip() == (
+        "ddlbench: error: --nservers 1: the 2 worker(s) are on one machine, where a PS job "
+        "runs no server (a local reduce and broadcast, as BytePS); add --ps-force-servers to "
+        "start servers anyway")
+
+
+def test_the_one_machine_rule():
+    """Which jobs have their workers on one machine (docs/DESIGN.md section 6)."""
+    from ddlbench import flags
+
+    def one(argv, env=None):
+        args = flags.parse_args(["--method", "wfbpps", *argv])
+        return flags.one_machine(args, env or {})
+    assert one(["--nworkers", "4"])                          # the loopback
+    assert one(["--nworkers", "4", "--slots", "4"])
+    assert not one(["--nworkers", "4", "--slots", "2"])      # 2 emulated hosts
+    assert not one(["--nworkers", "2", "--net", "1gbit"])    # one host per worker
+    assert one(["--nworkers", "1", "--net", "1gbit"])
+    dmlc = dict(DMLC_ROLE="worker", DMLC_PS_ROOT_URI="h", DMLC_PS_ROOT_PORT="1",
+                DMLC_NUM_SERVER="0", DMLC_WORKER_ID="0", BYTEPS_LOCAL_SIZE="4")
+    assert one([], dict(dmlc, DMLC_NUM_WORKER="1"))
+    assert not one([], dict(dmlc, DMLC_NUM_WORKER="2"))
+    mpi = dict(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="4")
+    assert one([], dict(mpi, OMPI_COMM_WORLD_LOCAL_SIZE="4"))
+    assert not one([], dict(mpi, OMPI_COMM_WORLD_LOCAL_SIZE="2"))
+    # the PS launcher's: a host file with one host, remote or local, or all of this machine
+    hosts = [Host("127.0.0.2", 4)]
+    assert pslaunch.one_machine(hosts, ["127.0.0.2"] * 4, [], 4)
+    two = [Host("127.0.0.2", 4), Host("127.0.0.3", 4)]
+    assert not pslaunch.one_machine(two, ["127.0.0.2"] * 4 + ["127.0.0.3"] * 4, [], 8)
+    local = [Host("localhost", 2), Host("127.0.0.1", 2)]
+    assert pslaunch.one_machine(local, ["localhost"] * 2 + ["127.0.0.1"] * 2, [], 4)
+    assert not pslaunch.one_machine(local, [], ["--slots", "2"], 4)
+
+
+def test_the_original_byteschedulerps_pushes_from_hooks_for_a_priority_server():
+    """byteschedulerps (the original's): one push per tensor, each from its gradient hook,
+    all before step() (no credit window holds any back), in backward order, keys numbered
+    front layers first and the session opened with server-side scheduling. Those pushes
+    arriving in that order (key 5 first), a scheduling server serves them lowest key first:
+    test_server_sums_pending_pushes_in_priority_order."""
+    from torch import nn
+
+    from ddlbench import methods
+    from ddlbench.runtime.comm import Comm
+    client = _RecordingClient()
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    method = methods.create("byteschedulerps", model, opt, Comm(0, 1, ps=client))
+    with method:
+        assert client.schedule is True
+        assert client.units == [(p.numel(), p.dtype) for p in model.parameters()]
+        model(torch.randn(3, 4)).sum().backward()
+        _wait_for(lambda: len(client.pushed) == 6, "six pushes before step()")
+        assert client.pushed == [5, 4, 3, 2, 1, 0]
+        method.step()
+        assert method.describe()["algorithm"] == {
+            "worker_schedule": "from_hooks", "server_schedule": "priority", "servers": 1,
+            "threshold_bytes": 0}
+
+
+class _RecordingClient:
+    """A worker's end of one server that records the session and the pushes."""
+    nservers, partition_bytes, clients, pushers = 1, 4096000, "machine", [0]
+
+    def __init__(self):
+        self.pushed, self.units, self.schedule = [], None, None
+
+    def open(self, units, schedule=False):
+        self.units, self.schedule = list(units), schedule
+        return ps.plan(units, self.partition_bytes, 1)
+
+    def push_pull(self, part, data):
+        self.pushed.append(part.key)
+        return _Work()
+
+    def close(self):
+        pass
 
 
 @pytest.mark.timeout(300)

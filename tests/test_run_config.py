@@ -15,6 +15,7 @@ DEFAULTS = {
     "engine": "torch", "image_size": None, "job_id": None, "lr": None, "method": "ddp",
     "mgwfbp_ab": "measured", "mgwfbp_comm_iters": 10, "mgwfbp_iters": 50,
     "mgwfbp_min_group": 8192, "mgwfbp_profile": None, "mgwfbp_warmup": 5, "model": "resnet50",
+    "one_machine": True, "ps_force_servers": False, "ps_local": False,
     "momentum": None, "net": "loopback", "network": "local", "no_cuda": False, "no_pin": False,
     "nservers": 0, "nservers_given": False, "num_batches_per_iter": 10, "num_classes": 1000,
     "num_iters": 10, "num_warmup_batches": 10, "nworkers": None, "optimizer": "auto",

@@ -282,7 +282,8 @@ def test_report_from_a_hand_written_store_is_exact(tmp_path, capsys):
 
 # The original's results README (its plots.py layout: two spaces before DNN, 14 dashes and a
 # trailing blank per column, 'mean +- std' with 3 and 2 decimals, the figures block), checked by
-# hand from the store above: the 1-GPU column is the row's measured 1-worker mean.
+# hand from the store above: the 1-GPU column is one figure per task, as the original's, the
+# mean of the 1-worker tries of the all-to-all rows (wfbp: 250, 250, 250 and 50, 52, 54).
 EXPECTED_ORIGINAL = """\
 # Results generated on 2026-12-01
 
@@ -291,11 +292,11 @@ EXPECTED_ORIGINAL = """\
 | ResNet-50 | 64 | 10GbE with TCP/IP | WFBP-A2A | 250.0 | 1000.000 +- 81.65 | 
 | ResNet-50 | 64 | 10GbE with TCP/IP | BSP-PS | 250.0 | 800.000 +- 0.00 (1/3 ok) | 
 | BERT-Large | 8 | 1gbit (emulated) | WFBP-A2A | 52.0 | 180.000 +- 0.00 | 
-| BERT-Large | 8 | 1gbit (emulated) | BSP-PS | - | timeout | 
+| BERT-Large | 8 | 1gbit (emulated) | BSP-PS | 52.0 | timeout | 
 
 # Figures
 <div align="center">
-<img src="./plots/a.png" align=center/>
+<img src="./a.png" align=center/>
 </div>"""
 
 
@@ -303,9 +304,9 @@ def test_the_original_layout_from_a_hand_written_store_is_exact(tmp_path):
     from ddlbench.sweep import aggregate, report
     folder = hand_written_store(str(tmp_path / "hand"))
     table = aggregate.load(folder)
-    assert report.original_table(table, "2026-12-01", ["plots/a.png"]) == EXPECTED_ORIGINAL
-    report.write_all(folder, plots=False)  # the report writes it beside README.md, dated today
-    text = open(os.path.join(folder, "original.md")).read()
+    assert report.original_table(table, "2026-12-01", ["a.png"]) == EXPECTED_ORIGINAL
+    report.write_all(folder, plots=False)  # the report writes it in original/, dated today
+    text = open(os.path.join(folder, "original", "README.md")).read()
     assert text.splitlines()[2:8] == EXPECTED_ORIGINAL.splitlines()[2:8]
     assert text.startswith("# Results generated on 20")
 
@@ -332,24 +333,27 @@ def two_network_store(folder):
 
 
 def _linked(folder, text):
+    """The figures the original's README links, each a file beside it (as the original's)."""
     import re
     links = re.findall(r'<img src="\./([^"]+)" align=center/>', text)
-    assert links and all(os.path.isfile(os.path.join(folder, p)) for p in links), links
+    assert links and all(os.path.isfile(os.path.join(folder, "original", p)) for p in links), \
+        links
     return links
 
 
 def test_original_figures_one_network_per_task(tmp_path):
-    """The original's figures beside original.md, in its names: '<dnn>_<bs>-rdma<r>.png' (an
-    emulated network by its name); no compare_rdma figure when each task ran on one network,
-    and original.md says so instead of linking one."""
+    """The original's figures beside its README (original/), in its names:
+    '<dnn>_<bs>-rdma<r>.png' (an emulated network by its name); no compare_rdma figure when
+    each task ran on one network, and the README says so instead of linking one."""
     from ddlbench.sweep import aggregate, plots
     folder = hand_written_store(str(tmp_path / "hand"))
     report.write_all(folder)
     assert sorted(os.listdir(os.path.join(folder, "original"))) == \
-        ["bert_8-1gbit.png", "resnet50_64-rdma0.png"]
-    text = open(os.path.join(folder, "original.md")).read()
-    assert _linked(folder, text) == ["original/resnet50_64-rdma0.png",
-                                     "original/bert_8-1gbit.png"]
+        ["README.md", "bert_8-1gbit.png", "resnet50_64-rdma0.png"]
+    assert not os.path.exists(os.path.join(folder, "original.md"))
+    text = open(os.path.join(folder, "original", "README.md")).read()
+    assert _linked(folder, text) == ["resnet50_64-rdma0.png",
+                                     "bert_8-1gbit.png"]
     assert "plots/" not in text and "compare_rdma.png" not in text
     assert "resnet50_64: no comparison figure, its results are on one network only (rdma0)." \
         in text
@@ -361,9 +365,14 @@ def test_original_figures_one_network_per_task(tmp_path):
     assert plots.original_series(groups["resnet50_64-rdma0.png"]) == \
         {"WFBP-A2A": [(4, 1000.0, pytest.approx(81.6497, abs=1e-3))]}
     assert plots.original_series(groups["bert_8-1gbit.png"]) == {"WFBP-A2A": [(4, 180.0, 0.0)]}
-    assert plots.original_speedups(groups["resnet50_64-rdma0.png"]) == {4: ("WFBP-A2A", 4.0)}
+    # the labels: over the task's one 1-GPU figure (250: wfbp's 1-worker tries)
+    assert plots.original_singles(t) == {"resnet50_64": 250.0, "bert_8": 52.0}
+    assert plots.original_speedups(groups["resnet50_64-rdma0.png"], 250.0) == \
+        {4: ("WFBP-A2A", 4.0)}
     assert plots.compare_series(t) == {}
     for p in os.listdir(os.path.join(folder, "original")):
+        if p == "README.md":
+            continue
         with open(os.path.join(folder, "original", p), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -373,34 +382,37 @@ def test_original_figures_and_compare_rdma_with_two_networks(tmp_path):
     folder = two_network_store(str(tmp_path / "two"))
     t = report.write_all(folder)
     assert sorted(os.listdir(os.path.join(folder, "original"))) == \
-        ["bert_8-1gbit.png", "resnet50_64-compare_rdma.png", "resnet50_64-rdma0.png",
-         "resnet50_64-rdma2.png"]
+        ["README.md", "bert_8-1gbit.png", "resnet50_64-compare_rdma.png",
+         "resnet50_64-rdma0.png", "resnet50_64-rdma2.png"]
     groups = dict(plots.original_groups(t))
     assert list(groups) == ["resnet50_64-rdma2.png", "resnet50_64-rdma0.png",
                             "bert_8-1gbit.png"]
     assert plots.original_series(groups["resnet50_64-rdma2.png"]) == \
         {"WFBP-A2A": [(4, 2000.0, pytest.approx(163.299, abs=1e-3))],
          "BSP-PS": [(4, 1600.0, 0.0)]}
-    assert plots.original_speedups(groups["resnet50_64-rdma2.png"]) == {4: ("WFBP-A2A", 8.0)}
+    assert plots.original_singles(t) == {"resnet50_64": 250.0, "bert_8": 52.0}
+    assert plots.original_speedups(groups["resnet50_64-rdma2.png"], 250.0) == \
+        {4: ("WFBP-A2A", 8.0)}
     # compare_rdma's order is 10GbE (rdma0) before 100GbE (rdma2), whatever the sweep's order;
     # BSP-PS has no ratio: its rdma0 cell has too few successful tries.
     assert plots.networks_by_task(t) == {"resnet50_64": ["rdma0", "rdma2"], "bert_8": ["1gbit"]}
     assert plots.compare_series(t) == \
         {"resnet50_64": [("rdma0", "rdma2", {"WFBP-A2A": [(4, 2.0)]})]}
-    text = open(os.path.join(folder, "original.md")).read()
-    assert _linked(folder, text) == ["original/resnet50_64-rdma2.png",
-                                     "original/resnet50_64-rdma0.png",
-                                     "original/bert_8-1gbit.png",
-                                     "original/resnet50_64-compare_rdma.png"]
+    text = open(os.path.join(folder, "original", "README.md")).read()
+    assert _linked(folder, text) == ["resnet50_64-rdma2.png",
+                                     "resnet50_64-rdma0.png",
+                                     "bert_8-1gbit.png",
+                                     "resnet50_64-compare_rdma.png"]
     assert "| WFBP-A2A | 100GbE with TCP/IP / 10GbE with TCP/IP | 2.000 | " in text
     assert "bert_8: no comparison figure, its results are on one network only (1gbit)." in text
     # Remade from a store with one network left: the old comparison figure goes.
     entries, _ = store.read(os.path.join(folder, "results.jsonl"))
     report.write_all(folder, entries=[e for e in entries if e.get("kind") != "try"
                                       or e["config"]["network"]["name"] == "rdma2"])
-    assert sorted(os.listdir(os.path.join(folder, "original"))) == ["resnet50_64-rdma2.png"]
-    text = open(os.path.join(folder, "original.md")).read()
-    assert _linked(folder, text) == ["original/resnet50_64-rdma2.png"]
+    assert sorted(os.listdir(os.path.join(folder, "original"))) == \
+        ["README.md", "resnet50_64-rdma2.png"]
+    text = open(os.path.join(folder, "original", "README.md")).read()
+    assert _linked(folder, text) == ["resnet50_64-rdma2.png"]
     assert "compare_rdma.png" not in text
 
 
@@ -714,7 +726,7 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
                 "batch_size must be a positive integer", "unknown key 'pixels'",
                 "timing: unknown key 'rounds'",
                 "method bspps: a parameter-server method takes compressor none only, got 'topk'",
-                "method wfbp: credit applies only to bytescheduler, byteschedulerps",
+                "method wfbp: credit applies only to bytescheduler, byteschedulerps-worker",
                 "method bytescheduler: cannot take compressor 'powersgd'",
                 "timeline must be true, false or a positive number of steps to record, "
                 "got 'yes'"]

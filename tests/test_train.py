@@ -50,6 +50,7 @@ def test_benchmark_run_prints_the_original_lines_and_writes_the_record(shared_jo
     # the original's order of lines: warm-up, benchmark, the rounds
     assert lines.index("Running warmup...") < lines.index("Running benchmark...") \
         < lines.index(iters[0])
+    assert not any(ln.startswith("BERT Large Pretraining") for ln in lines)  # BERT's only
     assert any(ln.startswith("Img/sec per CPU: ") and " +-" in ln for ln in lines)
     totals = original_rule(stdout)
     assert len(totals) == 1
@@ -123,6 +124,11 @@ def test_fusion_buckets_respect_the_threshold_and_bert_counts(tmp_path, load_jso
     assert "Total sen/sec on 3 CPU(s): " in proc.stdout
     iters = [ln for ln in proc.stdout.splitlines() if ln.startswith("Iter #")]
     assert iters and all(ln.endswith(" sentences/sec per CPU") for ln in iters)  # the original's
+    # the original's BERT line, once, after the warm-up and just before the timed rounds
+    lines = proc.stdout.splitlines()
+    assert lines.count("BERT Large Pretraining, Sentence len: 16") == 1, describe(proc)
+    at = lines.index("BERT Large Pretraining, Sentence len: 16")
+    assert lines.index("Running warmup...") < at and lines[at + 1] == "Running benchmark..."
     rec = load_json(out)
     assert rec["model"]["vocab_size"] == 1024 and rec["config"]["vocab_size"] == 1024
     m = rec["method"]

@@ -58,12 +58,12 @@ def test_verify_catches_a_wrong_method():
     assert f"FAILED: {', '.join(broken)}" in proc.stdout
 
 
-# Every method (and the PS methods' default server: 5 processes on this machine's 2 cores) on
+# Every method (the PS methods on one machine, with no server: a local reduce and broadcast) on
 # tiny BERT with 4 workers under AdamW (decoupled weight decay), the original's BERT optimizer;
 # the CNN with 2 workers under Adam for the methods that step the optimizer themselves, a
 # parameter at a time as its gradient completes (ByteScheduler, all-to-all and PS), beside wfbp.
 @pytest.mark.parametrize("nworkers,workload,optimizer,chosen",
-                         [(2, SMALL_CNN, "adam", "wfbp,bytescheduler,byteschedulerps"),
+                         [(2, SMALL_CNN, "adam", "wfbp,bytescheduler,byteschedulerps-worker"),
                           (4, TINY_BERT, "adamw", "all")],
                          ids=["2-small-cnn-adam", "4-tiny-bert-adamw"])
 def test_verify_with_adam_and_weight_decay(nworkers, workload, optimizer, chosen):

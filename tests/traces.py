@@ -85,7 +85,7 @@ def check_record(section: dict, nworkers: int, iters: int, path=None,
     assert section["trace"] == (None if path is None else str(path))
 
 
-PS_METHODS = ("bspps", "wfbpps", "byteschedulerps")
+PS_METHODS = ("bspps", "wfbpps", "byteschedulerps", "byteschedulerps-worker")
 
 
 def verify_timeline(tmp_path) -> list[str]:

@@ -65,7 +65,8 @@ mpi_options() {
     fi
     [ -n "$subnet" ] && MPI_OPTS+=(--mca btl_tcp_if_include "$subnet")
     MPI_OPTS+=(-x PATH -x "DDLBENCH_NETWORK=rdma$rdma")
-    # NCCL_DEBUG (the original always set INFO; its mgwfbp/ launcher here does too) when set.
+    # NCCL_DEBUG when set (the original's horovod/, mgwfbp/ and bytescheduler/ launchers always
+    # set INFO, and so do those three here).
     [ -n "${NCCL_DEBUG:-}" ] && MPI_OPTS+=(-x "NCCL_DEBUG=$NCCL_DEBUG")
     [ -n "${LD_LIBRARY_PATH:-}" ] && MPI_OPTS+=(-x LD_LIBRARY_PATH)
     local v
@@ -73,20 +74,48 @@ mpi_options() {
     return 0
 }
 
-# mpi_transport RDMA: MPI's own transport for rdma=1. The original used Open MPI's openib BTL,
-# which Open MPI 5 removed: the UCX PML where this Open MPI has it, else TCP over the fabric's
-# interface (NCCL keeps InfiniBand either way); one line on stderr says which.
+# mpi_transport RDMA: MPI's own transport for rdma=1, said in one line on stderr before the
+# job starts. The original ran `--mca pml ob1 --mca btl openib,vader,self`: that, where this
+# Open MPI still has the openib BTL (4.x and older); else (Open MPI 5 removed it) the UCX PML
+# where this Open MPI has it and UCX sees an InfiniBand device (`ucx_info -d` lists an rc, dc
+# or ud transport; without ucx_info, /sys/class/infiniband lists a device): UCX forced onto a
+# machine without one aborts the job. Otherwise pml ob1 over TCP on the fabric's interface, the
+# original's setting without openib (NCCL keeps InfiniBand either way).
 mpi_transport() {
     [ "${1:-0}" = 1 ] || return 0
-    local info
-    info="$(dirname "$(command -v "$MPIRUN" || echo "$MPIRUN")")/ompi_info"
-    if [ -x "$info" ] && "$info" 2>/dev/null | grep -q "MCA pml: ucx"; then
-        MPI_OPTS=("${MPI_OPTS[@]/#ob1/ucx}")
-        echo "$LAUNCHER_NAME: rdma=1: MPI over UCX (the original's openib BTL is gone from Open MPI 5)" >&2
-    else
-        echo "$LAUNCHER_NAME: rdma=1: this Open MPI has no UCX and Open MPI 5 no openib BTL (the original's): MPI over TCP on ${IB_INTERFACE:-the default interface}; NCCL still uses InfiniBand" >&2
+    local bin info why
+    bin="$(dirname "$(command -v "$MPIRUN" || echo "$MPIRUN")")"
+    info="$([ -x "$bin/ompi_info" ] && "$bin/ompi_info" 2>/dev/null || true)"
+    if grep -q "MCA btl: openib" <<< "$info"; then
+        MPI_OPTS=("${MPI_OPTS[@]/#self,sm,tcp/openib,vader,self}")
+        MPI_OPTS+=(--mca btl_openib_allow_ib 1 --mca btl_openib_want_fork_support 1)
+        echo "$LAUNCHER_NAME: rdma=1: MPI over the openib BTL (pml ob1, btl openib,vader,self), as the original" >&2
+        return 0
     fi
+    if ! grep -q "MCA pml: ucx" <<< "$info"; then
+        why="this Open MPI has neither the openib BTL (the original's) nor UCX"
+    elif ib_device "$bin"; then
+        MPI_OPTS=("${MPI_OPTS[@]/#ob1/ucx}")
+        echo "$LAUNCHER_NAME: rdma=1: MPI over UCX on InfiniBand (the original's openib BTL is gone from Open MPI 5)" >&2
+        return 0
+    else
+        why="this Open MPI has no openib BTL (the original's) and UCX sees no InfiniBand device here (forced, it would abort)"
+    fi
+    echo "$LAUNCHER_NAME: rdma=1: MPI over TCP on ${IB_INTERFACE:-the default interface} with pml ob1: $why; NCCL still uses InfiniBand" >&2
     return 0
+}
+
+# ib_device DIR: whether UCX can open an InfiniBand device here: `ucx_info -d` (beside mpirun in
+# DIR, else on PATH) lists an rc, dc or ud transport; without ucx_info, /sys/class/infiniband
+# lists a device.
+ib_device() {
+    local ucx="$1/ucx_info"
+    [ -x "$ucx" ] || ucx="$(command -v ucx_info || true)"
+    if [ -n "$ucx" ]; then
+        "$ucx" -d 2>/dev/null | grep -Eq "Transport: (rc|dc|ud)_"
+        return
+    fi
+    [ -n "$(ls -A /sys/class/infiniband 2>/dev/null)" ]
 }
 
 # oversubscription_options NWORKERS ADDR: appends to MPI_OPTS what a job with more ranks than

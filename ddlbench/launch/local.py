@@ -19,6 +19,34 @@ MIN_PROCESS_BYTES = 150 << 20
 PROCESSES_PER_CORE = 8
 
 
+def machines(nworkers: int, slots: int | None, net) -> int:
+    """How many machines the local spawner puts ``nworkers`` workers on: ``slots`` per emulated
+    host, else one per process under ``net`` (an emulated network), else one (the loopback)."""
+    if slots is not None:
+        return -(-nworkers // slots)
+    try:
+        loopback = netem.resolve(net).loopback
+    except UsageError:   # (the training script's check says why, in one line)
+        loopback = False
+    return 1 if loopback else nworkers
+
+
+def one_machine(nworkers: int, slots: int | None, net, env=None) -> bool:
+    """Whether a job's workers are all on one machine (docs/DESIGN.md section 6, "One
+    machine"): the local spawner's ``machines`` is 1; under the PS launcher (DMLC_*
+    variables), ``DMLC_NUM_WORKER`` (worker machines) is 1; under any other launcher, every
+    process of the job is on this host (its local size is the world size)."""
+    from ..errors import env_int
+    from ..hosts import placement
+    env = os.environ if env is None else env
+    p = placement.detect(env)
+    if p is None or p.launcher == "local":
+        return machines(nworkers, slots, net) == 1
+    if p.launcher == "dmlc":
+        return env_int("DMLC_NUM_WORKER", env=env) == 1
+    return p.local_world_size >= p.world_size
+
+
 def check_capacity(nprocs: int) -> None:
     """Refuse a local job this machine cannot hold, before anything starts (one line)."""
     import psutil

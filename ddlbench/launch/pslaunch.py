@@ -4,6 +4,12 @@
 (``byteps/byteps_launch.sh`` calls it) runs ``python -m ddlbench.train ARGS`` as W workers and
 S servers:
 
+- workers on one machine (one host of the file holds them all, or every host of the file is
+  this one and the training script's flags make no emulated cluster of several hosts): no
+  server, whatever S (a note says so), as BytePS with one worker machine (a
+  local reduce and broadcast: ``ddlbench.runtime.ps.LocalReduce``); ``--ps-force-servers``
+  (also when among ARGS) starts them anyway and hands the flag to the training script;
+
 - every host of the file local (``localhost``): the suite's local spawner does it
   (``--nworkers W --nservers S``), servers included;
 - otherwise workers fill the hosts' slots in order, and servers (default: one per worker
@@ -94,7 +100,38 @@ def parse_args(argv):
     p.add_argument("--server-hosts", default=None, metavar="H,...",
                    help="the hosts of the servers (default: the host file's hosts without "
                         "workers)")
+    p.add_argument("--ps-force-servers", action="store_true",
+                   help="start the servers even when the workers are on one machine (which "
+                        "otherwise runs none, as BytePS: a local reduce and broadcast)")
     return parse(p, argv)
+
+
+FORCE = "--ps-force-servers"
+ONE_MACHINE_NOTE = ("the workers are on one machine: no parameter server is started (a local "
+                    "reduce and broadcast, as BytePS with one worker machine); "
+                    "ps_force_servers=1 (--ps-force-servers) starts them anyway")
+
+
+def one_machine(hosts: list[hostfile.Host], workers: list[str], train_args: list[str],
+                nworkers: int) -> bool:
+    """Whether the workers are on one machine: one host of the file holds them all; when every
+    host of the file is this one, the local spawner runs them all here and the training
+    script's rule decides (one machine unless ``--net`` emulates a cluster or ``--slots``
+    makes several hosts: ``launch.local.one_machine``, the training script's rule)."""
+    if not all(is_local(h.name) for h in hosts):
+        return len(set(workers)) == 1
+    import argparse
+
+    from . import local
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--slots", default=None)
+    p.add_argument("--net", default=os.environ.get("DDLBENCH_NET") or "loopback")
+    known, _ = p.parse_known_args(train_args)
+    try:
+        slots = None if known.slots is None else int(known.slots)
+    except ValueError:   # the training script says what is wrong, in one line
+        return True
+    return local.one_machine(nworkers, slots, known.net, env={})
 
 
 def resolve(hosts: list[hostfile.Host], path: str) -> None:
@@ -173,15 +210,11 @@ def main(argv=None) -> int:
         if stopped is not None:
             return stopped
         hostfile.check(args.hostfile, args.nworkers)
-        workers, _, _ = placement(hosts, args.nworkers, 0)
-        machines = len(set(workers))
         server_hosts = None
         if args.server_hosts:
             server_hosts = [h.strip() for h in args.server_hosts.split(",") if h.strip()]
             resolve([hostfile.Host(h, 1) for h in server_hosts], "server_hosts")
-        nservers = args.nservers if args.nservers is not None else machines
-        if nservers <= 0:
-            raise UsageError(f"nservers must be positive, got {nservers}")
+        nservers = servers_of(args, hosts)
         py = sys.executable
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         train = ["-m", "ddlbench.train", *args.train_args]
@@ -192,8 +225,8 @@ def main(argv=None) -> int:
                   flush=True)
         if all(is_local(h.name) for h in hosts):
             announce()
-            cmd = [py, *train, "--nworkers", str(args.nworkers), "--nservers", str(nservers),
-                   "--job-id", job]
+            cmd = [py, *train, "--nworkers", str(args.nworkers),
+                   *(["--nservers", str(nservers)] if nservers else []), "--job-id", job]
             print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
             os.chdir(root)
             os.execv(py, cmd)
@@ -205,29 +238,53 @@ def main(argv=None) -> int:
             print(f"ddlbench: note: {note}", file=sys.stderr, flush=True)
         uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
         port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(workers[0], py))
-        machine_ids = list(dict.fromkeys(workers))
-        common = {"DMLC_NUM_WORKER": str(len(machine_ids)), "DMLC_NUM_SERVER": str(nservers),
-                  "DDLBENCH_NUM_WORKER": str(args.nworkers),
-                  "DMLC_PS_ROOT_URI": "127.0.0.1" if uri in hostfile.LOCAL_NAMES else uri,
-                  "DMLC_PS_ROOT_PORT": port}
-        roles = [(h, {"DMLC_ROLE": "worker", "DDLBENCH_WORKER_RANK": str(i),
-                      "DMLC_WORKER_ID": str(machine_ids.index(h)), "DDLBENCH_MACHINE": h,
-                      "BYTEPS_LOCAL_RANK": str(workers[:i].count(h)),
-                      "BYTEPS_LOCAL_SIZE": str(workers.count(h))})
-                 for i, h in enumerate(workers)]
-        roles += [(h, {"DMLC_ROLE": "server", "DDLBENCH_SERVER_ID": str(s)})
-                  for s, h in enumerate(servers)]
-        # Processes per host, so that CPU workers share that host's cores.
-        per_host = {h: sum(1 for x, _ in roles if x == h) for h, _ in roles}
-        seen: dict[str, int] = {}
-        for h, env in roles:
-            env.update(DDLBENCH_LOCAL_RANK=str(seen.setdefault(h, 0)),
-                       DDLBENCH_LOCAL_SIZE=str(per_host[h]))
-            seen[h] += 1
+        common, roles = dmlc_roles(workers, servers, args.nworkers, uri, port)
         return run(roles, common, py, root, train + ["--job-id", job], job, args.grace)
     except UsageError as e:
         print(f"ddlbench: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+
+
+def servers_of(args, hosts: list[hostfile.Host]) -> int:
+    """How many servers the job gets: ``--nservers``, else one per worker machine; none when
+    the workers are on one machine (a note says so) unless forced (``--ps-force-servers``,
+    which the training script then gets too)."""
+    workers, _, _ = placement(hosts, args.nworkers, 0)
+    nservers = args.nservers if args.nservers is not None else len(set(workers))
+    if nservers <= 0:
+        raise UsageError(f"nservers must be positive, got {nservers}")
+    forced = args.ps_force_servers or FORCE in args.train_args
+    if args.ps_force_servers and FORCE not in args.train_args:
+        args.train_args.append(FORCE)
+    if not forced and one_machine(hosts, workers, args.train_args, args.nworkers):
+        print(f"ddlbench: note: {ONE_MACHINE_NOTE}", file=sys.stderr, flush=True)
+        return 0
+    return nservers
+
+
+def dmlc_roles(workers: list[str], servers: list[str], nworkers: int, uri: str, port: str):
+    """The variables of every process (BytePS's and the suite's; the module's docstring):
+    (those common to all, [(host, a process's own)] for the workers then the servers)."""
+    machine_ids = list(dict.fromkeys(workers))
+    common = {"DMLC_NUM_WORKER": str(len(machine_ids)), "DMLC_NUM_SERVER": str(len(servers)),
+              "DDLBENCH_NUM_WORKER": str(nworkers),
+              "DMLC_PS_ROOT_URI": "127.0.0.1" if uri in hostfile.LOCAL_NAMES else uri,
+              "DMLC_PS_ROOT_PORT": port}
+    roles = [(h, {"DMLC_ROLE": "worker", "DDLBENCH_WORKER_RANK": str(i),
+                  "DMLC_WORKER_ID": str(machine_ids.index(h)), "DDLBENCH_MACHINE": h,
+                  "BYTEPS_LOCAL_RANK": str(workers[:i].count(h)),
+                  "BYTEPS_LOCAL_SIZE": str(workers.count(h))})
+             for i, h in enumerate(workers)]
+    roles += [(h, {"DMLC_ROLE": "server", "DDLBENCH_SERVER_ID": str(s)})
+              for s, h in enumerate(servers)]
+    # Processes per host, so that CPU workers share that host's cores.
+    per_host = {h: sum(1 for x, _ in roles if x == h) for h, _ in roles}
+    seen: dict[str, int] = {}
+    for h, env in roles:
+        env.update(DDLBENCH_LOCAL_RANK=str(seen.setdefault(h, 0)),
+                   DDLBENCH_LOCAL_SIZE=str(per_host[h]))
+        seen[h] += 1
+    return common, roles
 
 
 def run(roles, common, py, root, train, job, grace, argvs=None, names=None) -> int:

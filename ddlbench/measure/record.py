@@ -114,7 +114,7 @@ def server_counters(ctx, ps_method: bool) -> list[dict] | None:
     reads the counters, then every worker waits for it (a barrier), so that no push of this
     method reaches a server before they are read (the full suite once saw a record 2 pushes
     short: worker 1's first pushes had been counted in the snapshot)."""
-    if ctx.ps is None or not ps_method:
+    if ctx.ps is None or not ctx.nservers or not ps_method:   # (one machine: no server)
         return None
     import torch.distributed as dist
     counters = ([{k: s[k] for k in COUNTERS} for s in ctx.ps.server_stats()]
@@ -146,7 +146,7 @@ def run_record(settings: dict, ctx, *, net: str, network: str, lr: float, option
                                  "per_round": result["rss_bytes_per_round"],
                                  "peak": peak_rss()})
     env = environment(ctx)
-    servers = (ctx.ps.server_stats() if ctx.is_root and ctx.ps is not None
+    servers = (ctx.ps.server_stats() if ctx.is_root and ctx.ps is not None and ctx.nservers
                and method.get("architecture") == "ps" else None)
     for now, then in zip(servers or [], servers_before or []):
         now.update({k: now[k] - then[k] for k in COUNTERS})

@@ -1,12 +1,19 @@
-"""Parameter-server methods (docs/DESIGN.md sections 2 and 6): BSP-PS, WFBP-PS, ByteScheduler-PS.
+"""Parameter-server methods (docs/DESIGN.md sections 2 and 6): BSP-PS, WFBP-PS, ByteScheduler-PS
+(the original's: WFBP-PS workers, servers scheduling by priority) and the suite's worker-side
+ByteScheduler over push/pull (``byteschedulerps-worker``).
 
 Gradients are grouped into units in backward order by a fusion threshold in bytes (BytePS-like
-semantics: ``bspps`` defaults to 536,870,912, one unit for any model the suite has, pushed after
-the whole backward; ``wfbpps`` defaults to 0, one unit per tensor, pushed from its gradient hook
-the moment it is ready; ``--threshold`` overrides either). Each unit is cut into
+semantics: ``bspps`` has none by default, every gradient in one unit whatever the model's size,
+pushed after the whole backward; ``wfbpps`` and ``byteschedulerps`` default to 0, one unit per
+tensor, pushed from its gradient hook the moment it is ready; ``--threshold`` overrides any).
+Each unit is cut into
 ``--partition-bytes`` partitions, pushed to their servers and pulled back summed
 (``ddlbench.runtime.ps``); ``step()`` waits for the pulls, divides by the number of workers and applies
 the optimizer.
+
+On one machine (the job's workers on one host, ``--ps-force-servers`` not given) there is no
+server: the transport is a local reduce and broadcast (``ddlbench.runtime.ps.LocalReduce``), as
+BytePS ran with one worker machine; the methods are the same.
 
 Unlike all-reduce, nothing here needs the workers to agree on an order: a server matches pushes
 by key, so each worker pushes a unit as soon as it is complete on that worker. The units are
@@ -21,8 +28,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..model import rules
 from ..options import COUNT, Options, count_at_least, one_of, option
-from ..planning import (BSP_PS_THRESHOLD, DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS,
-                        PS_CLIENTS)
+from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
 from ..timeline import tensors_label
 from . import threads
 from .allreduce import BSPA2A, WFBP, Bucket, GradViews, threshold_option
@@ -33,8 +39,9 @@ from .bytescheduler import ByteScheduler, credit_option
 
 def nservers_option():
     return option(None, COUNT, "parameter servers, extra processes that only sum (ranks after "
-                  "the workers); default for a PS method on one machine: 1 per 4 workers",
-                  env="DMLC_NUM_SERVER")
+                  "the workers); default: one per worker machine, none when the workers are "
+                  "on one machine (a local reduce and broadcast, as BytePS; "
+                  "--ps-force-servers: 1 per 4 workers there)", env="DMLC_NUM_SERVER")
 
 
 def ps_clients_option():
@@ -58,7 +65,8 @@ def partition_bytes_option():
 
 @dataclass(frozen=True)
 class BSPPSOptions(Options):
-    threshold: float = threshold_option(float(BSP_PS_THRESHOLD), "PS fusion threshold in bytes")
+    threshold: float | None = threshold_option(None, "PS fusion threshold in bytes (default "
+                                               "none: every gradient in one unit)")
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
     ps_clients: str = ps_clients_option()
@@ -78,15 +86,52 @@ SWITCH = one_of("1", "0")
 
 @dataclass(frozen=True)
 class ByteSchedulerPSOptions(Options):
+    threshold: float = threshold_option(0.0, "PS fusion threshold in bytes (0: one unit per "
+                                        "tensor)")
+    nservers: int | None = nservers_option()
+    partition_bytes: int = partition_bytes_option()
+    ps_clients: str = ps_clients_option()
+
+
+@dataclass(frozen=True)
+class ByteSchedulerWorkerOptions(Options):
     server_schedule: str = option(
         "1", SWITCH, "1: servers sum pending pushes in priority order, front layers first "
-        "(BytePS's server scheduling, what the original's bytescheduler=1 switched on); 0: "
-        "in arrival order, only the workers' credit window schedules",
-        env="BYTEPS_SERVER_ENABLE_SCHEDULE")
+        "(BytePS's server scheduling); 0: in arrival order, only the workers' credit window "
+        "schedules", env="BYTEPS_SERVER_ENABLE_SCHEDULE")
     credit: int = credit_option()
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
     ps_clients: str = ps_clients_option()
+
+
+# The record's ``algorithm`` (what a PS run did, in the terms the original's runs are compared
+# in): how the workers push, how the servers sum, how many servers, the fusion threshold.
+AFTER_BACKWARD = "after_backward"   # every unit pushed once the whole backward is done
+FROM_HOOKS = "from_hooks"           # a unit pushed from the hook that completes it; step()
+#                                     waits for every pull; no credit window
+WORKER_SCHEDULER = "bytescheduler"  # priority + credit window, per-layer update, next forward
+#                                     overlapping the pulls
+NO_SERVERS = "none (one machine: local reduce and broadcast, as BytePS)"
+
+
+def algorithm(worker_schedule: str, server_schedule: bool, nservers: int,
+              threshold: float | None) -> dict:
+    """The record's ``algorithm`` of a PS run: ``servers`` 0 is a run without any (one
+    machine), whose ``server_schedule`` is then None; ``threshold_bytes`` None: no threshold
+    (every gradient in one unit, or, for the worker-side scheduler, none applies)."""
+    if threshold is not None and threshold == float("inf"):
+        threshold = None
+    return {"worker_schedule": worker_schedule,
+            "server_schedule": (None if not nservers else
+                                "priority" if server_schedule else "arrival"),
+            "servers": nservers,
+            "threshold_bytes": None if threshold is None else int(threshold)}
+
+
+def servers_line(nservers: int) -> str:
+    """What the record's ``parameter_servers`` and the log say of the servers."""
+    return str(nservers) if nservers else NO_SERVERS
 
 
 def ps_clients(client) -> dict:
@@ -108,23 +153,30 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
     several tensors are views into its buffer (``GradViews``), so the pulled sums land in
     them. A hook hands a complete unit to the method's communication thread
     (``threads.Issuer``), which posts its pushes and pulls; the step waits for it, then
-    pushes what no hook completed (all of BSP-PS's units)."""
+    pushes what no hook completed (all of BSP-PS's units).
+
+    ``server_schedule``: the servers sum pending pushes in priority order (BytePS's
+    ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``); the units' keys are then numbered front layers first
+    (the lowest key is served first), else in the order the units are pushed."""
     architecture = PS
     launcher = "byteps/byteps_launch.sh"
     overlap = True
+    worker_schedule = FROM_HOOKS
+    server_schedule = False
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         from ..planning import plan_buckets
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         require_servers(self.id, comm)
-        self.threshold = float(self.options.threshold)
+        given = self.options.threshold
+        self.threshold = float("inf") if given is None else float(given)
         order = list(reversed(range(len(self.params))))
         nbytes = [self.params[i].numel() * self.params[i].element_size() for i in order]
         keys = [(self.params[i].dtype, self.params[i].device) for i in order]
         groups = [[order[j] for j in g] for g in plan_buckets(nbytes, self.threshold, keys)]
         self.buckets = [Bucket(self.params, g) for g in groups]
         self.unit_of = {i: u for u, b in enumerate(self.buckets) for i in b.members}
-        self.parts = comm.ps.open([(b.numel, b.params[0].dtype) for b in self.buckets])
+        self.parts = self._open(comm.ps)
         self._launched: set[int] = set()
         self._adopt_views()
         self._watch_grads()
@@ -134,6 +186,20 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
             self._issuer = threads.Issuer(f"{self.id or 'ps'}-issue", self._launch,
                                           describe=self._unit_name, device=device)
             self._register_ready_hooks(self._on_ready)
+
+    def _open(self, client) -> list:
+        """The session's partitions of each unit (in ``self.buckets``' order). With server
+        scheduling the keys are numbered front layers first: the units (planned in backward
+        order) are opened in reverse."""
+        units = [(b.numel, b.params[0].dtype) for b in self.buckets]
+        if not self.server_schedule:
+            return client.open(units)
+        return client.open(units[::-1], schedule=True)[::-1]
+
+    @classmethod
+    def algorithm(cls, options, nservers: int) -> dict:
+        """The record's ``algorithm`` of this method with ``options`` and ``nservers``."""
+        return algorithm(cls.worker_schedule, cls.server_schedule, nservers, options.threshold)
 
     def _unit_name(self, u: int) -> str:
         names = [self.param_names[i] for i in self.buckets[u].members]
@@ -185,15 +251,19 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
     def describe(self) -> dict:
         d = super().describe()
         parts = [p for unit in self.parts for p in unit]
-        per_server = [0] * self.comm.ps.nservers
-        for p, b in ((p, self.buckets[p.unit]) for p in parts):
-            per_server[p.server] += p.numel * b.params[0].element_size()
+        nservers = self.comm.ps.nservers
+        per_server = [0] * nservers
+        for b, unit in zip(self.buckets, self.parts):
+            for p in unit if nservers else ():
+                per_server[p.server] += p.numel * b.params[0].element_size()
         d.update({
+            "algorithm": self.algorithm(self.options, nservers),
+            "parameter_servers": servers_line(nservers),
             "threshold_bytes": self.threshold if self.threshold != float("inf") else None,
             "units": len(self.buckets),
             "unit_bytes": [b.nbytes for b in self.buckets],
             **ps_clients(self.comm.ps),
-            "nservers": self.comm.ps.nservers,
+            "nservers": nservers,
             "partition_bytes": self.comm.ps.partition_bytes,
             "partitions": len(parts),
             "bytes_per_server": per_server,
@@ -211,15 +281,17 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
 class BSPPS(BucketedPS):
     id = "bspps"
     display = "BSP-PS"
-    summary = ("after the whole backward, the fused gradient (one unit up to `--threshold` "
-               "bytes) is pushed to the parameter servers in `--partition-bytes` partitions "
+    summary = ("after the whole backward, the fused gradient (one unit; `--threshold` bytes "
+               "cuts it) is pushed to the parameter servers in `--partition-bytes` partitions "
                "and the sums pulled back")
     Options = BSPPSOptions
     overlap = False
-    # BytePS with one worker machine runs no server: a local all-reduce (its docs'
-    # best-practice.md; the original's launch.sh: DMLC_NUM_WORKER = nworkers/4)
-    model = rules.Rule(grouping=rules.buckets(BSP_PS_THRESHOLD), after_backward=True,
-                       fixed={"threshold": float(BSP_PS_THRESHOLD)}, one_machine=BSPA2A.id)
+    worker_schedule = AFTER_BACKWARD
+    # BSP is one unit by definition (the original's BSP-PS fused up to 536870912 elements,
+    # more than any model it ran). BytePS with one worker machine runs no server: a local
+    # all-reduce (its docs' best-practice.md; the original's launch.sh: DMLC_NUM_WORKER =
+    # nworkers/4).
+    model = rules.Rule(grouping=rules.one_message, after_backward=True, one_machine=BSPA2A.id)
     hatch = "///"
 
 
@@ -234,8 +306,30 @@ class WFBPPS(BucketedPS):
     hatch = "\\\\\\"
 
 
-class ByteSchedulerPS(ByteScheduler):
-    """ByteScheduler over the parameter servers (docs/DESIGN.md sections 5 and 6).
+class ByteSchedulerPS(WFBPPS):
+    """ByteScheduler-PS as the original ran it: its ``bytescheduler=1`` on ``byteps/launch.sh``
+    only set ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``, and its workers ran the WFBP-PS script. So
+    the workers are WFBP-PS's (one push per tensor from its hook, ``step()`` waits for every
+    pull: no credit window, no worker-side partitioning or priority, no next forward
+    overlapping the pulls), and the servers sum pending pushes in priority order, front layers
+    first (``ddlbench.runtime.ps.PrioritySummer``). On one machine (no server) it is WFBP-PS.
+    The worker-side ByteScheduler over push/pull is ``byteschedulerps-worker``."""
+    id = "byteschedulerps"
+    display = "ByteScheduler-PS"
+    summary = ("the original's: WFBP-PS workers (each gradient pushed from its hook, no "
+               "credit window) and servers that sum pending pushes front layers first "
+               "(BytePS's server-side scheduling)")
+    Options = ByteSchedulerPSOptions
+    launcher_vars = {"bytescheduler": "1"}
+    server_schedule = True
+    # The model has no server-side priority: it replays the workers' schedule (WFBP-PS).
+    model = rules.Rule(grouping=rules.buckets(0.0), one_machine=WFBP.id)
+    hatch = "++"
+
+
+class ByteSchedulerPSWorker(ByteScheduler):
+    """The suite's worker-side ByteScheduler over the parameter servers (docs/DESIGN.md
+    sections 5 and 6); an addition, not the survey's ByteScheduler-PS (``byteschedulerps``).
 
     The A2A scheduler's partition + priority + credit rules, per-tensor updates and forward
     pre-hooks, with two differences that the transport allows or needs:
@@ -251,17 +345,17 @@ class ByteSchedulerPS(ByteScheduler):
     unit a server sums), so ``--partition`` (A2A, in elements) does not apply here;
     ``--credit`` is in elements as for the A2A scheduler.
     """
-    id = "byteschedulerps"
-    display = "ByteScheduler-PS"
-    summary = ("the ByteScheduler rules (priority, `--credit` window, per-layer update, next "
-               "forward overlapping) over push/pull of `--partition-bytes` partitions; the "
-               "servers sum pending pushes front layers first (`--server-schedule`)")
+    id = "byteschedulerps-worker"
+    display = "ByteScheduler-PS (worker-side)"
+    summary = ("the suite's addition: the ByteScheduler rules (priority, `--credit` window, "
+               "per-layer update, next forward overlapping) over push/pull of "
+               "`--partition-bytes` partitions; the servers sum pending pushes front layers "
+               "first (`--server-schedule`)")
     architecture = PS
-    Options = ByteSchedulerPSOptions
+    Options = ByteSchedulerWorkerOptions
     launcher = "byteps/byteps_launch.sh"
-    launcher_vars = {"bytescheduler": "1"}
     model = rules.Rule(scheduler=True, advise=rules.credit_grid, one_machine=ByteScheduler.id)
-    hatch = "++"
+    hatch = "xx"
     negotiated = False
     credit_on_completion = False
 
@@ -303,18 +397,26 @@ class ByteSchedulerPS(ByteScheduler):
             self.window.done(chunk)
             self._cv.notify_all()
 
+    @classmethod
+    def algorithm(cls, options, nservers: int) -> dict:
+        """The record's ``algorithm`` of this method with ``options`` and ``nservers``."""
+        return algorithm(WORKER_SCHEDULER, options.server_schedule == "1", nservers, None)
+
     def describe(self) -> dict:
         d = super().describe()
         d.pop("negotiation_messages_per_iteration", None)
         d.pop("negotiation_bytes_per_iteration", None)
+        nservers = self.comm.ps.nservers
         d.update({
+            "algorithm": self.algorithm(self.options, nservers),
+            "parameter_servers": servers_line(nservers),
             "order_agreement": "none needed: servers match pushes by key",
             "credit_returned": "when the server has taken the push",
             "server_schedule": ("pending pushes summed in priority order (lowest key: front "
                                 "layers first)" if self.options.server_schedule == "1"
-                                else "arrival order"),
+                                else "arrival order") if nservers else None,
             **ps_clients(self.comm.ps),
-            "nservers": self.comm.ps.nservers,
+            "nservers": nservers,
             "partition_bytes": self.comm.ps.partition_bytes,
             "partitions": len(self._part_of),
         })

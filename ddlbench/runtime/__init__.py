@@ -74,8 +74,10 @@ class Job:
     """What the runtime needs to know of a job, from any entry's flags (``Job.of``): the
     device (``use_cuda``), the backend (auto, nccl, gloo), how long a collective may wait
     (``timeout_s``), CPU threads per worker, the parameter servers (``nservers``, the
-    partition size their keys are cut by, one client per machine or per process) and, for the
-    Horovod lane, the HOROVOD_* settings of the method it runs."""
+    partition size their keys are cut by, one client per machine or per process; ``ps_local``:
+    a PS job whose workers are on one machine and that runs no server, a local reduce and
+    broadcast instead, as BytePS) and, for the Horovod lane, the HOROVOD_* settings of the
+    method it runs."""
     use_cuda: bool = True
     backend: str = "auto"
     timeout_s: float = 300.0
@@ -84,6 +86,7 @@ class Job:
     partition_bytes: int = DEFAULT_PARTITION_BYTES
     ps_clients: str = DEFAULT_PS_CLIENTS
     horovod: dict[str, str] | None = None
+    ps_local: bool = False
 
     @classmethod
     def of(cls, flags, horovod: dict[str, str] | None = None) -> "Job":
@@ -92,7 +95,7 @@ class Job:
         return cls(use_cuda=not flags.no_cuda, backend=flags.backend, timeout_s=flags.timeout,
                    threads=flags.threads, nservers=flags.nservers,
                    partition_bytes=flags.partition_bytes, ps_clients=flags.ps_clients,
-                   horovod=horovod)
+                   horovod=horovod, ps_local=getattr(flags, "ps_local", False))
 
 
 def start(placement: Placement, job: Job, worker) -> int:
@@ -113,9 +116,10 @@ def init(placement: Placement, job: Job) -> Context:
     """Join the job as a worker: the workers' default group (NCCL or Gloo), plus, when the
     job has ``nservers`` parameter servers, the push/pull group shared with them (one client
     per machine, or per worker with ``ps_clients="process"``: ``ddlbench.runtime.ps``). With
-    ``horovod`` (the HOROVOD_* settings of the method to run) Horovod is started first, and the
-    default group is a Gloo group beside it for everything but the method's own communication
-    (ddlbench.runtime.horovod)."""
+    ``ps_local`` and no server, the push/pull group is the workers' own and worker 0 sums
+    (``ps.LocalReduce``). With ``horovod`` (the HOROVOD_* settings of the method to run)
+    Horovod is started first, and the default group is a Gloo group beside it for everything
+    but the method's own communication (ddlbench.runtime.horovod)."""
     use_cuda, backend, timeout_s, threads = job.use_cuda, job.backend, job.timeout_s, job.threads
     nservers, partition_bytes, ps_clients, horovod = (job.nservers, job.partition_bytes,
                                                        job.ps_clients, job.horovod)
@@ -143,9 +147,9 @@ def init(placement: Placement, job: Job) -> Context:
         dist.init_process_group(backend, store=horovod_lane.store(placement, timeout),
                                 rank=placement.rank, world_size=placement.world_size,
                                 timeout=timeout)
-    elif nservers == 0 and placement.launcher == "torchrun":
+    elif nservers == 0 and placement.launcher == "torchrun" and not job.ps_local:
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
-    elif nservers == 0:
+    elif nservers == 0 and not job.ps_local:
         store = _store(placement, timeout)
         dist.init_process_group(backend, store=store, rank=placement.rank,
                                 world_size=placement.world_size, timeout=timeout)
@@ -155,8 +159,11 @@ def init(placement: Placement, job: Job) -> Context:
         dist.init_process_group(backend, store=dist.PrefixStore("ddlbench-workers/", store),
                                 rank=placement.rank, world_size=nworkers, timeout=timeout)
         group = ps.connect(store, placement.rank, placement.world_size, timeout_s)
-        client = _ps_client(ps, group, placement.rank, nworkers, nservers, partition_bytes,
-                            timeout_s, ps_clients)
+        if nservers == 0:   # one machine, no server: a local reduce and broadcast
+            client = ps.LocalReduce(group, placement.rank, nworkers, partition_bytes, timeout_s)
+        else:
+            client = _ps_client(ps, group, placement.rank, nworkers, nservers,
+                                partition_bytes, timeout_s, ps_clients)
     return Context(placement.rank, nworkers, placement.local_rank,
                    placement.local_world_size, device, backend, placement.launcher,
                    ps=client, nservers=nservers, horovod=horovod)

@@ -55,6 +55,10 @@ Clients, ``ps_clients`` (docs/DESIGN.md section 6):
 
 The pushers travel in the plan: the servers count and answer exactly those ranks.
 
+No server (``LocalReduce``): a job whose workers are all on one machine runs as BytePS did with
+one worker machine, a local reduce and broadcast: the ``machine`` protocol with no server
+behind the leader (worker 0), whose sum of a key is then the total it sends back.
+
 Server-side scheduling (``schedule=True`` in the plan; BytePS's
 ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``, what the original's ``bytescheduler=1`` switched on): the
 receiving threads only take pushes in; one summing thread sums them, always the pending push
@@ -877,6 +881,7 @@ class MachineClient(_Summer):
     total into the leader's own data and sends it to the machine's other workers.
     """
     clients = PS_CLIENTS[0]
+    has_servers = True   # (LocalReduce: none; the machine's sum is the total)
 
     def __init__(self, pg, rank: int, members: list[int], client: PSClient | None,
                  nservers: int, partition_bytes: int, timeout_s: float):
@@ -885,7 +890,7 @@ class MachineClient(_Summer):
         self.members = sorted(members)
         self.leader = self.members[0]
         self.is_leader = rank == self.leader
-        if self.is_leader != (client is not None):
+        if self.has_servers and self.is_leader != (client is not None):
             raise ValueError("the machine's leader, and only it, holds the servers' client")
         self.client = client
         self.nservers = nservers
@@ -937,8 +942,8 @@ class MachineClient(_Summer):
         self._staging.clear()
         self.session += 1
         if not self.is_leader:
-            return plan(units, self.partition_bytes, self.nservers)
-        parts = self.client.open(units, schedule)
+            return plan(units, self.partition_bytes, max(1, self.nservers))
+        parts = self._open_servers(units, schedule)
         self._parts = {p.key: p for unit in parts for p in unit}
         self._keys = {p.key: _Key(p.numel, units[p.unit][1]) for p in self._parts.values()}
         self._pulls: "queue.Queue" = queue.Queue()
@@ -948,6 +953,10 @@ class MachineClient(_Summer):
                                           daemon=True)
         self._returner.start()
         return parts
+
+    def _open_servers(self, units, schedule: bool) -> list[list[Partition]]:
+        """The leader opens the session on the servers: the partitions."""
+        return self.client.open(units, schedule)
 
     def push_pull(self, part: Partition, data: torch.Tensor):
         if not self.is_leader:
@@ -974,7 +983,8 @@ class MachineClient(_Summer):
                 if item is None:
                     return
                 key, k, rnd = item
-                rnd.server.wait()
+                if rnd.server is not None:
+                    rnd.server.wait()
                 rnd.own.copy_(k.acc)  # (the round completed: the leader's own push is in it)
                 self._send_sum(key, k, self.members[1:])
                 rnd.done.set()
@@ -1001,6 +1011,9 @@ class MachineClient(_Summer):
         self._pulls.put(None)
         self._returner.join()
         self._drain(self._keys)
+        self._close_servers()
+
+    def _close_servers(self) -> None:
         self.client.close()
 
     def server_stats(self) -> list[dict]:
@@ -1025,6 +1038,55 @@ class MachineClient(_Summer):
             self.client.shutdown()
 
 
+class LocalReduce(MachineClient):
+    """A PS job whose workers are all on one machine, as BytePS ran it with one worker machine:
+    no server, a local reduce and broadcast. Worker 0, the machine's leader, sums every
+    worker's push of a key (matched by key, as a server does: the workers push in any order)
+    and sends the total back to the others; every worker then holds the sum, which the
+    methods divide by the number of workers as after a pull. The methods are unchanged: the
+    partitions are planned as for one server (``Partition.server`` 0 is the leader). Nothing
+    is asked of servers: no statistics, clocks or timeline events."""
+    has_servers = False
+    nservers = 0
+
+    def __init__(self, pg, rank: int, nworkers: int, partition_bytes: int, timeout_s: float):
+        super().__init__(pg, rank, list(range(nworkers)), None, 0, partition_bytes, timeout_s)
+
+    @property
+    def pushers(self) -> list[int]:
+        return []   # nobody pushes to a server
+
+    def _open_servers(self, units, schedule: bool) -> list[list[Partition]]:
+        return plan(units, self.partition_bytes, 1)   # (schedule: there is no server)
+
+    def _forward(self, key: int, k: _Key, rnd: _Round) -> None:
+        """The machine's sum is the total: hand it to the returning thread."""
+        rnd.server = None
+        rnd.forwarded.set()
+        self._pulls.put((key, k, rnd))
+
+    def _close_servers(self) -> None:
+        pass
+
+    def server_stats(self) -> list[dict]:
+        return []
+
+    def timeline_on(self) -> None:
+        pass
+
+    def timeline_off(self) -> None:
+        pass
+
+    def server_clocks(self, rounds: int = 7) -> list[tuple[float, float]]:
+        return []
+
+    def server_events(self) -> list[dict]:
+        return []
+
+    def shutdown(self) -> None:
+        self.close()
+
+
 class _LeaderHandle:
     """The leader's own push: taken once the machine's sum went to the server, done once the
     total is back in its data."""
@@ -1034,7 +1096,8 @@ class _LeaderHandle:
 
     def wait_push(self) -> None:
         self.owner._event(self.rnd.forwarded, self.key, "push to the servers")
-        self.rnd.server.wait_push()
+        if self.rnd.server is not None:
+            self.rnd.server.wait_push()
 
     def wait(self) -> None:
         self.owner._event(self.rnd.done, self.key, "sum from the servers")

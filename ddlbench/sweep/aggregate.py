@@ -72,6 +72,9 @@ class Row:
     cells: dict = field(default_factory=dict)   # nworkers -> Stat
     hashes: dict = field(default_factory=dict)  # nworkers -> cell hash
     compressor: str = "none"
+    method_id: str = ""         # the method's id (the label may carry settings)
+    labelled: bool = False      # the label is the sweep file's own (label: ...)
+    original_name: str = ""     # its name in the original's tables (``original_names``)
 
     @property
     def dnn(self) -> str:
@@ -83,12 +86,9 @@ class Row:
 
     @property
     def original_method(self) -> str:
-        """The method's name in the original's tables and figures (BSP-A2A, MG-WFBP, ...)
-        where the row is a method with no settings of its own, else the row's label; the
-        engine as in ``method``."""
-        from .. import methods
-        name = methods.lookup(self.label).display if self.label in methods.names() \
-            else self.label
+        """The method's name in the original's tables and figures (BSP-A2A, ByteScheduler-PS,
+        ...: ``original_names``), the engine as in ``method``."""
+        name = self.original_name or self.label
         return name if self.engine == "torch" else f"{name} ({self.engine})"
 
     @property
@@ -287,6 +287,44 @@ def noise_floor(t: "Table") -> list[NoiseFloor]:
     return out
 
 
+def original_names(rows: list[Row]) -> None:
+    """Set each row's ``original_name``: the sweep file's label where it gave one (the paper
+    preset's MG-WFBP, BSP-PS); else the method's display name (ByteScheduler-A2A for
+    ``bytescheduler partition=4000000 credit=16000000``) where the table has that method,
+    on that engine, under this one label only and no row is labelled with that name; else the
+    label, which then tells two settings of one method apart."""
+    from .. import methods
+    labels: dict[tuple, set] = {}
+    for r in rows:
+        if not r.labelled:
+            labels.setdefault((r.method_id, r.engine), set()).add(r.label)
+    taken = {r.label for r in rows if r.labelled}
+    for r in rows:
+        r.original_name = r.label
+        if r.labelled or r.method_id not in methods.names() \
+                or len(labels[(r.method_id, r.engine)]) != 1:
+            continue
+        display = methods.lookup(r.method_id).display
+        if display and display not in taken:
+            r.original_name = display
+
+
+def single_throughputs(t: "Table", task_of=None) -> dict[str, float]:
+    """One 1-worker throughput per task, as the original's table and figures had (its
+    ``single_throughputs``, typed in per task): the table's statistic over the successful
+    1-worker tries of every row that does the same work alone (``alone_the_same``: all-to-all
+    without a compressor) on any network, of cells with enough successful tries. ``task_of``
+    (row -> key; default the row's task key) groups the rows. Tasks without such a cell are
+    left out."""
+    task_of = task_of or (lambda r: r.task)
+    pooled: dict[str, list[float]] = {}
+    for r in t.rows:
+        s = r.cells.get(1)
+        if alone_the_same(r) and s is not None and s.values and not s.marked:
+            pooled.setdefault(task_of(r), []).extend(s.values)
+    return {task: aggregate(values, t.aggregate)[0] for task, values in pooled.items()}
+
+
 def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | None = None,
           unreadable: int = 0) -> Table:
     usable = [e for e in entries if e.get("kind") != "try" or store.has_cell(e)]
@@ -344,6 +382,7 @@ def build(entries: list[dict], aggregate_how: str | None = None, min_ok: int | N
         row.hashes[int(cfg["nworkers"])] = h
         used.extend(lines)
     ordered = sorted(rows.values(), key=lambda r: _row_order(r, header, order_seen))
+    original_names(ordered)
     index = {id(r): i for i, r in enumerate(ordered)}
     row_of = {}
     for r in ordered:
@@ -419,12 +458,15 @@ def _row(e: dict, header: dict | None = None) -> Row:
     connection = (e.get("connection") or labelled.get(net["name"])
                   or _connection(net))
     task = cfg["task"]
+    # the store's config holds the method's settings, not the sweep file's label
+    label = e.get("label") or method_label(cfg["method"])
     return Row(network=net["name"], connection=connection, model=task["model"],
-               batch_size=int(task["batch_size"]), task=task_key(task),
-               label=e.get("label") or method_label(cfg["method"]),
+               batch_size=int(task["batch_size"]), task=task_key(task), label=label,
                engine=cfg.get("engine", "torch"),
                architecture=e.get("architecture") or "a2a", unit=e.get("unit") or "",
-               compressor=str(cfg["method"].get("compressor", "none")))
+               compressor=str(cfg["method"].get("compressor", "none")),
+               method_id=str(cfg["method"]["method"]),
+               labelled=label != method_label(cfg["method"]))
 
 
 def _connection(net: dict) -> str:

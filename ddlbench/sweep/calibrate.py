@@ -267,7 +267,7 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             add(burst_job(c))
     gradient = _largest_gradient([c for c in local if c.architecture == "ps"])
     for c in local:
-        if c.architecture == "ps":
+        if c.architecture == "ps" and not c.one_machine:   # (on one machine: no server)
             add(Job("pushpull", c.network, c.nworkers, nservers=c.method.get("nservers"),
                     ps_clients=c.method.get("ps_clients", PS_CLIENTS[0]),
                     partition_bytes=c.method.get("partition_bytes"),
@@ -279,8 +279,10 @@ def profile_job(cell) -> Job:
     """The profile of the cell's task on its network and worker count (the sweep's threads);
     a parameter-server cell's with its servers (their count as the training script takes it
     on one machine), clients and partition: the profiler also times the interference beside
-    their push/pull. Either is the same job by name (``jobs`` runs the one with servers)."""
-    if cell.architecture != "ps" or cell.nworkers < 2:
+    their push/pull. Either is the same job by name (``jobs`` runs the one with servers). A
+    parameter-server cell on one machine runs no server (docs/DESIGN.md section 6): its
+    profile has none either."""
+    if cell.architecture != "ps" or cell.nworkers < 2 or cell.one_machine:
         return Job("profile", cell.network, cell.nworkers, task=cell.task,
                    threads=cell.sweep.threads)
     m = cell.method

@@ -188,6 +188,18 @@ class Cell:
         return cfg
 
     @property
+    def one_machine(self) -> bool | None:
+        """Whether the run's workers are on one machine (docs/DESIGN.md section 6, "One
+        machine": a PS method then runs no server): the local launcher's over the loopback,
+        or one worker; an emulated network puts each worker on a host of its own; None for a
+        real cluster's (its host file, and the model's topology, say)."""
+        if self.nworkers == 1:
+            return True
+        if self.network.kind == "net":
+            return not self.network.emulated
+        return None
+
+    @property
     def shares(self) -> bool:
         """Whether this cell's tries run in jobs shared with other methods (``shared_jobs``):
         the local launcher's cells of the torch engine (a job with parameter-server methods

@@ -8,7 +8,8 @@ the others (its median's 95% interval apart from theirs: ``aggregate.ranking``; 
 say "tied" under the axis); a line plot of scaling efficiency; and,
 where the runs recorded timelines, a stacked bar per method and worker count of where the
 iteration goes (compute, exposed communication and waits, the rest).
-The original's own figures, in its style and file names, for ``original.md``: ``draw_original``.
+The original's own figures, in its style and file names, beside the original's results README
+(``original/README.md``): ``draw_original``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import os
 import re
 
 from .. import methods
-from .aggregate import Table, breakdown, predicted_vs_measured, ranking
+from .aggregate import (Table, breakdown, predicted_vs_measured, ranking,
+                        single_throughputs)
 
 
 def _slug(text: str) -> str:
@@ -271,16 +273,24 @@ def original_series(rows: list) -> dict[str, list[tuple[int, float, float]]]:
     return out
 
 
-def original_speedups(rows: list) -> dict[int, tuple[str, float]]:
-    """{workers: (method, speedup)}: the label above each group, the largest speedup of the
-    group over its 1-worker throughput (here each row's own measured 1-worker cell; the
-    original typed one in per task)."""
+def original_singles(t: Table) -> dict[str, float]:
+    """The original's task name -> its one 1-GPU throughput (``single_throughputs``): the
+    table's 1-GPU column and the base of the figures' speedup labels."""
+    names = original_task_names(t)
+    return single_throughputs(t, task_of=lambda r: names[r.task])
+
+
+def original_speedups(rows: list, single: float | None) -> dict[int, tuple[str, float]]:
+    """{workers: (method, speedup)}: the label above each group, as the original's
+    record_rects: the largest of the group's plotted throughputs over the task's one 1-GPU
+    throughput ``single`` (``original_singles``; None: no labels)."""
     best: dict[int, tuple[str, float]] = {}
-    for r in rows:
-        for n in r.cells:
-            sp = r.speedup(n) if n != 1 else None
-            if sp is not None and (n not in best or sp[0] > best[n][1]):
-                best[n] = (r.original_method, sp[0])
+    if not single:
+        return best
+    for method, pts in original_series(rows).items():
+        for n, mean, _ in pts:
+            if n not in best or mean / single > best[n][1]:
+                best[n] = (method, mean / single)
     return best
 
 
@@ -337,16 +347,21 @@ def compare_series(t: Table) -> dict[str, list[tuple[str, str, dict]]]:
 
 
 def _style(rows: list) -> dict[str, tuple[str, str]]:
-    """method name -> (colour, hatch): the architecture's colour and the method's declared
-    hatch (``Method.hatch``); a row whose label is not a method's id with a hatch (settings of
-    its own, a method of a plugin without one) gets a spare hatch."""
-    out, spare = {}, iter(_SPARE_HATCHES * 4)
+    """method name -> (colour, hatch), by the row's method id, whatever its label: the
+    original's colour of its architecture (``COLOURS``) and the method's declared hatch
+    (``Method.hatch``: the original's METHOD_HACHES for its seven methods). A second row of
+    one method (other settings, told apart by their labels), or a method without a hatch,
+    gets a spare hatch."""
+    out, spare, hatched = {}, iter(_SPARE_HATCHES * 4), set()
     for r in rows:
         if r.original_method in out:
             continue
-        hatch = methods.lookup(r.label).hatch if r.label in methods.names() else None
-        out[r.original_method] = (COLOURS["ps" if r.architecture == "ps" else "a2a"],
-                                  hatch if hatch is not None else next(spare, ""))
+        known = r.method_id in methods.names()
+        hatch = methods.lookup(r.method_id).hatch if known else None
+        if hatch is None or r.method_id in hatched:
+            hatch = next(spare, "")
+        hatched.add(r.method_id)
+        out[r.original_method] = (COLOURS["ps" if r.architecture == "ps" else "a2a"], hatch)
     return out
 
 
@@ -394,6 +409,7 @@ def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
         if old.endswith(".png"):
             os.unlink(os.path.join(folder, old))
     files, compares = [], []
+    names, singles = original_task_names(t), original_singles(t)
     for name, rows in original_groups(t):
         series = original_series(rows)
         if not series:
@@ -401,7 +417,8 @@ def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
         fig, ax = plt.subplots()
         counts, where = _bars(ax, series, _style(rows))
         top = max(p[1] + p[2] for pts in series.values() for p in pts)
-        for n, (method, sp) in original_speedups(rows).items():
+        single = singles.get(names[rows[0].task])
+        for n, (method, sp) in original_speedups(rows, single).items():
             bar = where.get((method, n))
             if bar is not None:  # above its error bar (the original: at 1.03 x the bar)
                 err = dict((p[0], p[2]) for p in series[method])[n]
@@ -421,7 +438,6 @@ def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
 
     connection = {r.network: r.connection for r in t.rows}
     first_of = {}
-    names = original_task_names(t)
     for r in t.rows:
         first_of.setdefault(names[r.task], r)
     for task, pairs in compare_series(t).items():

@@ -1,8 +1,8 @@
 """Reports of a results store, made from the store alone (``benchmarks.py report RESULTS``).
 
 In the store's folder: ``README.md`` (the original suite's table, speedups and scaling
-efficiency, failed tries), ``original.md`` (the original's results README, in its exact
-layout, with the original's figures in ``original/*.png`` and its network comparison),
+efficiency, failed tries), ``original/README.md`` (the original's results README, in its
+exact layout, beside the original's figures ``original/*.png``, and its network comparison),
 ``results.csv`` (every try), ``plots/*.png`` and ``manifest.json``
 (the sweep definition and the environments the runs reported); for a calibrated sweep each
 cell's prediction beside its measurement (README, CSV, ``plots/predicted_vs_measured.png``).
@@ -288,21 +288,24 @@ def _join(names: list[str]) -> str:
 def original_table(t: Table, date: str, images: list[str] | tuple = (),
                    compare: str = "") -> str:
     """The original suite's results README in its exact layout (its plots.py): the date line,
-    its table (DNN, BS, CONNECTION, METHOD, the 1-worker column, then 'mean +- std' with 3 and 2
-    decimals per worker count, its spacing and trailing blanks), then its figures block. Beyond
-    the original: the 1-worker column is this sweep's measured 1-worker mean (the original
-    typed one in per task), a cell with too few successful tries keeps its (k/n ok) mark, a
-    missing cell is '-' and a failed one 'failed' or 'timeout' (the original printed nan).
-    ``compare`` (``compare_section``), when given, follows the figures."""
+    its table (DNN, BS, CONNECTION, METHOD, the 1-GPU column, then 'mean +- std' with 3 and 2
+    decimals per worker count, its spacing and trailing blanks), then its figures block
+    (``images``: file names beside the README, linked as ``./NAME``). As the original's, the
+    1-GPU column is one figure per task (``plots.original_singles``: measured here, where the
+    original typed one in); beyond it, a cell with too few successful tries keeps its (k/n ok)
+    mark, a missing cell is '-' and a failed one 'failed' or 'timeout' (the original printed
+    nan). ``compare`` (``compare_section``), when given, follows the figures."""
+    from . import plots
+    names, singles = plots.original_task_names(t), plots.original_singles(t)
     counts = [n for n in t.counts if n != 1]
     head = ["DNN", "BS", "CONNECTION", "METHOD", f"1 {t.noun}"]
     head += [f"{n} {t.noun}s" for n in counts]
     lines = [f"# Results generated on {date}", "", "|  " + " | ".join(head) + " |",
              "|" + "-------------- | " * len(head)]
     for r in t.rows:
-        one = r.cells.get(1)
+        one = singles.get(names[r.task])
         cells = [r.dnn, str(r.batch_size), r.connection, r.original_method,
-                 f"{one.center:.1f}" if one and one.values else "-"]
+                 f"{one:.1f}" if one is not None else "-"]
         for n in counts:
             s = r.cells.get(n)
             if s is None or not s.values:
@@ -318,9 +321,10 @@ def original_table(t: Table, date: str, images: list[str] | tuple = (),
 
 def compare_section(t: Table, images: dict[str, str] | None = None) -> str:
     """The original's compare_rdma (which printed these ratios and drew nothing) for
-    ``original.md``: per task with results on two or more networks, its figure (``images``:
-    task -> path, where drawn) and a table of thr(network) / thr(the network before it) per
-    method and worker count; for the other tasks a line saying why there is none."""
+    ``original/README.md``: per task with results on two or more networks, its figure
+    (``images``: task -> file name beside the README, where drawn) and a table of
+    thr(network) / thr(the network before it) per method and worker count; for the other
+    tasks a line saying why there is none."""
     from . import plots
     images = images or {}
     connection = {r.network: r.connection for r in t.rows}
@@ -758,6 +762,9 @@ def manifest(t: Table, entries: list[dict]) -> dict:
     }
 
 
+ORIGINAL_DIR = "original"   # the original-format README and figures, in the store's folder
+
+
 def write_all(folder: str, aggregate_how: str | None = None, min_ok: int | None = None,
               plots: bool = True, entries: list[dict] | None = None,
               unreadable: int = 0) -> Table:
@@ -768,18 +775,23 @@ def write_all(folder: str, aggregate_how: str | None = None, min_ok: int | None 
         entries, bad = store.read(path)
     t = build(entries, aggregate_how, min_ok, bad)
     files, originals, compares = [], [], {}
+    original = os.path.join(folder, ORIGINAL_DIR)
     if plots and t.rows:
         from . import plots as plotting
         files = plotting.draw(t, os.path.join(folder, "plots"))
         files = [os.path.relpath(f, folder) for f in files]
-        drawn, drawn_compares = plotting.draw_original(t, os.path.join(folder, "original"))
-        originals = [os.path.relpath(f, folder) for f in drawn]
-        compares = {os.path.basename(f)[:-len("-compare_rdma.png")]: os.path.relpath(f, folder)
+        drawn, drawn_compares = plotting.draw_original(t, original)
+        originals = [os.path.basename(f) for f in drawn]
+        compares = {os.path.basename(f)[:-len("-compare_rdma.png")]: os.path.basename(f)
                     for f in drawn_compares}
     _write(os.path.join(folder, "README.md"), markdown(t, files))
-    _write(os.path.join(folder, "original.md"),
+    os.makedirs(original, exist_ok=True)
+    # The original's layout: its README beside its figures (results/<date>/ there).
+    _write(os.path.join(original, "README.md"),
            original_table(t, datetime.date.today().isoformat(), originals,
                           compare_section(t, compares) if t.rows else ""))
+    if os.path.isfile(os.path.join(folder, "original.md")):  # where older reports wrote it
+        os.unlink(os.path.join(folder, "original.md"))
     _write(os.path.join(folder, "results.csv"), csv_text(t))
     _write(os.path.join(folder, "manifest.json"),
            json.dumps(manifest(t, entries), indent=2, sort_keys=True) + "\n")
