@@ -3,8 +3,9 @@
 # single-GPU throughputs of docs/DESIGN.md section 10 (ResNet-50 bs 64, BERT-Large bs 8, BERT-Base
 # bs 64; run records as train_<model>.json), the plain loop beside the methods (ddlbench.overhead),
 # then tests/test_cuda.py, then layer-wise profiles of
-# ResNet-50 bs 64 and BERT-Large bs 8 (profile_<model>.json, the format of configs/profiles/);
-# every step's output in OUTDIR/log.txt.
+# ResNet-50 bs 64 and BERT-Large bs 8 (profile_<model>.json, the format of configs/profiles/),
+# then the model's wfbp/bare ratio from those profiles beside the measured one
+# (scripts/launch_check.py); every step's output in OUTDIR/log.txt.
 # Each step has a time limit of its own, so one that hangs does not cost the others.
 #
 #   scripts/gpu_check.sh OUTDIR        (PYTHON=... picks the interpreter; default python3)
@@ -62,4 +63,8 @@ for spec in "resnet50 64" "bert 8"; do
     step 180 "$log" "$py" -m ddlbench.measure.profiler --model "$model" --batch-size "$bs" \
         --output "$out/profile_$model.json"
 done
+# the model's wfbp against the bare loop at one GPU, beside the overhead step's measured ratio
+# (host and device as two resources: within 10% is issue 44's bar)
+step 60 "$log" "$py" scripts/launch_check.py "$out" resnet50 bert
+tail -2 "$log"
 exit "$status"

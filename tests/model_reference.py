@@ -12,15 +12,15 @@ from ddlbench.model.simulate import ISSUER_ROW
 
 
 def training(work, groups, wait_all, send, send_late, transport, host):
-    """``simulate._training`` without interference: (forward's, backward's and
-    communication's ends, the iteration's end, the transport's events, host work spans)."""
+    """``simulate._training`` without interference: (the iteration's end, the training
+    thread's spans, the transport's events, the host work's spans)."""
     fwd_end = t = work.forward_s
     done, left, spans = [], list(groups), []
 
     def host_work(name, seconds):
         nonlocal t
         if seconds:
-            spans.append((name, t, t + seconds))
+            spans.append((name, timeline.MAIN, t, t + seconds))
             t += seconds
 
     issuer = 0.0  # when the communication thread is free
@@ -55,7 +55,11 @@ def training(work, groups, wait_all, send, send_late, transport, host):
         host_work(host.finish_name(g), host.finish(g))
     host_work("copy out of buckets", host.after_all())
     last_end = t
-    return fwd_end, bwd_end, last_end, last_end + work.optimizer_s, transport.events, spans
+    end, main, compute = last_end + work.optimizer_s, timeline.MAIN, timeline.COMPUTE
+    return end, [("forward", compute, main, 0.0, fwd_end),
+                 ("backward", compute, main, fwd_end, bwd_end),
+                 ("step", timeline.WAIT, main, bwd_end, end),
+                 ("optimizer", compute, main, last_end, end)], transport.events, spans
 
 
 def bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):

@@ -323,6 +323,7 @@ class _Net(nn.Module):
 
 
 def test_profiler_measures_in_backward_order_and_leaves_no_trace():
+    _world_of_one()     # measure_host times the issue of a collective
     torch.manual_seed(0)
     net = _Net().train()
     x = torch.randn(2, 3, 8, 8)
@@ -358,6 +359,21 @@ def test_profiler_measures_in_backward_order_and_leaves_no_trace():
     assert h["copy_s_per_byte"] > 0 and h["divide_s_per_byte"] > 0
     assert all(p.grad is None for p in net.parameters())
     assert all(torch.equal(a, b) for a, b in zip(params, net.parameters()))
+
+    # the host's side (an accelerator's; on a CPU the same passes on the host's clock): the
+    # forward's and each tensor's launch in the profile's order, a hook's cost, the
+    # optimizer's; it leaves no trace but the optimizer's steps
+    opt = torch.optim.SGD(net.parameters(), lr=0.0)
+    calls.clear()
+    launch = profiler.measure_launch(net, forward_backward, m["order"], optimizer=opt,
+                                     warmup=1, iters=3)
+    assert len(calls) == 2 * (1 + 3)                 # without and with the method's hooks
+    assert set(launch) == {"forward_s", "backward_s", "hook_s", "optimizer_s", "iters"}
+    assert len(launch["backward_s"]) == 6 and all(t >= 0 for t in launch["backward_s"])
+    assert launch["forward_s"] > 0 and launch["hook_s"] >= 0 and launch["optimizer_s"] > 0
+    assert all(p.grad is None for p in net.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(params, net.parameters()))  # lr 0
+    assert all(torch.equal(a, b) for a, b in zip(buffers, net.buffers()))
 
     # CPU interference (the profiler's multi-worker step), here in a world of one: its phases,
     # figures and bookkeeping; it too leaves no trace
@@ -527,6 +543,7 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
     # the optimizer's step, timed last, for the performance model (BERT: AdamW)
     assert prof["optimizer"] == "AdamW" and prof["optimizer_s"] > 0
     assert prof["interference"] is None     # nothing to interfere with on one worker
+    assert prof["launch"] is None           # a CPU: the host computes (one resource)
     # the methods' own copies and divides, timed on the model's gradients
     host = prof["host"]
     assert host["bytes"] == sum(t["bytes"] for t in prof["tensors"]) and host["iters"] == 5
@@ -563,6 +580,17 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
         bad.write_text(json.dumps({**prof, "rank_passes_s": passes}))
         with pytest.raises(UsageError, match=r"malformed 'rank_passes_s' \(per rank, its passes' "
                                              r"times > 0, as many for every rank\)$"):
+            profile_file.read_profile(str(bad))
+    # an accelerator's profile: the host's side, replayed as a resource of its own
+    launch = {"forward_s": 0.01, "backward_s": [0.001] * n, "optimizer_s": 0.002,
+              "hook_s": 1e-5, "iters": 3}
+    bad.write_text(json.dumps({**prof, "launch": launch}))
+    assert predict.workload_of(profile_file.read_profile(str(bad))).launch == \
+        simulate.Launch(0.01, [0.001] * n, 0.002, 1e-5)
+    for broken in ({**launch, "backward_s": [0.001]}, {**launch, "hook_s": -1.0}, [0.1]):
+        bad.write_text(json.dumps({**prof, "launch": broken}))
+        with pytest.raises(UsageError, match=r"malformed 'launch' \(the host's forward_s, one "
+                                             r"backward_s per tensor"):
             profile_file.read_profile(str(bad))
     bad.write_text(json.dumps({**prof, "rank_compute_s": [0.0]}))
     with pytest.raises(UsageError, match=r"malformed 'rank_compute_s' \(one time > 0 per rank\)$"):

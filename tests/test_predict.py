@@ -1,6 +1,7 @@
 """python -m ddlbench.model.predict: a profile file in, each method's predicted iteration out (the
 replay itself: tests/test_simulate.py)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -208,7 +209,7 @@ def test_the_ps_methods_take_the_interference_beside_push_pulls(tmp_path, capsys
     for name, flags in (("both", []), ("none", ["--no-interference"])):
         assert predict.main(["--profile", str(path), "--network", str(net_file),
                              "--method", "wfbp,wfbpps", "--nworkers", "2",
-                             "--output", str(out), *flags]) == 0
+                             "--ps-force-servers", "--output", str(out), *flags]) == 0
         text = capsys.readouterr().out
         assert ("beside push/pulls (the PS methods'): compute x3.00, communication x1.00"
                 in text) == (name == "both")
@@ -237,7 +238,7 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
     net_file.write_text(TOPOLOGY)
     out = tmp_path / "pred.json"
     assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
-                         "2,8", "--output", str(out)]) == 0
+                         "2,8", "--ps-force-servers", "--output", str(out)]) == 0
     got = json.loads(out.read_text())["predictions"]
     assert {p["method"] for p in got} == set(simulate.METHODS)
     net = topology.load(str(net_file))
@@ -353,3 +354,28 @@ def test_bad_input_is_one_line(tmp_path, args, message):
                            *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_the_gpu_launch_check_compares_the_models_wfbp_ratio_with_the_measured_one(tmp_path):
+    """scripts/launch_check.py (gpu_check.sh's last step): a launch-bound GPU profile (the
+    host 5 ms a tensor where the device takes 1-6 ms, a hook 100 us a gradient) gives wfbp over
+    the bare loop as the host's chain without and with the hooks; a measured ratio within 10%
+    passes, one further off fails (exit 1), each on one line."""
+    launch = {"forward_s": 0.02, "backward_s": [0.005] * 4, "optimizer_s": 0.004,
+              "hook_s": 1e-4, "iters": 3}
+    _path, prof = _profile(tmp_path, device="cuda", backend="nccl", nworkers=1,
+                           alpha_s=1e-6, beta_s_per_byte=1e-12, optimizer_s=0.003,
+                           launch=launch)
+    (tmp_path / "profile_m.json").write_text(json.dumps(prof))
+    bare, wfbp = 0.02 + 0.02 + 0.004, 0.02 + 0.02 + 4e-4 + 0.004
+    script = [sys.executable, os.path.join(REPO, "scripts", "launch_check.py"), str(tmp_path),
+              "m"]
+    for measured, rc, verdict in ((bare / wfbp * 1.05, 0, "yes"), (bare / wfbp * 0.85, 1, "NO")):
+        (tmp_path / "overhead_m.json").write_text(json.dumps(
+            {"methods": {"wfbp": {"ratio": {"method/bare": measured}}}}))
+        proc = subprocess.run(script, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == rc, proc.stderr
+        off = 100 * abs(bare / wfbp - measured) / measured
+        assert proc.stdout == (f"m: wfbp / bare loop at one GPU: predicted {bare / wfbp:.3f}, "
+                               f"measured {measured:.3f} ({off:.1f}% off; within 10%: "
+                               f"{verdict})\n")

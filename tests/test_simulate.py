@@ -334,8 +334,8 @@ def test_bytescheduler_timing_round_by_hand():
         [pytest.approx((14.0, 17.0))]
     one = sim.predict("bytescheduler", work, link, credit=1, batches_per_iter=1)
     assert one.iteration_s == pytest.approx(9.0)
-    # the PS variant takes it too; a round of no steps is refused
-    assert sim.predict("byteschedulerps", work, None, servers=sim.ServerLinks(0.0, 0.25, 0.0),
+    # the worker-side PS variant takes it too; a round of no steps is refused
+    assert sim.predict("byteschedulerps-worker", work, None, servers=sim.ServerLinks(0.0, 0.25, 0.0),
                        batches_per_iter=1).iteration_s > 0
     for bad in (0, 1.5, True):
         with pytest.raises(UsageError, match="batches per timing round must be a whole number"):
@@ -388,7 +388,7 @@ def test_methods_refuse_the_compressors_they_do_not_take():
 
 # ---------------------------------------------------------------------------- parameter servers
 
-PS_METHODS = ("bspps", "wfbpps", "byteschedulerps")
+PS_METHODS = ("bspps", "wfbpps", "byteschedulerps", "byteschedulerps-worker")
 
 
 def test_push_and_pull_pipeline_by_hand():
@@ -482,11 +482,11 @@ def test_ps_methods_extremes_and_schedule():
     free = sim.ServerLinks(0.0, 0.0, 0.0, nservers=3, pushers=4)
     for method in PS_METHODS:
         p = sim.predict(method, work, None, servers=free)
-        # ByteScheduler-PS updates on its completer thread, beside the backward: only the
-        # front layer's update (ready last) delays the next forward
+        # the worker-side ByteScheduler-PS updates on its completer thread, beside the
+        # backward: only the front layer's update (ready last) delays the next forward
         front = work.optimizer_s * work.nbytes[-1] / sum(work.nbytes)
         compute = work.compute_s - (work.optimizer_s - front
-                                    if method == "byteschedulerps" else 0.0)
+                                    if method == "byteschedulerps-worker" else 0.0)
         assert p.iteration_s == pytest.approx(compute, rel=1e-12), method
         assert p.bottleneck == "compute-bound"
     slow = sim.ServerLinks(1e-4, 1e-9, 1e-9, nservers=1, pushers=4)
@@ -501,8 +501,11 @@ def test_ps_methods_extremes_and_schedule():
     # every partition pushed and pulled once per iteration, keys round-robin on the servers
     keys = sorted(e[5]["key"] for e in wfbp.events if e[0] == "push")
     assert keys == list(range(len(keys))) and len(keys) >= len(work.nbytes)
-    bs = sim.predict("byteschedulerps", work, None, servers=slow, credit=10 ** 12)
-    assert bs.method == "byteschedulerps" and bs.iteration_s > 0
+    bs = sim.predict("byteschedulerps-worker", work, None, servers=slow, credit=10 ** 12)
+    assert bs.method == "byteschedulerps-worker" and bs.iteration_s > 0
+    # the original's ByteScheduler-PS: WFBP-PS's workers (the model has no server priority)
+    orig = sim.predict("byteschedulerps", work, None, servers=slow)
+    assert orig.iteration_s == pytest.approx(wfbp.iteration_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("method", PS_METHODS)
@@ -1147,3 +1150,64 @@ def test_host_rates_must_be_finite_and_not_negative(copy, divide, issue):
     with pytest.raises(UsageError, match="^host copy, divide and issue times must be finite "
                                          "and >= 0, got "):
         sim.Host(copy, divide, issue)
+
+
+# -- two resources: the host's launch side of an accelerator's step (issue 44 item 5) ----------
+
+def _launch_work(launch):
+    n = 10
+    return sim.Compute(forward_s=0.010, backward_s=[0.002] * n, nbytes=[4000] * n,
+                       optimizer_s=0.003, names=[f"t{b}" for b in range(n)], launch=launch)
+
+
+def test_a_launch_bound_step_is_the_hosts_chain():
+    """Launch-bound (the host slower than the device at every layer): the iteration is the
+    training thread's own time, launches plus each gradient hook of a method that has Python
+    hooks (its communication thread issues off it); the device's compute, the collectives and
+    the optimizer hide under it. BSP and DDP run no Python hook per gradient."""
+    launch = sim.Launch(forward_s=0.020, backward_s=[0.005] * 10, optimizer_s=0.006,
+                        hook_s=0.0001)
+    work, link = _launch_work(launch), sim.Link(1e-4, 1e-9)
+    host = 0.020 + 0.050 + 0.006
+    for method, hooks in (("wfbp", 10), ("fusion", 10), ("mgwfbp", 10), ("bspa2a", 0),
+                          ("ddp", 0)):
+        p = sim.predict(method, work, link, nworkers=2)
+        assert p.iteration_s == pytest.approx(host + hooks * 0.0001, rel=1e-12), method
+        rows = {e[2] for e in p.events}
+        assert sim.DEVICE_ROW in rows and timeline.MAIN in rows
+        # the device ran tensor 9's backward no earlier than the host launched it
+        device_bwd = [e for e in p.events if e[2] == sim.DEVICE_ROW and e[0] == "backward"]
+        assert device_bwd[0][4] == pytest.approx((0.020 + 0.050 + hooks * 0.0001) * 1e6)
+
+
+def test_a_device_bound_step_is_the_one_resource_replay():
+    """With the host far ahead of the device and no host work of the method's, the two
+    resources give the one-resource replay's iteration (CPU profiles have no launch and
+    replay as before)."""
+    fast = sim.Launch(forward_s=1e-4, backward_s=[1e-5] * 10, optimizer_s=1e-5)
+    for link in (sim.Link(1e-4, 1e-9), sim.Link(2e-3, 1e-7)):
+        for method in ("wfbp", "fusion", "bspa2a", "ddp", "mgwfbp"):
+            one = sim.predict(method, _launch_work(None), link, nworkers=2)
+            two = sim.predict(method, _launch_work(fast), link, nworkers=2)
+            assert two.iteration_s == pytest.approx(one.iteration_s, rel=1e-12), method
+
+
+def test_the_host_waits_for_its_communication_thread_in_the_step():
+    """The step drains the communication thread (every bucket issued before the training
+    thread goes on): a slow issue delays the host's optimizer launch, and so the iteration
+    of a launch-bound step, by what the thread had left when the backward's launches ended."""
+    launch = sim.Launch(forward_s=0.020, backward_s=[0.005] * 10, optimizer_s=0.006)
+    work = dataclasses.replace(_launch_work(launch), host=sim.Host(issue_s=0.030))
+    p = sim.predict("wfbp", work, sim.Link(1e-4, 1e-9), nworkers=2)
+    # the thread issues bucket b from the host's hook at 0.020 + 0.005 (b + 1), 30 ms each:
+    # bucket 0 from 0.025, the last done at 0.025 + 10 * 0.030
+    assert p.iteration_s == pytest.approx(0.025 + 0.300 + 0.006, rel=1e-12)
+    step = [e for e in p.events if e[2] == timeline.MAIN and e[0] == "step"]
+    assert step[0][3:5] == pytest.approx((0.070 * 1e6, 0.325 * 1e6))
+
+
+def test_launch_times_are_checked():
+    with pytest.raises(UsageError, match="one backward time per tensor"):
+        _launch_work(sim.Launch(0.01, [0.001] * 3))
+    with pytest.raises(UsageError, match="finite and >= 0"):
+        sim.Launch(0.01, [0.001, -1.0])

@@ -49,8 +49,13 @@ predict: {device_throughput: {resnet50: 253.1}}
         cfg = e["config"]
         P, mid = cfg["nworkers"], cfg["method"]["method"]
         net = topology.load({0: "survey-10gbe", 1: "survey-100gib"}[cfg["network"]["profile"]])
-        if mid == "bspps":
+        if mid == "bspps" and P <= 4:
+            # one machine (4 devices each): no server, BytePS's local all-reduce (bspa2a)
+            p = simulate.predict("bspa2a", work, net.link("allreduce", P))
+            assert e["predicted"]["ps_local"] == "bspa2a"
+        elif mid == "bspps":
             p = simulate.predict(mid, work, None, servers=net.ps(P), local=net.local_reduce(P))
+            assert e["predicted"]["ps_local"] is None
         elif mid == "bytescheduler":     # a timing round of the sweep's 3 steps
             p = simulate.predict(mid, work, net.link("allreduce", P), batches_per_iter=3)
         else:
@@ -60,9 +65,10 @@ predict: {device_throughput: {resnet50: 253.1}}
         assert e["throughput"] == pytest.approx(p.throughput(64, P), rel=1e-12), e["cell"]
         assert e["predicted"]["bottleneck"] == p.bottleneck
         assert e["record"]["timeline"]["mean"] == pytest.approx(p.metrics)
-    # one worker, no communication cost: the rescaled device's throughput
-    one = [e for e in tries if e["config"]["nworkers"] == 1 and e["label"] == "wfbp"]
-    assert [round(e["throughput"], 6) for e in one] == [253.1, 253.1]
+    # one worker, no communication cost: the rescaled device's throughput (BSP-PS too: one
+    # worker is one machine, no server)
+    one = [e for e in tries if e["config"]["nworkers"] == 1 and e["label"] in ("wfbp", "bspps")]
+    assert [round(e["throughput"], 6) for e in one] == [253.1] * 4
     readme = (out / "README.md").read_text()
     assert "(predicted)" in readme and "not measured" in readme
     assert not os.path.exists(os.path.join(str(out), "records"))     # nothing ran
@@ -170,7 +176,8 @@ def test_a_calibrated_sweep_predicts_each_cell_before_its_tries(tmp_path, monkey
     """calibrate: true: the jobs a sweep needs (a profile per network, task and workers;
     a compressor's codec time per task, workers and settings; comm_bench per network and
     workers, timing each size by its mean; a burst of the task's tensors per network and
-    workers of the all-to-all cells; push/pull for PS cells), each run once (a job with its
+    workers of the all-to-all cells; push/pull for PS cells on several machines: over the
+    loopback the workers are on one machine and a PS method runs no server), each run once (a job with its
     file and an ok line is not run again: here all are, so nothing but the fake tries runs);
     every cell's prediction from those files alone, in the store before the tries, and beside
     the measurement in README, CSV and a plot."""
@@ -196,7 +203,7 @@ logs: {tmp_path / 'logs'}
         "resnet18-bs8-px32_n2_powersgd-powersgd_rank2.codec",
         "loopback_n2.comm", "1gbit_n2.comm",
         "loopback_resnet18-bs8-px32_n2.burst", "1gbit_resnet18-bs8-px32_n2.burst",
-        "loopback_n2_kdefault-machine.pushpull", "1gbit_n2_kdefault-machine.pushpull"]
+        "1gbit_n2_kdefault-machine.pushpull"]
     assert "rdma0 are a real cluster's" in notes[0]
     # a profile per network: its workers run over that network (the CPU interference is
     # the network's), with 8 passes each alone and beside all-reduces
@@ -204,10 +211,12 @@ logs: {tmp_path / 'logs'}
     assert [c[c.index("--network") + 1] for c in over] == ["loopback", "1gbit"]
     assert "--net" not in over[0] and over[1][over[1].index("--net") + 1] == "1gbit"
     assert all(c[c.index("--interference-iters") + 1] == "8" for c in over)
-    # the task has a PS cell: its servers (one on 2 workers), clients and default partition,
-    # for the interference beside their push/pull; the compute probes start no servers
-    assert all(c[c.index("--nservers"):c.index("--nservers") + 4] == [
-        "--nservers", "1", "--ps-clients", "machine"] for c in over)
+    # the task has a PS cell: over 1 Gbit/s (a machine per worker) its servers (one on 2
+    # workers), clients and default partition, for the interference beside their push/pull;
+    # over the loopback (one machine: no server) none; the compute probes start no servers
+    assert "--nservers" not in over[0]
+    assert over[1][over[1].index("--nservers"):over[1].index("--nservers") + 4] == [
+        "--nservers", "1", "--ps-clients", "machine"]
     assert not any("--partition-bytes" in c for c in over)
     assert "--nservers" not in calibrate.Job("check", jobs[0].network, 2,
                                              of=jobs[0]).command("OUT")
@@ -230,17 +239,17 @@ logs: {tmp_path / 'logs'}
     assert cmd[cmd.index("--stat") + 1] == "mean"     # like the per-size rows it corrects
     # push/pull: powers of two up to one partition (BytePS's 4,096,000 B) and the partition,
     # then two partitions and the task's gradient (ResNet-18's 46.8 MB), all in flight at once
-    cmd = jobs[8].command("OUT")
+    cmd = jobs[7].command("OUT")
     assert cmd[cmd.index("--ops") + 1] == "pushpull" and "--partition-bytes" not in cmd
     assert cmd[cmd.index("--max-bytes") + 1] == str(2 << 20)
     assert cmd[cmd.index("--sizes") + 1] == "4096000,8192000,46800000"
     # the calibration files, as the profiler and comm_bench write them, already there
     folder = results / "2026-01-01-cal"
-    # loopback's profile measured the interference beside push/pulls too: the leader (rank
+    # 1 Gbit/s's profile measured the interference beside push/pulls too: the leader (rank
     # 0) slowed more than the other rank
     beside_ps = {"op": "pushpull", "ps_clients": "machine", "compute_slowdown": 1.5,
                  "comm_slowdown": 0.2, "per_rank": [[2.0, 0.2], [1.0, 0.2]]}
-    prof = _calibrated(folder, jobs, {"loopback": beside_ps})
+    prof = _calibrated(folder, jobs, {"1gbit": beside_ps})
     assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet",
                             "--only", "network=loopback|1gbit"]) == 0
     entries, bad = store.read(store.store_path(str(folder)))
@@ -260,15 +269,20 @@ logs: {tmp_path / 'logs'}
         a, b = fits[cell.network.name]
         link = simulate.Link(a, b, per_message_s=costs[cell.network.name][0],
                              queued_s=costs[cell.network.name][1])
-        if cell.method["method"] == "wfbpps":
+        if cell.method["method"] == "wfbpps" and cell.network.name == "loopback":
+            # one machine: the local all-reduce (as BytePS), on the loopback's all-reduce
+            expected = simulate.predict("wfbp", work, link)
+            assert e["throughput"] != pytest.approx(simulate.predict(
+                "wfbp", work, simulate.Link(a, b)).throughput(8, 2))
+        elif cell.method["method"] == "wfbpps":
             servers = simulate.ServerLinks(a / 2, b, 0.0, 1, 2,
                                            queued_s_per_byte=QUEUED[cell.network.name])
             local = simulate.Link(0.0, 0.0)
-            if cell.network.name == "loopback":   # beside push/pulls: the leader's compute
-                ps_work = replace(work, compute_slowdown=2.0, comm_slowdown=0.2)
-                assert e["throughput"] != pytest.approx(simulate.predict(
-                    "wfbpps", work, None, servers=servers, local=local).throughput(8, 2))
-                work = ps_work
+            # beside push/pulls: the leader's compute
+            ps_work = replace(work, compute_slowdown=2.0, comm_slowdown=0.2)
+            assert e["throughput"] != pytest.approx(simulate.predict(
+                "wfbpps", work, None, servers=servers, local=local).throughput(8, 2))
+            work = ps_work
             expected = simulate.predict("wfbpps", work, None, servers=servers, local=local)
             # the queueing cost is in: without it the prediction differs
             assert e["throughput"] != pytest.approx(simulate.predict(

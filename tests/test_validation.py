@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ddlbench.model import simulate, survey, topology, validation
-from ddlbench.planning import ORIGINAL_AB_TABLES
+from ddlbench.planning import ORIGINAL_AB_TABLES, merge_groups
 
 from .conftest import REPO
 
@@ -40,10 +40,24 @@ def _cell(model, rdma, method, p):
 
 
 # BytePS on one worker machine runs as this all-reduce method (bytedance/byteps
-# docs/best-practice.md: non-distributed mode)
-LOCAL = {"bspps": "bspa2a", "wfbpps": "wfbp", "byteschedulerps": "bytescheduler"}
-A2A_SETTINGS = {"bytescheduler": {"partition": 4_000_000, "credit": 16_000_000},
+# docs/best-practice.md: non-distributed mode); ByteScheduler-PS is the original's (WFBP-PS
+# workers, servers scheduling by priority)
+LOCAL = {"bspps": "bspa2a", "wfbpps": "wfbp", "byteschedulerps": "wfbp"}
+# the paper preset's settings (configs/paper.yaml): a timing round of 10 batches, MG-WFBP
+# planned with the original's table
+A2A_SETTINGS = {"bytescheduler": {"partition": 4_000_000, "credit": 16_000_000,
+                                  "batches_per_iter": 10},
                 "mgwfbp": {"min_group_bytes": 8192 * 4}}
+
+
+def _a2a(method, work, link, p, rdma):
+    """The all-reduce method's replay on ``link``; MG-WFBP's merge planned with the original's
+    table for P and the network."""
+    if method != "mgwfbp":
+        return simulate.predict(method, work, link, **A2A_SETTINGS.get(method, {}))
+    a, b = ORIGINAL_AB_TABLES["10Gbps" if rdma == 0 else "56Gbps"][p]
+    groups = merge_groups(work.backward_s, work.nbytes, a, b, 8192 * 4)
+    return simulate.replay(work, link, groups, method="mgwfbp")
 
 
 def test_cells_are_the_simulators_predictions():
@@ -51,7 +65,7 @@ def test_cells_are_the_simulators_predictions():
              ("bert_base", 2, "bytescheduler", 32), ("resnet50", 2, "bspps", 4),
              ("bert", 1, "wfbpps", 4), ("bert_base", 0, "byteschedulerps", 4),
              ("bert_base", 0, "byteschedulerps", 16), ("bert", 2, "wfbpps", 8),
-             ("bert", 0, "bspa2a", 32)]
+             ("bert", 0, "bspa2a", 32), ("bert_base", 2, "mgwfbp", 8)]
     cells = [_cell(*c) for c in cases]
     rows = {(r["model"], r["rdma"], r["method"], r["nworkers"]): r
             for r in validation.validate("topology", cells)["rows"]}
@@ -63,23 +77,20 @@ def test_cells_are_the_simulators_predictions():
         net = topology.load(os.path.join(REPO, "configs", "topology", f"{names[rdma]}.yaml"))
         cell = _cell(model, rdma, method, p)
         assert batch == cell["batch_size"]
+        table = simulate.Link(*ORIGINAL_AB_TABLES["10Gbps" if rdma == 0 else "56Gbps"][p])
         if method in LOCAL and p <= 4:
-            # one machine: a local all-reduce on its ring, under both sources
+            # one machine: a local all-reduce on the cell's all-reduce link (the original's
+            # table under that source)
             local = LOCAL[method]
-            want = simulate.predict(local, work, net.link("allreduce", p),
-                                    **A2A_SETTINGS.get(local, {}))
-            want_original = want
+            want = _a2a(local, work, net.link("allreduce", p), p, rdma)
+            want_original = _a2a(local, work, table, p, rdma)
         elif method in LOCAL:
-            extra = {"credit": 16_000_000} if method == "byteschedulerps" else {}
             want = simulate.predict(method, work, None, servers=net.ps(p),
-                                    local=net.local_reduce(p), partition_bytes=4_096_000,
-                                    **extra)
+                                    local=net.local_reduce(p), partition_bytes=4_096_000)
             want_original = want
         else:
-            extra = A2A_SETTINGS.get(method, {})
-            want = simulate.predict(method, work, net.link("allreduce", p), **extra)
-            table = ORIGINAL_AB_TABLES["10Gbps" if rdma == 0 else "56Gbps"]
-            want_original = simulate.predict(method, work, simulate.Link(*table[p]), **extra)
+            want = _a2a(method, work, net.link("allreduce", p), p, rdma)
+            want_original = _a2a(method, work, table, p, rdma)
         for got, pred in ((rows, want), (original, want_original)):
             row = got[(model, rdma, method, p)]
             assert row["predicted"] == batch * p / pred.iteration_s
@@ -88,7 +99,9 @@ def test_cells_are_the_simulators_predictions():
             assert row.get("ps_local") == (LOCAL[method] if method in LOCAL and p <= 4
                                            else None)
             if "ps_local" in row:
-                assert "BytePS non-distributed" in row["network_model"]
+                assert "BytePS non-distributed" in row["model_notes"][0]
+            if method == "mgwfbp":
+                assert "original's" in row["model_notes"][0]
             # the YAML's odd cells: 100GbE BSP-PS/WFBP-PS of ResNet-50 and BERT-Large, 8-32
             assert row.get("odd", False) == ((model, rdma, method, p) == ("bert", 2, "wfbpps", 8))
 

@@ -8,7 +8,9 @@ the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, 
 the forward (same order, summing to at most ``forward_s``), ``rank_compute_s``, every
 rank's forward and backward seconds (rank order; the others are rank 0's), and
 ``rank_passes_s``, every rank's measured passes, each its forward and backward (rank order,
-as many per rank; the ranks met before each).
+as many per rank; the ranks met before each), and ``launch``, the host's side of a step on an
+accelerator (``forward_s``, ``backward_s`` per tensor in the same order, ``optimizer_s``,
+``hook_s``; null or absent on a CPU).
 """
 from __future__ import annotations
 
@@ -62,6 +64,14 @@ def read_profile(path: str) -> dict:
             and all(_times(p) and p and len(p) == len(passes[0]) for p in passes)):
         raise UsageError(f"{where}: malformed 'rank_passes_s' (per rank, its passes' times > 0, "
                          f"as many for every rank)")
+    launch = prof.get("launch")
+    if launch is not None and not (
+            isinstance(launch, dict) and _times(launch.get("backward_s"), zero=True)
+            and len(launch["backward_s"]) == len(tensors)
+            and _times([launch.get(k, 0.0) for k in ("forward_s", "optimizer_s", "hook_s")],
+                       zero=True)):
+        raise UsageError(f"{where}: malformed 'launch' (the host's forward_s, one backward_s per "
+                         f"tensor, optimizer_s and hook_s, each a time >= 0)")
     return prof
 
 

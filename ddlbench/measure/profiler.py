@@ -43,6 +43,11 @@ What it measures, on the rank's own batch:
 - what the methods' own handling of the gradients costs (``host``, ``measure_host``): every
   gradient copied into one flat buffer and back, and the buffer divided in place, per byte,
   and the issue of one collective (``measure_issue``), every rank at once.
+- on an accelerator, the host's side of the step (``launch``, ``measure_launch``): the same
+  passes stamped on the host's clock without synchronising the device, so the training
+  thread's launch time of the forward, of each tensor's backward and of the optimizer's step,
+  and what a bucketed method's gradient hook costs it inside a backward; the model replays
+  host and device as two resources with them (``simulate.Launch``).
 
 Every rank runs the same forward/backward iterations at the same time (so the device and the
 cores are as busy as in training), meeting before each (a barrier, as a synchronous step's
@@ -63,7 +68,9 @@ all-reduce's ``bytes``, the ``iters`` of each phase, the mean times behind them,
 or null), ``interference_ps`` (the same beside push/pulls, with ``op: "pushpull"``,
 ``nservers``, ``ps_clients`` and ``partition_bytes``; absent without servers) and ``host``
 (``copy_s_per_byte``, ``divide_s_per_byte``, the gradient ``bytes`` and ``iters`` they were
-timed with, ``issue_s`` and its ``issue_iters``).
+timed with, ``issue_s`` and its ``issue_iters``) and ``launch`` (on an accelerator, the
+host's side of the step, ``measure_launch``: ``forward_s``, ``backward_s`` per tensor in the
+same order, ``optimizer_s``, ``hook_s``, ``iters``; null on a CPU, where the host computes).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
 this one.
 """
@@ -399,6 +406,80 @@ def _forward_shares(forward: list[float], fractions: list[list[float]],
     attributed = min(1.0, statistics.median(sum(f) for f in fractions))
     scale = forward_s * (attributed / sum(share) if sum(share) > 0 else 0.0)
     return forward_s, [share[i] * scale for i in order]
+
+
+def measure_launch(model, forward_backward, order: list[int], *, device=None,
+                   optimizer=None, warmup: int = DEFAULT_WARMUP,
+                   iters: int = DEFAULT_ITERS) -> dict:
+    """The host's side of a step on an accelerator (``simulate.Launch``; docs/DESIGN.md
+    section 3): the same passes as ``measure_layers`` with the same hooks stamping the host's
+    clock, but the device synchronised only between passes, so each stamp is when the training
+    thread got there (launched), not when the device did: the forward's launch (median), each
+    tensor's share of the backward's (the gaps between gradient hooks, in ``order``, the
+    profile's backward order), and ``hook_s``, what a bucketed method's gradient hook costs
+    the training thread per gradient inside a backward (count the gradient, hand a full
+    bucket to a communication thread: ``threads.Issuer``'s queue), as the median of the
+    backward's launch with such a hook on every parameter less without, per gradient. With
+    ``optimizer``, its step's launch too (median of ``iters`` steps, each between two
+    synchronisations; it changes the parameters). On a CPU the host does the compute: the
+    replay takes none of this (``make_profile`` records it on accelerators only)."""
+    import queue
+    import threading
+
+    from .. import compat
+    params = [p for p in model.parameters() if p.requires_grad]
+    cur: dict = {}
+    sync = _synchronizer(device)
+
+    def passes(extra=()):
+        """(forwards, every parameter's ready times, orders, each pass's backward)."""
+        nosync = lambda: None  # noqa: E731
+        handles = (_pass_hooks(model, params, cur, nosync) + _grad_hooks(params, cur, nosync)
+                   + list(extra))
+        with _leaving_no_trace(model, device), _removed_after(handles):
+            forward, ready_at, orders, _, _ = _layer_passes(
+                forward_backward, params, cur, nosync, warmup=warmup, iters=iters, step=sync)
+        backward = [max(r[k] for r in ready_at if len(r) > k) for k in range(len(orders))]
+        return forward, ready_at, orders, backward
+
+    forward, ready_at, orders, plain = passes()
+    # the hooks of a bucketed method: count, and hand every 4th gradient's bucket over
+    handed: queue.SimpleQueue = queue.SimpleQueue()
+    taker = threading.Thread(target=lambda: [None for _ in iter(handed.get, None)],
+                             name="profiler-issue", daemon=True)
+    taker.start()
+    count = [0]
+
+    def hook(_p):
+        count[0] += 1
+        if count[0] % 4 == 0:
+            handed.put(count[0])
+    try:
+        hooked = passes([compat.on_grad_ready(p, hook) for p in params])[3]
+    finally:
+        handed.put(None)
+        taker.join()
+    gaps = dict(zip(*_backward_times(orders, ready_at)))
+    out = {"forward_s": statistics.median(forward), "backward_s": [gaps[i] for i in order],
+           "hook_s": max(0.0, (statistics.median(hooked) - statistics.median(plain))
+                         / max(1, len(params))),
+           "iters": iters}
+    if optimizer is not None:
+        out["optimizer_s"] = _launch_of(optimizer.step, device, iters)
+    return out
+
+
+def _launch_of(fn, device, iters: int) -> float:
+    """Median host seconds of ``fn()`` started with the device idle, not waited for."""
+    sync = _synchronizer(device)
+    times = []
+    for _ in range(max(1, iters)):
+        sync()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    sync()
+    return statistics.median(times)
 
 
 def interference_bytes(nbytes: list[int]) -> int:
@@ -889,6 +970,13 @@ def worker(args, placement) -> int:
                                  warmup=args.warmup, iters=args.iters)
         prof["optimizer"] = type(optimizer).__name__
         prof["optimizer_s"] = seconds
+        # On an accelerator, the host's side of the step (the model's two resources)
+        prof["launch"] = None
+        if ctx.device is not None and ctx.device.type != "cpu":
+            index = {name: i for i, (name, _) in enumerate(trainable(work.model))}
+            prof["launch"] = measure_launch(
+                work.model, forward_backward, [index[t["name"]] for t in prof["tensors"]],
+                device=ctx.device, optimizer=optimizer, warmup=args.warmup, iters=args.iters)
         if ctx.is_root:
             print(format_profile(prof, args.min_group), flush=True)
             if args.output:
@@ -942,6 +1030,17 @@ def _host_lines(x: dict | None) -> list[str]:
             f"{rate(x['copy_s_per_byte'])}, divide {rate(x['divide_s_per_byte'])}{issue}"]
 
 
+def _launch_lines(x: dict | None, prof: dict) -> list[str]:
+    if not x:
+        return []
+    ms = 1e3
+    return [f"# the host's side (launch): forward {x['forward_s'] * ms:.3f} ms, backward "
+            f"{sum(x['backward_s']) * ms:.3f} ms (device {prof['forward_s'] * ms:.3f} and "
+            f"{sum(prof['backward_s']) * ms:.3f} ms), optimizer "
+            f"{x.get('optimizer_s', 0.0) * ms:.3f} ms; a method's gradient hook "
+            f"{x['hook_s'] * 1e6:.1f} us"]
+
+
 def _forward_lines(prof: dict) -> list[str]:
     shares = prof.get("forward_tensor_s")
     if shares is None:
@@ -967,6 +1066,7 @@ def format_profile(prof: dict, min_group: int) -> str:
              *_interference_lines(prof.get("interference")),
              *_interference_lines(prof.get("interference_ps")),
              *_host_lines(prof.get("host")),
+             *_launch_lines(prof.get("launch"), prof),
              f"# {'backward':>8} {'bytes':>11} {'tb (ms)':>10}  tensor"]
     for k, (t, x) in enumerate(zip(prof["tensors"], tb)):
         lines.append(f"  {k:8d} {t['bytes']:11d} {x * 1e3:10.4f}  {t['name']}")

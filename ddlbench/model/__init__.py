@@ -5,6 +5,8 @@
 - ``topology``: collectives and topologies: a cluster file (or comm_bench measurements) as the
   cost of each message at each worker count;
 - ``survey``: the survey's published throughputs, as data;
+- ``cell``: one cell's prediction, the one path the CLI, the sweep and the validation take (the
+  one-machine rule for the PS methods, their clients, MG-WFBP's plan, the 1-worker cells);
 - ``predict``: ``python -m ddlbench.model.predict``, every method from a profile, and ``--advise``;
 - ``validation``: ``python -m ddlbench.model.validation survey``, the model against the
   published table.

@@ -26,6 +26,12 @@ and decode time per element from ``--codec FILE`` (``python -m compression.bench
 ``--device-throughput X`` rescales the profile's compute so that one worker trains X samples/s
 (another device, same shape). ``--advise`` searches each method's settings with the simulator
 and prints them ranked, with the speedup over DDP at its defaults.
+
+Each prediction is ``ddlbench.model.cell.predict``'s, the one path the sweep and the validation
+take too: a PS method whose workers fit one machine of the topology runs as its local
+all-reduce (no server; ``--ps-force-servers``: servers anyway), and MG-WFBP plans on the link it
+is costed on, or with ``--mgwfbp-ab table`` the original's table for the worker count and
+``--ab-network`` (as the original planned it).
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ import time
 from dataclasses import fields, replace
 
 from .. import methods, timeline
-from . import simulate, topology
+from . import cell, simulate, topology
 from ..costs import ALLGATHER_COMPRESSORS
 from ..costs import COMPRESSOR_IDS as COMPRESSORS
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
@@ -45,7 +51,8 @@ from ..options import LIMITS, add_ps_flags
 from ..measure.profile_file import read_profile
 from ..methods import PS
 from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
-                        DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES)
+                        DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES,
+                        original_alpha_beta)
 from .rules import MIB
 
 # The largest worker count predicted: the suite's bound on --nworkers (options.LIMITS, 2**20),
@@ -100,6 +107,13 @@ def parse_args(argv=None):
     p.add_argument("--bucket-cap-mb", type=float, default=DDP_DEFAULT_BUCKET_MB)
     p.add_argument("--min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS, metavar="ELEMENTS",
                    help="MG-WFBP's small-group merge (fp32 elements; 0: off)")
+    p.add_argument("--mgwfbp-ab", default="measured", choices=cell.PLAN_AB,
+                   help="MG-WFBP's plan: on the link it is costed on (measured, as a run "
+                        "measures its own) or with the original's alpha-beta table for the "
+                        "worker count (table)")
+    p.add_argument("--ab-network", default=None, choices=("rdma0", "rdma1", "rdma2"),
+                   help="--mgwfbp-ab table: the network whose table (as DDLBENCH_NETWORK: "
+                        "rdma1 and rdma2 the 56Gbps one; default: the 10Gbps one)")
     p.add_argument("--partition", type=int, default=BYTESCHEDULER_PARTITION,
                    help="ByteScheduler's chunk size in elements")
     p.add_argument("--credit", type=int, default=BYTESCHEDULER_CREDIT,
@@ -111,6 +125,9 @@ def parse_args(argv=None):
     add_ps_flags(p, nservers_default=None, what="the PS methods: ",
                  nservers_help="parameter servers (default: the network's, one per worker "
                                "machine)")
+    p.add_argument("--ps-force-servers", action="store_true",
+                   help="the PS methods push to servers even when the workers fit one "
+                        "machine (default: there they run as a local all-reduce, as BytePS)")
     p.add_argument("--compressor", default="none", help=f"one of {', '.join(COMPRESSORS)}")
     p.add_argument("--density", type=float, default=0.001, help="TopK's density")
     p.add_argument("--powersgd-rank", type=int, default=4)
@@ -179,6 +196,9 @@ def check(args) -> list[str]:
         if value is not None and value > BOUNDS.get(flag, math.inf):
             raise UsageError(f"{flag} must be at most {_shown(BOUNDS[flag])} "
                              f"({BOUND_WHY[flag]}), got {_shown(value)}")
+    if args.ab_network is not None and args.mgwfbp_ab != "table":
+        raise UsageError("--ab-network names the original's table: it goes with --mgwfbp-ab "
+                         "table")
     if args.density > 1:
         raise UsageError(f"--density must be at most 1, got {args.density}")
     args.counts = _counts(args.nworkers)
@@ -283,7 +303,24 @@ def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
                                                else [float(x) for x in shares]),
                              host=simulate.Host(**{k: float(x) for k, x in rates.items()
                                                    if x is not None}),
-                             **slowdowns)
+                             launch=launch_of(prof), **slowdowns)
+
+
+def launch_of(prof: dict) -> simulate.Launch | None:
+    """The host's side of an accelerator's step (the profile's ``launch``, in the profile's
+    tensor order), or None (a CPU profile, or one from before it was measured)."""
+    x = prof.get("launch")
+    if not x:
+        return None
+    if not isinstance(x, dict) or not isinstance(x.get("backward_s"), list) or \
+            len(x["backward_s"]) != len(prof["tensors"]):
+        raise UsageError("the profile's launch needs the host's forward_s and one backward_s "
+                         "per tensor")
+    try:
+        return simulate.Launch(float(x["forward_s"]), [float(v) for v in x["backward_s"]],
+                               float(x.get("optimizer_s", 0.0)), float(x.get("hook_s", 0.0)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"the profile's launch is malformed: {e}") from None
 
 
 def slowest_rank(prof: dict, nworkers: int) -> float:
@@ -331,7 +368,16 @@ def scaled(work: simulate.Compute, f: float, host: bool = False) -> simulate.Com
                    optimizer_s=work.optimizer_s * f,
                    forward_tensor_s=None if shares is None else [x * f for x in shares],
                    host=simulate.Host(*(getattr(h, x.name) * f for x in fields(h)))
-                   if host else h)
+                   if host else h,
+                   launch=_scaled_launch(work.launch, f) if host else work.launch)
+
+
+def _scaled_launch(launch: simulate.Launch | None, f: float) -> simulate.Launch | None:
+    """The host's side of the step ``f`` times as long (the machine's pace)."""
+    if launch is None:
+        return None
+    return simulate.Launch(launch.forward_s * f, [x * f for x in launch.backward_s],
+                           launch.optimizer_s * f, launch.hook_s * f)
 
 
 def _scaled_codec(codec: simulate.Codec, f: float) -> simulate.Codec:
@@ -367,17 +413,18 @@ def _codec_times(path: str | None, model: str,
 
 class Setting:
     """Everything a method's prediction depends on besides the profile: the worker count and
-    the network's costs for it, and the method's settings."""
+    the network's costs for it, and the method's settings. Without a network, the all-reduce
+    link is --alpha/--beta or the profile's own fit (``given``, at every worker count)."""
 
     def __init__(self, args, prof, network, nworkers):
         self.args, self.nworkers, self.network = args, nworkers, network
-        if network is not None:
-            self.link = network.link("allreduce", nworkers)
-        elif args.alpha is not None:
-            self.link = simulate.Link(args.alpha, args.beta)
-        else:
-            self.link = simulate.Link(prof["alpha_s"], prof["beta_s_per_byte"])
-        self._servers = {}
+        self.given = self.source = None
+        if network is None and args.alpha is not None:
+            self.given, self.source = simulate.Link(args.alpha, args.beta), "--alpha/--beta"
+        elif network is None:
+            self.given = simulate.Link(prof["alpha_s"], prof["beta_s_per_byte"])
+            self.source = "the profile's alpha-beta"
+        self.link = self.given or network.link("allreduce", nworkers)
         # the PS methods' CPU interference (``interference_of``), where the profile has one
         self.ps_interference = ({} if getattr(args, "no_interference", False)
                                 else interference_of(prof, ps=True))
@@ -385,13 +432,16 @@ class Setting:
     def allgather(self):
         return self.network.link("allgather", self.nworkers) if self.network else self.link
 
+    def pushes(self, method: str) -> bool:
+        """Whether ``method`` pushes to servers here (a PS method off one machine, or
+        forced)."""
+        return (simulate.method_class(method).architecture == PS and
+                cell.local_method(method, self.nworkers, self.network,
+                                  force_servers=self.args.ps_force_servers) is None)
+
     def servers(self, nservers):
-        if nservers not in self._servers:
-            self._servers[nservers] = (
-                self.network.ps(self.nworkers, nservers, self.args.ps_clients),
-                self.network.local_reduce(self.nworkers)
-                if self.args.ps_clients == "machine" else None)
-        return self._servers[nservers]
+        """The servers' links (an early check that the network has them)."""
+        return self.network.ps(self.nworkers, nservers, self.args.ps_clients)
 
 
 def settings_of(args, method: str) -> dict:
@@ -406,24 +456,31 @@ def settings_of(args, method: str) -> dict:
     return s
 
 
+def _takes_ab(method: str) -> bool:
+    """Whether ``method`` has MG-WFBP's --mgwfbp-ab (its plan's alpha-beta source)."""
+    cls = simulate.method_class(method)
+    return any(spec.name == "mgwfbp_ab" for spec in cls.Options.specs())
+
+
 def run_one(method: str, work, setting: Setting, codec, settings: dict):
+    """``method``'s prediction at ``setting`` (``run_cell``'s)."""
+    return run_cell(method, work, setting, codec, settings).prediction
+
+
+def run_cell(method: str, work, setting: Setting, codec, settings: dict) -> cell.Answer:
+    """``method`` at ``setting`` by ``ddlbench.model.cell.predict``, the one path the sweep
+    and the validation take too: the prediction, where its network came from, notes."""
     settings = dict(settings)
     nservers = settings.pop("nservers", None)
-    if simulate.method_class(method).architecture == PS:
-        servers, local = setting.servers(nservers)
-        if work.interferes or setting.ps_interference:
-            from dataclasses import replace
-            work = replace(work, **{"compute_slowdown": 0.0, "comm_slowdown": 0.0,
-                                    **setting.ps_interference})
-        return simulate.predict(method, work, None, servers=servers, local=local,
-                                nworkers=setting.nworkers, **settings)
-    if codec.compressor != "none":
-        from dataclasses import replace
-        codec = replace(codec, nworkers=setting.nworkers,
-                        allgather=setting.allgather() if codec.compressor in
-                        ALLGATHER_COMPRESSORS else None)
-    return simulate.predict(method, work, setting.link, codec=codec,
-                            nworkers=setting.nworkers, **settings)
+    args = setting.args
+    if _takes_ab(method):
+        settings.setdefault("plan_ab", args.mgwfbp_ab)
+    return cell.predict(method, work, setting.nworkers, settings, network=setting.network,
+                        link=setting.given, link_source=setting.source, codec=codec,
+                        ps_clients=args.ps_clients, nservers=nservers,
+                        force_servers=args.ps_force_servers,
+                        ps_interference=setting.ps_interference,
+                        table_network=args.ab_network)
 
 
 # --------------------------------------------------------------------------- advice
@@ -530,8 +587,10 @@ def run(args) -> int:
     # every worker count's costs first: a network that lacks one is an error before any output
     settings = [Setting(args, prof, network, n) for n in counts]
     for setting in settings:
-        if any(m in simulate.PS_METHODS for m in names):
+        if any(setting.pushes(m) for m in names):
             setting.servers(args.nservers)
+        if args.mgwfbp_ab == "table" and any(_takes_ab(m) for m in names):
+            original_alpha_beta(setting.nworkers, args.ab_network)
         if args.compressor in ALLGATHER_COMPRESSORS:
             setting.allgather()
     unit = "img" if "image_size" in (prof.get("workload") or {}) else "sen"
@@ -607,10 +666,11 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
         for r in ranked:
             matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
         return [{"nworkers": nworkers, "slowest_rank": slow, "advice": ranked}]
-    rows, out = [], []
+    rows, out, notes = [], [], []
     for name in names:
-        p = run_one(name, work, setting, codec, settings_of(args, name))
-        m = p.metrics
+        answer = run_cell(name, work, setting, codec, settings_of(args, name))
+        p, m = answer.prediction, answer.prediction.metrics
+        notes += [f"{name}: {note}" for note in answer.notes]
         rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
                      f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
                      f"{m['exposed_s'] * 1e3:.2f}",
@@ -620,7 +680,8 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
                     "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
                     "iteration_s": p.iteration_s, "slowest_rank": slow,
                     "throughput": p.throughput(batch, nworkers), "metrics": m,
-                    "bottleneck": p.bottleneck})
+                    "bottleneck": p.bottleneck, "ps_local": answer.ps_local,
+                    "notes": list(answer.notes)})
         if args.traces:
             os.makedirs(args.traces, exist_ok=True)
             timeline.write(os.path.join(args.traces, f"{name}_{nworkers}.trace.json"),
@@ -628,6 +689,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
     print("\n".join(_table(["method", "messages", "iteration ms", f"{unit}/s total",
                             "compute ms", "exposed ms", "overlap %", "bound by"], rows,
                            left=(0, 7))))
+    print("".join(f"  {note}\n" for note in notes), end="")
     return out
 
 

@@ -133,8 +133,12 @@ SIMULATED = ("threshold", "bucket_cap_mb", "partition", "credit", "partition_byt
 def simulator_settings(values: dict) -> dict:
     """The simulator's settings from a method's option values (option name -> value, as the
     training script, the sweep and the launchers name them; None: not set): MG-WFBP's
-    ``mgwfbp_min_group`` elements become ``min_group_bytes`` (fp32)."""
+    ``mgwfbp_min_group`` elements become ``min_group_bytes`` (fp32), its ``mgwfbp_ab`` (where
+    the merge's alpha and beta come from: "measured" or the original's "table") ``plan_ab``
+    (``ddlbench.model.cell`` reads it)."""
     out = {k: values[k] for k in SIMULATED if values.get(k) is not None}
     if values.get("mgwfbp_min_group") is not None:
         out["min_group_bytes"] = 4 * int(values["mgwfbp_min_group"])
+    if values.get("mgwfbp_ab") is not None:
+        out["plan_ab"] = str(values["mgwfbp_ab"])
     return out

@@ -109,6 +109,32 @@ class Host:
 
 NO_HOST = Host()
 ISSUER_ROW = "issue"  # the timeline row of a method's communication thread (threads.Issuer)
+DEVICE_ROW = "device"  # the device's compute, where it is a resource of its own (Launch)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The host's side of a step on an accelerator (the profile's ``launch``): the training
+    thread's seconds to launch the forward, each gradient tensor's share of the backward (in
+    ``Compute``'s backward order: the gap between its gradient hook and the previous one's,
+    the device not synchronised) and the optimizer's step. With it the replay has two
+    resources per worker, host and device (``_launched``); without it (a CPU, where the
+    training thread does the compute itself) one. ``hook_s``: what a bucketed method's
+    gradient hook costs the training thread per gradient (count it, hand a complete bucket
+    to the communication thread), measured inside a backward."""
+    forward_s: float
+    backward_s: list[float]
+    optimizer_s: float = 0.0
+    hook_s: float = 0.0
+
+    def __post_init__(self):
+        if not all(0 <= x < float("inf")
+                   for x in (self.forward_s, self.optimizer_s, self.hook_s, *self.backward_s)):
+            raise UsageError("the launch times must be finite and >= 0")
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + sum(self.backward_s) + self.optimizer_s
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,7 @@ class Compute:
     # forward with it. None: the profile timed the forward only as a whole
     forward_tensor_s: list[float] | None = None
     host: Host = NO_HOST
+    launch: Launch | None = None     # the host's side of an accelerator's step (Launch)
 
     def __post_init__(self):
         if len(self.backward_s) != len(self.nbytes) or not self.nbytes:
@@ -154,6 +181,9 @@ class Compute:
             raise UsageError(f"forward_tensor_s needs one finite time >= 0 per tensor "
                              f"({len(self.nbytes)}), summing to at most forward_s "
                              f"({self.forward_s!r})")
+        if self.launch is not None and len(self.launch.backward_s) != len(self.nbytes):
+            raise UsageError(f"the launch times need one backward time per tensor: "
+                             f"{len(self.launch.backward_s)} for {len(self.nbytes)} tensors")
 
     @property
     def compute_s(self) -> float:
@@ -844,18 +874,15 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
         sizes[i] += sent[1]
         return sent[0]
 
-    main = timeline.MAIN
-    fwd_end, bwd_end, last_end, end, comm_events, spans = _training(
-        work, groups, wait_all, send, send_late, transport, host)
-    events = comm_events + [
-        ("iteration", timeline.ITERATION, main, 0.0, end * us, {"index": 0}),
-        ("forward", timeline.COMPUTE, main, 0.0, fwd_end * us, None),
-        ("backward", timeline.COMPUTE, main, fwd_end * us, bwd_end * us, None),
-        ("step", timeline.WAIT, main, bwd_end * us, end * us, None),
-        ("optimizer", timeline.COMPUTE, main, last_end * us, end * us, None)]
-    # the method's own work on the training thread: inside the backward when a hook does it
-    # (compute there), inside the step otherwise (exposed, as the run's timeline has it)
-    events += [(name, timeline.CODEC, main, a * us, b * us, None) for name, a, b in spans]
+    training = _training if work.launch is None else _launched
+    end, spans, comm_events, codec = training(work, groups, wait_all, send, send_late,
+                                              transport, host)
+    events = comm_events + [("iteration", timeline.ITERATION, timeline.MAIN, 0.0, end * us,
+                             {"index": 0})]
+    events += [(name, cat, row, a * us, b * us, None) for name, cat, row, a, b in spans]
+    # the method's own work: inside the backward when a hook does it (compute there), inside
+    # the step otherwise (exposed, as the run's timeline has it)
+    events += [(name, timeline.CODEC, row, a * us, b * us, None) for name, row, a, b in codec]
     metrics = timeline.overlap(events)["mean"]
     return Prediction(method, end, groups, sizes, events, metrics,
                       _bottleneck(work, link, servers, sizes, metrics))
@@ -888,9 +915,9 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
     communication thread (``_IssueThread``), or, with ``wait_all`` (or without the thread),
     encodes and issues it itself; it finishes each in order once it is done (first encoding
     and sending what its compressor issues when waited for: ``send_late``), and steps the
-    optimizer; the transport schedules on the communication clock. Returns the forward's,
-    backward's and communication's ends, the iteration's end, the transport's events in wall
-    time and the host work's (name, start, end)."""
+    optimizer; the transport schedules on the communication clock. Returns the iteration's
+    end, the training thread's spans (name, category, row, start, end), the transport's events
+    in wall time and the host work's spans (name, row, start, end)."""
     sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
     ends: dict = {}
     spans: list = []
@@ -919,7 +946,7 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
         t0 = sim.t
         yield COMPUTE, seconds
         if sim.t > t0:
-            spans.append((name, t0, sim.t))
+            spans.append((name, timeline.MAIN, t0, sim.t))
 
     def training():
         yield COMPUTE, work.forward_s
@@ -952,8 +979,126 @@ def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
 
     sim.spawn("training", training())
     sim.run()
-    return (ends["forward"], ends["backward"], ends["comm"], ends["end"],
-            sim.on_wall_clock(transport.events), spans)
+    main, end = timeline.MAIN, ends["end"]
+    return end, [("forward", timeline.COMPUTE, main, 0.0, ends["forward"]),
+                 ("backward", timeline.COMPUTE, main, ends["forward"], ends["backward"]),
+                 ("step", timeline.WAIT, main, ends["backward"], end),
+                 ("optimizer", timeline.COMPUTE, main, ends["comm"], end)], \
+        sim.on_wall_clock(transport.events), spans
+
+
+def _launched(work: Compute, groups, wait_all: bool, send, send_late, transport,
+              host: _HostWork):
+    """``replay``'s iteration with two resources per worker (``work.launch``): the training
+    thread (the host) launches the forward, each tensor's backward and the optimizer
+    (``Launch``'s times), runs the gradient hooks (``hook_s`` each: handing each complete
+    group to the communication thread, or, without it, packing and issuing it itself) and in
+    the step packs
+    and issues what no hook did (BSP), waits for the communication thread to have issued
+    everything and launches the optimizer; it never waits for the device (an NCCL ``wait()``
+    only orders the device's streams), except at the round's end: the iteration ends when
+    both are done. The device (``DEVICE_ROW``) runs what was launched, no earlier: the forward
+    ends at ``max(device, host)``, tensor b's backward at ``max(device + backward_s[b], host
+    launched b)``; a group's collectives start once its gradients are computed and it was
+    issued; the step's work on the gradients (waiting for each group, the compressor's work
+    when waited for, decode, divide, DDP's copy out) and the optimizer run on the device in
+    order. Interference (kappa, mu) slows both as compute. Returns as ``_training``."""
+    sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
+    launch, main = work.launch, timeline.MAIN
+    t: dict = {}
+    codec: list = []
+    issued: dict = {}           # group index -> when it is issued (communication clock)
+    issuer = _IssueThread(host, transport.events) if host.threaded and not wait_all else None
+    done_at = {max(g): i for i, g in enumerate(groups)}   # a group is computed at its last
+
+    def work_on(name, seconds, row):
+        t0 = sim.t
+        yield COMPUTE, seconds
+        if sim.t > t0:
+            codec.append((name, row, t0, sim.t))
+
+    def issue(i):
+        """The host issues group ``i`` now, itself or through the communication thread."""
+        g = groups[i]
+        if issuer is not None:
+            issued[i] = issuer.take(g, sim.v)
+        else:
+            yield from work_on(host.pack_name(g), host.pack(g), main)
+            issued[i] = sim.v
+        sim.signal(("issued", i))
+
+    def host_thread():
+        yield COMPUTE, launch.forward_s
+        t["host forward"] = sim.t
+        sim.signal(("launched", "forward"))
+        ready, nxt = set(), 0
+        hook = launch.hook_s if issuer is not None else 0.0   # DDP's are C++, BSP has none
+        for b, tb in enumerate(launch.backward_s):
+            yield COMPUTE, tb + hook
+            ready.add(b)
+            while nxt < len(groups) and not wait_all and ready.issuperset(groups[nxt]):
+                yield from issue(nxt)
+                nxt += 1
+            sim.signal(("launched", b))
+        t["host backward"] = sim.t
+        while nxt < len(groups):
+            yield from issue(nxt)
+            nxt += 1
+        if issuer is not None and issuer.free > sim.v:   # the step drains the thread
+            key = ("issuer drained",)
+            sim.at(issuer.free, lambda: sim.signal(key))
+            yield WAIT, key
+        t["host step"] = sim.t
+        yield COMPUTE, launch.optimizer_s
+        t["host end"] = sim.t
+
+    def device_thread():
+        yield COMPUTE, work.forward_s
+        yield WAIT, ("launched", "forward")
+        t["device forward"] = sim.t
+        for b, tb in enumerate(work.backward_s):
+            yield COMPUTE, tb
+            yield WAIT, ("launched", b)
+            if b in done_at:
+                sim.spawn(("send", done_at[b]), sender(done_at[b]))
+        t["device backward"] = sim.t
+        for i, g in enumerate(groups):
+            yield WAIT, ("done", i)
+            yield from work_on(host.at_wait_name(g), host.at_wait(g), DEVICE_ROW)
+            done = send_late(i, sim.v)
+            if done is not None:
+                sim.sent(done)
+                sim.at(done, lambda k=("late", i): sim.signal(k))
+                yield WAIT, ("late", i)
+            yield from work_on(host.finish_name(g), host.finish(g), DEVICE_ROW)
+        yield from sim.drained()
+        yield from work_on("copy out of buckets", host.after_all(), DEVICE_ROW)
+        t["device optimizer"] = sim.t
+        yield COMPUTE, work.optimizer_s
+        t["device end"] = sim.t
+
+    def sender(i):
+        """Group ``i``'s collectives: once computed (now) and issued."""
+        yield WAIT, ("issued", i)
+        done = send(groups[i], max(sim.v, issued[i]))[1]
+        sim.sent(done)
+        sim.at(done, lambda: sim.signal(("done", i)))
+
+    sim.spawn("device", device_thread())
+    sim.spawn("host", host_thread())
+    sim.run()
+    end = max(t["host end"], t["device end"])
+    compute, dev = timeline.COMPUTE, DEVICE_ROW
+    spans = [("forward", compute, main, 0.0, t["host forward"]),
+             ("backward", compute, main, t["host forward"], t["host backward"]),
+             ("step", timeline.WAIT, main, t["host backward"], t["host step"]),
+             ("optimizer", compute, main, t["host step"], t["host end"]),
+             ("synchronize", timeline.WAIT, main, t["host end"], end),
+             ("forward", compute, dev, 0.0, t["device forward"]),
+             ("backward", compute, dev, t["device forward"], t["device backward"]),
+             ("optimizer", compute, dev, t["device optimizer"], t["device end"])]
+    return end, [x for x in spans if x[4] > x[3] or x[0] != "synchronize"], \
+        sim.on_wall_clock(transport.events), codec
 
 
 def predict(method: str, work: Compute, link: Link | None, channels: int = 1,

@@ -16,27 +16,35 @@ is predicted by ``ddlbench.model.simulate`` and compared with the measurement:
   profile's, the profile's shape would be scaled to the cell's batch (the same call) and the cell
   says so (the survey's batches are the profiles': 64, 8, 64). No optimizer step: the profiles
   have none (0 s), so it sits inside the rescaled compute, which reproduces the 1-GPU figure.
+- **one path**: every cell is ``ddlbench.model.cell.predict``'s, the function the CLI and the
+  sweep (``benchmarks.py --config paper --predict-only``) call too, on the same inputs: a cell
+  predicted here and by the paper preset has the same number.
 - **network**: ``topology`` (default): the cell's network from ``configs/topology/survey-*.yaml``
   (8 machines x 4 GPUs on PCIe 3.0; 10GbE TCP, 100Gb InfiniBand RDMA, TCP over the 100Gb
   fabric), for all-reduce (``link("allreduce", P)``) and push/pull (``ps(P)``: one client per
-  machine, one server per worker machine, plus ``local_reduce(P)``). ``original``: the
-  all-reduce methods cost messages with the original's fitted alpha-beta
+  machine, one server per worker machine, plus ``local_reduce(P)``). ``original``: every
+  all-reduce (a PS cell's on one machine included) costs the original's fitted alpha-beta
   (``planning.ORIGINAL_AB_TABLES``: "10Gbps" for rdma 0, "56Gbps" for rdma 1 and 2); a worker
   count missing from the table leaves the cell not modelled. The original has no push/pull
-  table: the PS cells keep the topology file's servers under both sources.
-- **methods**: the table's seven, by the YAML's ids: BSP-A2A ``bspa2a`` (one all-reduce after
+  table: the PS cells with servers keep the topology file's under both sources.
+- **methods**: the table's seven, by the YAML's ids, with the settings of the suite's paper
+  preset (``configs/paper.yaml``, ``preset_settings``): BSP-A2A ``bspa2a`` (one all-reduce after
   the backward), WFBP-A2A ``wfbp`` (Horovod over NCCL with fusion threshold 0: one all-reduce
-  per tensor), MG-WFBP ``mgwfbp`` (the merge rule on the cell's link, groups under 8192
-  elements merged), ByteScheduler-A2A ``bytescheduler`` (partition 4M, credit 16M elements:
-  ``planning``'s defaults), BSP-PS ``bspps``, WFBP-PS ``wfbpps`` and ByteScheduler-PS
-  ``byteschedulerps`` (partitions of 4,096,000 bytes; credit 16M elements).
+  per tensor), MG-WFBP ``mgwfbp`` (groups under 8192 elements merged; ``mgwfbp_ab: table``:
+  the merge planned with the original's alpha-beta table for the cell's P and rdma, as the
+  original planned it whatever the network, the messages costed on the cell's link),
+  ByteScheduler-A2A ``bytescheduler`` (partition 4M, credit 16M elements), BSP-PS ``bspps``,
+  WFBP-PS ``wfbpps`` and ByteScheduler-PS ``byteschedulerps`` (partitions of 4,096,000 bytes),
+  each in the preset's timing round (``timing: batches_per_iter``, 10: ByteScheduler's next
+  forward loses its overlap at the synchronize ending it).
 - **one worker machine, PS**: the original's byteps/launch.sh sets DMLC_NUM_WORKER to
   nworkers/4, 1 at 4 GPUs, and BytePS then "will not use the parameter servers or schedulers at
   all" and "is basically doing NCCL allreduce" (bytedance/byteps docs/best-practice.md). So a PS
-  cell whose workers fit in one machine is predicted as a local all-reduce: the nearest
-  all-reduce method's replay (``bspps`` -> ``bspa2a``, ``wfbpps`` -> ``wfbp``,
-  ``byteschedulerps`` -> ``bytescheduler``, that method's settings) on the topology's
-  ``link("allreduce", P)``, under both network sources; the row says so (``ps_local``).
+  cell whose workers fit in one machine is predicted as a local all-reduce (``cell``'s rule):
+  the replay of the all-reduce method its rule names (``Rule.one_machine``: ``bspps`` ->
+  ``bspa2a``, ``wfbpps`` and ``byteschedulerps`` -> ``wfbp``, at that method's settings) on
+  the cell's all-reduce link (the topology's intra-node ring; under ``original`` the table's);
+  the row says so (``ps_local``).
 - **odd cells**: configs/reference/survey_results.yaml notes that on 100GbE (rdma 2) ResNet-50
   and BERT-Large with BSP-PS and WFBP-PS at 8-32 GPUs are within 2% of their 10GbE figures and
   "look like 10GbE runs". Those 12 cells are kept, flagged (``odd``), and every median is also
@@ -51,16 +59,19 @@ and ``summary_without_odd``), ``--markdown`` the summary tables as Markdown.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import sys
 import time
 
-from .. import methods
+from .. import methods, yamlfile
+from . import cell as cell_model
 from . import predict, rules, simulate, survey, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
 from ..measure.profile_file import read_profile
+from ..options import BATCHES_PER_ITER
 from ..planning import ORIGINAL_AB_TABLES, original_ab_table
 
 PROFILE_DIR = os.path.join(survey.REPO, "configs", "profiles")
@@ -71,15 +82,18 @@ PROFILES = {"resnet50": "h200_resnet50_bs64.json", "bert": "h200_bert_bs8.json",
 TOPOLOGIES = {0: "survey-10gbe", 1: "survey-100gib", 2: "survey-100gbe"}
 SHORT = {0: "10GbE", 1: "100GbIB", 2: "100GbE"}
 SOURCES = ("topology", "original")
+# the survey's runs as the suite's paper preset runs them (``preset_settings``)
+PRESET = os.path.join(survey.REPO, "configs", "paper.yaml")
 PS_CLIENTS = "machine"
 # BytePS on one worker machine runs non-distributed, "basically doing NCCL allreduce"
 # (bytedance/byteps docs/best-practice.md; the original's launch.sh: DMLC_NUM_WORKER =
 # nworkers/4): each PS method's nearest all-reduce method (its rule's ``one_machine``), replayed
-# on the machine's ring
+# on the cell's all-reduce link (``ddlbench.model.cell``)
 PS_LOCAL_NOTE = ("PS cells on one worker machine (4 GPUs): BytePS with DMLC_NUM_WORKER=1 (the "
                  "original's launch.sh: nworkers/4) uses no server and runs a local NCCL "
                  "all-reduce (bytedance/byteps docs/best-practice.md), predicted as {pairs} on "
-                 "the topology's intra-node ring, under both network sources")
+                 "the cell's all-reduce link (the topology's intra-node ring; under the "
+                 "original source the original's table)")
 ODD_NOTE = ("100GbE BSP-PS and WFBP-PS cells of ResNet-50 and BERT-Large at 8-32 GPUs, within "
             "2% of their 10GbE figures: they look like 10GbE runs "
             "(configs/reference/survey_results.yaml)")
@@ -90,11 +104,42 @@ def survey_methods(architecture: str) -> tuple[str, ...]:
     return tuple(m for m in survey.methods() if methods.lookup(m).architecture == architecture)
 
 
+@functools.lru_cache(maxsize=4)
+def preset_settings(path: str = PRESET) -> dict[str, dict]:
+    """method -> the simulator's settings of the survey's runs as the paper preset
+    (``configs/paper.yaml``) runs them: each method's options at their defaults, then as its
+    ``methods:`` entry sets them (MG-WFBP's ``mgwfbp_ab: table``, ByteScheduler's partition
+    and credit, BSP-PS's threshold), and the preset's timing round (``timing:
+    batches_per_iter``, ByteScheduler's; the others finish every iteration in it). So
+    ``benchmarks.py --config paper --predict-only`` and this validation predict a cell alike."""
+    doc = yamlfile.load(path, "the paper preset")
+    entries = doc.get("methods") if isinstance(doc, dict) else None
+    timing = (doc.get("timing") if isinstance(doc, dict) else None) or {}
+    if not isinstance(entries, list) or not isinstance(timing, dict):
+        raise UsageError(f"the paper preset {path} needs a 'methods' list and a 'timing' "
+                         f"mapping")
+    rounds = int(timing.get("batches_per_iter", BATCHES_PER_ITER))
+    out = {}
+    for entry in entries:
+        entry = {"method": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, dict) or not isinstance(entry.get("method"), str):
+            raise UsageError(f"the paper preset {path}: a method entry {entry!r} names no "
+                             f"method")
+        specs = methods.lookup(entry["method"]).Options.specs()
+        values = {s.name: entry.get(s.name, s.default) for s in specs}
+        out[entry["method"]] = {**rules.simulator_settings(values), "batches_per_iter": rounds}
+    return out
+
+
 def settings_of(method: str) -> dict:
-    """The simulator's settings of ``method`` at its defaults (the published runs' and the
-    suite's): its options' defaults under the simulator's names."""
-    cls = methods.lookup(method)
-    return rules.simulator_settings({s.name: s.default for s in cls.Options.specs()})
+    """The simulator's settings of ``method`` in the survey's runs: the paper preset's
+    (``preset_settings``); a method the preset lacks at its defaults, in the preset's timing
+    round."""
+    preset = preset_settings()
+    if method in preset:
+        return dict(preset[method])
+    rounds = next(iter(preset.values()), {}).get("batches_per_iter", BATCHES_PER_ITER)
+    return {**cell_model.default_settings(method), "batches_per_iter": rounds}
 
 
 def ps_local_analogue() -> dict[str, str]:
@@ -154,38 +199,24 @@ def is_odd(cell: dict) -> bool:
     return all(cell[k] in v for k, v in survey.odd().items())
 
 
-def ps_local(cell: dict, networks: dict) -> str | None:
-    """The all-reduce method a PS cell runs as, when its workers fit in one machine (BytePS
-    non-distributed); None otherwise."""
-    net = networks.get(cell["rdma"])
-    analogue = ps_local_analogue()
-    if cell["method"] not in analogue or not isinstance(net, topology.Topology):
-        return None
-    return analogue[cell["method"]] if cell["nworkers"] <= net.devices_per_node \
-        else None
-
-
 def predict_cell(cell: dict, work: simulate.Compute, source: str, networks: dict,
-                 tables=None) -> tuple[simulate.Prediction, str]:
-    """(the simulator's prediction for ``cell``, where its network came from)."""
+                 tables=None) -> cell_model.Answer:
+    """The model's prediction for ``cell`` (``ddlbench.model.cell.predict``: the survey's
+    settings, one client per machine, the topology's servers; under the ``original`` source
+    the original's table costs every all-reduce, a PS cell's on one machine included)."""
     method, p = cell["method"], cell["nworkers"]
     if method not in simulate.METHODS:
         raise NotModelled(f"method {method} is not modelled by the simulator")
-    settings = settings_of(method)
+    net = networks[cell["rdma"]]
     try:
-        if methods.lookup(method).architecture == methods.PS:
-            net = networks[cell["rdma"]]
-            local_method = ps_local(cell, networks)
-            if local_method is not None:
-                return (simulate.predict(local_method, work, net.link("allreduce", p),
-                                         nworkers=p, **settings_of(local_method)),
-                        f"{TOPOLOGIES[cell['rdma']]} intra-node ring (BytePS non-distributed: "
-                        f"{local_method})")
-            servers, local = net.ps(p, None, PS_CLIENTS), net.local_reduce(p)
-            return (simulate.predict(method, work, None, servers=servers, local=local,
-                                     nworkers=p, **settings), TOPOLOGIES[cell["rdma"]])
-        link, where = a2a_link(cell, source, networks, tables)
-        return simulate.predict(method, work, link, nworkers=p, **settings), where
+        link = where = None
+        if source == "original" and (
+                methods.lookup(method).architecture == methods.A2A
+                or cell_model.local_method(method, p, net) is not None):
+            link, where = a2a_link(cell, source, networks, tables)
+        return cell_model.predict(method, work, p, settings_of(method), network=net,
+                                  link=link, link_source=where, ps_clients=PS_CLIENTS,
+                                  table_network=f"rdma{cell['rdma']}")
     except UsageError as e:
         raise NotModelled(str(e)) from None
 
@@ -348,6 +379,38 @@ def verdict(f: dict) -> str:
 
 # --------------------------------------------------------------------------- the run
 
+def _key(c: dict) -> dict:
+    return {k: c[k] for k in ("model", "batch_size", "rdma", "network", "method", "original",
+                              "nworkers")}
+
+
+def _row(c: dict, works: dict, source: str, networks: dict, tables) -> dict:
+    """One predicted cell's row (NotModelled: why not)."""
+    if (c["model"], c["batch_size"]) not in works:
+        raise NotModelled(f"no profile of model {c['model']}")
+    if c["rdma"] not in networks:
+        raise NotModelled(f"no topology for rdma {c['rdma']}")
+    work, note = works[(c["model"], c["batch_size"])]
+    answer = predict_cell(c, work, source, networks, tables)
+    pred = answer.prediction
+    got = pred.throughput(c["batch_size"], c["nworkers"])
+    row = {**_key(c), "published": c["throughput"], "predicted": got,
+           "error": (got - c["throughput"]) / c["throughput"],
+           "iteration_s": pred.iteration_s, "network_model": answer.network,
+           "bottleneck": pred.bottleneck}
+    if answer.notes:
+        row["model_notes"] = list(answer.notes)
+    if note:
+        row["batch_note"] = note
+    if c.get("note"):
+        row["note"] = c["note"]
+    if answer.ps_local is not None:
+        row["ps_local"] = answer.ps_local
+    if is_odd(c):
+        row["odd"] = True
+    return row
+
+
 def validate(source: str = "topology", cells: list[dict] | None = None, tables=None) -> dict:
     """Predict every cell (default: all the survey's) from ``source`` ("topology" or
     "original"; ``tables`` replaces the original's alpha-beta tables). The result: rows
@@ -365,33 +428,10 @@ def validate(source: str = "topology", cells: list[dict] | None = None, tables=N
                 if r in TOPOLOGIES}
     rows, skipped = [], []
     for c in cells:
-        key = {k: c[k] for k in ("model", "batch_size", "rdma", "network", "method", "original",
-                                 "nworkers")}
         try:
-            if (c["model"], c["batch_size"]) not in works:
-                raise NotModelled(f"no profile of model {c['model']}")
-            if c["rdma"] not in networks:
-                raise NotModelled(f"no topology for rdma {c['rdma']}")
-            work, note = works[(c["model"], c["batch_size"])]
-            pred, where = predict_cell(c, work, source, networks, tables)
+            rows.append(_row(c, works, source, networks, tables))
         except NotModelled as e:
-            skipped.append({**key, "published": c["throughput"], "reason": str(e)})
-            continue
-        got = pred.throughput(c["batch_size"], c["nworkers"])
-        row = {**key, "published": c["throughput"], "predicted": got,
-               "error": (got - c["throughput"]) / c["throughput"],
-               "iteration_s": pred.iteration_s, "network_model": where,
-               "bottleneck": pred.bottleneck}
-        if note:
-            row["batch_note"] = note
-        if c.get("note"):
-            row["note"] = c["note"]
-        local_method = ps_local(c, networks)
-        if local_method is not None:
-            row["ps_local"] = local_method
-        if is_odd(c):
-            row["odd"] = True
-        rows.append(row)
+            skipped.append({**_key(c), "published": c["throughput"], "reason": str(e)})
     single = {m: survey.single_gpu(m) for m in batches}
     published = {(c["model"], c["rdma"], c["method"], c["nworkers"]): c["throughput"]
                  for c in cells}

@@ -5,8 +5,10 @@ Each cell's prediction is one store line of the same kind a run makes (``kind: t
 ok, its throughput, and a ``record`` whose ``timeline`` holds the predicted metrics, so the
 reports' tables, speedups, "where the time goes" and plots come out as for a measured sweep),
 marked ``predicted`` with everything it was made from: the profile, the network description
-and the method's settings. The store goes to ``<results>/<date>-<name>-predicted/``, never
-beside measured tries.
+and the method's settings, and what the model decided (``ps_local``: the all-reduce a PS cell
+on one machine ran as; ``notes``). Each cell is ``ddlbench.model.cell.predict``'s, the path the
+command line and ``python -m ddlbench.model.validation`` take too. The store goes to
+``<results>/<date>-<name>-predicted/``, never beside measured tries.
 
 What a cell is predicted from (the sweep file's optional ``predict:`` mapping)::
 
@@ -28,13 +30,11 @@ import glob
 import json
 import os
 
-from .. import methods
+from ..model import cell as cell_model
 from ..model import predict, rules, simulate, survey, topology
-from ..costs import ALLGATHER_COMPRESSORS
 from ..errors import UsageError
 from ..options import BATCHES_PER_ITER
 from ..measure.profile_file import read_profile
-from ..planning import merge_groups, original_alpha_beta
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SURVEY_TOPOLOGIES = {0: "survey-10gbe", 1: "survey-100gib", 2: "survey-100gbe"}
@@ -119,55 +119,35 @@ class Predictor:
         return None
 
     def predict(self, cell) -> dict:
-        """The cell's store line."""
+        """The cell's store line: its workload from the profile (rescaled to the device,
+        at the machine's and the slowest rank's pace) and its prediction by the model's one
+        path (``ddlbench.model.cell.predict``: the one-machine rule, the PS clients, MG-WFBP's
+        plan and the 1-worker cells are decided there)."""
         path, prof = self.profile(cell)
         spec, net = self.network(cell)
         m = cell.method
-        mid = m["method"]
-        batch = int(cell.task["batch_size"])
-        ps = methods.lookup(mid).architecture == methods.PS
-        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0), ps=ps)
-        rate = self.device_throughput(cell)
-        if rate:
-            work = predict.rescaled(work, batch, rate)
-        P = cell.nworkers
-        # the machine's pace, and the slowest rank's, whose compute the others wait for
-        slow = predict.slowest_rank(prof, P)
-        pace = self.pace * slow
-        if pace != 1.0:
-            work = predict.scaled(work, pace, host=True)
+        batch, P = int(cell.task["batch_size"]), cell.nworkers
+        work, rate, slow = self.workload(cell, prof)
         compressor = m.get("compressor", "none")
         codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
                                           else None)
-        enc, dec, enc_wait = (x * pace for x in predict._codec_times(
+        enc, dec, enc_wait = (x * self.pace * slow for x in predict._codec_times(
             codec_file, prof["model"], compressor))
         settings = rules.simulator_settings(m)
         # the run's timing round (a method whose next forward overlaps the last step's tail,
         # ByteScheduler's, loses that at the synchronize ending it; the others ignore it)
         settings["batches_per_iter"] = int(self.sweep.timing.get("batches_per_iter",
                                                                  BATCHES_PER_ITER))
-        link = net.link("allreduce", P)
-        if ps:
-            clients = m.get("ps_clients", "machine")
-            p = simulate.predict(mid, work, None, servers=net.ps(P, m.get("nservers"), clients),
-                                 local=net.local_reduce(P) if clients == "machine" else None,
-                                 nworkers=P, **settings)
-        else:
-            codec = simulate.Codec(
-                compressor, P, float(m.get("density", 0.001)), int(m.get("powersgd_rank", 4)),
-                enc, dec, net.link("allgather", P) if compressor in ALLGATHER_COMPRESSORS
-                else None,
-                encode_at_wait_s_per_element=enc_wait)
-            if m.get("mgwfbp_ab") == "table":
-                # the original planned with its own tables, whatever the network
-                _, a, b = original_alpha_beta(P, f"rdma{cell.network.profile}"
-                                              if cell.network.kind == "rdma" else None)
-                groups = merge_groups(work.backward_s, work.nbytes, a, b,
-                                      settings.get("min_group_bytes",
-                                                   simulate.MGWFBP_MIN_GROUP_BYTES))
-                p = simulate.replay(work, link, groups, method=mid, codec=codec, nworkers=P)
-            else:
-                p = simulate.predict(mid, work, link, codec=codec, nworkers=P, **settings)
+        answer = cell_model.predict(
+            m["method"], work, P, settings, network=net,
+            codec=simulate.Codec(compressor, P, float(m.get("density", 0.001)),
+                                 int(m.get("powersgd_rank", 4)), enc, dec,
+                                 encode_at_wait_s_per_element=enc_wait),
+            ps_clients=m.get("ps_clients", "machine"), nservers=m.get("nservers"),
+            ps_interference=predict.interference_of(prof, ps=True),
+            one_machine=cell.one_machine,
+            table_network=(cell.network.name if cell.network.kind == "rdma" else None))
+        p = answer.prediction
         unit = "img/sec" if "image_size" in (prof.get("workload") or {}) or \
             prof["model"] not in ("bert", "bert_base", "bert_tiny") else "sen/sec"
         device = str(prof.get("device") or "")
@@ -182,8 +162,25 @@ class Predictor:
                               "device_throughput": rate, "pace": self.pace,
                               "slowest_rank": slow,
                               "iteration_s": p.iteration_s,
-                              "messages": len(p.message_bytes), "bottleneck": p.bottleneck},
+                              "messages": len(p.message_bytes), "bottleneck": p.bottleneck,
+                              "ps_local": answer.ps_local, "notes": list(answer.notes)},
                 "record": {"timeline": {"mean": p.metrics, "comm_observed": True}}}
+
+    def workload(self, cell, prof: dict) -> tuple:
+        """(the cell's ``simulate.Compute``, the device throughput it was rescaled to or None,
+        the profile's slowest rank at the cell's workers): the profile's compute with its
+        all-reduce interference (the PS cells' beside push/pulls is the model's to swap in),
+        rescaled to the device, at the machine's pace times the slowest rank's."""
+        batch, P = int(cell.task["batch_size"]), cell.nworkers
+        work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0))
+        rate = self.device_throughput(cell)
+        if rate:
+            work = predict.rescaled(work, batch, rate)
+        # the machine's pace, and the slowest rank's, whose compute the others wait for
+        slow = predict.slowest_rank(prof, P)
+        if self.pace * slow != 1.0:
+            work = predict.scaled(work, self.pace * slow, host=True)
+        return work, rate, slow
 
 
 def run(sweep, cells: list, folder: str) -> tuple[int, list[str]]:
