@@ -72,6 +72,20 @@ predict: {device_throughput: {resnet50: 253.1}}
     readme = (out / "README.md").read_text()
     assert "(predicted)" in readme and "not measured" in readme
     assert not os.path.exists(os.path.join(str(out), "records"))     # nothing ran
+    # ranked by the model's figures, no interval, tied only where the figures are equal (at
+    # 1 worker every method is the device's 253.1): at 8 workers each network has one (best),
+    # the highest prediction, and the conclusion says so
+    from ddlbench.sweep import aggregate
+    table = aggregate.load(str(out))
+    for rows in aggregate.groups(table).values():
+        for n in (1, 4, 8):
+            rk = aggregate.ranking(rows, n)
+            top = max(r.cells[n].median for r in rows if n in r.cells)
+            assert rk.best.cells[n].median == top
+            assert all(r.cells[n].median == top for r in rk.tied)
+            assert {r.cells[n].basis for r in rows if n in r.cells} == {"model"}
+        assert aggregate.ranking(rows, 8).distinguishable
+    assert "by the model's prediction" in readme and "their intervals overlap" not in readme
     # predictions are remade whole: a second run leaves one set of lines
     assert benchmarks.main(["--config", path, "--predict-only", "--results", str(out),
                             "--quiet", "--only", "nworkers=4"]) == 0

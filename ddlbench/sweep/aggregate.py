@@ -38,7 +38,8 @@ class Stat:
     spread: float | None = None
     marked: bool = False    # too few successful tries to be trusted
     # The median of the successful tries and its 95% interval (``median_interval``); basis
-    # "tries" (a bootstrap over them), "rounds" (over their timing rounds), None (none).
+    # "tries" (a bootstrap over them), "rounds" (over their timing rounds), "model" (a
+    # prediction: the figure itself, no interval), None (none).
     median: float | None = None
     low: float | None = None
     high: float | None = None
@@ -196,10 +197,19 @@ def median_interval(values: list[float], rounds: list[list[float]] | None,
 
 def cell_interval(lines: list[dict], key: str) -> tuple | None:
     """``median_interval`` of one cell's store lines (the latest of each try; ``key`` its
-    hash); None without a successful try."""
+    hash); None without a successful try. A predicted cell (``--predict-only``: the model's
+    figure, nothing measured) has no noise to bound: its "interval" is the figure itself, basis
+    "model", so a predicted sweep ranks its methods by the model alone (two are tied only
+    where the model gives them the same figure); the model's own error is the validation's
+    business (docs/MODEL.md)."""
     ok = [float(e["throughput"]) for e in lines
           if e.get("status") == "ok" and e.get("throughput") is not None]
-    return median_interval(ok, _rounds(lines), key) if ok else None
+    if not ok:
+        return None
+    if all("predicted" in e for e in lines if e.get("status") == "ok"):
+        center = statistics.median(ok)
+        return center, center, center, "model"
+    return median_interval(ok, _rounds(lines), key)
 
 
 def too_wide(interval: tuple | None, target: float) -> bool:

@@ -60,6 +60,8 @@ def interval_text(s: Stat, mark: str = "") -> str:
     ``[-]`` without one, the (k/n ok) mark, then ``mark`` (best or tied)."""
     if not s.values:
         return s.text()
+    if s.basis == "model":
+        return f"{s.median:.1f} (predicted)" + (f" {mark}" if mark else "")
     text = f"{s.median:.1f} " + (f"[{s.low:.1f}, {s.high:.1f}]" if s.basis else "[-]")
     if s.basis == "rounds":
         text += " (rounds)"
@@ -228,12 +230,15 @@ def conclusion(t: Table) -> list[str]:
                                  and r.cells[n].values and not r.cells[n].marked),
                                 key=lambda r: r.cells[n].median)
                 lead = 100 * (top / runner_up.cells[n].median - 1)
+                why = ("by the model's prediction" if best.cells[n].basis == "model" else
+                       "its interval apart from every other method's")
                 head = (f"{best.method} is fastest ({top:.1f} {unit}), {lead:.0f}% ahead of "
-                        f"{runner_up.method}, its interval apart from every other method's")
+                        f"{runner_up.method}, {why}")
             else:
                 names = [best.method, *(r.method for r in rk.tied)]
-                head = (f"{_join(names)} are tied best ({top:.1f} {unit} the highest median; "
-                        f"their intervals overlap)")
+                why = (", the model predicts the same figure" if best.cells[n].basis == "model"
+                       else " the highest median; their intervals overlap")
+                head = f"{_join(names)} are tied best ({top:.1f} {unit}{why})"
             trusted = [r for r in rows if n in r.cells and r.cells[n].values
                        and not r.cells[n].marked]
             slow = min(trusted, key=lambda r: r.cells[n].median)
@@ -440,9 +445,12 @@ def _intro_lines(t: Table) -> list[str]:
     out = [f"# Sweep {name}" + (" (predicted)" if predicted else ""), ""]
     if predicted:
         out += ["**Predicted by the performance model, not measured** (`benchmarks.py "
-                "--predict-only`: ddlbench/model/simulate.py from each task's profile and each "
+                "--predict-only`: ddlbench/model/cell.py from each task's profile and each "
                 "network's description; every cell's inputs are in results.jsonl under "
-                "`predicted`).", ""]
+                "`predicted`). Nothing was run: no cell has tries or an interval, the methods "
+                "are ranked by the model's figures alone ((best) is the highest prediction; "
+                "(tied) only where two are equal), and how far the model is from measurements "
+                "is docs/MODEL.md's.", ""]
     tries_text = f"{t.tries} tries per cell" if t.tries else "tries as recorded"
     out.append(f"{len(t.rows)} rows x {len(t.counts)} worker counts, {tries_text}: "
                f"{c['ok']} tries ok, {c['failed']} failed, {c['timeout']} timed out, "
