@@ -32,8 +32,10 @@ it). So on a GPU one command gives the plain loop's throughput and each method's
 ``--timeline`` measures instead what the timeline costs a method (docs/DESIGN.md section 8):
 one model and method, its timed rounds rotating through three modes in every order: nothing
 recorded (as ``--timeline-iters 0``), the counters every benchmark keeps (spans in memory, the
-metrics computed after the round, outside its time), and a trace file's full recording (the
-same plus a hook per parameter for the gradient-ready instants, registered for the round only).
+metrics computed after the round, outside its time; each collective's completion discovered
+at the recorder's next event), and a trace file's full recording (the same plus a hook per
+parameter for the gradient-ready instants, registered for the round only, and each collective's
+completion stamped by a callback on its future).
 Prints the throughput ratios counters / nothing and full / nothing, medians over the rounds.
 """
 from __future__ import annotations

@@ -787,7 +787,7 @@ def test_a_sweep_file_extends_another(tmp_path, capsys):
     # the shipped one: model-check's matrix at 3 and 4 workers
     wide = config.load(config.resolve_config("model-check-wide"), runs=False)
     check = config.load(config.resolve_config("model-check"), runs=False)
-    assert wide.methods == check.methods and wide.tries == 1 and len(wide.cells()) == 204
+    assert wide.methods == check.methods and wide.tries == 1 and len(wide.cells()) == 212
     loop = tmp_path / "loop.yaml"
     loop.write_text("extends: child.yaml\n")
     for text, words in (("extends: nowhere\n", "extends: sweep config 'nowhere' not found"),

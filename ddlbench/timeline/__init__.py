@@ -15,8 +15,9 @@ instant has ``end_us None``. Categories:
   is compute again), ``synchronize``, and waits a method imposes inside compute (ByteScheduler's
   forward pre-hook);
 - ``comm``: a collective or a push/pull, from the moment it is handed to the transport until it
-  completes, on a thread row per kind of operation. The completion is *discovered*, as NCCL's
-  watchdog discovers it for its flight recorder, not reported by a callback (a Python callback
+  completes, on a thread row per kind of operation. With a trace file a callback on its future
+  stamps the completion; otherwise (the counters every benchmark keeps) the completion is
+  *discovered*, as NCCL's watchdog discovers it for its flight recorder (a Python callback
   per collective costs the transport's thread the GIL: about 40 us a collective on this machine,
   more than the rest of the recording together): the recorder asks the works in flight
   (``is_completed``, in issue order) whenever it records anything and when one is waited for, so
@@ -153,14 +154,26 @@ class Timeline:
 
     def comm(self, name: str, work, thread: str, start_us: float | None = None, **args):
         """A collective handed to the transport now (or at ``start_us``, stamped before it was
-        issued: a transport may complete it before this call): its span ends when ``work`` is
-        discovered complete (a torch ``Work``: ``_poll``), or, for a work that cannot be asked,
-        when it is waited for. Returns a wrapper of ``work`` whose ``wait()`` closes the span."""
+        issued: a transport may complete it before this call). Its span ends when ``work``
+        completes: with a trace file (``trace_file``: someone will read the spans) exactly, by
+        a callback on its future; otherwise, the counters every benchmark keeps, when it is
+        discovered complete (a torch ``Work``: ``_poll``), for a fraction of the callback's
+        cost. A work that can be neither asked nor followed ends when it is waited for.
+        Returns ``work`` or a wrapper whose ``wait()`` closes the span."""
         if not self.enabled or work is None:
             return work
         t0 = now_us() if start_us is None else start_us
+        events = self.events
+        if self.trace_file:
+            try:
+                future = work.get_future()
+            except (AttributeError, RuntimeError):
+                future = None
+            if future is not None and hasattr(future, "add_done_callback"):
+                future.add_done_callback(lambda _f: events.append(
+                    (name, COMM, thread, t0, now_us(), args or None)))
+                return work
         if not hasattr(work, "is_completed"):
-            events = self.events
             return _Closing(work, lambda: events.append((name, COMM, thread, t0, now_us(),
                                                          args or None)))
         entry = [name, thread, t0, args, work, None, None]
