@@ -430,8 +430,13 @@ class Signum(Compressor):
         def finish():
             with comm.clock("decode_s", tensor) as note:
                 note(gathered)
-                tensor.copy_(majority_vote(gathered.view(p, -1), n))
+                tensor.copy_(self._combine(gathered.view(p, -1), n))
         return Pending(work, finish)
+
+    @staticmethod
+    def _combine(words, n: int):
+        """Every worker's packed signs (one row each) into the result: the majority."""
+        return majority_vote(words, n)
 
 
 class SignAverage(Signum):
@@ -440,15 +445,10 @@ class SignAverage(Signum):
     id = "signavg"
     sends = "sign bits, 32 per int32 word, all-gathered (the signs averaged, the original's)"
 
-    def reduce_async(self, key, tensor, comm, shapes=None):
-        p, n = comm.size, tensor.numel()
-        work, (gathered,) = self._gather_encoded(key, tensor, comm, shapes)
-
-        def finish():
-            with comm.clock("decode_s", tensor) as note:
-                note(gathered)
-                tensor.copy_(average_signs(gathered.view(p, -1), n))
-        return Pending(work, finish)
+    @staticmethod
+    def _combine(words, n: int):
+        """The mean of the workers' signs, (ayes - noes) / P."""
+        return average_signs(words, n)
 
 
 class EFSignum(Compressor):

@@ -85,15 +85,6 @@ SWITCH = one_of("1", "0")
 
 
 @dataclass(frozen=True)
-class ByteSchedulerPSOptions(Options):
-    threshold: float = threshold_option(0.0, "PS fusion threshold in bytes (0: one unit per "
-                                        "tensor)")
-    nservers: int | None = nservers_option()
-    partition_bytes: int = partition_bytes_option()
-    ps_clients: str = ps_clients_option()
-
-
-@dataclass(frozen=True)
 class ByteSchedulerWorkerOptions(Options):
     server_schedule: str = option(
         "1", SWITCH, "1: servers sum pending pushes in priority order, front layers first "
@@ -319,8 +310,7 @@ class ByteSchedulerPS(WFBPPS):
     summary = ("the original's: WFBP-PS workers (each gradient pushed from its hook, no "
                "credit window) and servers that sum pending pushes front layers first "
                "(BytePS's server-side scheduling)")
-    Options = ByteSchedulerPSOptions
-    launcher_vars = {"bytescheduler": "1"}
+    launcher_vars = {"bytescheduler": "1"}   # (its options: WFBP-PS's)
     server_schedule = True
     # The model has no server-side priority: it replays the workers' schedule (WFBP-PS).
     model = rules.Rule(grouping=rules.buckets(0.0), one_machine=WFBP.id)
