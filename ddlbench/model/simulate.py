@@ -132,10 +132,6 @@ class Launch:
                    for x in (self.forward_s, self.optimizer_s, self.hook_s, *self.backward_s)):
             raise UsageError("the launch times must be finite and >= 0")
 
-    @property
-    def total_s(self) -> float:
-        return self.forward_s + sum(self.backward_s) + self.optimizer_s
-
 
 @dataclass(frozen=True)
 class Compute:
