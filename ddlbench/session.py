@@ -4,7 +4,7 @@ the benchmark and --verify)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import compression
@@ -29,6 +29,8 @@ class Run:
     # what the replica and its optimizer are (None for a run built by hand, as overhead's)
     spec: workload.Spec | None = None
     optimizer_spec: workload.OptimizerSpec | None = None
+    # the hooks watch() put on the optimizer and the gradients (removed by unwatch())
+    hooks: list = field(default_factory=list, repr=False)
 
     def forward_backward(self) -> None:
         """One forward and backward pass on this rank's batch, outside the method."""
@@ -47,14 +49,29 @@ class Run:
         if zero_grad:
             self.method.zero_grad()
 
-    def watch(self, config: RunConfig) -> None:
+    def watch(self, config: RunConfig) -> "Run":
         """Put on the timeline what the options ask: at most ``--timeline-iters`` steps, the
-        optimizer's steps and, with a trace file, each gradient's ready instant."""
+        optimizer's steps and, with a trace file, each gradient's ready instant. The hooks stay
+        until ``unwatch()``; as a context manager (``with run.watch(config):``) the run removes
+        them at the block's end."""
         tl = self.comm.timeline
         tl.limit = config.timeline_iters
-        tl.watch_optimizer(self.optimizer)
+        self.hooks += tl.watch_optimizer(self.optimizer)
         if config.timeline:
-            tl.watch_gradients(self.work.model)
+            self.hooks += tl.watch_gradients(self.work.model)
+        return self
+
+    def unwatch(self) -> None:
+        """Remove the hooks ``watch`` registered (again: nothing)."""
+        while self.hooks:
+            self.hooks.pop().remove()
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.unwatch()
+        return False
 
     def servers_recorded(self, config: RunConfig, ctx) -> bool:
         """Whether the parameter servers record too (``--timeline PATH`` with a PS method):

@@ -69,8 +69,7 @@ def _benchmark(config: RunConfig, ctx) -> None:
     (name, compressor), = config.runs
     run = session.build(config, ctx, name, compressor)
     tl = run.comm.timeline
-    run.watch(config)
-    with run.method as method:
+    with run.watch(config), run.method as method:
         run.calibrate()
         model = run.work.stats()
         run_log.print_header(log, config, ctx, method, model)

@@ -397,6 +397,7 @@ class _Recording:
         from .measure import overlap
         tl, ctx = self.run.comm.timeline, self.ctx
         tl.stop()
+        self.run.unwatch()
         served = overlap.servers_stop(ctx.ps, ctx.rank) if self.servers else None
         overlap.collect(tl, ctx.rank, ctx.size, self.clock, self.path, meta=self.meta,
                         servers=served, server_iterations=self.steps)

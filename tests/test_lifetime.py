@@ -11,7 +11,6 @@ from ddlbench import train
 from ddlbench.hosts.placement import single
 from ddlbench.measure import timing
 from ddlbench.methods import base, threads
-from ddlbench.timeline import Timeline
 
 from .conftest import TINY_BERT
 
@@ -41,43 +40,26 @@ def _hooks(model) -> dict:
     return out
 
 
-class _Made(list):
-    timeline_handles: list
-
-
 @pytest.fixture
 def methods_made(monkeypatch):
     """Every method a test's run makes (its name), with its model and the hooks the model had
     when the method got it. (The model, not the method: holding the method would keep DDP's
     wrapper alive.)"""
-    made = _Made()
+    made = []
     real = base.Method.__init__
 
     def init(self, model, *args, **kwargs):
         made.append((type(self).__name__, model, _hooks(model)))
         real(self, model, *args, **kwargs)
     monkeypatch.setattr(base.Method, "__init__", init)
-    # --timeline's gradient-ready hooks are the run's (session.watch), not the method's: the
-    # run drops their handles with its replica, which is built anew for each method. Kept here
-    # to be told apart from the method's.
-    watch = Timeline.watch_gradients
-
-    def watch_gradients(self, model):
-        handles = watch(self, model)
-        made_by_timeline.extend(handles)
-        return handles
-    made_by_timeline = []
-    monkeypatch.setattr(Timeline, "watch_gradients", watch_gradients)
-    made.timeline_handles = made_by_timeline
     return made
 
 
 def assert_no_hook_left(made, expected: int = 1):
     """After close(), each method's model has the hooks it had before the method, and none of
-    the kinds the methods use at all."""
+    the kinds the methods use at all (--timeline's gradient-ready hooks, the run's, included:
+    the run removes them at its end, ``session.Run.watch``)."""
     assert len(made) == expected, [name for name, *_ in made]
-    for h in made.timeline_handles:
-        h.remove()
     for name, model, before in made:
         after = _hooks(model)
         added = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
@@ -115,10 +97,12 @@ def _fail_after(steps):
 ])
 def test_an_exception_in_the_loop_leaves_no_thread_no_hook_and_no_group(clean_world, monkeypatch,
                                                                         methods_made, method,
-                                                                        compressor):
+                                                                        compressor, tmp_path):
+    """With a trace file asked for, so that the run's own gradient-ready hooks are there to
+    be removed too."""
     monkeypatch.setattr(timing, "run", _fail_after(3))
     args = train.parse_args([*RUN, "--method", method, "--compressor", compressor,
-                             "--partition", "20000"])
+                             "--partition", "20000", "--timeline", str(tmp_path / "t.json")])
     with pytest.raises(Injected):
         train.worker(args, single())
     assert not dist.is_initialized()
