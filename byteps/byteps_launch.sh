@@ -16,7 +16,8 @@
 # method=... overrides (byteschedulerps-worker: the suite's worker-side ByteScheduler).
 # nservers: default one per worker machine. Workers on one machine (one host holds them all,
 # or every host is this one) run no server, as BytePS (a local reduce and broadcast; a note
-# says so) unless ps_force_servers=1 (then, on one machine, one per 4 workers). The method's settings
+# says so) unless ps_force_servers=1 (then, on one machine, one per 4 workers; BytePS's own
+# switch for it, BYTEPS_FORCE_DISTRIBUTED=1, sets the default). The method's settings
 # are variables named after its options (threshold, partition_bytes, credit), their defaults
 # the method's own (`python -m ddlbench.methods defaults bspps`); rdma (0/1/2 as the Horovod
 # launcher), image_size, iters, extra_args, dry_run as for horovod/horovod_mpi_cj.sh; job=ID
@@ -31,13 +32,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
 
-defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0 ps_force_servers=0
+defaults nworkers=8 "nservers=${DMLC_NUM_SERVER:-}" rdma=0 bytescheduler=0 \
+    "ps_force_servers=${BYTEPS_FORCE_DISTRIBUTED:-0}"
 defaults "hostfile=$root/configs/cluster$nworkers"
 
 positive nworkers "$nworkers"
 [ -n "$nservers" ] && positive nservers "$nservers"
 case "$bytescheduler" in 0|1) ;; *) die "bytescheduler must be 0 or 1, got '$bytescheduler'" ;; esac
-case "$ps_force_servers" in 0|1) ;; *) die "ps_force_servers must be 0 or 1, got '$ps_force_servers'" ;; esac
+case "$ps_force_servers" in 0|1) ;; *) die "ps_force_servers (BYTEPS_FORCE_DISTRIBUTED) must be 0 or 1, got '$ps_force_servers'" ;; esac
 if [ -z "${method:-}" ]; then
     fused=536870912   # bytes: at least this much is the original's BSP-PS (one fused push)
     given="${threshold:-0}"

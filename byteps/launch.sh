@@ -8,7 +8,8 @@
 #   so); debug=0 runs it;
 # - nservers=0 (default) means nworkers/4 servers (at least 1), and workers on one machine
 #   (nworkers=4: one host of configs/cluster4) run none, as BytePS with DMLC_NUM_WORKER=1 did (a
-#   local reduce and broadcast; ps_force_servers=1 starts them anyway);
+#   local reduce and broadcast; ps_force_servers=1, or BytePS's BYTEPS_FORCE_DISTRIBUTED=1,
+#   starts them anyway);
 # - bytescheduler=1 is the original's ByteScheduler-PS: the WFBP-PS workers with the servers'
 #   priority scheduling (BYTEPS_SERVER_ENABLE_SCHEDULE=1), method byteschedulerps;
 # - threshold counts ELEMENTS (the original's optimizer summed numel against it): 536870912,

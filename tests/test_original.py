@@ -98,6 +98,26 @@ def test_the_original_ps_runs_are_the_original_algorithm(tmp_path, monkeypatch, 
                                   "threshold_bytes"), ORIGINAL_PS_ALGORITHM[method, nworkers]))
 
 
+def test_byteps_force_distributed_starts_servers_on_one_machine():
+    """BytePS's own switch, BYTEPS_FORCE_DISTRIBUTED=1, is the launcher's ps_force_servers=1:
+    a one-machine PS job (the original's 4 GPUs) then pushes through a server; 0 or unset,
+    none (the local reduce and broadcast, as BytePS); anything else is one line."""
+    cmd = f"cd byteps; rdma=0 dnn=resnet50 bs=64 nworkers=4 {PS.format(t=0, b=0)}"
+    words = {}
+    for value in ("1", "0", None):
+        extra = {} if value is None else {"BYTEPS_FORCE_DISTRIBUTED": value}
+        proc = run(["bash", "-c", cmd], timeout=120, hostfile=f"{REPO}/configs/cluster4",
+                   **extra)
+        assert proc.returncode == 0, describe(proc)
+        words[value] = shlex.split(proc.stdout.strip().splitlines()[-1])
+    assert "--ps-force-servers" in words["1"]
+    assert "--ps-force-servers" not in words["0"] and "--ps-force-servers" not in words[None]
+    proc = run(["bash", "-c", cmd], timeout=120, hostfile=f"{REPO}/configs/cluster4",
+               BYTEPS_FORCE_DISTRIBUTED="yes")
+    assert proc.returncode == 2 and "ps_force_servers (BYTEPS_FORCE_DISTRIBUTED) must be 0 or 1, " \
+        "got 'yes'" in proc.stderr, describe(proc)
+
+
 def _train_flags(printed):
     """Every flag of the command a launcher prints (its last line: mpirun's or the PS
     launcher's, with the training script's flags)."""
