@@ -100,7 +100,32 @@ def convert(ref: dict, spec: dict, shapes: dict[str, list[int]]) -> dict:
             "survey_note": "the survey's 1-GPU figure, samples/s "
                            "(configs/reference/survey_results.yaml); see configs/profiles/"
                            "README.md to rescale to another device",
+            "constants": constants(spec),
         },
+    }
+
+
+def constants(spec: dict) -> dict:
+    """Every constant's kind and source (ddlbench.model.topology.KINDS, read by
+    topology.profile_provenance): the compute measured on the H200, no network."""
+    ref = f"shared/reference/h200-layerwise.json, key {spec['key']!r}"
+    none = ("no network measured: 0 stands for a free network; give python -m "
+            "ddlbench.model.predict --network (a topology or comm_bench files) or --alpha/--beta")
+    return {
+        "forward_s": {"kind": "measured", "source": f"one NVIDIA H200, {ref} (tf_s): the "
+                      "forward pass, median of 20 iterations"},
+        "backward_s": {"kind": "measured", "source": f"one NVIDIA H200, {ref} (tb_s): each "
+                       "gradient's gap since the previous stamp, median of 20 iterations"},
+        "throughput": {"kind": "measured", "source": "one NVIDIA H200: whole-step samples/s "
+                       "of a plain PyTorch loop, fp32 (the README.md beside the reference)"},
+        "alpha_s": {"kind": "unmeasured", "source": none},
+        "beta_s_per_byte": {"kind": "unmeasured", "source": none},
+        "comm_fit": {"kind": "unmeasured", "source": "alpha_s and beta_s_per_byte as given "
+                     "(0 and 0): " + none},
+        "provenance.survey_single_gpu": {
+            "kind": "original", "source": "the survey table's 1-GPU column, which the "
+            "original's plots.py hard-codes (single_throughputs; "
+            "configs/reference/survey_results.yaml)"},
     }
 
 

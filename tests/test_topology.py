@@ -540,3 +540,130 @@ def test_the_survey_networks_order_as_their_hardware():
     cloud25, cloud100 = topology.load("cloud-25g"), topology.load("cloud-100g")
     for p in (5, 64, 1024):
         assert cloud100.link("allreduce", p).time(big) < cloud25.link("allreduce", p).time(big)
+
+
+# --------------------------------------------------------------------- every constant's source
+
+PROFILES = os.path.join(REPO, "configs", "profiles")
+
+
+def _profiles():
+    return sorted(f for f in os.listdir(PROFILES) if f.endswith(".json"))
+
+
+def test_every_shipped_constant_has_its_source_of_a_known_kind():
+    """Every number of every shipped topology and profile file names its kind (one of
+    topology.KINDS) and source; a chosen one its datasheet value too."""
+    seen = set()
+    for name in topology.names():
+        net = topology.load(name)
+        assert net.constants() and net.missing_provenance() == [], name
+        assert set(net.provenance) == set(net.constants()), name
+        for key, prov in net.provenance.items():
+            assert prov.kind in topology.KINDS and prov.source, (name, key)
+            assert (prov.datasheet is not None) == (prov.kind == "chosen"), (name, key)
+            seen.add(prov.kind)
+    assert {"datasheet", "chosen", "original", "assumed"} <= seen
+    assert len(_profiles()) == 3
+    for filename in _profiles():
+        with open(os.path.join(PROFILES, filename)) as f:
+            prof = json.load(f)
+        given, missing = topology.profile_provenance(prof, filename)
+        assert missing == [] and {"forward_s", "backward_s", "throughput"} <= set(given)
+        assert all(p.kind in topology.KINDS and p.source for p in given.values()), filename
+        assert given["forward_s"].kind == given["backward_s"].kind == "measured"
+
+
+def test_the_survey_s_chosen_constants_and_their_datasheet_values():
+    """The constants picked after comparing with the survey's table (issue 45): the intra-node
+    link of the three files, the 100GbE single stream of workers and servers."""
+    chosen = {(name, key): p.datasheet_value for name in topology.names()
+              for key, p in topology.load(name).provenance.items() if p.kind == "chosen"}
+    intra = {"intra_node.bandwidth": 15.754e9, "intra_node.latency": 1e-6,
+             "intra_node.efficiency": 0.91}
+    want = {(f"survey-{n}", k): v for n in ("10gbe", "100gib", "100gbe") for k, v in intra.items()}
+    want.update({("survey-100gbe", f"{s}.{f}"): v for s in ("inter_node", "servers")
+                 for f, v in (("bandwidth", 12.5e9), ("efficiency", 0.98))})
+    assert chosen.keys() == want.keys()
+    assert all(close(chosen[k], v) for k, v in want.items())
+
+
+PROVENANCE = {"provenance": {"nodes": {"kind": "assumed", "source": "a test"}}}
+
+
+def test_provenance_is_read_beside_the_values_and_changes_none(tmp_path):
+    plain = make(tmp_path)
+    intra = {**BASE["intra_node"], "provenance": {
+        "bandwidth": {"kind": "chosen", "source": "a table", "datasheet": "16GB/s"},
+        "latency": {"kind": "datasheet", "source": "a sheet"}}}
+    net = make(tmp_path, intra_node=intra, **PROVENANCE)
+    for p in (2, 4, 8, 12):
+        assert net.link("allreduce", p) == plain.link("allreduce", p)
+        assert net.ps(p) == plain.ps(p) and net.local_reduce(p) == plain.local_reduce(p)
+    assert net.provenance["nodes"].kind == "assumed"
+    assert net.datasheet_values() == {"intra_node.bandwidth": 16e9}
+    assert net.missing_provenance() == ["devices_per_node", "inter_node.bandwidth",
+                                        "inter_node.efficiency", "inter_node.latency",
+                                        "intra_node.efficiency"]
+    # the datasheet reading: the chosen constant replaced, nothing else
+    ds = net.variant(net.datasheet_values())
+    same(ds.link("allreduce", 4), 2 * 3 * A_I, 2 * 3 / 4 / (16e9 * 0.5))
+    assert ds.inter.b == net.inter.b and "changed: intra_node.bandwidth" in ds.describe()
+    # servers not given take inter_node's, overridden or not
+    slow = net.variant({"inter_node.bandwidth": 1e8})
+    assert slow.server.bandwidth == 1e8 and slow.ps(8).server_beta == 1 / (1e8 * 0.8)
+
+
+@pytest.mark.parametrize("section,entry,message", [
+    ("intra_node", {"bandwidth": {"kind": "tuned", "source": "x"}},
+     "intra_node: provenance: bandwidth: unknown kind 'tuned'; known: measured, datasheet"),
+    ("intra_node", {"bandwidth": {"kind": "chosen", "source": "a table"}},
+     "kind chosen needs datasheet"),
+    ("intra_node", {"bandwidth": {"kind": "datasheet", "source": "x", "datasheet": "1GB/s"}},
+     "a datasheet value belongs to kind chosen only"),
+    ("intra_node", {"bandwidth": {"kind": "paper"}}, "kind paper needs a source"),
+    ("intra_node", {"bandwidth": {"kind": "chosen", "source": "x", "datasheet": "fast"}},
+     "malformed"),
+    ("intra_node", {"mtu": {"kind": "datasheet", "source": "x"}}, "unknown constant 'mtu'"),
+    ("intra_node", {"bandwidth": "datasheet"}, "a provenance entry is a mapping"),
+    ("servers", {"count": {"kind": "original", "source": "x"}},
+     "count has a source but no value here"),
+    ("top", {"nodes": {"kind": "original", "source": "x", "url": "y"}}, "unknown key 'url'"),
+])
+def test_bad_provenance_is_one_line(tmp_path, section, entry, message):
+    if section == "top":
+        changes = {"provenance": entry}
+    elif section == "servers":
+        changes = {"servers": {"bandwidth": "10gbit", "provenance": entry}}
+    else:
+        changes = {section: {**BASE[section], "provenance": entry}}
+    with pytest.raises(UsageError) as e:
+        make(tmp_path, **changes)
+    assert message in str(e.value) and "\n" not in str(e.value) and "net.yaml" in str(e.value)
+
+
+def test_overrides_are_checked(tmp_path):
+    net = make(tmp_path)
+    with pytest.raises(UsageError, match="no constant 'servers.bandwidth'"):
+        net.variant({"servers.bandwidth": 1e9})
+    with pytest.raises(UsageError, match=r"efficiency must be a number in \(0, 1\]"):
+        net.variant({"inter_node.efficiency": 1.25})
+    with pytest.raises(UsageError, match="cannot be"):
+        net.variant({"inter_node.latency": -1.0})
+    assert net.variant({"nodes": 2}).max_workers == 8
+
+
+def test_a_profile_s_provenance_is_checked():
+    prof = {"forward_s": 0.1, "backward_s": [0.1], "alpha_s": 0.0, "throughput": None,
+            "provenance": {"survey_single_gpu": 5.0, "constants": {
+                "forward_s": {"kind": "measured", "source": "here"},
+                "provenance.survey_single_gpu": {"kind": "original", "source": "a table"}}}}
+    given, missing = topology.profile_provenance(prof, "p.json")
+    assert set(given) == {"forward_s", "provenance.survey_single_gpu"}
+    assert missing == ["backward_s", "alpha_s"]
+    prof["provenance"]["constants"]["alpha_s"] = {"kind": "fitted", "source": "x"}
+    with pytest.raises(UsageError, match="p.json: provenance.constants: alpha_s: unknown kind"):
+        topology.profile_provenance(prof, "p.json")
+    prof["provenance"]["constants"]["alpha_s"] = {"kind": "chosen", "source": "x"}
+    with pytest.raises(UsageError, match="kind chosen needs datasheet"):
+        topology.profile_provenance(prof, "p.json")

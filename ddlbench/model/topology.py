@@ -13,7 +13,7 @@ and 6). Pure: no torch, no job.
 tensor every rank holds, an all-gather's G the gathered output (P x what each rank gives).
 
 **Topology file** (YAML; ``configs/topology/`` holds the shipped ones, each number's source in
-its comments)::
+its comments and its ``provenance``)::
 
     name: survey-10gbe        # optional (default: the file's name)
     description: ...          # optional, free text
@@ -33,6 +33,31 @@ its comments)::
       bandwidth: 10gbit       # a server's NIC; each of bandwidth, latency and efficiency
       latency: 25us           # defaults to inter_node's
       efficiency: 0.94
+
+**Provenance** (optional; every shipped file has it for every number): a ``provenance``
+mapping at the top level (for ``nodes``, ``devices_per_node``) and inside ``intra_node``,
+``inter_node`` and ``servers`` (for their ``bandwidth``, ``latency``, ``efficiency``,
+``count``), one entry per number the file gives, beside it::
+
+    inter_node:
+      bandwidth: 20gbit
+      latency: 25us
+      provenance:
+        bandwidth:
+          kind: chosen        # one of KINDS: measured, datasheet, paper, issue, original,
+                              # chosen, assumed, unmeasured
+          source: "open-mpi/ompi#9087: one TCP stream over IPoIB ..."   # the reference
+          datasheet: 100gbit  # kind chosen only, and required there: what a datasheet-only
+                              # reading gives, written as the value is
+        latency: {kind: assumed, source: "an estimate: the kernel's TCP/IP stack ..."}
+
+The values read as without it. An unknown kind, a chosen constant without its datasheet value,
+a datasheet value on another kind, an entry for a number the section does not give: one line
+each. ``constants()`` lists the numbers a file gives (SI units), ``missing_provenance()`` those
+without an entry, ``datasheet_values()`` the chosen ones' datasheet values, and ``variant``
+(or ``Topology(path, overrides)``) the same network with some of them replaced: what
+``python -m ddlbench.model.validation survey`` runs for the datasheet figure and the
+sensitivity of each chosen constant.
 
 Bandwidths say bits or bytes explicitly: ``10gbit``, ``2.5Gbit/s`` (bit, kbit, mbit, gbit,
 tbit; any case) or ``12GB/s``, ``900MB/s``, ``1.5GiB/s`` (bytes: a capital B and ``/s``; GB =
@@ -102,7 +127,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .. import yamlfile
 from . import simulate
@@ -218,19 +243,117 @@ class _Link:
         return f"{rate:.4g} Gbit/s{eff}, {self.latency * 1e6:.3g} us"
 
 
+# Every constant's source (docs/MODEL.md, "Every constant's source"): the kinds a provenance
+# entry may name, and what each means.
+KINDS = {
+    "measured": "measured on the hardware itself",
+    "datasheet": "a hardware specification or standard, or arithmetic on them (a line rate, "
+                 "a framing overhead)",
+    "paper": "a figure a paper publishes (the reference)",
+    "issue": "a figure from a public issue thread (the reference)",
+    "original": "the original suite's tables, host files or launchers",
+    "chosen": "chosen after comparing the model with a published table (the reference names "
+              "where the value comes from); datasheet: what a datasheet-only reading gives",
+    "assumed": "an estimate or the scenario's own choice, reasoned in the comment; neither "
+               "a published figure of the hardware nor compared with any table",
+    "unmeasured": "a placeholder (0) for a figure nobody measured",
+}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where one constant comes from: its ``kind`` (``KINDS``), the reference in words
+    (``source``), and for kind ``chosen`` the value a datasheet-only reading gives
+    (``datasheet``, as the file writes it, and ``datasheet_value``, in the constant's units)."""
+    kind: str
+    source: str
+    datasheet: object = None
+    datasheet_value: object = None
+
+    def as_dict(self) -> dict:
+        out = {"kind": self.kind, "source": self.source}
+        if self.kind == "chosen":
+            out["datasheet"] = self.datasheet
+        return out
+
+
+def read_provenance(entry, where: str, parse=None) -> Provenance:
+    """One provenance entry (a mapping: ``kind``, ``source``, and ``datasheet`` for kind
+    ``chosen``, read by ``parse``); every problem one line naming ``where``."""
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where}: a provenance entry is a mapping (kind, source, and "
+                         f"datasheet for kind chosen), got {entry!r}")
+    extra = sorted(set(map(str, entry)) - {"kind", "source", "datasheet"})
+    if extra:
+        raise UsageError(f"{where}: unknown key {extra[0]!r}; known: kind, source, datasheet")
+    kind = entry.get("kind")
+    if kind not in KINDS:
+        raise UsageError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    source = entry.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise UsageError(f"{where}: kind {kind} needs a source (the reference, in words)")
+    ds = entry.get("datasheet")
+    if kind != "chosen":
+        if ds is not None:
+            raise UsageError(f"{where}: a datasheet value belongs to kind chosen only, not "
+                             f"{kind}")
+        return Provenance(kind, source.strip())
+    if ds is None:
+        raise UsageError(f"{where}: kind chosen needs datasheet: the value a datasheet-only "
+                         f"reading gives")
+    return Provenance(kind, source.strip(), ds, parse(ds) if parse is not None else ds)
+
+
+# The figures the model takes from a profile (ddlbench/measure/profile_file.py): where a
+# profile gives one (not null), its ``provenance.constants`` names its kind and source.
+PROFILE_CONSTANTS = ("forward_s", "backward_s", "forward_tensor_s", "optimizer_s", "throughput",
+                     "alpha_s", "beta_s_per_byte", "comm_fit", "interference", "interference_ps",
+                     "host", "launch", "rank_compute_s", "rank_passes_s")
+
+
+def profile_provenance(prof: dict, where: str = "profile") -> tuple[dict, list[str]]:
+    """A profile's provenance per constant (``provenance.constants``: name -> kind and source,
+    as in a topology file; a name may also be a number of ``provenance``, e.g.
+    ``provenance.survey_single_gpu``) and the constants of ``PROFILE_CONSTANTS`` it gives
+    without an entry. A malformed entry is one line."""
+    spec = (prof.get("provenance") or {}).get("constants") or {}
+    if not isinstance(spec, dict):
+        raise UsageError(f"{where}: provenance.constants must map each constant to its kind "
+                         f"and source")
+    given = [k for k in PROFILE_CONSTANTS if prof.get(k) is not None]
+    out = {}
+    for name, entry in spec.items():
+        head, _, rest = str(name).partition(".")
+        value = (prof.get("provenance") or {}).get(rest) if head == "provenance" and rest \
+            else prof.get(name)
+        if value is None:
+            raise UsageError(f"{where}: provenance.constants: {name} has a source but no "
+                             f"value here")
+        out[name] = read_provenance(entry, f"{where}: provenance.constants: {name}")
+    return out, [k for k in given if k not in out]
+
+
 class Topology(Network):
     """A network described by a topology file (the module's docstring has the schema and the
-    formulas)."""
+    formulas). ``overrides`` (path -> value, as ``constants()`` gives them: ``"nodes"``,
+    ``"intra_node.bandwidth"`` in bytes/s, ``"inter_node.latency"`` in s, ``"servers.efficiency"``)
+    replace the file's values: the model with other constants (``variant``)."""
     _KEYS = {"name", "description", "nodes", "devices_per_node", "intra_node", "inter_node",
-             "allreduce", "servers"}
+             "allreduce", "servers", "provenance"}
     _LINK_KEYS = {"bandwidth", "latency", "efficiency"}
+    _TOP = ("nodes", "devices_per_node")
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, overrides: dict | None = None, *, raw=None):
         self.path = path
-        raw = yamlfile.load(path, "topology file")
+        if raw is None:
+            raw = yamlfile.load(path, "topology file")
         if not isinstance(raw, dict):
             raise UsageError(f"topology file {path} must be a mapping of keys (nodes, "
                              f"devices_per_node, intra_node, inter_node, ...)")
+        self._raw = raw
+        self.overrides = dict(overrides or {})
+        self.values: dict[str, float] = {}         # path -> the constant in use (SI units)
+        self.provenance: dict[str, Provenance] = {}
         unknown = sorted(set(map(str, raw)) - self._KEYS)
         if unknown:
             raise UsageError(f"topology file {path}: unknown key {unknown[0]!r}; known: "
@@ -239,6 +362,7 @@ class Topology(Network):
         self.description = str(raw.get("description") or "")
         self.nodes = self._count(raw, "nodes")
         self.devices_per_node = self._count(raw, "devices_per_node")
+        self._read_provenance(raw, "", self._TOP)
         self.intra = (self._link(raw, "intra_node") if self.devices_per_node > 1
                       or raw.get("intra_node") is not None else None)
         self.inter = self._link(raw, "inter_node")
@@ -250,18 +374,108 @@ class Topology(Network):
         if not isinstance(servers, dict):
             raise UsageError(f"topology file {path}: servers must be a mapping (count, "
                              f"bandwidth, latency, efficiency)")
-        extra = sorted(set(map(str, servers)) - self._LINK_KEYS - {"count"})
+        extra = sorted(set(map(str, servers)) - self._LINK_KEYS - {"count", "provenance"})
         if extra:
             raise UsageError(f"topology file {path}: servers: unknown key {extra[0]!r}; "
-                             f"known: count, bandwidth, latency, efficiency")
-        self.server_count = (self._count(servers, "count", "servers: count")
+                             f"known: count, bandwidth, latency, efficiency, provenance")
+        self.server_count = (self._count(servers, "count", "servers: count", "servers.count")
                              if servers.get("count") is not None else None)
         self.server = self._link({"servers": {k: v for k, v in servers.items()
                                               if k != "count"}}, "servers", self.inter)
+        if servers.get("provenance") is not None:
+            self._read_provenance(servers, "servers", ("count", *sorted(self._LINK_KEYS)))
+        stray = sorted(set(self.overrides) - set(self.values))
+        if stray:
+            raise UsageError(f"topology file {path}: no constant {stray[0]!r} to change; it "
+                             f"gives {', '.join(sorted(self.values))}")
+
+    # -- constants and their sources (docs/MODEL.md, "Every constant's source") -------------
+    def constants(self) -> dict[str, float]:
+        """path -> every number the file gives, as in use (overrides applied; bandwidths in
+        bytes/s, latencies in s)."""
+        return dict(self.values)
+
+    def missing_provenance(self) -> list[str]:
+        """The constants the file gives without a provenance entry."""
+        return sorted(set(self.values) - set(self.provenance))
+
+    def datasheet_values(self) -> dict[str, float]:
+        """path -> datasheet value of every constant of kind ``chosen``: the overrides that
+        give the datasheet-only reading of this file."""
+        return {k: p.datasheet_value for k, p in self.provenance.items() if p.kind == "chosen"}
+
+    def written(self, key: str) -> str:
+        """The constant ``key`` (a path of ``constants()``) as the file writes it."""
+        section, _, field = key.rpartition(".")
+        return str((self._raw.get(section) if section else self._raw)[field])
+
+    def link_of(self, section: str) -> _Link | None:
+        """The link a section describes: intra_node, inter_node or servers."""
+        return {"intra_node": self.intra, "inter_node": self.inter,
+                "servers": self.server}[section]
+
+    def variant(self, overrides: dict) -> "Topology":
+        """This file with ``overrides`` (path -> value) in place of its own values."""
+        return Topology(self.path, overrides, raw=self._raw)
+
+    def _read_provenance(self, section: dict, prefix: str, fields) -> None:
+        """``section``'s ``provenance`` mapping (field -> kind, source, datasheet), for the
+        fields it gives; optional (a file without it reads as before)."""
+        spec = section.get("provenance")
+        if spec is None:
+            return
+        where = f"topology file {self.path}: {prefix + ': ' if prefix else ''}provenance"
+        if not isinstance(spec, dict):
+            raise UsageError(f"{where} must map each constant ({', '.join(fields)}) to its "
+                             f"kind and source")
+        for field, entry in spec.items():
+            key = f"{prefix}.{field}" if prefix else str(field)
+            if field not in fields:
+                raise UsageError(f"{where}: unknown constant {field!r}; known: "
+                                 f"{', '.join(fields)}")
+            if key not in self.values:
+                raise UsageError(f"{where}: {field} has a source but no value here")
+            self.provenance[key] = read_provenance(
+                entry, f"{where}: {field}", lambda text, k=key: self._parse(k, text))
+
+    def _parse(self, key: str, value):
+        """A value of the constant ``key`` as the file would write it, in SI units."""
+        field = key.rsplit(".", 1)[-1]
+        what = f"topology file {self.path}: {key}"
+        if field == "bandwidth":
+            return parse_bandwidth(value, what)
+        if field == "latency":
+            return parse_latency(value, what)
+        if field == "efficiency":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 < value <= 1:
+                raise UsageError(f"{what} must be a number in (0, 1], got {value!r}")
+            return float(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{what} must be a whole number >= 1, got {value!r}")
+        return value
+
+    def _use(self, key: str, given):
+        """The value in use for ``key``: an override, else the file's (``given``, parsed);
+        recorded in ``values``."""
+        value = self.overrides.get(key, given)
+        if key in self.overrides:
+            field = key.rsplit(".", 1)[-1]
+            if field in ("bandwidth", "latency"):
+                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and (0 < value < math.inf if field == "bandwidth"
+                           else 0 <= value < math.inf))
+                if not ok:
+                    raise UsageError(f"topology file {self.path}: {key} cannot be {value!r}")
+            else:
+                value = self._parse(key, value)
+        self.values[key] = value
+        return value
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _count(self, raw: dict, key: str, what: str | None = None) -> int:
+    def _count(self, raw: dict, key: str, what: str | None = None,
+               path: str | None = None) -> int:
         value = raw.get(key)
         if value is None:
             raise UsageError(f"topology file {self.path}: missing {what or key} (a whole "
@@ -269,7 +483,7 @@ class Topology(Network):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"topology file {self.path}: {what or key} must be a whole number "
                              f">= 1, got {value!r}")
-        return value
+        return self._use(path or key, value)
 
     def _link(self, raw: dict, key: str, default: _Link | None = None) -> _Link:
         """The link ``raw[key]``; with ``default``, fields not given are its."""
@@ -280,25 +494,32 @@ class Topology(Network):
         if not isinstance(spec, dict):
             raise UsageError(f"topology file {self.path}: {key} must be a mapping (bandwidth, "
                              f"latency, optional efficiency)")
-        unknown = sorted(set(map(str, spec)) - self._LINK_KEYS)
+        unknown = sorted(set(map(str, spec)) - self._LINK_KEYS - {"provenance"})
         if unknown:
             raise UsageError(f"topology file {self.path}: {key}: unknown key {unknown[0]!r}; "
-                             f"known: bandwidth, latency, efficiency")
+                             f"known: bandwidth, latency, efficiency, provenance")
         if default is None:
             for field in ("bandwidth", "latency"):
                 if spec.get(field) is None:
                     raise UsageError(f"topology file {self.path}: {key}: missing {field}")
         where = f"topology file {self.path}: {key}:"
         bandwidth = (default.bandwidth if spec.get("bandwidth") is None
-                     else parse_bandwidth(spec["bandwidth"], f"{where} bandwidth"))
+                     else self._use(f"{key}.bandwidth",
+                                    parse_bandwidth(spec["bandwidth"], f"{where} bandwidth")))
         latency = (default.latency if spec.get("latency") is None
-                   else parse_latency(spec["latency"], f"{where} latency"))
+                   else self._use(f"{key}.latency",
+                                  parse_latency(spec["latency"], f"{where} latency")))
         eff = spec.get("efficiency")
         if eff is None:
             eff = 1.0 if default is None else default.efficiency
-        if isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0 < eff <= 1:
+        elif isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0 < eff <= 1:
             raise UsageError(f"{where} efficiency must be a number in (0, 1], got {eff!r}")
-        return _Link(bandwidth, latency, float(eff))
+        else:
+            eff = self._use(f"{key}.efficiency", float(eff))
+        link = _Link(bandwidth, latency, float(eff))
+        if key != "servers":      # the servers' provenance is read with their count
+            self._read_provenance(spec, key, tuple(sorted(self._LINK_KEYS)))
+        return link
 
     # -- shape of a job ---------------------------------------------------------------------
     @property
@@ -364,9 +585,11 @@ class Topology(Network):
         intra = f"intra {self.intra.text()}; " if self.intra is not None else ""
         servers = (f"{self.server_count} servers" if self.server_count is not None
                    else "one server per worker machine")
+        changed = (f"; changed: {', '.join(sorted(self.overrides))}" if self.overrides
+                   else "")
         return (f"{self.name}: {self.nodes} nodes x {self.devices_per_node} devices; {intra}"
                 f"inter {self.inter.text()}; {self.algorithm} all-reduce; {servers} "
-                f"({self.server.text()})")
+                f"({self.server.text()}){changed}")
 
 
 def _points(rows, where: str) -> tuple[tuple[float, float], ...] | None:

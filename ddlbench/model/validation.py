@@ -54,13 +54,24 @@ Prints a row per cell (published, predicted, error = (predicted - published) / p
 ``local:<method>`` and ``odd``), the median |error| per network, method and model and overall
 with the 90th percentile (linear interpolation, numpy's default), each also without the odd
 cells, and the survey's qualitative findings checked on the predictions and on the published
-table alike (PASS/FAIL with the numbers). ``--output`` writes all of it as JSON (``summary``
-and ``summary_without_odd``), ``--markdown`` the summary tables as Markdown.
+table alike (PASS/FAIL with the numbers and the threshold each needs: ``findings``).
+
+**Every constant's source** (``constant_figures``; ``--no-constants`` leaves it out): the topology
+files give each constant's kind and source (``topology.KINDS``); with every constant of kind
+``chosen`` (picked after comparing with a published table) at its datasheet value the cells are
+predicted again, and that figure is printed first (the second line), before the shipped one;
+then each chosen constant alone at its datasheet value and at its shipped value x 0.75 and x
+1.25 (a link's bandwidth and efficiency together, as its rate), with the median |error| and the
+findings that fail at each. The passes share the workloads and every cell a changed constant
+does not reach (``validate``'s ``memo``). ``--output`` writes all of it as JSON (``summary``,
+``summary_without_odd``, ``constants``), ``--markdown`` the summary tables as Markdown, the
+datasheet figure first.
 """
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import statistics
 import sys
@@ -261,14 +272,40 @@ def _method_rank(method: str) -> int:
 
 # --------------------------------------------------------------------------- findings
 
+# A finding passes when it holds as strongly as its words say, and no more loosely. Each of the
+# survey's four is a claim over "most" cells (or pairs), so its count must be a majority that a
+# coin toss would not give: at least ``majority(n)`` of n, the smallest count a one-sided sign
+# test rejects chance (p = 1/2) with at ``SIGN_LEVEL`` (24 of 36 cells, 17 of 24, 15 of 21:
+# two thirds or more; a bare majority, 19 of 36, is what a coin gives 43% of the time, and
+# what the check asked before, so it could not fail). (1) also needs WFBP's gain
+# to be larger than the table's noise: the median WFBP/BSP ratio above 1 + the YAML's tie
+# margin of finding (2) (1%: "ties at the table's noise"); a median above 1 alone follows from
+# the count. (3) also needs BERT-Large's median scaling efficiency to be the lowest of the
+# models'. (4) needs the count alone: a majority within the band puts the median ratio there.
+SIGN_LEVEL = 0.05
+
+
+def majority(n: int, level: float = SIGN_LEVEL) -> int:
+    """The smallest k with P(Binomial(n, 1/2) >= k) <= ``level``: the count of n that a
+    one-sided sign test takes as "most", not chance (n + 1 when none is: too few cells)."""
+    tail = 0
+    for k in range(n, -1, -1):
+        tail += math.comb(n, k) / 2 ** n
+        if tail > level:
+            return k + 1
+    return 0
+
+
 def findings(thr: dict, single: dict) -> list[dict]:
     """The survey's qualitative findings (``survey.findings``: which methods, models and
     thresholds) on throughputs ``thr`` ((model, rdma, method, P) -> samples/s over all GPUs;
     cells missing are skipped); ``single`` the 1-GPU figure per model. Each: id, claim, passed
-    (True, False, None when no cell applies), detail, numbers."""
+    (True, False, None when no cell applies; the thresholds above), detail, threshold (in
+    words), numbers (``need``: the count it needed)."""
     said = survey.findings()
     keys = sorted({(m, r, p) for m, r, _, p in thr})
-    return [_above(thr, keys, **said["above"]), _best(thr, keys, **said["best"]),
+    return [_above(thr, keys, **said["above"], noise=said["best"]["tie"]),
+            _best(thr, keys, **said["best"]),
             _scales_worst(thr, single, **said["scales_worst"]),
             _close(thr, keys, **said["close"])]
 
@@ -283,16 +320,18 @@ def _pairs(thr, keys, a: str, b: str) -> list:
             for k in keys if (k[0], k[1], a, k[2]) in thr and (k[0], k[1], b, k[2]) in thr]
 
 
-def _above(thr, keys, method: str, over: str) -> dict:
-    """(1) ``method`` above ``over`` on most cells."""
+def _above(thr, keys, method: str, over: str, noise: float = 0.0) -> dict:
+    """(1) ``method`` above ``over`` on most cells, its median gain above ``noise``."""
     pairs = _pairs(thr, keys, method, over)
     wins = [k for k, w, b in pairs if w > b]
     ratios = [w / b for _, w, b in pairs]
+    median = _num_med(ratios)
     return _finding(
         1, f"{_display(method)} above {_display(over)} on most cells", pairs, len(wins),
         f"{method} > {over} on {len(wins)} of {len(pairs)} (model, network, P) cells; median "
         f"{method}/{over} {_med(ratios)}", {"wins": len(wins), "cells": len(pairs),
-                                            "median_ratio": _num_med(ratios)})
+                                            "median_ratio": median},
+        median is not None and median > 1 + noise, f"median {method}/{over} > {1 + noise:g}")
 
 
 def _best(thr, keys, method: str, rdma: list, tie: float) -> dict:
@@ -315,7 +354,7 @@ def _best(thr, keys, method: str, rdma: list, tie: float) -> dict:
         f"{method} within {100 * tie:g}% of the best of {', '.join(a2a)} on {won} of "
         f"{len(fast)} cells on rdma {nets.replace(', ', ' and ')} (strictly highest on "
         f"{strict}); highest per cell: {tally or '-'}",
-        {"wins": won, "strict": strict, "cells": len(fast), "best": best})
+        {"wins": won, "strict": strict, "cells": len(fast), "best": best}, True, None)
 
 
 def _scales_worst(thr, single, model: str, nworkers: int) -> dict:
@@ -338,7 +377,9 @@ def _scales_worst(thr, single, model: str, nworkers: int) -> dict:
         f"{model} lowest of the models on {lowest} of {compared} (network, method) pairs at "
         f"{nworkers} GPUs; median efficiency " + ", ".join(f"{m} {100 * v:.0f}%"
                                                          for m, v in sorted(medians.items())),
-        {"wins": lowest, "cells": compared, "median_efficiency": medians})
+        {"wins": lowest, "cells": compared, "median_efficiency": medians},
+        model in medians and min(medians, key=medians.get) == model,
+        f"{model}'s median efficiency the lowest")
 
 
 def _close(thr, keys, method: str, to: str, within: float) -> dict:
@@ -352,13 +393,21 @@ def _close(thr, keys, method: str, to: str, within: float) -> dict:
         f"|{method}/{to} - 1| <= {within:g} on {len(close)} of {len(pairs)} (model, network, P) "
         f"cells; median {method}/{to} {_med(ratios)}, range "
         f"{_fmt(min(ratios)) if ratios else '-'}-{_fmt(max(ratios)) if ratios else '-'}",
-        {"wins": len(close), "cells": len(pairs), "median_ratio": _num_med(ratios)})
+        {"wins": len(close), "cells": len(pairs), "median_ratio": _num_med(ratios)}, True,
+        None)
 
 
-def _finding(number, claim, cells, wins, detail, numbers) -> dict:
+def _finding(number, claim, cells, wins, detail, numbers, size_ok: bool,
+             size: str | None) -> dict:
+    """A finding's verdict: ``wins`` of the ``cells`` at least ``majority`` of them, and the
+    size condition (``size_ok``, in words ``size``; None: none)."""
     n = len(cells)
-    return {"id": number, "claim": claim, "passed": None if not n else wins > n / 2,
-            "detail": detail, "numbers": numbers}
+    need = majority(n)
+    threshold = (f">= {need} of {n} (a sign test at {100 * SIGN_LEVEL:g}%)"
+                 + (f" and {size}" if size else ""))
+    return {"id": number, "claim": claim,
+            "passed": None if not n else bool(wins >= need and size_ok),
+            "detail": detail, "threshold": threshold, "numbers": {**numbers, "need": need}}
 
 
 def _num_med(values):
@@ -384,14 +433,14 @@ def _key(c: dict) -> dict:
                               "nworkers")}
 
 
-def _row(c: dict, works: dict, source: str, networks: dict, tables) -> dict:
-    """One predicted cell's row (NotModelled: why not)."""
+def _row(c: dict, works: dict, source: str, networks: dict, tables, memo=None) -> dict:
+    """One predicted cell's row (NotModelled: why not); ``memo``: see ``_answer``."""
     if (c["model"], c["batch_size"]) not in works:
         raise NotModelled(f"no profile of model {c['model']}")
     if c["rdma"] not in networks:
         raise NotModelled(f"no topology for rdma {c['rdma']}")
     work, note = works[(c["model"], c["batch_size"])]
-    answer = predict_cell(c, work, source, networks, tables)
+    answer = _answer(c, work, source, networks, tables, memo)
     pred = answer.prediction
     got = pred.throughput(c["batch_size"], c["nworkers"])
     row = {**_key(c), "published": c["throughput"], "predicted": got,
@@ -411,25 +460,72 @@ def _row(c: dict, works: dict, source: str, networks: dict, tables) -> dict:
     return row
 
 
-def validate(source: str = "topology", cells: list[dict] | None = None, tables=None) -> dict:
+def _batches(cells: list[dict]) -> dict:
+    batches: dict = {}
+    for c in cells:
+        batches.setdefault(c["model"], set()).add(c["batch_size"])
+    return batches
+
+
+def shipped_networks(cells: list[dict]) -> dict:
+    """rdma -> the survey's topology file of that network, for the networks of ``cells``."""
+    return {r: topology.load(TOPOLOGIES[r]) for r in sorted({c["rdma"] for c in cells})
+            if r in TOPOLOGIES}
+
+
+def _signature(c: dict, net) -> tuple | None:
+    """What a cell's prediction reads from its network: the all-reduce link and the
+    machine's size, and for a parameter-server method the servers and the local sum too. Two
+    networks with the same signature predict the cell alike. None: not known (no reuse)."""
+    p = c["nworkers"]
+    try:
+        sig = (net.link("allreduce", p), getattr(net, "devices_per_node", None))
+        if methods.lookup(c["method"]).architecture == methods.PS:
+            sig += (net.ps(p, None, PS_CLIENTS), net.local_reduce(p))
+        return sig
+    except UsageError:
+        return None
+
+
+def _answer(c, work, source, networks, tables, memo) -> cell_model.Answer:
+    """``predict_cell``, through ``memo`` (a dict, or None: none) keyed on what the prediction
+    reads: the cell's model, batch, method and P, the source, the network's name, the
+    original's table (MG-WFBP plans with it; under ``original`` it costs the all-reduce) and
+    the network's ``_signature``. A pass with some constants changed predicts again only the
+    cells those constants reach."""
+    if memo is None or tables is not None:
+        return predict_cell(c, work, source, networks, tables)
+    sig = _signature(c, networks[c["rdma"]])
+    if sig is None:
+        return predict_cell(c, work, source, networks, tables)
+    key = (c["model"], c["batch_size"], c["method"], c["nworkers"], source,
+           networks[c["rdma"]].name, original_ab_table(f"rdma{c['rdma']}"),
+           a2a_link(c, source, networks)[0] if source == "original" else None, sig)
+    if key not in memo:
+        memo[key] = predict_cell(c, work, source, networks, tables)
+    return memo[key]
+
+
+def validate(source: str = "topology", cells: list[dict] | None = None, tables=None, *,
+             networks: dict | None = None, works: dict | None = None,
+             memo: dict | None = None) -> dict:
     """Predict every cell (default: all the survey's) from ``source`` ("topology" or
     "original"; ``tables`` replaces the original's alpha-beta tables). The result: rows
     (modelled cells), not_modelled (with reasons), summary, findings on the predictions and on
-    the published table, runtime."""
+    the published table, runtime. ``networks`` (rdma -> Network) replaces the topology files
+    (``shipped_networks``), ``works`` the cells' workloads (``workloads``), and ``memo`` (a
+    dict kept between calls) reuses the cells a call's networks predict as an earlier's did."""
     if source not in SOURCES:
         raise UsageError(f"unknown network source {source!r}: {', '.join(SOURCES)}")
     began = time.perf_counter()
     cells = survey.cells() if cells is None else cells
-    batches: dict = {}
-    for c in cells:
-        batches.setdefault(c["model"], set()).add(c["batch_size"])
-    works = workloads(batches)
-    networks = {r: topology.load(TOPOLOGIES[r]) for r in sorted({c["rdma"] for c in cells})
-                if r in TOPOLOGIES}
+    batches = _batches(cells)
+    works = workloads(batches) if works is None else works
+    networks = shipped_networks(cells) if networks is None else networks
     rows, skipped = [], []
     for c in cells:
         try:
-            rows.append(_row(c, works, source, networks, tables))
+            rows.append(_row(c, works, source, networks, tables, memo))
         except NotModelled as e:
             skipped.append({**_key(c), "published": c["throughput"], "reason": str(e)})
     single = {m: survey.single_gpu(m) for m in batches}
@@ -459,6 +555,187 @@ def validate(source: str = "topology", cells: list[dict] | None = None, tables=N
             "findings": {"predicted": findings(predicted, single),
                          "published": findings(published, single)},
             "runtime_s": time.perf_counter() - began}
+
+
+# ---------------------------------------------------------------- every constant's source
+
+# The points at which each chosen constant is tried besides its shipped value: its datasheet
+# value, and the shipped value x 0.75 and x 1.25.
+FACTORS = (0.75, 1.25)
+RATE = ("bandwidth", "efficiency")
+
+
+def _rate_text(bandwidth, efficiency) -> str:
+    """A link's rate as the file writes its parts: ``3.9GB/s x 1``."""
+    return f"{bandwidth} x {float(efficiency):g}"
+
+
+def chosen_constants(networks: dict) -> list[dict]:
+    """The constants of kind ``chosen`` in ``networks`` (rdma -> Topology), one entry per
+    constant: a link's bandwidth and efficiency count as one, its rate (their product; the
+    datasheet reading replaces both), and a constant with the same field, value and datasheet
+    value in several files or sections (the survey's intra-node link in all three files, the
+    100GbE single stream of workers and servers) is one, varied in all at once. Each: constant
+    (in words), field, where (file and section), shipped and datasheet (as written),
+    shipped_value and datasheet_value (SI), sources, and ``members`` (rdma, the datasheet's
+    overrides, and the (path, shipped value) scaled for the factors)."""
+    groups: dict = {}
+    for rdma, net in sorted(networks.items()):
+        if not isinstance(net, topology.Topology):
+            continue
+        by_section: dict = {}
+        for key, prov in net.provenance.items():
+            if prov.kind == "chosen":
+                section, _, field = key.rpartition(".")
+                by_section.setdefault(section, {})[field] = prov
+        for section, chosen in sorted(by_section.items()):
+            pre = f"{section}." if section else ""
+            rate = section and set(chosen) & set(RATE)
+            fields = [f for f in sorted(chosen) if f not in RATE] + (["rate"] if rate else [])
+            for field in fields:
+                if field == "rate":
+                    link = net.link_of(section)
+                    got = {"bandwidth": link.bandwidth, "efficiency": link.efficiency}
+                    ds = {f: chosen[f].datasheet_value if f in chosen else got[f] for f in RATE}
+                    shipped_v, ds_v = got["bandwidth"] * got["efficiency"], \
+                        ds["bandwidth"] * ds["efficiency"]
+                    written = {f: net.written(pre + f) if pre + f in net.values else got[f]
+                               for f in RATE}
+                    shown = _rate_text(written["bandwidth"], written["efficiency"])
+                    ds_shown = _rate_text(*(chosen[f].datasheet if f in chosen else written[f]
+                                            for f in RATE))
+                    ds_over = {pre + f: chosen[f].datasheet_value for f in RATE if f in chosen}
+                    scaled = (pre + "bandwidth" if pre + "bandwidth" in net.values
+                              else pre + "efficiency")
+                    base = net.values[scaled]
+                    sources = [chosen[f].source for f in RATE if f in chosen]
+                else:
+                    prov = chosen[field]
+                    shipped_v, ds_v = net.values[pre + field], prov.datasheet_value
+                    shown, ds_shown = net.written(pre + field), str(prov.datasheet)
+                    ds_over = {pre + field: ds_v}
+                    scaled, base = pre + field, shipped_v
+                    sources = [prov.source]
+                key = (field, round(shipped_v, 12), round(ds_v, 12))
+                g = groups.setdefault(key, {
+                    "field": field, "where": [], "shipped": shown, "datasheet": ds_shown,
+                    "shipped_value": shipped_v, "datasheet_value": ds_v, "sources": [],
+                    "members": []})
+                g["where"].append(f"{net.name} {section or 'top level'}")
+                g["sources"] += [x for x in sources if x not in g["sources"]]
+                g["members"].append((rdma, ds_over, (scaled, base)))
+    out = []
+    for g in groups.values():
+        sections = sorted({w.split(" ", 1)[1] for w in g["where"]})
+        what = "rate (bandwidth x efficiency)" if g["field"] == "rate" else g["field"]
+        out.append({"constant": f"{' and '.join(sections)} {what}", **g})
+    return out
+
+
+def _variant(networks: dict, members, point) -> dict:
+    """``networks`` with a chosen constant at ``point`` ("datasheet" or a factor on its shipped
+    value) in every file and section it is in."""
+    nets = dict(networks)
+    for rdma, ds_over, (scaled, base) in members:
+        over = ds_over if point == "datasheet" else {scaled: base * point}
+        nets[rdma] = nets[rdma].variant({**nets[rdma].overrides, **over})
+    return nets
+
+
+def _point_name(point) -> str:
+    return point if isinstance(point, str) else f"x{point:g}"
+
+
+def provenance_table(networks: dict, models=()) -> dict:
+    """topology (file -> constant -> its value as written, kind, source, and datasheet value
+    for kind chosen) and profiles (file -> constant -> kind, source), for the networks and the
+    models' profiles."""
+    nets = {}
+    for rdma, net in sorted(networks.items()):
+        if isinstance(net, topology.Topology):
+            nets[net.name] = {k: {"value": net.written(k), **net.provenance[k].as_dict()}
+                              if k in net.provenance else {"value": net.written(k),
+                                                           "kind": None}
+                              for k in net.values}
+    profiles = {}
+    for model in models:
+        if model in PROFILES:
+            path = os.path.join(PROFILE_DIR, PROFILES[model])
+            given, missing = topology.profile_provenance(read_profile(path), path)
+            profiles[PROFILES[model]] = {**{k: v.as_dict() for k, v in given.items()},
+                                         **{k: {"kind": None} for k in missing}}
+    return {"topology": nets, "profiles": profiles}
+
+
+def constant_figures(source: str = "topology", cells: list[dict] | None = None,
+                     tables=None, *, works: dict | None = None, memo: dict | None = None,
+                     shipped: dict | None = None) -> dict:
+    """The figure with datasheet values beside the shipped one, and each chosen constant's
+    sensitivity: the survey's cells predicted with every constant of kind ``chosen`` in the
+    topology files at its datasheet value (``datasheet``: summaries and findings), and each
+    chosen constant (``chosen_constants``) alone at its datasheet value, x 0.75 and x 1.25,
+    the others as shipped (``chosen``: the median |error| at each, the shipped one beside, and
+    which findings pass). ``works``, ``memo`` and ``shipped`` (a ``validate`` result of the
+    shipped files) save what an earlier pass computed; a pass predicts again only the cells a
+    changed constant reaches."""
+    began = time.perf_counter()
+    cells = survey.cells() if cells is None else cells
+    works = workloads(_batches(cells)) if works is None else works
+    memo = {} if memo is None else memo
+    networks = shipped_networks(cells)
+
+    def run(nets):
+        return validate(source, cells, tables, networks=nets, works=works, memo=memo)
+    base = shipped if shipped is not None else run(networks)
+    ds_nets = {r: net.variant(net.datasheet_values()) for r, net in networks.items()}
+    ds = run(ds_nets)
+    groups = chosen_constants(networks)
+    rows = []
+    for g in groups:
+        medians = {"shipped": base["summary"]["overall"]["median_abs_error"]}
+        passed = {"shipped": [f["passed"] for f in base["findings"]["predicted"]]}
+        for point in ("datasheet", *FACTORS):
+            name = _point_name(point)
+            try:
+                got = run(_variant(networks, g["members"], point))
+            except UsageError:           # e.g. an efficiency above 1
+                medians[name], passed[name] = None, None
+                continue
+            medians[name] = got["summary"]["overall"]["median_abs_error"]
+            passed[name] = [f["passed"] for f in got["findings"]["predicted"]]
+        rows.append({**{k: v for k, v in g.items() if k != "members"},
+                     "median_abs_error": medians, "findings_passed": passed})
+    kinds: dict = {}
+    for net in networks.values():
+        for k in net.values:
+            kind = net.provenance[k].kind if k in net.provenance else "none given"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"note": "datasheet: every constant of kind chosen in the topology files at its "
+                    "datasheet value (provenance), the others as shipped; chosen: each such "
+                    "constant alone at its datasheet value and at its shipped value x 0.75 and "
+                    "x 1.25",
+            "kinds": dict(sorted(kinds.items())),
+            "datasheet": {"network": [n.describe() for n in ds_nets.values()],
+                          "summary": ds["summary"],
+                          "summary_without_odd": ds["summary_without_odd"],
+                          "findings": ds["findings"]["predicted"]},
+            "shipped": {"summary": base["summary"],
+                        "summary_without_odd": base["summary_without_odd"]},
+            "chosen": rows, "provenance": provenance_table(networks, sorted(_batches(cells))),
+            "runtime_s": time.perf_counter() - began}
+
+
+def survey_result(source: str = "topology", constants: bool = True) -> dict:
+    """``validate`` of every cell, with ``constant_figures`` under ``constants`` (unless
+    ``constants`` is False), the passes sharing their workloads and cells."""
+    cells = survey.cells()
+    works = workloads(_batches(cells))
+    memo: dict = {}
+    result = validate(source, cells, works=works, memo=memo)
+    if constants:
+        result["constants"] = constant_figures(source, cells, works=works, memo=memo,
+                                               shipped=result)
+    return result
 
 
 # --------------------------------------------------------------------------- output
@@ -497,12 +774,93 @@ def _summary_rows(s: dict, w: dict, key: str) -> list[list[str]]:
     return out
 
 
+def _headline(result: dict) -> str | None:
+    """The two figures, the datasheet one first (None without ``constants``)."""
+    c = result.get("constants")
+    if not c:
+        return None
+    ds, sh = c["datasheet"]["summary"], c["shipped"]["summary"]
+    return (f"Median |error| over {ds['cells']} cells: {_pct(ds['overall']['median_abs_error'])} "
+            f"with datasheet values (every constant of kind chosen at its datasheet value; "
+            f"90th percentile {_pct(ds['overall']['p90_abs_error'])}), "
+            f"{_pct(sh['overall']['median_abs_error'])} with the shipped constants (90th "
+            f"percentile {_pct(sh['overall']['p90_abs_error'])})")
+
+
+def _kinds(c: dict) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(c["kinds"].items(), key=lambda kv: -kv[1]))
+
+
+def _failing(passed: dict, point: str) -> str:
+    got = passed.get(point)
+    if got is None:
+        return "-"
+    bad = [f"({i})" for i, ok in enumerate(got, 1) if ok is False]
+    return " ".join(bad) or "none"
+
+
+POINTS = ("datasheet", "x0.75", "shipped", "x1.25")
+
+
+def _sensitivity_rows(c: dict) -> list[list[str]]:
+    return [[g["constant"], ", ".join(dict.fromkeys(w.split(" ")[0] for w in g["where"])),
+             g["shipped"],
+             g["datasheet"], *(_pct(g["median_abs_error"].get(p)) for p in POINTS),
+             "; ".join(f"{p} {_failing(g['findings_passed'], p)}" for p in POINTS
+                       if _failing(g["findings_passed"], p) not in ("none", "-"))
+             or "none"]
+            for g in c["chosen"]]
+
+
+def _compare_rows(c: dict, key: str) -> list[list[str]]:
+    ds, sh = c["datasheet"]["summary"][key], c["shipped"]["summary"][key]
+    return [[k, str(v["cells"]), _pct(ds[k]["median_abs_error"] if k in ds else None),
+             _pct(v["median_abs_error"])] for k, v in sh.items()]
+
+
+def _constants_report(result: dict) -> list[str]:
+    c = result["constants"]
+    ds, sh = c["datasheet"], c["shipped"]
+    lines = ["", f"Every constant's source (provenance in the topology files; "
+                 f"ddlbench/model/topology.py KINDS): {_kinds(c)}.",
+             f"With datasheet values (every constant of kind chosen at its datasheet value, "
+             f"the others as shipped): median |error| "
+             f"{_pct(ds['summary']['overall']['median_abs_error'])}, 90th percentile "
+             f"{_pct(ds['summary']['overall']['p90_abs_error'])}; without the odd cells "
+             f"{_pct(ds['summary_without_odd']['overall']['median_abs_error'])}.",
+             f"With the shipped constants: median |error| "
+             f"{_pct(sh['summary']['overall']['median_abs_error'])}, 90th percentile "
+             f"{_pct(sh['summary']['overall']['p90_abs_error'])}; without the odd cells "
+             f"{_pct(sh['summary_without_odd']['overall']['median_abs_error'])}.", ""]
+    for title, key in (("network", "by_network"), ("method", "by_method"),
+                       ("model", "by_model")):
+        lines += _table([title, "cells", "datasheet values", "shipped"], _compare_rows(c, key))
+        lines.append("")
+    lines.append("Each chosen constant alone at its datasheet value and at its shipped value "
+                 "x 0.75 and x 1.25, the others as shipped: median |error| over "
+                 f"{sh['summary']['cells']} cells, and the findings that fail:")
+    lines += _table(["constant", "in", "shipped", "datasheet", "at datasheet", "x0.75",
+                     "shipped", "x1.25", "findings failing"], _sensitivity_rows(c),
+                    left=(0, 1, 2, 3, 8))
+    for g in c["chosen"]:
+        lines.append(f"  {g['constant']}: " + " | ".join(g["sources"]))
+    lines += ["", "The survey's findings with datasheet values:"]
+    for f in ds["findings"]:
+        lines.append(f"({f['id']}) {verdict(f)}: {f['detail']} (needs {f['threshold']})")
+    lines.append(f"({c['runtime_s']:.2f} s for the datasheet figure and the sensitivity)")
+    return lines
+
+
 def report(result: dict) -> str:
     rows = [[r["model"], SHORT.get(r["rdma"], str(r["rdma"])), r["method"], str(r["nworkers"]),
              f"{r['published']:.1f}", f"{r['predicted']:.1f}", _signed(r["error"]),
              r["bottleneck"], _flags(r)] for r in result["rows"]]
     lines = [f"The performance model against the survey's table (network source: "
-             f"{result['network_source']}: {result['network']}); {result['compute']}.", ""]
+             f"{result['network_source']}: {result['network']}); {result['compute']}."]
+    head = _headline(result)
+    if head:
+        lines.append(head + "; the rows below are the shipped constants'.")
+    lines.append("")
     lines += _table(["model", "network", "method", "P", "published", "predicted", "error",
                      "bound by", "flags"], rows, left=(0, 1, 2, 7, 8))
     lines += ["", f"flags: local:<method> = {result['ps_single_machine']['note']}.",
@@ -524,22 +882,32 @@ def report(result: dict) -> str:
     lines.append(f"without the odd cells: median |error| "
                  f"{_pct(w['overall']['median_abs_error'])}, 90th percentile "
                  f"{_pct(w['overall']['p90_abs_error'])}")
-    lines += ["", "The survey's findings (published table | predictions):"]
+    lines += ["", "The survey's findings (published table | predictions; a finding passes with "
+                  "the count and the size stated after 'needs'):"]
     for pub, pre in zip(result["findings"]["published"], result["findings"]["predicted"]):
         lines.append(f"({pub['id']}) {pub['claim']}")
         lines.append(f"    published: {verdict(pub)}: {pub['detail']}")
         lines.append(f"    predicted: {verdict(pre)}: {pre['detail']}")
+        needs = dict.fromkeys([pub["threshold"], pre["threshold"]])
+        lines.append(f"    needs: {' | '.join(needs)}")
+    if result.get("constants"):
+        lines += _constants_report(result)
     lines += ["", f"({result['runtime_s']:.2f} s)"]
     return "\n".join(lines)
 
 
 def markdown(result: dict) -> str:
-    """The summary tables and the findings as Markdown."""
+    """The summary tables and the findings as Markdown (with ``constants``: the datasheet
+    figure first, then the shipped one, and each chosen constant's sensitivity)."""
     s, w = result["summary"], result["summary_without_odd"]
-    out = [f"Network source `{result['network_source']}` ({result['network']}); "
-           f"{s['cells']} cells modelled, {len(result['not_modelled'])} not. Odd cells: "
-           f"{result['odd_cells']['cells']}, {_cell(result['odd_cells']['note'])}. "
-           f"{_cell(result['ps_single_machine']['note'])}.", ""]
+    c = result.get("constants")
+    out = []
+    if c:
+        out += [_headline(result) + ".", ""]
+    out += [f"Network source `{result['network_source']}` ({result['network']}); "
+            f"{s['cells']} cells modelled, {len(result['not_modelled'])} not. Odd cells: "
+            f"{result['odd_cells']['cells']}, {_cell(result['odd_cells']['note'])}. "
+            f"{_cell(result['ps_single_machine']['note'])}.", ""]
     for title, key in (("network", "by_network"), ("method", "by_method"),
                        ("model", "by_model")):
         out += [f"| {title} | cells | median abs. error | cells w/o odd | median w/o odd |",
@@ -549,11 +917,37 @@ def markdown(result: dict) -> str:
     out += [f"Overall: median abs. error {_pct(s['overall']['median_abs_error'])}, 90th "
             f"percentile {_pct(s['overall']['p90_abs_error'])}; without the odd cells "
             f"{_pct(w['overall']['median_abs_error'])}, 90th percentile "
-            f"{_pct(w['overall']['p90_abs_error'])}.", "",
-            "| finding | published table | predictions |", "| --- | --- | --- |"]
-    for pub, pre in zip(result["findings"]["published"], result["findings"]["predicted"]):
-        out.append(f"| ({pub['id']}) {_cell(pub['claim'])} | {verdict(pub)}: "
-                   f"{_cell(pub['detail'])} | {verdict(pre)}: {_cell(pre['detail'])} |")
+            f"{_pct(w['overall']['p90_abs_error'])}.", ""]
+    ds_findings = c["datasheet"]["findings"] if c else None
+    out += ["| finding | needs | published table | predictions |"
+            + (" predictions, datasheet values |" if c else ""),
+            "| --- | --- | --- | --- |" + (" --- |" if c else "")]
+    for i, (pub, pre) in enumerate(zip(result["findings"]["published"],
+                                       result["findings"]["predicted"])):
+        extra = (f" {verdict(ds_findings[i])}: {_cell(ds_findings[i]['detail'])} |"
+                 if c else "")
+        out.append(f"| ({pub['id']}) {_cell(pub['claim'])} | {_cell(pre['threshold'])} | "
+                   f"{verdict(pub)}: {_cell(pub['detail'])} | {verdict(pre)}: "
+                   f"{_cell(pre['detail'])} |{extra}")
+    if c:
+        out += ["", f"Every constant's source: {_kinds(c)} (provenance in the topology "
+                    f"files). Median abs. error with datasheet values (every constant of kind "
+                    f"chosen at its datasheet value) and with the shipped constants:", "",
+                "| | cells | datasheet values | shipped |", "| --- | ---: | ---: | ---: |"]
+        for key in ("by_network", "by_method", "by_model"):
+            out += ["| " + " | ".join(r) + " |" for r in _compare_rows(c, key)]
+        ds, sh = c["datasheet"]["summary"], c["shipped"]["summary"]
+        out += [f"| **overall** | {sh['cells']} | {_pct(ds['overall']['median_abs_error'])} | "
+                f"{_pct(sh['overall']['median_abs_error'])} |",
+                f"| **90th percentile** | {sh['cells']} | "
+                f"{_pct(ds['overall']['p90_abs_error'])} | "
+                f"{_pct(sh['overall']['p90_abs_error'])} |", "",
+                "Each chosen constant alone at its datasheet value and at its shipped value "
+                "x 0.75 and x 1.25, the others as shipped (median abs. error):", "",
+                "| constant | in | shipped | datasheet | at datasheet | x0.75 | shipped | x1.25 "
+                "| findings failing |", "| --- | --- | --- | --- | ---: | ---: | ---: | ---: "
+                "| --- |"]
+        out += ["| " + " | ".join(_cell(x) for x in r) + " |" for r in _sensitivity_rows(c)]
     return "\n".join(out) + "\n"
 
 
@@ -573,6 +967,9 @@ def parse_args(argv=None):
     p.add_argument("--output", default=None, metavar="JSON", help="write everything as JSON")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="write the summary tables as Markdown")
+    p.add_argument("--no-constants", action="store_true",
+                   help="leave out the figure with datasheet values and each chosen "
+                        "constant's sensitivity (the shipped figure alone, one pass)")
     return p.parse_args(argv)
 
 
@@ -581,7 +978,7 @@ def run(args) -> int:
         check_writable(args.output)
     if args.markdown:
         check_writable(args.markdown, "--markdown")
-    result = validate(args.network_source)
+    result = survey_result(args.network_source, constants=not args.no_constants)
     print(report(result))
     if args.output:
         with open_to_write(args.output) as f:
