@@ -469,7 +469,8 @@ def test_load_takes_a_yaml_file_json_files_or_a_shipped_name(tmp_path, bench_fil
 # ------------------------------------------------------------------------------ shipped files
 
 SIZES = (4, 64 * 1024, 4 * MIB, 256 * MIB)
-SHIPPED = ["cloud-100g", "cloud-25g", "survey-100gbe", "survey-100gib", "survey-10gbe"]
+SHIPPED = ["cloud-100g", "cloud-25g", "dlperf-v100-edr", "survey-100gbe", "survey-100gib",
+           "survey-10gbe"]
 
 
 def test_the_shipped_topologies_are_listed_and_the_presets_are_not_affected():
@@ -503,7 +504,7 @@ def _faster(path, tmp_path):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_topology_serves_every_worker_count_monotonely(name, tmp_path):
     net = topology.load(name)
-    assert net.max_workers == {"cloud": 1024, "survey": 32}[name.split("-")[0]]
+    assert net.max_workers == {"cloud": 1024, "survey": 32, "dlperf": 32}[name.split("-")[0]]
     assert net.describe().startswith(name) and "\n" not in net.describe()
     faster = _faster(net.path, tmp_path)
     previous = None
