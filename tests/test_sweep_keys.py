@@ -64,7 +64,8 @@ def test_each_key_left_out_takes_its_default(tmp_path):
     assert set(loaded.header()) == {
         "name", "file", "networks", "tasks", "methods", "engines", "nworkers", "tries",
         "min_ok", "aggregate", "timing", "timeout", "extra_args", "env", "timeline",
-        "calibrate", "pace", "calibration_check", "seed", "shared_jobs", "adaptive"}
+        "calibrate", "extrapolate", "pace", "calibration_check", "seed", "shared_jobs",
+        "adaptive"}
     assert loaded.header()["min_ok"] == 3
 
 
@@ -85,6 +86,7 @@ BAD = {
     "estimate_s": ["0", "x"],
     "timeline": ["0", "-1", "'yes'", "1.5"],
     "calibrate": ["1", "'true'", "null"],
+    "extrapolate": ["1", "'yes'"],
     "pace": ["1", "'yes'"],
     "calibration_check": ["-0.1", "true", "'x'", ".inf"],
     "seed": ["-1", "1.5", "'x'"],
@@ -92,6 +94,7 @@ BAD = {
 }
 # A right value that a key declared before refuses.
 AGAINST = {"min_ok": ("min_ok: 6", "min_ok must be an integer from 1 to tries (5), got 6"),
+           "extrapolate": ("extrapolate: true", "extrapolate: true needs calibrate: true"),
            "pace": ("pace: true", "pace: true needs calibrate: true"),
            "calibration_check": ("calibration_check: 0.2",
                                  "calibration_check needs calibrate: true")}

@@ -670,3 +670,83 @@ def test_the_calibration_check_is_on_with_calibrate(tmp_path, text, tolerance):
     sweep = sweep_config.load(_one_cell(tmp_path, text), runs=False)
     assert sweep.calibration_check == tolerance
     assert sweep.header()["calibration_check"] == tolerance
+
+
+def test_an_extrapolating_sweep_calibrates_the_smallest_count_and_predicts_the_rest(
+        tmp_path, monkeypatch):
+    """extrapolate: true (issue 45 item 3): the calibration jobs are those of 2 workers only,
+    none of 3 or 4; the cells of 3 and 4 workers are predicted from them: the all-reduce as
+    the measured ring's steps at more workers (the bursts' per-message and queueing costs
+    kept), the compute slowed as the workers share the cores (2 here: 1.5 and 2 times), and
+    push/pull with as many more pushers and servers as workers; the README gives the error
+    by worker count."""
+    from ddlbench.costs import ring_collective, ring_link
+    from ddlbench.hosts import pinning
+    from ddlbench.sweep import calibrate, config as sweep_config
+    monkeypatch.setenv(sweep_config.PROGRAM_ENV, "tests.fake_train")
+    monkeypatch.setattr(pinning, "available_cores", lambda: [0, 1])
+    results = tmp_path / "results"
+    path = _sweep(tmp_path, f"""
+name: ext
+networks: [{{net: 1gbit}}]
+tasks: [{{model: resnet18, batch_size: 8, image_size: 32}}]
+methods: [wfbp, wfbpps]
+nworkers: [2, 3, 4]
+threads: 1
+tries: 1
+calibrate: true
+extrapolate: true
+calibration_check: false
+results: {results}
+logs: {tmp_path / 'logs'}
+""")
+    sweep = sweep_config.load(path, runs=False)
+    cells = sweep.cells()
+    jobs, _ = calibrate.jobs(cells)
+    assert [j.name for j in jobs] == [
+        "1gbit_resnet18-bs8-px32_n2_t1.profile", "1gbit_n2.comm",
+        "1gbit_resnet18-bs8-px32_n2.burst", "1gbit_n2_kdefault-machine.pushpull"]
+    folder = results / "2026-01-01-ext"
+    prof = _calibrated(folder, jobs)
+    assert benchmarks.main(["--config", path, "--results", str(folder), "--quiet"]) == 0
+    entries, bad = store.read(store.store_path(str(folder)))
+    kinds = [e["kind"] for e in entries]
+    assert bad == 0 and kinds.count("calibration") == len(jobs)     # nothing else calibrated
+    preds = {(e["cell"].split("_")[-2], int(e["cell"].split("_n")[-1])): e
+             for e in entries if e["kind"] == "prediction"}
+    assert sorted(preds) == [(m, n) for m in ("wfbp", "wfbpps") for n in (2, 3, 4)]
+    a, b = FITS["1gbit"]
+    c1, c2 = BURST_COSTS["1gbit"]
+    kappa, mu = INTERFERENCE["1gbit"]
+    base = predict.workload_of(dict(prof, interference={"compute_slowdown": kappa,
+                                                        "comm_slowdown": mu}), 0.004)
+    for (method, n), e in preds.items():
+        work = predict.scaled(base, n / 2, host=True) if n > 2 else base
+        step = ring_link("allreduce", a, b, 2)
+        link = simulate.Link(*ring_collective("allreduce", step["alpha_s"],
+                                              step["beta_s_per_byte"], n),
+                             per_message_s=c1, queued_s=c2)
+        if method == "wfbp":
+            expected = simulate.predict("wfbp", work, link)
+        else:
+            servers = simulate.ServerLinks(a / 2, b, 0.0, 1 if n == 2 else 2, n,
+                                           queued_s_per_byte=QUEUED["1gbit"])
+            expected = simulate.predict("wfbpps", work, None, servers=servers,
+                                        local=simulate.Link(0.0, 0.0))
+        assert e["throughput"] == pytest.approx(expected.throughput(8, n), rel=1e-9), (method, n)
+        assert e["predicted"].get("calibrated_at") == (None if n == 2 else 2)
+        assert e["predicted"].get("sharing") == (None if n == 2 else n / 2)
+    readme = (folder / "README.md").read_text()
+    assert "Extrapolated (extrapolate: true): calibrated at 2 workers only" in readme
+    assert "Median |error| by workers: 2: " in readme and "; 4: " in readme
+
+
+def test_extrapolate_needs_calibrate_and_no_pace(tmp_path, capsys):
+    for extra, message in (("", "extrapolate: true needs calibrate: true"),
+                           ("calibrate: true\npace: true\n",
+                            "pace: true and extrapolate: true do not go together")):
+        path = _sweep(tmp_path, "name: bad\ntasks: [{model: resnet18, batch_size: 8}]\n"
+                                f"methods: [wfbp]\nnworkers: [2, 4]\nextrapolate: true\n{extra}")
+        assert benchmarks.main(["--config", path, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err

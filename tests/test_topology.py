@@ -668,3 +668,39 @@ def test_a_profile_s_provenance_is_checked():
     prof["provenance"]["constants"]["alpha_s"] = {"kind": "chosen", "source": "x"}
     with pytest.raises(UsageError, match="kind chosen needs datasheet"):
         topology.profile_provenance(prof, "p.json")
+
+
+def test_an_extrapolated_measurement_scales_the_rings_steps_rows_included(tmp_path):
+    """extrapolate: a count the files lack is the measured ring at more workers. Each measured
+    row splits at the fit's alpha into a latency part (2(P-1) steps: x3 from 2 to 4 workers)
+    and a bandwidth part (2(P-1)/P of the message: x1.5); the burst's per-message and
+    queueing costs of 2 workers are kept; push/pull keeps each pusher's link and gets as many
+    more pushers and servers as workers. Without extrapolate: refused."""
+    a, b = 1e-4, 1e-9
+    rows = [{"size_bytes": 1024, "time_s": 5e-5}, {"size_bytes": 1 << 20, "time_s": 2e-3}]
+    sizes = [1024, 1 << 20]
+    path = tmp_path / "c2.json"
+    path.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
+        {"op": "allreduce", "nworkers": 2, "fit": {"alpha_s": a, "beta_s_per_byte": b},
+         "rows": rows},
+        {"op": "burst", "nworkers": 2, "sizes": sizes, "one_at_a_time_s": 5e-5 + 2e-3 + 2e-4,
+         "burst_s": 5e-5 + 2e-3 + 2e-4 + 3e-4},
+        {"op": "pushpull", "nworkers": 2, "nservers": 1, "ps_clients": "machine",
+         "pushers": [0, 1], "fit": {"alpha_s": 2e-4, "beta_s_per_byte": 4e-9}}]}))
+    two = topology.load(str(path)).link("allreduce", 2)
+    net = topology.load(str(path), extrapolate=True)
+    four = net.link("allreduce", 4)
+    assert (four.alpha, four.beta) == pytest.approx((3 * a, 1.5 * b), rel=1e-12)
+    # the small row below the fit's alpha is latency only; the large one's rest is bandwidth
+    assert [s for s, _ in four.points] == sizes
+    assert [t for _, t in four.points] == pytest.approx([3 * 5e-5, 3 * a + 1.5 * (2e-3 - a)])
+    assert (four.per_message_s, four.queued_s) == pytest.approx(
+        (two.per_message_s, two.queued_s)) and two.queued_s == pytest.approx(3e-4)
+    ps = net.ps(4, None, "machine")
+    assert (ps.alpha, ps.worker_beta, ps.nservers, ps.pushers) == pytest.approx(
+        (1e-4, 2e-9, 2, 4))
+    assert net.ps(4, 3, "machine").nservers == 3      # servers given: as given
+    with pytest.raises(UsageError, match="have no allreduce at 4 workers"):
+        topology.load(str(path)).link("allreduce", 4)
+    with pytest.raises(UsageError, match="have no pushpull at 4 workers"):
+        topology.load(str(path)).ps(4, None, "machine")

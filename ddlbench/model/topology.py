@@ -678,6 +678,30 @@ def _burst(r: dict, where: str) -> tuple[list[int], float, float]:
     return sizes, float(one), float(burst)
 
 
+def _server_links(hit: tuple, nservers: int) -> simulate.ServerLinks:
+    """A pushpull fit's ``ServerLinks`` (``Measured.ps``): its queueing cost from its rows
+    beyond one partition, where it has them."""
+    alpha_f, beta_f, pushers, (partition, rows), _ = hit
+    links = simulate.ServerLinks(alpha_f / 2, beta_f / 2, 0.0, nservers, pushers)
+    if not rows or partition is None:
+        return links
+    return replace(links, queued_s_per_byte=_queueing(links, partition, rows))
+
+
+def _base(measured: list[int], nworkers: int) -> int:
+    """The measured worker count an extrapolation to ``nworkers`` starts from: the nearest
+    below it, else the smallest."""
+    return max((p for p in measured if p < nworkers), default=measured[0])
+
+
+def _ring_factors(op: str, base: int, nworkers: int) -> tuple[float, float]:
+    """How many times a ring's latency part (its steps) and its bandwidth part (steps / P of
+    the message) at ``nworkers`` are those at ``base``."""
+    steps = (lambda p: 2 * (p - 1)) if op == "allreduce" else (lambda p: p - 1)
+    return steps(nworkers) / steps(base), \
+        (steps(nworkers) / nworkers) / (steps(base) / base)
+
+
 class Measured(Network):
     """A network measured by ``python -m ddlbench.measure.comm_bench --output FILE`` at one or more
     worker counts (the module's docstring says what is taken from where)."""
@@ -766,23 +790,39 @@ class Measured(Network):
             have = sorted(p for o, p in self.fits if o == op)
             measured = [p for p in have if p >= 2]
             if self.extrapolate and measured:
-                base = max((p for p in measured if p < nworkers), default=measured[0])
-                a, b, _, _ = self.fits[(op, base)]
-                step = ring_link(op, a, b, base)
-                return simulate.Link(*ring_collective(op, step["alpha_s"],
-                                                      step["beta_s_per_byte"], nworkers))
+                return self._extrapolated(op, nworkers, _base(measured, nworkers))
             counts = ", ".join(map(str, have)) if have else "none"
             raise UsageError(f"comm_bench files {self._files()} have no {op} at {nworkers} "
                              f"workers; measured worker counts: {counts}")
-        link = simulate.Link(*hit[:3])
-        if op != "allreduce" or not self.bursts.get(nworkers):
+        return self._with_bursts(op, simulate.Link(*hit[:3]), nworkers)
+
+    def _with_bursts(self, op: str, link: simulate.Link, base: int) -> simulate.Link:
+        """``link`` with the per-message and queueing costs of the bursts measured at ``base``
+        workers (none: as it is)."""
+        if op != "allreduce" or not self.bursts.get(base):
             return link
-        bursts = self.bursts[nworkers]
+        bursts = self.bursts[base]
         messages = sum(len(sizes) for sizes, _, _ in bursts)
         beyond = sum(one - sum(link.measured(m) for m in sizes) for sizes, one, _ in bursts)
         waited = sum(len(sizes) - 1 for sizes, _, _ in bursts)
         queued = sum(burst - one for _, one, burst in bursts) / waited if waited else 0.0
-        return simulate.Link(*hit[:3], per_message_s=beyond / messages, queued_s=queued)
+        return replace(link, per_message_s=beyond / messages, queued_s=queued)
+
+    def _extrapolated(self, op: str, nworkers: int, base: int) -> simulate.Link:
+        """The ring at ``nworkers`` from the measurement at ``base`` (``extrapolate``): the
+        fit's alpha and beta through the ring's per-step costs (``costs.ring_link``), and the
+        measured rows each split at the fit's alpha into a latency part (2(P-1) steps) and the
+        rest, a bandwidth part (2(P-1)/P of the message), each scaled to ``nworkers``; the
+        bursts' per-message and queueing costs of ``base`` kept (a scheduler's and Gloo's
+        costs per message, not the ring's)."""
+        a, b, points, _ = self.fits[(op, base)]
+        step = ring_link(op, a, b, base)
+        alpha, beta = ring_collective(op, step["alpha_s"], step["beta_s_per_byte"], nworkers)
+        measured = self._with_bursts(op, simulate.Link(a, b, points), base)
+        lat, bw = _ring_factors(op, base, nworkers)
+        if points is not None:
+            points = tuple((m, lat * min(t, a) + bw * max(t - a, 0.0)) for m, t in points)
+        return simulate.Link(alpha, beta, points, measured.per_message_s, measured.queued_s)
 
     def ps(self, nworkers: int, nservers: int | None = None,
            clients: str = "machine") -> simulate.ServerLinks:
@@ -791,6 +831,9 @@ class Measured(Network):
             ks = sorted(k for p, k, c in self.pushpull if p == nworkers and c == clients)
             nservers = ks[0] if len(ks) == 1 else None
         hit = self.pushpull.get((nworkers, nservers, clients))
+        measured = sorted({p for p, _, c in self.pushpull if c == clients and p >= 2})
+        if hit is None and self.extrapolate and nworkers > 1 and measured:
+            return self._extrapolated_ps(nworkers, nservers, clients, _base(measured, nworkers))
         if hit is None:
             have = sorted(self.pushpull)
             listed = ("; ".join(f"P = {p}, {k} servers, clients {c}" for p, k, c in have)
@@ -799,11 +842,19 @@ class Measured(Network):
             raise UsageError(f"comm_bench files {self._files()} have no pushpull at "
                              f"{nworkers} workers, {servers}clients {clients}; measured: "
                              f"{listed}")
-        alpha_f, beta_f, pushers, (partition, rows), _ = hit
-        links = simulate.ServerLinks(alpha_f / 2, beta_f / 2, 0.0, nservers, pushers)
-        if not rows or partition is None:
-            return links
-        return replace(links, queued_s_per_byte=_queueing(links, partition, rows))
+        return _server_links(hit, nservers)
+
+    def _extrapolated_ps(self, nworkers: int, nservers: int | None, clients: str,
+                         base: int) -> simulate.ServerLinks:
+        """Push/pull at ``nworkers`` from the measurement at ``base`` (``extrapolate``): each
+        pusher's link and the queueing cost as measured, the pushers as many times more as
+        the workers (one per worker machine, or per worker), and the servers too unless
+        given (one per worker machine)."""
+        k0 = min(k for p, k, c in self.pushpull if p == base and c == clients)
+        links = _server_links(self.pushpull[(base, k0, clients)], k0)
+        more = nworkers / base
+        return replace(links, pushers=max(1, math.ceil(links.pushers * more - 1e-9)),
+                       nservers=nservers or max(1, math.ceil(k0 * more - 1e-9)))
 
     def local_reduce(self, nworkers: int) -> simulate.Link:
         """0: a measured push/pull already includes the machine's local sum."""

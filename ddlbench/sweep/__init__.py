@@ -68,6 +68,11 @@ class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal
       device_throughput: survey
     calibrate: false           # true: profiler and comm_bench first (local networks), then every
                                #   cell predicted beside its measurement
+    extrapolate: false         # true (with calibrate): calibrate each task and network at the
+                               #   sweep's smallest worker count above one only, and predict the
+                               #   larger counts from it (the measured ring's steps at more
+                               #   workers, the compute slowed by the workers sharing the cores):
+                               #   the model's extrapolation, tested
     pace: false                # true (with calibrate): a short profiler run before each job and
                                #   each try predicted again at the machine's pace then
     calibration_check: 0.2     # with calibrate (default 0.2; false: none): after the tries, each

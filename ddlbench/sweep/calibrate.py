@@ -230,9 +230,22 @@ def _largest_gradient(cells: list) -> dict[str, int]:
     return largest
 
 
+def basis(cell):
+    """The cell whose calibration ``cell``'s prediction reads: itself, or with the sweep's
+    ``extrapolate`` (and more than one worker) the same cell at the sweep's smallest worker
+    count above one (whether that cell is run or skipped)."""
+    sweep = cell.sweep
+    if not getattr(sweep, "extrapolate", False) or cell.nworkers < 2:
+        return cell
+    base = min((n for n in sweep.nworkers if n > 1), default=cell.nworkers)
+    return cell if base == cell.nworkers else replace(cell, nworkers=base)
+
+
 def jobs(cells: list) -> tuple[list[Job], list[str]]:
-    """The calibration jobs ``cells`` need, in order (profiles first), and notes."""
+    """The calibration jobs ``cells`` need (their ``basis`` cells'), in order (profiles
+    first), and notes."""
     out, notes, seen = [], [], set()
+    cells = [basis(c) for c in cells]
     rdma = sorted({c.network.name for c in cells if c.network.kind != "net"})
     if rdma:
         notes.append(f"calibrate: network(s) {', '.join(rdma)} are a real cluster's: calibrate "
@@ -520,6 +533,7 @@ def predictions(sweep, cells: list, folder: str) -> list[dict]:
 def uses(cell, ran: list) -> bool:
     """Whether a cell's prediction reads any of the calibration jobs ``ran``: its profile,
     codec and burst, or its network's comm and push/pull files (``_network_files``)."""
+    cell = basis(cell)
     own = {j.name for j in (profile_job(cell), codec_job(cell), burst_job(cell))
            if j is not None}
     return any(j.name in own or (j.kind in ("comm", "pushpull")
@@ -530,9 +544,10 @@ def _prediction(sweep, c, folder: str, finished: set, by_net: dict, pace: float 
     """One cell's prediction line (``pace``: its compute this many times the profile's)."""
     from ..errors import UsageError, first_line
     from .predicted import Predictor
-    prof = profile_job(c)
-    codec = codec_job(c)
-    burst = burst_job(c)
+    b = basis(c)
+    prof = profile_job(b)
+    codec = codec_job(b)
+    burst = burst_job(b)
     files = by_net.get(c.network.name, []) + (
         [burst.path(folder)] if burst.name in finished else [])
     line = {"kind": "prediction", "hash": c.hash, "cell": c.name}
@@ -541,7 +556,8 @@ def _prediction(sweep, c, folder: str, finished: set, by_net: dict, pace: float 
         line["reason"] = f"calibration job {missing[0]} did not finish"
         return line
     p = Predictor(sweep, profile=prof.path(folder), network=",".join(files) or None,
-                  codec=codec.path(folder) if codec is not None else None, pace=pace)
+                  codec=codec.path(folder) if codec is not None else None, pace=pace,
+                  calibrated_at=b.nworkers)
     try:
         e = p.predict(c)
     except UsageError as err:

@@ -789,12 +789,21 @@ class Sweep:
         read=_predict, header=False)
     calibrate: bool = key(False, BOOL, "true: profiler and comm_bench first (local networks), "
                                        "then every cell predicted beside its measurement")
+    extrapolate: bool = key(
+        False, BOOL, "true (with calibrate): calibrate each task and network at the sweep's "
+                     "smallest worker count above one only, and predict the larger counts "
+                     "from it (the measured ring's steps at more workers, the compute slowed "
+                     "by the workers sharing the cores): the model's extrapolation, tested",
+        check=lambda v, r: v and not r.got["calibrate"] and
+        "extrapolate: true needs calibrate: true (it says which worker count is calibrated)")
     pace: bool = key(
         False, BOOL, "true (with calibrate): a short profiler run before each job and each "
                      "try predicted again at the machine's pace then",
-        check=lambda v, r: v and not r.got["calibrate"] and
-        "pace: true needs calibrate: true (the probe is compared with the calibration's "
-        "profile)")
+        check=lambda v, r: v and (
+            not r.got["calibrate"] and "pace: true needs calibrate: true (the probe is "
+            "compared with the calibration's profile)" or r.got["extrapolate"] and
+            "pace: true and extrapolate: true do not go together (a probe at more workers "
+            "measures the sharing of the cores the extrapolation predicts)"))
     calibration_check: float = key(
         None, TOLERANCE, f"with calibrate (default {CHECK_TOLERANCE:g}; false: none): after the "
                          "tries, each network's all-reduce (1-16 MiB) and each profile's "

@@ -49,15 +49,17 @@ class Predictor:
     """Predictions of one sweep's cells; profiles and networks read once."""
 
     def __init__(self, sweep, profile: str | None = None, network: str | None = None,
-                 codec: str | None = None, pace: float = 1.0):
+                 codec: str | None = None, pace: float = 1.0, calibrated_at: int | None = None):
         """``profile``, ``network`` and ``codec``: use these for every cell (a calibrated
         sweep's own files) instead of the sweep file's ``predict:`` and the defaults.
         ``pace``: the machine's compute takes this many times the profile's (a calibrated
         sweep's pace probe, ddlbench/sweep/calibrate.py): every compute, codec and host time
-        is scaled by it, the network's fits are not."""
+        is scaled by it, the network's fits are not. ``calibrated_at``: the worker count the
+        files were measured at (a calibrated sweep's); a cell of more workers is then
+        extrapolated (``extrapolated``)."""
         if not 0 < pace < float("inf"):
             raise UsageError(f"a pace must be a positive number, got {pace!r}")
-        self.sweep, self.pace = sweep, pace
+        self.sweep, self.pace, self.calibrated_at = sweep, pace, calibrated_at
         self.conf = sweep.predict or {}
         self.given_profile, self.given_network, self.given_codec = profile, network, codec
         self._profiles: dict = {}
@@ -74,7 +76,8 @@ class Predictor:
                              f"configs/topology/ or comm_bench --output files)")
         if spec not in self._networks:
             self._networks[spec] = topology.load(spec if not spec.endswith(
-                (".yaml", ".yml", ".json")) else ",".join(_path(s) for s in spec.split(",")))
+                (".yaml", ".yml", ".json")) else ",".join(_path(s) for s in spec.split(",")),
+                extrapolate=self.calibrated_at is not None)
         return spec, self._networks[spec]
 
     def profile(self, cell) -> tuple[str, dict]:
@@ -127,11 +130,11 @@ class Predictor:
         spec, net = self.network(cell)
         m = cell.method
         batch, P = int(cell.task["batch_size"]), cell.nworkers
-        work, rate, slow = self.workload(cell, prof)
+        work, rate, slow, shared = self.workload(cell, prof)
         compressor = m.get("compressor", "none")
         codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
                                           else None)
-        enc, dec, enc_wait = (x * self.pace * slow for x in predict._codec_times(
+        enc, dec, enc_wait = (x * self.pace * slow * shared for x in predict._codec_times(
             codec_file, prof["model"], compressor))
         settings = rules.simulator_settings(m)
         # the run's timing round (a method whose next forward overlaps the last step's tail,
@@ -161,6 +164,8 @@ class Predictor:
                               "codec": codec_file if compressor != "none" else None,
                               "device_throughput": rate, "pace": self.pace,
                               "slowest_rank": slow,
+                              **({"calibrated_at": self.calibrated_at, "sharing": shared}
+                                 if self.calibrated_at not in (None, P) else {}),
                               "iteration_s": p.iteration_s,
                               "messages": len(p.message_bytes), "bottleneck": p.bottleneck,
                               "ps_local": answer.ps_local, "notes": list(answer.notes)},
@@ -168,19 +173,34 @@ class Predictor:
 
     def workload(self, cell, prof: dict) -> tuple:
         """(the cell's ``simulate.Compute``, the device throughput it was rescaled to or None,
-        the profile's slowest rank at the cell's workers): the profile's compute with its
+        the profile's slowest rank, the cores' sharing): the profile's compute with its
         all-reduce interference (the PS cells' beside push/pulls is the model's to swap in),
-        rescaled to the device, at the machine's pace times the slowest rank's."""
+        rescaled to the device, at the machine's pace times the slowest rank's; extrapolated
+        from fewer workers (``calibrated_at``), times how much more the cell's workers share
+        the cores (``sharing``)."""
         batch, P = int(cell.task["batch_size"]), cell.nworkers
         work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0))
         rate = self.device_throughput(cell)
         if rate:
             work = predict.rescaled(work, batch, rate)
         # the machine's pace, and the slowest rank's, whose compute the others wait for
-        slow = predict.slowest_rank(prof, P)
-        if self.pace * slow != 1.0:
-            work = predict.scaled(work, self.pace * slow, host=True)
-        return work, rate, slow
+        at = P if self.calibrated_at is None else self.calibrated_at
+        slow = predict.slowest_rank(prof, at)
+        threads = int(getattr(self.sweep, "threads", None) or 1)
+        shared = sharing(P, threads) / sharing(at, threads) if at != P and P > 1 else 1.0
+        if self.pace * slow * shared != 1.0:
+            work = predict.scaled(work, self.pace * slow * shared, host=True)
+        return work, rate, slow, shared
+
+
+def sharing(nworkers: int, threads: int, cores: int | None = None) -> float:
+    """How many times its compute alone a worker's compute takes when ``nworkers`` workers of
+    ``threads`` threads each run at once on ``cores`` cores (this process's, by default): 1
+    while they fit, else their threads over the cores (the kernel shares the cores evenly;
+    a local job's workers that do not fit are not pinned: ddlbench/hosts/pinning.py)."""
+    from ..hosts import pinning
+    cores = len(pinning.available_cores()) if cores is None else cores
+    return max(1.0, nworkers * threads / max(1, cores))
 
 
 def run(sweep, cells: list, folder: str) -> tuple[int, list[str]]:

@@ -608,7 +608,7 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
            _md(["DNN", "BS", "CONNECTION", "METHOD", "workers", "measured", "predicted",
                 "error", *(("paced", "paced error") if paced else ()), "bound by"]),
            "|" + " --- |" * (11 if paced else 9)]
-    errors, paced_errors, again = [], [], 0
+    errors, paced_errors, again, by_workers = [], [], 0, {}
     for r, n, measured, line in pairs:
         pred = line.get("throughput")
         if pred is None:
@@ -618,6 +618,7 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
         else:
             err = (pred - measured) / measured
             errors.append(abs(err))
+            by_workers.setdefault(n, []).append(abs(err))
             cells = [f"{measured:.1f}", f"{pred:.1f}", f"{100 * err:+.1f}%"]
         if pred is not None and line.get("recalibrated"):
             cells[1] += " (r)"
@@ -639,9 +640,21 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
     for label, errs in (("", errors), ("Paced: median ", paced_errors)):
         if errs:
             out += [f"{label or 'Median '}|error| {_error_summary(errs)}.", ""]
+    base = {(line.get("predicted") or {}).get("calibrated_at") for *_, line in pairs} - {None}
+    if base:
+        out += [f"Extrapolated (extrapolate: true): calibrated at {_n_workers(base)} only; "
+                "the cells of more workers predicted from that calibration (the measured "
+                "ring's steps at more workers, the compute slowed by the workers sharing the "
+                "cores). Median |error| by workers: " + "; ".join(
+                    f"{n}: {_error_summary(by_workers[n])}" for n in sorted(by_workers))
+                + ".", ""]
     if image:
         out += [f"![predicted vs measured]({image})", ""]
     return out
+
+
+def _n_workers(counts) -> str:
+    return f"{', '.join(str(n) for n in sorted(counts))} workers"
 
 
 def check_section(t: Table) -> list[str]:
