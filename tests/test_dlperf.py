@@ -156,3 +156,88 @@ def test_the_files_are_where_the_docs_say():
                 "configs/reference/dlperf_predictions.json",
                 "configs/topology/dlperf-v100-edr.yaml", "docs/DLPERF.md"):
         assert os.path.exists(os.path.join(REPO, rel)), rel
+
+
+# --------------------------------------------------------------------------- the comparison
+# (written after the predictions were committed in 8cd2fda)
+
+def _published_by_hand():
+    """(table, framework, P) -> throughput, read from the reference's YAML directly."""
+    raw = yaml.safe_load(open(dlperf.REFERENCE))
+    return {(c["table"], c["framework"], c["nworkers"]): c["throughput"] for c in raw["cells"]}
+
+
+def test_the_comparison_is_the_committed_file_against_the_published_figures(tmp_path):
+    import json
+    import statistics
+
+    from ddlbench.model import validation
+
+    published = _published_by_hand()
+    saved = json.load(open(dlperf.PREDICTIONS))["predictions"]
+    result = dlperf.compare()
+    rows = result["rows"]
+    assert len(rows) == len(saved) == 33
+    for row, p in zip(rows, saved):
+        key = (p["table"], p["framework"], p["nworkers"])
+        assert (row["table"], row["framework"], row["nworkers"]) == key
+        pub, pred = published[key], p["predicted"]
+        one = published[(p["table"], p["framework"], 1)]
+        assert row["published"] == pub and row["predicted"] == pred  # the file's, not rerun
+        assert row["error"] == (pred - pub) / pub
+        assert row["published_efficiency"] == pub / (p["nworkers"] * one)
+        assert row["predicted_efficiency"] == pred / (p["nworkers"] * one)
+    errors = [(p["predicted"] - published[(p["table"], p["framework"], p["nworkers"])])
+              / published[(p["table"], p["framework"], p["nworkers"])] for p in saved]
+    overall = result["summary"]["overall"]
+    assert overall["median_abs_error"] == statistics.median(abs(e) for e in errors)
+    assert overall["p90_abs_error"] == validation.percentile([abs(e) for e in errors], 90)
+    assert overall["median_error"] == statistics.median(errors)
+    assert overall["over_predicted"] == sum(e > 0 for e in errors)
+    # the baseline: linear scaling, P x the 1-GPU figure, against the same published figures
+    linear = [abs(p["nworkers"] * published[(p["table"], p["framework"], 1)]
+                  / published[(p["table"], p["framework"], p["nworkers"])] - 1) for p in saved]
+    assert overall["linear_median_abs_error"] == pytest.approx(statistics.median(linear))
+    s = result["summary"]
+    assert set(s["by_workers"]) == {"8", "16", "32"}
+    assert set(s["by_table"]) == set(COLUMNS) and set(s["by_framework"]) == set(MODELLED)
+    for key in ("by_table", "by_framework", "by_method", "by_model", "by_workers",
+                "by_placement"):
+        assert sum(v["cells"] for v in s[key].values()) == 33
+    assert s["by_placement"]["inside one node"]["cells"] == 11
+    for p in (8, 16, 32):
+        mine = [abs(e) for e, q in zip(errors, saved) if q["nworkers"] == p]
+        assert s["by_workers"][str(p)]["median_abs_error"] == statistics.median(mine)
+    # the command: the same numbers in --output, the tables in --markdown
+    out, md = tmp_path / "c.json", tmp_path / "c.md"
+    assert dlperf.main(["--compare", "--output", str(out), "--markdown", str(md)]) == 0
+    assert json.load(open(out))["rows"] == json.loads(json.dumps(rows))
+    assert "| NGC PyTorch |" in md.read_text()
+    assert dlperf.main(["--output", str(out)]) == 2  # --output goes with --compare
+
+
+def test_the_comparison_refuses_predictions_the_model_no_longer_gives(tmp_path, monkeypatch,
+                                                                     capsys):
+    import json
+
+    # a predictions file edited after the fact
+    doc = json.load(open(dlperf.PREDICTIONS))
+    doc["predictions"][0]["predicted"] += 1
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc, indent=1))
+    with pytest.raises(dlperf.StalePredictions, match="not what the model gives now"):
+        dlperf.compare(str(edited))
+    # a constant changed after the predictions: the committed file no longer matches
+    real = topology.load
+
+    def changed(spec, *a, **k):
+        net = real(spec, *a, **k)
+        return net.variant({"inter_node.efficiency": 0.9}) if spec == dlperf.TOPOLOGY else net
+    monkeypatch.setattr(dlperf.topology, "load", changed)
+    with pytest.raises(dlperf.StalePredictions):
+        dlperf.compare()
+    capsys.readouterr()
+    assert dlperf.main(["--compare"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "no comparison" in err

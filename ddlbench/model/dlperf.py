@@ -4,6 +4,8 @@
     python -m ddlbench.model.dlperf            # print every prediction
     python -m ddlbench.model.dlperf --write    # rewrite configs/reference/dlperf_predictions.json
     python -m ddlbench.model.dlperf --check    # exit 1 unless that file is what the model gives
+    python -m ddlbench.model.dlperf --compare [--output c.json] [--markdown c.md]
+                                               # the committed predictions against the report
 
 The model's second published source (docs/DLPERF.md): OneFlow's DLPerf report, 4 nodes x 8
 Tesla V100-SXM2 on NVLink with one 100Gb EDR InfiniBand adapter per node, ResNet-50 and
@@ -21,21 +23,32 @@ is predicted at 8, 16 and 32 GPUs:
   gradient bytes are kept. The 1-GPU figure is the only published number the predictions use.
 - **one path**: every cell is ``ddlbench.model.cell.predict``'s, as the CLI's, the sweep's and
   the survey validation's.
-- **nothing compared**: this module does not read a published multi-GPU figure. The
-  predictions file holds the inputs and the predictions only, so that it can be committed
-  before the comparison; a constant changed after that is reported as chosen after comparing.
+- **nothing compared**: the predictions (``predict_all``, ``--write``) do not read a published
+  multi-GPU figure. The predictions file holds the inputs and the predictions only, so that it
+  could be committed (8cd2fda) before the comparison; a constant changed after that is reported
+  as chosen after comparing.
+- **the comparison** (``compare``, ``--compare``; written after 8cd2fda): the COMMITTED
+  predictions file against the published figures, cell by cell: error = (predicted -
+  published) / published, and the scaling efficiency of each (throughput / (P x the column's
+  1-GPU figure)); the median |error| and the 90th percentile (``validation.percentile``, the
+  survey validation's statistic) overall, per table, per framework column, per method, per
+  worker count and inside one node / across nodes, with the signed median. It refuses (one
+  line, exit 2) when the file is not what the model gives now: then a constant changed after
+  the predictions were committed.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import statistics
 import sys
 
 from . import cell as cell_model
-from . import predict, simulate, topology
+from . import predict, simulate, topology, validation
 from .. import yamlfile
-from ..errors import ArgumentParser, UsageError, open_to_write, run_cli
+from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
 from ..measure.profile_file import read_profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -232,6 +245,174 @@ def stale(result: dict, path: str = PREDICTIONS) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------- the comparison
+
+COMPARED_AFTER = "8cd2fda"   # the commit that holds the predictions, written before comparing
+
+
+class StalePredictions(UsageError):
+    """The predictions file is not what the model gives now: no comparison."""
+
+
+def compare(predictions: str = PREDICTIONS, reference: str = REFERENCE,
+            network: str = TOPOLOGY) -> dict:
+    """The committed predictions file (``predictions``) against the published figures of
+    ``reference``, cell by cell, with the summary (``comparison_summary``). The predicted
+    numbers are the file's, not a recomputation; the model is run only to check that the file
+    is what it gives now (``stale``), else ``StalePredictions`` (one line)."""
+    diff = stale(predict_all(reference, network), predictions)
+    if diff:
+        raise StalePredictions(
+            f"{os.path.relpath(predictions, REPO)} is not what the model gives now ("
+            f"{len(diff)} difference{'s' if len(diff) != 1 else ''}, first: {diff[0]}): a "
+            f"constant or input changed after the predictions were committed, so no "
+            f"comparison (python -m ddlbench.model.dlperf --check lists them)")
+    saved = written(predictions)
+    ref = load(reference)
+    published = {}
+    for c in ref["cells"]:
+        published.setdefault((c["table"], c["framework"], c["nworkers"]), []).append(c)
+    rows = []
+    for p in saved["predictions"]:
+        key = (p["table"], p["framework"], p["nworkers"])
+        (cell,) = published[key]            # the reference has every cell once (load, tests)
+        (one,) = published[(p["table"], p["framework"], 1)]
+        pub, pred, single = float(cell["throughput"]), float(p["predicted"]), \
+            float(one["throughput"])
+        if cell["batch_size"] != p["batch_size"] or cell["nodes"] != p["nodes"]:
+            raise UsageError(f"{WHAT}: {p['table']} {p['framework']} P={p['nworkers']}: the "
+                             f"predictions file's batch or nodes differ from the reference's")
+        rows.append({"table": p["table"], "model": p["model"], "framework": p["framework"],
+                     "label": p["label"], "method": p["method"], "settings": p["settings"],
+                     "batch_size": p["batch_size"], "nodes": p["nodes"],
+                     "nworkers": p["nworkers"], "single_gpu": single, "published": pub,
+                     "predicted": pred, "error": (pred - pub) / pub,
+                     "published_efficiency": pub / (p["nworkers"] * single),
+                     "predicted_efficiency": pred / (p["nworkers"] * single),
+                     "bottleneck": p["bottleneck"]})
+    with open(predictions, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return {"kind": "dlperf-comparison",
+            "note": (f"The predictions are the committed file's ({COMPARED_AFTER}, written "
+                     f"before any comparison), checked to be what the model gives now; error "
+                     f"= (predicted - published) / published; efficiency = throughput / (P x "
+                     f"the column's published 1-GPU figure). No constant was chosen after "
+                     f"comparing."),
+            "source": dict(ref["source"]), "reference": os.path.relpath(reference, REPO),
+            "predictions": os.path.relpath(predictions, REPO), "predictions_sha256": digest,
+            "topology": saved["topology"]["name"], "rows": rows,
+            "summary": comparison_summary(rows)}
+
+
+def _stats(rows: list[dict]) -> dict:
+    """Median |error|, its 90th percentile and the signed median (the survey validation's
+    statistics: ``statistics.median`` and ``validation.percentile``), the cells the model
+    over-predicts, the median efficiencies, published and predicted, and the same median and
+    90th percentile for linear scaling (P x the 1-GPU figure: no model at all), the baseline
+    the model has to beat."""
+    errors = [r["error"] for r in rows]
+    linear = [abs(1 / r["published_efficiency"] - 1) for r in rows]
+    return {"cells": len(rows),
+            "median_abs_error": statistics.median(abs(e) for e in errors),
+            "p90_abs_error": validation.percentile([abs(e) for e in errors], 90),
+            "median_error": statistics.median(errors),
+            "over_predicted": sum(e > 0 for e in errors),
+            "median_published_efficiency": statistics.median(
+                r["published_efficiency"] for r in rows),
+            "median_predicted_efficiency": statistics.median(
+                r["predicted_efficiency"] for r in rows),
+            "linear_median_abs_error": statistics.median(linear),
+            "linear_p90_abs_error": validation.percentile(linear, 90)}
+
+
+def comparison_summary(rows: list[dict]) -> dict:
+    """``_stats`` overall and per table, framework column, method, model, worker count and
+    placement (the cell's nodes: 1, inside one node on NVLink; more, across nodes on EDR)."""
+    def group(key):
+        out: dict = {}
+        for r in rows:
+            out.setdefault(str(key(r)), []).append(r)
+        return {k: _stats(v) for k, v in out.items()}
+    return {"overall": _stats(rows),
+            "by_table": group(lambda r: r["table"]),
+            "by_framework": group(lambda r: r["framework"]),
+            "by_method": group(lambda r: r["method"]),
+            "by_model": group(lambda r: r["model"]),
+            "by_workers": group(lambda r: r["nworkers"]),
+            "by_placement": group(lambda r: "inside one node" if r["nodes"] == 1
+                                  else "across nodes")}
+
+
+SUMMARY_TITLES = (("table", "by_table"), ("framework column", "by_framework"),
+                  ("method", "by_method"), ("GPUs", "by_workers"),
+                  ("placement", "by_placement"))
+
+
+def _summary_cells(name: str, s: dict) -> list[str]:
+    pct, signed = validation._pct, validation._signed
+    return [name, str(s["cells"]), pct(s["median_abs_error"]), pct(s["p90_abs_error"]),
+            signed(s["median_error"]), f"{s['over_predicted']}/{s['cells']}",
+            pct(s["median_published_efficiency"]), pct(s["median_predicted_efficiency"]),
+            f"{pct(s['linear_median_abs_error'])} ({pct(s['linear_p90_abs_error'])})"]
+
+
+SUMMARY_HEADER = ["", "cells", "median |err|", "90th pct", "signed median", "over",
+                  "eff. published", "eff. predicted", "linear: median (90th)"]
+
+
+def _cell_cells(r: dict) -> list[str]:
+    return [r["table"], r["label"], f"{r['method']}, {_setting(r['settings'])}",
+            str(r["nworkers"]), f"{r['published']:.2f}", f"{r['predicted']:.2f}",
+            validation._signed(r["error"]), validation._pct(r["published_efficiency"]),
+            validation._pct(r["predicted_efficiency"]), r["bottleneck"]]
+
+
+CELL_HEADER = ["table", "column", "method, setting", "P", "published", "predicted", "error",
+               "eff. pub.", "eff. pred.", "model bound by"]
+
+
+def _headline(result: dict) -> str:
+    o = result["summary"]["overall"]
+    return (f"Median |error| over {o['cells']} cells: {validation._pct(o['median_abs_error'])} "
+            f"(90th percentile {validation._pct(o['p90_abs_error'])}); signed median "
+            f"{validation._signed(o['median_error'])}, {o['over_predicted']} of {o['cells']} "
+            f"cells over-predicted; issue 45's aim, a median <= 20% with no constant chosen "
+            f"after comparing: {'met' if o['median_abs_error'] <= 0.20 else 'not met'}. "
+            f"Linear scaling (P x the 1-GPU figure, no model): "
+            f"{validation._pct(o['linear_median_abs_error'])} (90th percentile "
+            f"{validation._pct(o['linear_p90_abs_error'])})")
+
+
+def comparison_report(result: dict) -> str:
+    lines = [f"DLPerf's published cells against the committed predictions "
+             f"({result['predictions']}, sha256 {result['predictions_sha256'][:12]}, checked "
+             f"to be what the model gives now) on {result['topology']}.", ""]
+    lines += validation._table(CELL_HEADER, [_cell_cells(r) for r in result["rows"]],
+                               left=(0, 1, 2, 9))
+    for title, key in SUMMARY_TITLES:
+        lines += [""] + validation._table(
+            [title, *SUMMARY_HEADER[1:]],
+            [_summary_cells(k, v) for k, v in result["summary"][key].items()])
+    lines += ["", _headline(result) + ".", "", result["note"]]
+    return "\n".join(lines)
+
+
+def comparison_markdown(result: dict) -> str:
+    def row(cells):
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    out = [row(CELL_HEADER), "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    out += [row(_cell_cells(r)) for r in result["rows"]]
+    for title, key in SUMMARY_TITLES:
+        out += ["", row([title, *SUMMARY_HEADER[1:]]),
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        out += [row(_summary_cells(k, v)) for k, v in result["summary"][key].items()]
+    out += ["", row(["overall", *SUMMARY_HEADER[1:]]),
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            row(_summary_cells("all", result["summary"]["overall"])),
+            "", _headline(result) + "."]
+    return "\n".join(out) + "\n"
+
+
 # --------------------------------------------------------------------------- output
 
 def report(result: dict) -> str:
@@ -276,10 +457,33 @@ def parse_args(argv=None):
                       help=f"write the predictions to {os.path.relpath(PREDICTIONS, REPO)}")
     what.add_argument("--check", action="store_true",
                       help="exit 1 unless the committed predictions are what the model gives")
-    return p.parse_args(argv)
+    what.add_argument("--compare", action="store_true",
+                      help="the committed predictions against the published figures (refused "
+                           "when the file is not what the model gives now)")
+    p.add_argument("--output", metavar="JSON", help="with --compare: write the comparison here")
+    p.add_argument("--markdown", metavar="MD",
+                   help="with --compare: write its tables as Markdown here")
+    args = p.parse_args(argv)
+    if (args.output or args.markdown) and not args.compare:
+        raise UsageError("--output and --markdown go with --compare")
+    return args
 
 
 def run(args) -> int:
+    if args.compare:
+        for path, what in ((args.output, "--output"), (args.markdown, "--markdown")):
+            if path:
+                check_writable(path, what)
+        result = compare()
+        print(comparison_report(result))
+        if args.output:
+            with open_to_write(args.output) as f:
+                json.dump(result, f, indent=1)
+                f.write("\n")
+        if args.markdown:
+            with open_to_write(args.markdown) as f:
+                f.write(comparison_markdown(result))
+        return 0
     result = predict_all()
     if args.check:
         diff = stale(result)
