@@ -80,8 +80,12 @@ def test_every_host_has_its_name_address_and_ssh_server(cluster):
     with open(cluster["hostfile"]) as f:
         assert [ln for ln in f.read().splitlines() if not ln.startswith("#")] == \
             [f"{n} slots=2" for n in names]
-    # `cleanup` (what every run's set-up does) leaves a standing cluster alone
+    # `cleanup` (what every run's set-up does) leaves a standing cluster alone, and `status`
+    # says it stands (not a stale set: it has no owner once up)
     assert netem("cleanup").returncode == 0
+    listed = netem("status")
+    assert f"standing cluster {NAME} (cluster down --name {NAME} removes it)" in \
+        listed.stdout and "stale" not in listed.stdout, describe(listed)
     status = netem("cluster", "status", "--name", NAME)
     assert status.returncode == 0, describe(status)
     for h in cluster["hosts"]:

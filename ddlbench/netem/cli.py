@@ -67,9 +67,13 @@ def main(argv=None) -> int:
             require()
             states = _read_states()
             for path, s in states:
-                alive = _owner_alive(s)
-                print(f"run {s.get('run_id')}: profile {s.get('profile')}, owner "
-                      f"{s.get('owner_pid')} {'alive' if alive else 'gone (stale)'}, "
+                if s.get("standing"):   # no owner once up; cleanup leaves it alone
+                    who = (f"standing cluster {s.get('cluster')} (cluster down --name "
+                           f"{s.get('cluster')} removes it)")
+                else:
+                    who = (f"owner {s.get('owner_pid')} "
+                           f"{'alive' if _owner_alive(s) else 'gone (stale)'}")
+                print(f"run {s.get('run_id')}: profile {s.get('profile')}, {who}, "
                       f"{len(s.get('namespaces') or [])} namespaces")
             if not states:
                 print("no emulated networks")
