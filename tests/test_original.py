@@ -1,7 +1,9 @@
 """The original suite's commands (HKBU-HPML/ddl-benchmarks, benchmarks.py's gen_cmd at its last
 commit) run here unchanged and mean the experiment the original ran: the training script's
 method and settings, read from what each launcher would run (dry run)."""
+import json
 import shlex
+import sys
 
 import pytest
 
@@ -189,7 +191,6 @@ def test_the_byteps_launcher_prints_by_default_and_counts_elements():
 def test_the_original_envs_conf_is_read_in_this_suites_names(tmp_path):
     """A user's configs/envs.conf from the original (here through DDLBENCH_ENVS_CONF): its PY,
     MPIPATH, interfaces and MPI subnet reach mpirun as cluster.conf's settings would."""
-    import sys
     conf = tmp_path / "envs.conf"
     conf.write_text(f"export PY={sys.executable}\nexport IB_INTERFACE=ib0\n"
                     "export ETH_INTERFACE=enp136s0f0,enp137s0f0\n"
@@ -233,3 +234,26 @@ def test_an_original_command_runs_with_a_small_model(tmp_path, load_json, folder
         assert rec["method"]["parameter_servers"] == ("none (one machine: local reduce and "
                                                       "broadcast, as BytePS)")
         assert rec["method"]["pushers"] == [] and rec["servers"] is None
+
+
+def test_the_original_driver_runs_from_this_checkout_with_its_settings_narrowed(tmp_path):
+    """scripts/run_original.py imports a checkout's benchmarks.py unchanged, sets the four
+    module-level settings a user edits, and calls its main() from this checkout's root (its
+    commands are relative: cd mgwfbp, cd byteps). Here a stand-in original records what it
+    was given; a folder without benchmarks.py is one line."""
+    original = tmp_path / "original"
+    original.mkdir()
+    seen = tmp_path / "seen.json"
+    (original / "benchmarks.py").write_text(
+        "import json, os\n"
+        "nworkers=[4, 8, 16, 32]; rdmas=[0, 1, 2]; tasks=[('resnet50', 64)]; NUM_OF_TRIES=5\n"
+        "def main():\n"
+        f"    json.dump({{'cwd': os.getcwd(), 'nworkers': nworkers, 'rdmas': rdmas,\n"
+        f"               'tasks': tasks, 'tries': NUM_OF_TRIES}}, open({str(seen)!r}, 'w'))\n")
+    proc = run([sys.executable, "scripts/run_original.py", str(original), "--nworkers", "4,8",
+                "--tasks", "bert_tiny:8", "--tries", "1"], timeout=60)
+    assert proc.returncode == 0, describe(proc)
+    assert json.loads(seen.read_text()) == {"cwd": REPO, "nworkers": [4, 8], "rdmas": [0],
+                                            "tasks": [["bert_tiny", 8]], "tries": 1}
+    proc = run([sys.executable, "scripts/run_original.py", str(tmp_path)], timeout=60)
+    assert proc.returncode == 2 and "has no benchmarks.py" in proc.stderr, describe(proc)
