@@ -696,10 +696,10 @@ def _base(measured: list[int], nworkers: int) -> int:
 
 def _ring_factors(op: str, base: int, nworkers: int) -> tuple[float, float]:
     """How many times a ring's latency part (its steps) and its bandwidth part (steps / P of
-    the message) at ``nworkers`` are those at ``base``."""
-    steps = (lambda p: 2 * (p - 1)) if op == "allreduce" else (lambda p: p - 1)
-    return steps(nworkers) / steps(base), \
-        (steps(nworkers) / nworkers) / (steps(base) / base)
+    the message) at ``nworkers`` are those at ``base``: ``costs.ring_collective``'s per-message
+    alpha and beta of unit steps, at the two counts."""
+    (lat, bw), (lat0, bw0) = (ring_collective(op, 1.0, 1.0, n) for n in (nworkers, base))
+    return lat / lat0, bw / bw0
 
 
 class Measured(Network):
