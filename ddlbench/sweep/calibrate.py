@@ -235,7 +235,7 @@ def basis(cell):
     ``extrapolate`` (and more than one worker) the same cell at the sweep's smallest worker
     count above one (whether that cell is run or skipped)."""
     sweep = cell.sweep
-    if not getattr(sweep, "extrapolate", False) or cell.nworkers < 2:
+    if not sweep.extrapolate or cell.nworkers < 2:
         return cell
     base = min((n for n in sweep.nworkers if n > 1), default=cell.nworkers)
     return cell if base == cell.nworkers else replace(cell, nworkers=base)

@@ -56,7 +56,8 @@ class Predictor:
         sweep's pace probe, ddlbench/sweep/calibrate.py): every compute, codec and host time
         is scaled by it, the network's fits are not. ``calibrated_at``: the worker count the
         files were measured at (a calibrated sweep's); a cell of more workers is then
-        extrapolated (``extrapolated``)."""
+        extrapolated from them (the network's measured ring, ``topology.Measured``'s
+        ``extrapolate``; the compute by ``sharing``)."""
         if not 0 < pace < float("inf"):
             raise UsageError(f"a pace must be a positive number, got {pace!r}")
         self.sweep, self.pace, self.calibrated_at = sweep, pace, calibrated_at
@@ -186,7 +187,7 @@ class Predictor:
         # the machine's pace, and the slowest rank's, whose compute the others wait for
         at = P if self.calibrated_at is None else self.calibrated_at
         slow = predict.slowest_rank(prof, at)
-        threads = int(getattr(self.sweep, "threads", None) or 1)
+        threads = int(self.sweep.threads or 1)
         shared = sharing(P, threads) / sharing(at, threads) if at != P and P > 1 else 1.0
         if self.pace * slow * shared != 1.0:
             work = predict.scaled(work, self.pace * slow * shared, host=True)
