@@ -55,9 +55,6 @@ def flop_counter_mode():
     return FlopCounterMode
 
 
-_exit_hard = False
-
-
 def destroy_process_group() -> None:
     """Leave the default torch.distributed group.
 
@@ -66,29 +63,15 @@ def destroy_process_group() -> None:
     process hangs in the destructor (seen at the end of about half of the 4-worker runs in the
     Horovod environment). There the group is left alone.
 
-    On every version the process then ends with ``os._exit`` (``finish``, after MPI's Finalize
-    where mpi4py started MPI), which runs no destructor: in the interpreter's teardown what
+    On every version the process then ends with ``os._exit`` (``errors.finish``, after MPI's
+    Finalize where mpi4py started MPI), which runs no destructor: in the interpreter's teardown what
     torch's C++ side still holds (threads of the store and of the Gloo transport) was at
     times destroyed in an order that ended in ``std::terminate`` ("terminate called without
     an active exception", SIGABRT after every result was written: 1 run in tens, under the
     local spawner with DDP's comm hooks and under torchrun with wfbp)."""
-    global _exit_hard
     import torch.distributed as dist
+
+    from .errors import end_hard
     if TORCH_VERSION >= (2, 1):
         dist.destroy_process_group()
-    _exit_hard = True
-
-
-def finish(code: int) -> int:
-    """The exit of an entry point: returns ``code``, or, once a process group was left,
-    flushes the output and ends the process at once with that code."""
-    if _exit_hard:
-        import os
-        import sys
-        mpi = sys.modules.get("mpi4py.MPI")  # mpirun counts a rank without Finalize as failed
-        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-            mpi.Finalize()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    end_hard()

@@ -1,7 +1,8 @@
 """Errors the user caused (one line, non-zero exit; an argument parser that says so in one line),
 a failed parameter server, and the helpers that read integers from the environment, check before
 any work that a path can be written, name an exception in one line and write whole lines to
-stderr."""
+stderr; and the end of an entry point (``finish``: here, not in ``compat``, so that a spawner
+that only parses and launches never imports torch: 2 s of every local job's start-up)."""
 from __future__ import annotations
 
 import argparse
@@ -158,3 +159,27 @@ def say(line: str) -> None:
     job's workers and servers) never interleave."""
     sys.stderr.flush()
     os.write(2, (line + "\n").encode(errors="replace"))
+
+
+_end_hard = False
+
+
+def end_hard() -> None:
+    """Have ``finish`` end this process with ``os._exit`` (``compat.destroy_process_group``
+    says why: once a process group was left, the interpreter's teardown can abort)."""
+    global _end_hard
+    _end_hard = True
+
+
+def finish(code: int) -> int:
+    """The exit of an entry point: returns ``code``, or, after ``end_hard``, flushes the output,
+    finalizes MPI where mpi4py started it (mpirun counts a rank without Finalize as failed)
+    and ends the process at once with that code."""
+    if _end_hard:
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.Finalize()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -126,5 +126,5 @@ def _benchmark(config: RunConfig, ctx) -> None:
 
 
 if __name__ == "__main__":
-    from ddlbench import compat
-    sys.exit(compat.finish(main()))
+    from ddlbench.errors import finish
+    sys.exit(finish(main()))

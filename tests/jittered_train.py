@@ -39,5 +39,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from ddlbench import compat
-    sys.exit(compat.finish(main()))
+    from ddlbench.errors import finish
+    sys.exit(finish(main()))

@@ -1,5 +1,6 @@
 """The communication micro-benchmark: sizes, the alpha-beta fit, the nccl-tests style table."""
 import dataclasses
+import subprocess
 import sys
 
 import pytest
@@ -9,7 +10,7 @@ from ddlbench.model import simulate, topology
 from ddlbench.hosts import pinning
 from ddlbench.errors import UsageError
 
-from .conftest import describe, run
+from .conftest import REPO, describe, run
 
 KIB, MIB = 1024, 1024 * 1024
 # 1 KiB .. 256 MiB, as the benchmark's default range.
@@ -297,3 +298,17 @@ def test_push_pull_without_servers_is_refused():
     with pytest.raises(UsageError) as e:
         cb.check(_args(ops="pushpull", nservers=0))
     assert "needs parameter servers" in str(e.value)
+
+
+def test_a_burst_is_checked_without_building_the_model():
+    """``--ops burst`` builds the model in each worker; the launching process only checks the
+    name (importing torch and transformers to build it there took 4 of a burst job's 13 s),
+    and an unknown one is still one line."""
+    code = ("import sys; from ddlbench.measure import comm_bench as cb; "
+            "cb.check(cb.parse_args(['--ops', 'burst', '--model', 'bert_tiny'])); "
+            "print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.split() == ["False"], proc.stderr
+    with pytest.raises(UsageError, match="unknown model 'nosuch'"):
+        cb.check(cb.parse_args(["--ops", "burst", "--model", "nosuch"]))

@@ -541,7 +541,7 @@ def _convergence_worker(rank, world, store, names, out):
     import torch.nn.functional as F
     from torch import nn
 
-    from ddlbench import compat, methods
+    from ddlbench import compat, errors, methods
     from ddlbench.runtime.comm import Comm
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -579,7 +579,7 @@ def _convergence_worker(rank, world, store, names, out):
     # interpreter's teardown after leaving its Gloo group died now and then with SIGABRT
     # ("terminate called without an active exception"), its results already written.
     compat.destroy_process_group()
-    compat.finish(0)
+    errors.finish(0)
 
 
 def test_compressed_training_converges_on_a_separable_problem(tmp_path):

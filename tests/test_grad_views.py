@@ -275,7 +275,7 @@ def test_average_in_the_collective_where_the_backend_can():
 # ------------------------------------------------------------------------- two workers
 
 def _two_worker(rank, world, store, out):
-    from ddlbench import compat
+    from ddlbench import compat, errors
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     layers = 3
@@ -306,7 +306,7 @@ def _two_worker(rank, world, store, out):
     if rank == 0:
         torch.save(results, out)
     compat.destroy_process_group()
-    compat.finish(0)
+    errors.finish(0)
 
 
 def test_two_workers_average_in_place_through_the_views(tmp_path):

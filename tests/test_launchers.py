@@ -1,4 +1,9 @@
 """The launchers run a 2-worker job end to end on one machine; bad input stops them early."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from ddlbench.hosts import hostfile, placement
@@ -186,3 +191,22 @@ def test_rdma1_transport_falls_back_where_ucx_sees_no_device(tmp_path, ompi, ucx
     mca = {words[i + 1]: words[i + 2] for i, w in enumerate(words) if w == "--mca"}
     assert (mca["pml"], mca["btl"]) == (pml, btl), words
     assert (mca.get("btl_openib_allow_ib") == "1") == (ompi == "openib")
+
+
+def test_the_local_spawner_hands_the_store_to_rank_0_and_never_imports_torch(tmp_path):
+    """The local spawner only parses and launches: it opens the rendezvous socket on a port the
+    kernel chose and rank 0 serves the store on it (torch >= 2.1 takes a listening socket), so
+    the spawner never imports torch (2 s of every job's start-up). Every rank reaches the store
+    on that port; only rank 0 is given the socket."""
+    code = ("import sys; from ddlbench.launch.local import spawn_local; "
+            "rc = spawn_local(2, [], module='tests.store_probe'); "
+            "print(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, STORE_OUT=str(tmp_path / "s")))
+    assert proc.stdout.split() == ["0", "False"], describe(proc)
+    got = [json.load(open(tmp_path / f"s.{r}.json")) for r in range(2)]
+    assert {g["got"] for g in got} == {got[0]["got"]} and got[0]["got"].startswith("from rank 0")
+    assert got[0]["port"] == got[1]["port"] and got[0]["port"] > 0
+    assert got[0]["owner"] == "rank0" and isinstance(got[0]["store_fd"], int)
+    assert got[1]["store_fd"] is None

@@ -5,8 +5,10 @@ A worker learns its rank, world size and local rank from whichever launcher star
 match wins:
 
 - the suite's local spawner (``python -m ddlbench.train --nworkers N`` with no launcher around it):
-  ``DDLBENCH_LAUNCHER=local`` plus the torchrun-style variables below; the spawner hosts the
-  rendezvous store itself, on a port the kernel chose, so there is no port race;
+  ``DDLBENCH_LAUNCHER=local`` plus the torchrun-style variables below; the rendezvous store
+  is on a port the kernel chose, so there is no port race: the spawner opens the socket and
+  rank 0 serves the store on it (``DDLBENCH_STORE_FD``; on torch 2.0 the spawner hosts the
+  store), or under ``--net`` rank 0 serves it on host 0's address;
 - torchrun: ``TORCHELASTIC_RUN_ID`` plus ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/
   ``MASTER_PORT`` (torchrun's agent hosts the store);
 - Open MPI: ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``; the rendezvous
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 
 from ..errors import UsageError, env_int
 
+STORE_FD_ENV = "DDLBENCH_STORE_FD"   # the local spawner's listening socket, given to rank 0
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -41,6 +45,8 @@ class Placement:
     # Who hosts the rendezvous store: "rank0" (rank 0 starts it), or "external" (the local
     # spawner or torchrun's agent already runs it; every rank is a client).
     store_owner: str = "rank0"
+    # The listening socket rank 0 serves the store on (the local spawner's; None: its own)
+    store_fd: int | None = None
 
 
 def _port(env):
@@ -58,7 +64,8 @@ def detect(env=None) -> Placement | None:
         return Placement(_int("RANK"), _int("WORLD_SIZE"), _int("LOCAL_RANK"),
                          _int("LOCAL_WORLD_SIZE"), "local", env.get("MASTER_ADDR"),
                          # rank0 under --net: the store is on host 0's address (ddlbench.netem)
-                         _port(env), store_owner=env.get("DDLBENCH_STORE_OWNER", "external"))
+                         _port(env), store_owner=env.get("DDLBENCH_STORE_OWNER", "external"),
+                         store_fd=_int(STORE_FD_ENV))
     if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
         return Placement(_int("RANK"), _int("WORLD_SIZE"), _int("LOCAL_RANK", 0),
                          _int("LOCAL_WORLD_SIZE", 1), "torchrun", env.get("MASTER_ADDR"),

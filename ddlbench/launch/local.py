@@ -11,6 +11,7 @@ import json
 from .. import netem
 from ..errors import UsageError
 from ..hosts import pinning
+from ..hosts.placement import STORE_FD_ENV
 from ..hosts.procs import PARENT_ENV, die_with_parent, stop_signals, supervise, terminate
 
 # What one local process needs at least (a small model's worker: interpreter, torch, buffers),
@@ -97,23 +98,23 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
     ``ip netns exec`` keeps under ``--net``; every process learns the plan in
     ``DDLBENCH_PLACEMENT`` for the record.
     """
-    import torch.distributed as dist  # the store lives in this process, on a kernel-chosen port
-
-    store = dist.TCPStore(master_addr, 0, None, True, wait_for_workers=False)
     base_env = dict(os.environ, DDLBENCH_LAUNCHER="local", WORLD_SIZE=str(nworkers),
                     **{PARENT_ENV: str(os.getpid())},
-                    LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr,
-                    MASTER_PORT=str(store.port))
+                    LOCAL_WORLD_SIZE=str(nworkers), MASTER_ADDR=master_addr)
     placement = pinning.plan(nworkers - nservers, nservers,
                              pin=pin and pinning.enabled())
     base_env[pinning.PLACEMENT_ENV] = json.dumps(placement, sort_keys=True)
     procs: list[subprocess.Popen] = []
     cluster = None  # the emulated network of --net: one host per process
+    store = None    # the rendezvous of a job on this machine's loopback
     with stop_signals() as stopping:
         try:
             host = hosts_of(nworkers, nservers, slots)
             if net:
                 cluster = netem.start(max(host) + 1, net)
+            if "MASTER_PORT" not in (cluster.env(0) if cluster else {}):
+                store = _Rendezvous(master_addr)   # (an emulated network has its own: host 0's)
+                base_env.update(store.env)
             for rank in range(nworkers):
                 if stopping["signal"] is not None:
                     break
@@ -121,9 +122,16 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 if cluster or slots:
                     env["DDLBENCH_MACHINE"] = f"host{host[rank]}"
                 env.update(cluster.env(host[rank]) if cluster else {})
+                fds = ()
+                if rank == 0 and store is not None:
+                    env.update(store.owner_env)
+                    fds = store.fds
                 procs.append(subprocess.Popen([*(cluster.prefix(host[rank]) if cluster else []),
                                                sys.executable, "-m", module, *argv], env=env,
+                                              pass_fds=fds,
                                               preexec_fn=_preexec(placement, rank)))
+                if rank == 0 and store is not None:
+                    store.handed()
             # Workers that fail together (a failed verification) exit within moments of each
             # other: only the ones still running after grace_s are stopped, and named.
             return supervise(procs, [f"worker {r}" for r in range(nworkers)], stopping,
@@ -132,7 +140,59 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
             terminate(procs, grace_s)
             if cluster is not None:
                 cluster.down()
-            del store
+            if store is not None:
+                store.close()
+
+
+class _Rendezvous:
+    """The rendezvous store of a job on this machine's loopback, on a port the kernel chose
+    (no port race). Where torch's ``TCPStore`` takes a listening socket (``master_listen_fd``,
+    torch >= 2.1), this process only opens the socket and hands it to rank 0, which serves the
+    store on it: the spawner, which only parses and launches, then never imports torch (2 s
+    of every local job's start-up on a 2-core machine, before any worker could start).
+    Connections that arrive before rank 0 serves wait in the socket's backlog. On torch 2.0
+    (the Horovod environment) this process hosts the store itself, as before."""
+
+    def __init__(self, addr: str):
+        self._store = self._socket = None
+        self.env: dict[str, str] = {}
+        self.owner_env: dict[str, str] = {}
+        self.fds: tuple = ()
+        if _takes_listen_fd():
+            import socket
+            self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._socket.bind((addr, 0))
+            self._socket.listen(128)
+            fd = self._socket.fileno()
+            self.env = {"MASTER_PORT": str(self._socket.getsockname()[1])}
+            self.owner_env = {"DDLBENCH_STORE_OWNER": "rank0", STORE_FD_ENV: str(fd)}
+            self.fds = (fd,)
+        else:
+            import torch.distributed as dist
+            self._store = dist.TCPStore(addr, 0, None, True, wait_for_workers=False)
+            self.env = {"MASTER_PORT": str(self._store.port)}
+
+    def handed(self) -> None:
+        """Rank 0 has the socket: this process's copy is closed (the store lives as long as
+        rank 0; a client that connects after it died is refused at once)."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    def close(self) -> None:
+        self.handed()
+        self._store = None
+
+
+def _takes_listen_fd() -> bool:
+    """Whether this environment's torch lets a ``TCPStore`` serve on a given socket (torch >=
+    2.1), read from the installed package's version without importing torch."""
+    from importlib import metadata
+    try:
+        major, minor = (int(x) for x in metadata.version("torch").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (2, 1)
 
 
 def _preexec(placement: dict, rank: int):

@@ -550,9 +550,15 @@ def check(args) -> tuple[list[str], list[int]]:
         raise UsageError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
     sizes = set(pow2_sizes(lo, hi))
     sizes |= {parse_size(s) for s in args.sizes.split(",") if s.strip()}
-    if args.model:
+    if args.model and any(op != "burst" for op in ops):
         sizes |= set(model_sizes(args.model, args.image_size, args.sentence_len,
                                  args.num_classes, args.threshold))
+    elif args.model:
+        # A burst builds the model in each worker (no forward: the input does not matter);
+        # the launching process only checks the name (building it here, torch and
+        # transformers imported first, took 4 of a BERT-Tiny burst job's 13 s)
+        import models
+        models.check(args.model)
     if args.mgwfbp_profile:
         from .profile_file import read_profile
         from ..planning import merge_groups
@@ -613,5 +619,5 @@ def worker(args, placement) -> int:
 
 
 if __name__ == "__main__":
-    from ddlbench import compat
-    sys.exit(compat.finish(main()))
+    from ddlbench.errors import finish
+    sys.exit(finish(main()))

@@ -1083,5 +1083,5 @@ def format_profile(prof: dict, min_group: int) -> str:
 
 
 if __name__ == "__main__":
-    from ddlbench import compat
-    sys.exit(compat.finish(main()))
+    from ddlbench.errors import finish
+    sys.exit(finish(main()))

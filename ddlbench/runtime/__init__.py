@@ -213,9 +213,11 @@ def _store(p: Placement, timeout: datetime.timedelta) -> dist.Store:
         raise UsageError(f"{p.launcher} launch without a rendezvous: set MASTER_ADDR and "
                          "MASTER_PORT (or use the suite's launchers, which set them)")
     is_master = p.rank == 0 and p.store_owner == "rank0"
+    # rank 0 of the local spawner serves on the socket the spawner opened (its port)
+    given = {"master_listen_fd": p.store_fd} if is_master and p.store_fd is not None else {}
     try:
         return dist.TCPStore(addr, port, p.world_size, is_master, timeout=timeout,
-                             wait_for_workers=False)
+                             wait_for_workers=False, **given)
     except (RuntimeError, OSError) as e:  # DistNetworkError: in use, unreachable, timed out
         what = "open" if is_master else "reach"
         raise UsageError(f"cannot {what} the rendezvous store at MASTER_ADDR={addr} "
