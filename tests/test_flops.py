@@ -74,8 +74,21 @@ def test_bert_counts_on_the_meta_device():
 def test_torch_without_a_counter(monkeypatch):
     """torch 2.0 (the Horovod lane) has no FLOP counter: the record says so, no figure."""
     monkeypatch.setattr(compat, "flop_counter_mode", lambda: None)
+    monkeypatch.setattr(flops, "_counted", {})   # (not this process's earlier count)
     counted = flops.count(_args())
     assert counted["forward_backward_per_sample"] is None
     assert counted["counted"].startswith("not counted: torch ")
     result = {"throughput": {"mean": 10.0}, "per_worker_mean": 5.0}
     assert flops.achieved(counted, result)["achieved_flops_per_second"] is None
+
+
+def test_a_workload_is_counted_once_per_process(monkeypatch):
+    """The methods of a shared job share the workload: the second count is the first's (a
+    copy: a record's changes do not reach the next), not a second pass of the counter."""
+    calls = []
+    monkeypatch.setattr(flops, "_counted", {})
+    monkeypatch.setattr(flops, "_count", lambda spec: calls.append(spec) or {"n": len(calls)})
+    spec = _args()
+    first = flops.count(spec)
+    first["n"] = 99
+    assert flops.count(spec) == {"n": 1} and calls == [spec]

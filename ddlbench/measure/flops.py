@@ -14,10 +14,21 @@ HOW = ("torch.utils.flop_counter.FlopCounterMode, one training step of a replica
        "counted")
 
 
+_counted: dict = {}   # spec -> its count, this process's (a job's methods share a workload)
+
+
 def count(spec) -> dict:
     """FLOPs of one sample's forward pass and of its forward and backward passes, for the
     model, image size or sentence length of ``spec`` (a ``workload.Spec``); ``None`` where
-    torch has no counter (torch 2.0, the Horovod lane)."""
+    torch has no counter (torch 2.0, the Horovod lane). Counted once per process and spec:
+    the methods of a shared job read the first count (0.2 s each on ResNet-18, between every
+    two methods' timed rounds), its ``count_seconds`` included."""
+    if spec not in _counted:
+        _counted[spec] = _count(spec)
+    return dict(_counted[spec])
+
+
+def _count(spec) -> dict:
     import torch
 
     from .. import compat
