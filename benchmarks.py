@@ -145,12 +145,13 @@ def _print_order(sweep, p) -> None:
 
 def _dry_run(sweep, p) -> int:
     """--dry-run: the order, each job's command and the estimated time; starts nothing."""
-    from ddlbench.sweep import execute, runner
+    from ddlbench.sweep import calibrate, execute, runner
     _print_order(sweep, p)
     for job in execute.jobs(p.todo):
         t = job[0]
         record = "<record>.json" if len(job) == 1 else "<records>/{method}.json"
-        cmd, env = runner.job_command(sweep, [x.cell for x in job], record)
+        cmd, env = runner.job_command(sweep, [x.cell for x in job], record,
+                                      calibrate.profile_file(t.cell, None))
         again = f" (attempt {t.attempt})" if t.attempt > 1 else ""
         names = ", ".join(x.cell.name for x in job)
         print(f"{names} try {t.try_index}{again}: {runner.describe(cmd, env)}")

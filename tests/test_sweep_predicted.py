@@ -245,6 +245,13 @@ logs: {tmp_path / 'logs'}
     assert cmd[1:3] == ["-m", "ddlbench.measure.comm_bench"] and cmd[cmd.index("--net") + 1] == "1gbit"
     assert cmd[cmd.index("--max-bytes") + 1] == str(64 << 20)   # resnet18's 46.8 MB
     assert cmd[cmd.index("--stat") + 1] == "mean"
+    # the all-gather too only where a compressor there gathers (PowerSGD all-reduces)
+    assert cmd[cmd.index("--ops") + 1] == "allreduce"
+    topk = replace(cells[0], method={"method": "fusion", "compressor": "topk"})
+    comm = [j for j in calibrate.jobs([topk])[0] if j.kind == "comm"]
+    assert [j.name for j in comm] == [f"{topk.network.name}_n2_allgather.comm"]
+    cmd = comm[0].command("OUT")
+    assert cmd[cmd.index("--ops") + 1] == "allreduce,allgather"
     # the burst: the task's model and input shape on the network
     cmd = jobs[6].command("OUT")
     assert (cmd[cmd.index("--ops") + 1], cmd[cmd.index("--model") + 1],
@@ -750,3 +757,31 @@ def test_extrapolate_needs_calibrate_and_no_pace(tmp_path, capsys):
         assert benchmarks.main(["--config", path, "--dry-run"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_mgwfbp_plans_from_the_calibration_profile_when_asked(tmp_path, capsys):
+    """``mgwfbp_profile: calibration``: each MG-WFBP run gets its cell's calibration profile
+    (in the results folder; a placeholder in a dry run) instead of profiling again, the file
+    the cell's prediction reads; without calibrate (or with extrapolate, which calibrates
+    another worker count, or beside a real cluster's network, calibrated by hand) it is one
+    line and exit 2."""
+    from ddlbench.sweep import calibrate, config as sweep_config, runner
+    text = ("name: mg\nnetworks: [loopback]\ntasks: [{model: resnet18, batch_size: 8}]\n"
+            "methods: [wfbp, {method: mgwfbp, mgwfbp_profile: calibration}]\nnworkers: [2]\n")
+    sweep = sweep_config.load(_sweep(tmp_path, text + "calibrate: true\n"), runs=False)
+    mg = next(c for c in sweep.cells() if c.method["method"] == "mgwfbp")
+    profile = calibrate.profile_job(mg)
+    assert profile.name in [j.name for j in calibrate.jobs(sweep.cells())[0]]
+    res = str(tmp_path / "res")
+    cmd, _ = runner.job_command(sweep, [mg], "REC", calibrate.profile_file(mg, res))
+    assert cmd[cmd.index("--mgwfbp-profile") + 1] == profile.path(res)
+    assert calibrate.profile_file(mg, None) == f"<calibration>/{profile.name}.json"
+    for extra in ("nworkers: [2]\n", "calibrate: true\nextrapolate: true\nnworkers: [2, 3]\n",
+                  "calibrate: true\nnworkers: [2]\nnetworks: [loopback, rdma0]\n"):
+        path = _sweep(tmp_path, text.replace("nworkers: [2]\n", "").replace(
+            "networks: [loopback]\n", "" if "networks" in extra else "networks: [loopback]\n")
+            + extra)
+        assert benchmarks.main(["--config", path, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "mgwfbp_profile: calibration plans from the " \
+            "calibration's profile" in err, err

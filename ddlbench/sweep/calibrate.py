@@ -15,7 +15,9 @@ launcher):
   ``--ps-clients``, ``--partition-bytes``) and also times the interference beside their
   push/pull (``interference_ps``, which the PS cells' predictions take);
 - ``comm``: ``python -m ddlbench.measure.comm_bench --ops allreduce,allgather`` over the network (its
-  ``--net`` profile), messages up to the largest task's gradient;
+  ``--net`` profile), messages up to the largest task's gradient; the all-gather only where a
+  cell there has a compressor that gathers (``costs.ALLGATHER_COMPRESSORS``; the job is then
+  named ``..._allgather.comm``): at 1 Gbit/s the all-gathers up to 64 MiB took 12 s;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
   to one partition (what comm_bench fits push/pull to: the model pipelines partitions
   itself), then two partitions and the network's largest parameter-server task's gradient,
@@ -70,6 +72,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
+from ..costs import ALLGATHER_COMPRESSORS
 from ..planning import DEFAULT_PARTITION_BYTES, PS_CLIENTS, default_nservers
 from . import store
 from .config import task_key
@@ -107,6 +110,7 @@ class Job:
     codec_options: tuple = ()            # ((name, value), ...)
     tag: str | None = None               # pace: the job and try it runs before
     of: "Job | None" = None              # check: the profile or comm job it times again
+    gather: bool = False                 # comm: the all-gather too (a compressor gathers)
 
     @property
     def _networked(self) -> bool:
@@ -129,6 +133,8 @@ class Job:
         if self.task is not None:
             parts.append(task_key(self.task))
         parts.append(f"n{self.nworkers}")
+        if self.kind == "comm" and self.gather:
+            parts.append("allgather")
         if self.kind == "codec":
             parts.append("-".join([self.compressor] + [f"{k}{v}"
                                                        for k, v in self.codec_options]))
@@ -186,7 +192,7 @@ class Job:
             return cmd + ["--ops", "burst", "--model", self.task["model"],
                           *_shape_flags(self.task)]
         if self.kind == "comm":
-            cmd += ["--ops", "allreduce,allgather"]
+            cmd += ["--ops", "allreduce,allgather" if self.gather else "allreduce"]
             if self.max_bytes:
                 cmd += ["--max-bytes", str(self.max_bytes)]
             return cmd
@@ -271,10 +277,13 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
         if job is not None:
             add(job)
     largest = _largest_gradient(local)
+    gathers = {(c.network.name, c.nworkers) for c in local
+               if c.method.get("compressor", "none") in ALLGATHER_COMPRESSORS}
     for c in local:
         if c.nworkers > 1:
             top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
-            add(Job("comm", c.network, c.nworkers, max_bytes=top))
+            add(Job("comm", c.network, c.nworkers, max_bytes=top,
+                    gather=(c.network.name, c.nworkers) in gathers))
     for c in local:
         if c.nworkers > 1 and c.architecture != "ps":
             add(burst_job(c))
@@ -304,6 +313,14 @@ def profile_job(cell) -> Job:
                nservers=m.get("nservers") or default_nservers(cell.nworkers),
                ps_clients=m.get("ps_clients", PS_CLIENTS[0]),
                partition_bytes=m.get("partition_bytes"))
+
+
+def profile_file(cell, folder: str | None) -> str:
+    """The calibration profile of ``cell`` (its task, network and worker count) in the
+    results ``folder`` (None: a placeholder naming it, as a dry run shows it): what a setting
+    ``mgwfbp_profile: calibration`` hands the run (``config.job_args``)."""
+    job = profile_job(cell)
+    return job.path(folder) if folder else f"<calibration>/{job.name}.json"
 
 
 def burst_job(cell) -> Job:

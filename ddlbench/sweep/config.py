@@ -273,6 +273,10 @@ def task_key(task: dict) -> str:
     return "-".join(parts)
 
 
+# ``mgwfbp_profile: calibration``: MG-WFBP plans from the sweep's calibration profile
+FROM_CALIBRATION = "calibration"
+
+
 def format_value(v) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
@@ -1068,6 +1072,15 @@ def _check_combinations(sweep: Sweep, hosts: bool = True) -> list[str]:
                                 f"{script}, which this checkout does not have")
     if not sweep.methods and not any(p.startswith("method") for p in problems):
         problems.append("no method left to run")
+    for m in sweep.methods:
+        if m.get("mgwfbp_profile") == FROM_CALIBRATION and (
+                not sweep.calibrate or sweep.extrapolate
+                or any(n.kind != "net" for n in sweep.networks)):
+            problems.append(f"method {method_label(m)}: mgwfbp_profile: {FROM_CALIBRATION} "
+                            f"plans from the calibration's profile of each cell: it needs "
+                            f"calibrate: true, without extrapolate, and only networks the "
+                            f"sweep calibrates (local ones, not rdma)")
+            break
     labels: dict[str, dict] = {}
     for m in sweep.methods:
         label = method_label(m)
@@ -1094,10 +1107,15 @@ def train_args(sweep: Sweep, cell: Cell, record_path: str) -> list[str]:
     return job_args(sweep, [cell], record_path)
 
 
-def job_args(sweep: Sweep, cells: list[Cell], record_path: str) -> list[str]:
+def job_args(sweep: Sweep, cells: list[Cell], record_path: str,
+             calibration: str | None = None) -> list[str]:
     """The training script's flags for a job of ``cells`` (one, or several methods of one
     ``job_key`` that ``can_join``: ``--method a,b,...``, each setting once, '{method}' in
-    ``record_path``)."""
+    ``record_path``). A setting ``mgwfbp_profile: calibration`` becomes ``calibration``, the
+    path of the cells' calibration profile (``calibrate.profile_file``; None: a placeholder):
+    MG-WFBP plans from what the sweep measured before the tries, the profile the model's
+    prediction reads, as the original planned from a profile taken beforehand, instead of
+    profiling again in every run."""
     cell = cells[0]
     t, m = cell.task, cell.method
     args = ["--model", t["model"], "--batch-size", str(t["batch_size"])]
@@ -1110,7 +1128,9 @@ def job_args(sweep: Sweep, cells: list[Cell], record_path: str) -> list[str]:
     args += ["--method", ",".join(c.method["method"] for c in cells)]
     for k, (spec, _) in settings().items():
         given = [c.method[k] for c in cells if k in c.method]
-        if given:
+        if given and k == "mgwfbp_profile" and given[0] == FROM_CALIBRATION:
+            args += [setting_flag(k, spec), calibration or "<calibration profile>"]
+        elif given:
             args += [setting_flag(k, spec), format_value(given[0])]
     if cell.engine != "torch":
         args += ["--engine", cell.engine]

@@ -355,7 +355,8 @@ def _run_job(sweep: Sweep, p: Plan, path: str, job: list[Planned], inflight: run
                                    p.logs, inflight, mode):
             store.append(path, line)
     entries = runner.run_cells(sweep, [t.cell for t in job], first.try_index,
-                               first.attempt, p.folder, p.logs, inflight)
+                               first.attempt, p.folder, p.logs, inflight,
+                               calibrate.profile_file(first.cell, p.folder))
     for t, entry in zip(job, entries):
         store.append(path, entry)
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1

@@ -38,11 +38,13 @@ def command(sweep: Sweep, cell: Cell, record_path: str) -> tuple[list[str], dict
     return job_command(sweep, [cell], record_path)
 
 
-def job_command(sweep: Sweep, cells: list[Cell], record_path: str) -> tuple[list[str], dict]:
+def job_command(sweep: Sweep, cells: list[Cell], record_path: str,
+                calibration: str | None = None) -> tuple[list[str], dict]:
     """The command of a job of ``cells`` (one; or several that share a job: the local
-    launcher with ``--method a,b,...``, '{method}' in ``record_path``)."""
+    launcher with ``--method a,b,...``, '{method}' in ``record_path``; ``calibration``: the
+    cells' calibration profile, for a setting that names it, ``job_args``)."""
     cell = cells[0]
-    args = job_args(sweep, cells, record_path)
+    args = job_args(sweep, cells, record_path, calibration)
     local = cell.network.kind == "net"
     if local and cell.engine == "horovod":
         # Horovod starts under mpirun, on this machine too: the shell launcher with this
@@ -184,7 +186,7 @@ def run_try(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str,
 
 
 def run_cells(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, folder: str,
-            logs: str, inflight: Inflight) -> list[dict]:
+              logs: str, inflight: Inflight, calibration: str | None = None) -> list[dict]:
     """Run try ``try_index`` of ``cells`` as one job (one cell; or several that share a job:
     each method timed in turn, each writing its own record); return each cell's store entry
     (status ok, failed or timeout). In a shared job a cell whose record was written is ok even
@@ -202,7 +204,7 @@ def run_cells(sweep: Sweep, cells: list[Cell], try_index: int, attempt: int, fol
     for old in (p for rp in record_paths for p in (rp, trace_path(rp))):
         if os.path.exists(old):
             os.unlink(old)
-    cmd, extra_env = job_command(sweep, cells, job_path)
+    cmd, extra_env = job_command(sweep, cells, job_path, calibration)
     shown = describe(cmd, extra_env)
     started = _now()
     res = _run(sweep, cmd, extra_env, logfile, inflight,
