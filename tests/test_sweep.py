@@ -808,11 +808,16 @@ def test_presets():
     quick = config.load(config.resolve_config("quick"), preflight=False)
     assert [n.name for n in quick.networks][0] == "loopback" and quick.nworkers == [1, 2]
     assert quick.calibrate and quick.tries == 3
-    # 1 worker only where the methods do identical work (the noise floor), on the loopback
+    # 1 worker only where the methods do identical work (the noise floor), ResNet-18 on the
+    # loopback; BERT-Tiny over the loopback only; MG-WFBP plans from the calibration's profile
     assert sorted((c.network.name, c.task["model"], c.label) for c in quick.cells()
                   if c.nworkers == 1) == sorted(
-        ("loopback", m, x) for m in ("resnet18", "bert_tiny") for x in ("wfbp", "fusion", "ddp"))
-    assert len(quick.cells()) == 6 + 2 * 2 * 7
+        ("loopback", "resnet18", x) for x in ("wfbp", "fusion", "ddp"))
+    assert {(c.network.name, c.task["model"]) for c in quick.cells() if c.nworkers == 2} == {
+        ("loopback", "resnet18"), ("loopback", "bert_tiny"), ("1gbit", "resnet18")}
+    assert len(quick.cells()) == 3 + 3 * 7
+    assert {c.method.get("mgwfbp_profile") for c in quick.cells()
+            if c.method["method"] == "mgwfbp"} == {"calibration"}
     old = config.load(config.resolve_config("quick-loopback"), preflight=False)
     assert [n.name for n in old.networks] == ["local"] and old.nworkers == [1, 2, 4]
     emulated = config.load(config.resolve_config("emulated"), preflight=False)
