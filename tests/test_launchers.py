@@ -197,7 +197,7 @@ def test_the_local_spawner_hands_the_store_to_rank_0_and_never_imports_torch(tmp
     """The local spawner only parses and launches: it opens the rendezvous socket on a port the
     kernel chose and rank 0 serves the store on it (torch >= 2.1 takes a listening socket), so
     the spawner never imports torch (2 s of every job's start-up). Every rank reaches the store
-    on that port; only rank 0 is given the socket."""
+    on that port; only rank 0 is given the socket. On torch 2.0 the spawner hosts it."""
     code = ("import sys; from ddlbench.launch.local import spawn_local; "
             "rc = spawn_local(2, [], module='tests.store_probe'); "
             "print(rc, 'torch' in sys.modules)")
@@ -210,3 +210,12 @@ def test_the_local_spawner_hands_the_store_to_rank_0_and_never_imports_torch(tmp
     assert got[0]["port"] == got[1]["port"] and got[0]["port"] > 0
     assert got[0]["owner"] == "rank0" and isinstance(got[0]["store_fd"], int)
     assert got[1]["store_fd"] is None
+    # torch 2.0 (the Horovod environment) takes no listening socket: the spawner hosts the store
+    code = code.replace("import spawn_local;", "import spawn_local; import ddlbench.launch."
+                        "local as L; L._takes_listen_fd = lambda: False;")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, STORE_OUT=str(tmp_path / "t")))
+    assert proc.stdout.split() == ["0", "True"], describe(proc)
+    got = [json.load(open(tmp_path / f"t.{r}.json")) for r in range(2)]
+    assert [(g["owner"], g["store_fd"]) for g in got] == [("external", None)] * 2
