@@ -193,29 +193,35 @@ def test_rdma1_transport_falls_back_where_ucx_sees_no_device(tmp_path, ompi, ucx
     assert (mca.get("btl_openib_allow_ib") == "1") == (ompi == "openib")
 
 
+def _spawn_store_probes(tmp_path, name: str, torch_2_0: bool = False):
+    """Two store probes (``tests/store_probe.py``) through the local spawner, run in a fresh
+    interpreter (with ``torch_2_0``, as if its torch took no listening socket): the spawner's
+    exit code and whether it imported torch, then what each rank saw."""
+    patch = ("import ddlbench.launch.local as L; L._takes_listen_fd = lambda: False; "
+             if torch_2_0 else "")
+    code = (f"import sys; from ddlbench.launch.local import spawn_local; {patch}"
+            "rc = spawn_local(2, [], module='tests.store_probe'); "
+            "print(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, STORE_OUT=str(tmp_path / name)))
+    ran = [json.load(open(tmp_path / f"{name}.{r}.json")) for r in range(2)] \
+        if proc.returncode == 0 else None
+    return proc, ran
+
+
 def test_the_local_spawner_hands_the_store_to_rank_0_and_never_imports_torch(tmp_path):
     """The local spawner only parses and launches: it opens the rendezvous socket on a port the
     kernel chose and rank 0 serves the store on it (torch >= 2.1 takes a listening socket), so
     the spawner never imports torch (2 s of every job's start-up). Every rank reaches the store
     on that port; only rank 0 is given the socket. On torch 2.0 the spawner hosts it."""
-    code = ("import sys; from ddlbench.launch.local import spawn_local; "
-            "rc = spawn_local(2, [], module='tests.store_probe'); "
-            "print(rc, 'torch' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=120,
-                          env=dict(os.environ, STORE_OUT=str(tmp_path / "s")))
+    proc, got = _spawn_store_probes(tmp_path, "s")
     assert proc.stdout.split() == ["0", "False"], describe(proc)
-    got = [json.load(open(tmp_path / f"s.{r}.json")) for r in range(2)]
     assert {g["got"] for g in got} == {got[0]["got"]} and got[0]["got"].startswith("from rank 0")
     assert got[0]["port"] == got[1]["port"] and got[0]["port"] > 0
     assert got[0]["owner"] == "rank0" and isinstance(got[0]["store_fd"], int)
     assert got[1]["store_fd"] is None
     # torch 2.0 (the Horovod environment) takes no listening socket: the spawner hosts the store
-    code = code.replace("import spawn_local;", "import spawn_local; import ddlbench.launch."
-                        "local as L; L._takes_listen_fd = lambda: False;")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=120,
-                          env=dict(os.environ, STORE_OUT=str(tmp_path / "t")))
+    proc, got = _spawn_store_probes(tmp_path, "t", torch_2_0=True)
     assert proc.stdout.split() == ["0", "True"], describe(proc)
-    got = [json.load(open(tmp_path / f"t.{r}.json")) for r in range(2)]
     assert [(g["owner"], g["store_fd"]) for g in got] == [("external", None)] * 2

@@ -122,15 +122,13 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 if cluster or slots:
                     env["DDLBENCH_MACHINE"] = f"host{host[rank]}"
                 env.update(cluster.env(host[rank]) if cluster else {})
-                fds = ()
-                if rank == 0 and store is not None:
-                    env.update(store.owner_env)
-                    fds = store.fds
+                serves = rank == 0 and store is not None   # the store, on the given socket
+                env.update(store.owner_env if serves else {})
                 procs.append(subprocess.Popen([*(cluster.prefix(host[rank]) if cluster else []),
                                                sys.executable, "-m", module, *argv], env=env,
-                                              pass_fds=fds,
+                                              pass_fds=store.fds if serves else (),
                                               preexec_fn=_preexec(placement, rank)))
-                if rank == 0 and store is not None:
+                if serves:
                     store.handed()
             # Workers that fail together (a failed verification) exit within moments of each
             # other: only the ones still running after grace_s are stopped, and named.
