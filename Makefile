@@ -6,9 +6,10 @@
 #   make horovod-env        build it (torch 2.0.1 + Horovod 0.28.1; reused while unchanged)
 #   make clean-horovod-env  remove it
 # `make test` builds it first; its tests skip only when the registry cannot be reached.
-# The real-BytePS lane's environment (byteps/legacy_env.sh: Python 3.9, torch 1.10.2, BytePS
-# 0.2.5 against the system's ZeroMQ): make byteps-env / clean-byteps-env. Its worker needs an
-# NVIDIA GPU; without one `make test` records why and its tests skip saying so.
+# The real-BytePS lane's environment (byteps/legacy_env.sh: BytePS 0.2.5 with the project's CPU
+# patch, byteps/cpu_only.patch, built on the Horovod environment): make byteps-env /
+# clean-byteps-env. `make test` builds it after the Horovod one; its tests skip only when the
+# registry, the Horovod environment or Debian's ZeroMQ and libnuma cannot be had.
 # The standing emulated cluster (hosts with sshd, and Slurm: python -m ddlbench.netem cluster
 # up) needs Debian's openssh-server, slurmd, slurmctld, munge: `make cluster-deps` installs them
 # (as root); `make test` tries to, and the cluster's tests skip with the reason where it cannot.
@@ -32,7 +33,7 @@ help:
 	@echo "make setup   only build the environment ($(VENV))"
 	@echo "make horovod-env        build the real-Horovod environment (outside the clone)"
 	@echo "make clean-horovod-env  remove it"
-	@echo "make byteps-env         build the real-BytePS environment (outside the clone; needs a GPU)"
+	@echo "make byteps-env         build the real-BytePS environment (outside the clone)"
 	@echo "make clean-byteps-env   remove it"
 	@echo "make cluster-deps       install sshd and Slurm for the emulated cluster (root, Debian)"
 

@@ -28,6 +28,12 @@
 # file's hosts without workers; servers=colocated puts them on the worker machines (also what
 # happens, with a note, when no host is left). ps_clients=machine (default: the workers of a
 # machine sum locally and one pushes, as BytePS) or process.
+#
+# engine=byteps: real BytePS 0.2.5 (the environment `make byteps-env` builds, with the project's
+# CPU patch; BYTEPS_PY= names another Python) runs bspps, wfbpps or byteschedulerps: BytePS's
+# scheduler and servers are this launcher's processes (nservers: default one per worker
+# machine, on one machine too), every worker process is a BytePS worker of its own, and
+# BYTEPS_SERVER_ENABLE_SCHEDULE=1 for byteschedulerps, 0 otherwise, as the original.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
@@ -48,6 +54,17 @@ if [ -z "${method:-}" ]; then
     elif [ "$given" -ge "$fused" ]; then method=bspps
     else method=wfbpps; fi
 fi
+case "${engine:-torch}" in
+    torch) unset engine ;;   # (the training script's default: no --engine flag)
+    byteps)
+        [ "$rdma" = 0 ] || die "engine=byteps runs over TCP (rdma=0): the environment's BytePS is built without RDMA"
+        PY="${BYTEPS_PY:-}"
+        [ -n "$PY" ] || PY="$("$root/byteps/legacy_env.sh" python)" || exit 2
+        # BytePS's servers schedule for byteschedulerps only, as the original's bytescheduler=1
+        if [ "$method" = byteschedulerps ]; then schedule=1; else schedule=0; fi
+        export BYTEPS_SERVER_ENABLE_SCHEDULE="$schedule" ;;
+    *) die "engine must be torch or byteps, got '$engine'" ;;
+esac
 job_args "$method" --skip nservers --architecture ps
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
@@ -62,4 +79,5 @@ launch=("$PY" -m ddlbench.launch.pslaunch --hostfile "$hostfile" --nworkers "$nw
 [ -n "${servers:-}" ] && launch+=(--servers "$servers")
 [ -n "${server_hosts:-}" ] && launch+=(--server-hosts "$server_hosts")
 [ "$ps_force_servers" = 1 ] && launch+=(--ps-force-servers)
+[ "${engine:-}" = byteps ] && launch+=(--engine byteps)
 launch_exec --quiet "${launch[@]}" -- "${ARGS[@]}"

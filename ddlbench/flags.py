@@ -78,10 +78,13 @@ def _method_flags(m) -> None:
                         f"comma-separated list. Methods that take one: {_takers()}")
     add_flags(m, compression.option_owners())
     m.add_argument("--engine", default="torch", choices=ENGINES,
-                   help="torch (every method, torch.distributed) or horovod (real Horovod "
+                   help="torch (every method, torch.distributed), horovod (real Horovod "
                         "0.28.1 in the environment `make horovod-env` builds: "
                         f"{', '.join(methods.names('horovod'))}, fp16; under mpirun or "
-                        "horovodrun)")
+                        "horovodrun) or byteps (real BytePS 0.2.5 with the project's CPU "
+                        "patch, in the environment `make byteps-env` builds: "
+                        f"{', '.join(methods.names('byteps'))}; under "
+                        "byteps/byteps_launch.sh engine=byteps)")
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
 
 
@@ -186,6 +189,11 @@ def _job_settings(args) -> None:
     launcher's processes include them)."""
     from .hosts import placement
     from .planning import default_nservers
+    if args.engine == "byteps":
+        # BytePS's servers (byteps.server) are its launcher's processes, not ranks of the job
+        args.nservers, args.nservers_given, args.ps_local = 0, False, False
+        args.one_machine = one_machine(args)
+        return
     if args.nservers == 0 and "nservers" not in args.given:
         args.nservers = None    # DMLC_NUM_SERVER=0: a BytePS job with no server
     args.nservers_given = args.nservers is not None
@@ -245,6 +253,8 @@ def check(args, probe_engine: bool = True) -> None:
     _check_paths(args)
     if args.engine == "horovod":
         _check_horovod(args, probe_engine)
+    elif args.engine == "byteps":
+        _check_byteps(args, probe_engine)
     names = method_list(args)
     if args.save_params and not args.verify:
         raise UsageError("--save-params needs --verify STEPS (it saves the verified parameters)")
@@ -273,6 +283,8 @@ def _check_servers(args, names: list[str]) -> None:
     """A PS method has servers, or its workers are on one machine (a local reduce and
     broadcast); servers on one machine only with --ps-force-servers (BytePS used none
     there)."""
+    if args.engine == "byteps":
+        return  # BytePS's servers are its launcher's processes, not ranks of this job
     ps = [n for n in names if methods.lookup(n, args.engine).architecture == methods.PS]
     if not ps:
         if args.ps_force_servers:
@@ -315,9 +327,9 @@ def _check_several(args, names: list[str]) -> None:
     with a replica, warm-up and record of its own, '{method}' in their paths): one set of
     Horovod settings per job. (Parameter-server methods share the job's servers; each
     record counts its method's own traffic.)"""
-    if args.engine == "horovod":
+    if args.engine != "torch":
         raise UsageError("several methods in one benchmark job only with --engine torch "
-                         "(Horovod's settings are the job's)")
+                         f"({methods.LANES[args.engine]}'s settings are the job's)")
 
 
 def _check_ignored(args) -> None:
@@ -375,10 +387,30 @@ def _check_horovod(args, probe_engine: bool) -> None:
                   under_launcher=placement.detect() is not None or not probe_engine)
 
 
+def _check_byteps(args, probe_engine: bool) -> None:
+    from .hosts import placement
+    from .methods import byteps
+    if probe_engine:  # (a sweep checks in this environment and runs in BytePS's)
+        try:
+            __import__("byteps.torch")
+        except Exception as e:  # ImportError, or a build against another torch failing to load
+            detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
+            raise UsageError(
+                f"--engine byteps is unavailable in this Python ({detail}): BytePS 0.2.5 runs "
+                f"in its own environment; build it with `make byteps-env` and start through "
+                f"nworkers=N engine=byteps ./byteps/byteps_launch.sh") from None
+    names = method_list(args)
+    for name in names:
+        methods.lookup(name, "byteps")  # one line for a method without a BytePS mapping
+    byteps.check(args, names, compressor_list(args),
+                 under_launcher=placement.detect() is not None or not probe_engine)
+
+
 def with_servers(args) -> bool:
     """Whether the job can run PS methods: it has servers, or no server is needed (one
     machine)."""
-    return args.nservers > 0 or getattr(args, "ps_local", False)
+    return (args.nservers > 0 or getattr(args, "ps_local", False)
+            or getattr(args, "engine", "torch") == "byteps")
 
 
 def method_list(args) -> list[str]:

@@ -72,12 +72,15 @@ class RunConfig:
         given = {spec.name: getattr(args, spec.name) for spec in compression.specs()}
         compressor_options = {spec.name: spec.default if given[spec.name] is None
                               else given[spec.name] for spec in compression.specs()}
-        horovod = None
+        horovod = byteps = None
         if args.engine == "horovod":
             hvd = methods.lookup(args.method, "horovod")
             horovod = hvd.horovod_settings(hvd.Options.resolve(values))
+        elif args.engine == "byteps":
+            bps = methods.lookup(args.method, "byteps")
+            byteps = bps.byteps_settings(bps.Options.resolve(resolvable))
         return cls(
-            job=runtime.Job.of(args, horovod=horovod), spec=workload.Spec.of(args),
+            job=runtime.Job.of(args, horovod=horovod, byteps=byteps), spec=workload.Spec.of(args),
             optimizer=workload.OptimizerSpec.of(args), engine=args.engine, method=args.method,
             compressor=args.compressor, runs=pairs, options=_frozen(options),
             compressor_options=_frozen(compressor_options),

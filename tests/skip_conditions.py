@@ -1,14 +1,13 @@
 """When the optional lanes' tests may skip: each condition checked, not trusted.
 
-A skip names a condition that is really absent here (no NVIDIA GPU; a package registry that
-the network does not reach; Debian packages not installed), never an error of the suite's own
+A skip names a condition that is really absent here (a package registry that the network does
+not reach; Debian packages not installed), never an error of the suite's own
 scripts: an environment that should have been built and is not is a failure, and so is a
 recorded reason that does not hold. Each function returns None when the environment is there,
 the skip reason when it may be missing, and raises AssertionError otherwise
 (tests/test_horovod.py and tests/test_byteps.py test each with injected answers)."""
 import os
 import re
-import shutil
 import subprocess
 
 from .conftest import REPO
@@ -33,20 +32,6 @@ def registry_unreachable(reason: str) -> bool:
     return UNREACHABLE in reason and NETWORK_ERROR.search(reason) is not None
 
 
-def has_nvidia_gpu() -> bool:
-    """As byteps/legacy_env.sh's has_gpu: /dev/nvidiactl, or a GPU that nvidia-smi lists."""
-    if os.path.exists("/dev/nvidiactl"):
-        return True
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                             timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return any(line.startswith("GPU") for line in out.splitlines())
-
-
 def horovod_skip_reason(proc: subprocess.CompletedProcess) -> str | None:
     """``horovod/legacy_env.sh python``'s answer, after ``build --optional`` passed."""
     if proc.returncode == 0:
@@ -68,9 +53,14 @@ DEBIAN_PACKAGES = {
 PREFIX = "byteps-env: error: "
 
 
-def byteps_skip_reason(proc: subprocess.CompletedProcess, gpu: bool | None = None) -> str | None:
-    """``byteps/legacy_env.sh python``'s answer, after ``build --optional`` passed. ``gpu``:
-    whether this machine has an NVIDIA GPU (None: look)."""
+HOROVOD_MISSING = "the real-Horovod environment it is built on is missing ("
+
+
+def byteps_skip_reason(proc: subprocess.CompletedProcess,
+                       horovod: subprocess.CompletedProcess | None = None) -> str | None:
+    """``byteps/legacy_env.sh python``'s answer, after ``build --optional`` passed.
+    ``horovod``: ``horovod/legacy_env.sh python``'s answer (None: ask it), which decides when
+    the BytePS environment is missing because the Horovod one it is built on is."""
     if proc.returncode == 0:
         return None
     reason = proc.stderr.strip()
@@ -78,9 +68,12 @@ def byteps_skip_reason(proc: subprocess.CompletedProcess, gpu: bool | None = Non
     assert proc.returncode == 3, (
         f"the BytePS environment should have been built and is not (exit {proc.returncode}): "
         f"{reason}")
-    if reason.startswith("no NVIDIA GPU here"):
-        gpu = has_nvidia_gpu() if gpu is None else gpu
-        assert not gpu, f"this machine has an NVIDIA GPU, but the build recorded: {reason}"
+    if reason.startswith(HOROVOD_MISSING):
+        if horovod is None:
+            horovod = subprocess.run([os.path.join(REPO, "horovod", "legacy_env.sh"), "python"],
+                                     capture_output=True, text=True, timeout=60)
+        assert horovod_skip_reason(horovod) is not None, (
+            f"the BytePS build recorded '{reason}', but the Horovod environment is here")
         return reason
     if registry_unreachable(reason):
         return reason
@@ -90,4 +83,5 @@ def byteps_skip_reason(proc: subprocess.CompletedProcess, gpu: bool | None = Non
                 f"the build recorded '{words}', but {' and '.join(files)} are here")
             return reason
     raise AssertionError(f"the BytePS environment is missing for a reason that is not a skip "
-                         f"(no GPU, no registry, Debian packages not installable): {reason}")
+                         f"(no registry, no Horovod environment for that reason, Debian "
+                         f"packages not installable): {reason}")

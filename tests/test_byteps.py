@@ -1,26 +1,37 @@
-"""The real-BytePS lane (byteps/legacy_env.sh): bad input and a missing prerequisite are one line
-each; where the environment is built (a machine with an NVIDIA GPU), 2 workers push_pull through
-1 server of real BytePS 0.2.5 (byteps/legacy_check.sh); elsewhere that test skips with the
-reason the build recorded, where that reason holds: no NVIDIA GPU here, the package registry out
-of the network's reach, Debian packages not installed (tests/skip_conditions.py). Any other
+"""The real-BytePS lane (byteps/legacy_env.sh, --engine byteps): BytePS 0.2.5.post15 with the
+project's CPU patch (byteps/cpu_only.patch), built on the Horovod environment.
+
+Bad input and a missing prerequisite are one line each. Where the environment is built (as
+`make test` does first): the patch applied cleanly to the registry's source and the build
+recorded its hash; 2 CPU workers push_pull through 1 real server, each in shared memory of its
+own; `--verify 3` passes for wfbpps (2 workers, 1 server), bspps and byteschedulerps (2
+workers, 2 servers) through `engine=byteps ./byteps/byteps_launch.sh`; a BytePS server that
+dies ends the job within 30 s with one line, leaving no process. Elsewhere those tests skip with
+the reason the build recorded, where that reason holds (tests/skip_conditions.py); any other
 reason, or an environment that is simply not built, fails."""
+import hashlib
+import json
 import os
+import re
+import signal
 import subprocess
+import time
 
 import pytest
 
-from .conftest import REPO, describe
+from .conftest import MOMENTUM_SGD, REPO, SMALL_CNN, describe, env, verify_lines
 from .skip_conditions import byteps_skip_reason
 
 SCRIPT = os.path.join(REPO, "byteps", "legacy_env.sh")
 CHECK = os.path.join(REPO, "byteps", "legacy_check.sh")
-GPU = os.path.exists("/dev/nvidiactl")
+PATCH = os.path.join(REPO, "byteps", "cpu_only.patch")
+LAUNCHER = os.path.join(REPO, "byteps", "byteps_launch.sh")
 
 
-def _run(tmp_path, *args, timeout=60):
+def _run(tmp_path, *args, timeout=60, **extra):
     """The script with a cache folder of the test's own."""
-    env = dict(os.environ, DDLBENCH_CACHE=str(tmp_path / "cache"))
-    return subprocess.run([SCRIPT, *args], env=env, capture_output=True, text=True,
+    e = dict(os.environ, DDLBENCH_CACHE=str(tmp_path / "cache"), **extra)
+    return subprocess.run([SCRIPT, *args], env=e, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -33,19 +44,20 @@ def _one_line(proc, code: int, message: str) -> str:
 
 
 @pytest.mark.parametrize("args,message", [
-    (["frobnicate"], "unknown command 'frobnicate' (build [--optional] [--force], python, "
-                     "remove, where)"),
-    (["build", "--fast"], "unknown option '--fast' (build [--optional] [--force])"),
+    (["frobnicate"], "unknown command 'frobnicate' (build [--optional], python, remove, "
+                     "where)"),
+    (["build", "--fast"], "unknown option '--fast' (build [--optional])"),
 ])
 def test_bad_commands_are_one_line(tmp_path, args, message):
     _one_line(_run(tmp_path, *args), 2, message)
 
 
-@pytest.mark.skipif(GPU, reason="this machine has an NVIDIA GPU: the build would go on")
-def test_without_a_gpu_the_build_stops_before_it_starts_and_says_why(tmp_path):
-    why = _one_line(_run(tmp_path, "build"), 2, "no NVIDIA GPU here")
-    assert "byteps/common/global.cc: cudaSetDevice at init" in why
-    assert not (tmp_path / "cache").exists()   # nothing fetched, nothing built
+def test_without_the_horovod_environment_the_build_stops_before_it_starts(tmp_path):
+    """(A cache of the test's own holds no Horovod environment.)"""
+    why = _one_line(_run(tmp_path, "build"), 2, "the real-Horovod environment it is built on "
+                                                "is missing")
+    assert "make horovod-env" in why
+    assert not (tmp_path / "cache" / "src").exists()   # nothing fetched, nothing built
     # --optional: not an error; the reason is recorded for the tests' skips and `python`
     proc = _run(tmp_path, "build", "--optional")
     assert proc.returncode == 0, describe(proc)
@@ -56,8 +68,30 @@ def test_without_a_gpu_the_build_stops_before_it_starts_and_says_why(tmp_path):
     _one_line(_run(tmp_path, "python"), 1, "the BytePS environment is not built")
 
 
-def test_two_workers_push_pull_through_a_real_byteps_server():
-    # (as `make test` does first: where it is built, done at once; without a GPU, at once too)
+def test_the_environment_is_named_by_the_patch(tmp_path):
+    """Another patch is another environment; the same patch, the same one."""
+    where = _run(tmp_path, "where")
+    again = _run(tmp_path, "where")
+    assert where.returncode == 0 and where.stdout == again.stdout, describe(where)
+    changed = tmp_path / "changed.patch"
+    with open(PATCH) as f:
+        changed.write_text(f.read() + "\n")
+    copy = tmp_path / "byteps"
+    copy.mkdir()
+    for name in ("legacy_env.sh", "legacy_check.sh"):
+        (copy / name).symlink_to(os.path.join(REPO, "byteps", name))
+    (copy / "cpu_only.patch").symlink_to(changed)
+    (tmp_path / "horovod").symlink_to(os.path.join(REPO, "horovod"))
+    (tmp_path / "scripts").symlink_to(os.path.join(REPO, "scripts"))
+    other = subprocess.run([str(copy / "legacy_env.sh"), "where"], capture_output=True,
+                           text=True, env=dict(os.environ, DDLBENCH_CACHE=str(tmp_path)))
+    assert other.returncode == 0 and other.stdout.strip() != where.stdout.strip(), \
+        describe(other)
+
+
+@pytest.fixture(scope="session")
+def byteps_python():
+    """The environment's Python, building it where it is missing (as `make test` does)."""
     build = subprocess.run([SCRIPT, "build", "--optional"], capture_output=True, text=True,
                            timeout=3600)
     assert build.returncode == 0, f"building the BytePS environment failed:\n{build.stderr}"
@@ -65,48 +99,279 @@ def test_two_workers_push_pull_through_a_real_byteps_server():
     reason = byteps_skip_reason(proc)    # a condition really absent here, or fails
     if reason is not None:
         pytest.skip("real BytePS: " + reason)
-    check = subprocess.run([CHECK, proc.stdout.strip()], capture_output=True, text=True,
+    return proc.stdout.strip()
+
+
+def test_the_patch_applied_to_the_registry_source_and_its_hash_is_recorded(byteps_python):
+    where = subprocess.run([SCRIPT, "where"], capture_output=True, text=True).stdout.strip()
+    with open(where + ".log") as f:
+        log = f.read()
+    with open(PATCH) as f:
+        patched = re.findall(r"^diff --git a/(\S+) ", f.read(), re.M)
+    assert len(patched) >= 10, patched
+    for name in patched:
+        assert f"Applied patch {name} cleanly." in log, name
+    with open(PATCH, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    assert f"patch sha256 {sha}" in log
+    with open(os.path.join(where, "byteps-env.json")) as f:
+        recorded = json.load(f)
+    assert recorded["patch_sha256"] == sha and recorded["byteps"] == "0.2.5.post15"
+    assert recorded["torch"].startswith("2.0.1"), recorded
+
+
+def test_two_cpu_workers_push_pull_in_shared_memory_of_their_own(byteps_python):
+    check = subprocess.run([CHECK, byteps_python], capture_output=True, text=True,
                            timeout=300)
     assert check.returncode == 0, describe(check)
+    segments = {}
     for rank in (0, 1):
         assert f"worker {rank} of 2 push_pull: [3.0, 3.0, 3.0, 3.0]" in check.stdout
+        assert f"worker {rank} average of 10 partitions: ok" in check.stdout
+        line = re.search(rf"^worker {rank} shared memory: (.*)$", check.stdout, re.M)
+        segments[rank] = set(line.group(1).split())
+        # BytePS_ShM_<job>_<worker>_<key>: one segment per tensor, named for the worker
+        assert len(segments[rank]) == 2 and all(
+            re.fullmatch(rf"/dev/shm/BytePS_ShM_\d+_{rank}_\d+", s) for s in segments[rank]), \
+            check.stdout
+    # unpatched, both workers mapped /dev/shm/BytePS_ShM_<key> and wrote over each other
+    assert not segments[0] & segments[1], check.stdout
 
 
-NO_GPU = ("no NVIDIA GPU here (no /dev/nvidiactl, nvidia-smi lists none): BytePS 0.2.5's worker "
-          "needs a CUDA device")
+def _hostfile(tmp_path, n):
+    path = tmp_path / f"hosts{n}"
+    path.write_text(f"localhost slots={n}\n")
+    return str(path)
+
+
+# SqueezeNet 1.1 (1.2 M parameters, 52 tensors, the largest 4 MB in float64): a step of
+# ResNet-18's 11.7 M takes BytePS 3 times as long here, its loop threads spinning beside the
+# workers on 2 cores.
+LANE_CNN = {"dnn": "squeezenet1_1", "bs": "4", "image_size": "32"}
+
+
+def _launch(byteps_python, tmp_path, method, nservers, extra, timeout=240, **more):
+    variables = {"nworkers": 2, "nservers": nservers, "hostfile": _hostfile(tmp_path, 2),
+                 "method": method, "engine": "byteps", "BYTEPS_PY": byteps_python,
+                 "extra_args": " ".join(extra), **LANE_CNN, **more}
+    return subprocess.run(["bash", LAUNCHER], cwd=REPO, env=env(**variables),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("method,nservers", [("wfbpps", 1), ("bspps", 2),
+                                             ("byteschedulerps", 2)])
+def test_verify_on_real_byteps(byteps_python, tmp_path, method, nservers):
+    """The three PS methods on real BytePS end each of 3 momentum-SGD steps (float64) with
+    the parameters of single-process SGD on the averaged gradient."""
+    # (wfbpps in 256 KB partitions: the largest gradients in several (16); the others at
+    # BytePS's default 4,096,000, byteschedulerps because its server scheduling sums wrongly
+    # with several partitions of a key in flight: DESIGN.md section 10)
+    partition = ["--partition-bytes", str(1 << 18)] if method == "wfbpps" else []
+    proc = _launch(byteps_python, tmp_path, method, nservers,
+                   ["--verify", "3", *MOMENTUM_SGD, "--dtype", "float64", "--timeout", "120",
+                    *partition])
+    assert proc.returncode == 0, describe(proc)
+    lines = verify_lines(proc.stdout)[method]
+    assert [s for s, *_ in lines] == [1, 2, 3] and all(ok for *_, ok in lines), proc.stdout
+    assert f"verify: parameter servers: {nservers}" in proc.stdout, proc.stdout
+
+
+def test_the_record_says_which_byteps_ran(byteps_python, tmp_path, load_json):
+    """A timed run's record names BytePS's version, the patch's hash and the settings."""
+    out = tmp_path / "record.json"
+    proc = _launch(byteps_python, tmp_path, "byteschedulerps", 2,
+                   ["--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters",
+                    "1", "--output", str(out)])
+    assert proc.returncode == 0, describe(proc)
+    method = load_json(out)["method"]
+    with open(PATCH, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    assert method["engine"] == "byteps" and method["nservers"] == 2, method
+    assert method["algorithm"]["server_schedule"] == "priority", method
+    bps = method["byteps"]
+    assert (bps["byteps"], bps["patch_sha256"]) == ("0.2.5.post15", sha), bps
+    assert bps["settings"] == {"BYTEPS_CPU_ONLY": "1", "BYTEPS_PARTITION_BYTES": "4096000",
+                               "BYTEPS_SERVER_ENABLE_SCHEDULE": "1", "DMLC_NUM_SERVER": "2",
+                               "DMLC_NUM_WORKER": "2"}, bps
+
+
+def _job_processes(job: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if job in argv and "--job-id" in argv:
+            found.append(int(pid))
+    return found
+
+
+def test_a_dead_byteps_server_ends_the_job(byteps_python, tmp_path):
+    """A server killed in the middle of a run: within 30 s the launcher has stopped every
+    process of the job and said which one died, in one line."""
+    job = f"deadserver{os.getpid()}"
+    variables = {"nworkers": 2, "nservers": 1, "hostfile": _hostfile(tmp_path, 2),
+                 "method": "wfbpps", "engine": "byteps", "BYTEPS_PY": byteps_python,
+                 **LANE_CNN, "iters": "1000", "job": job}
+    proc = subprocess.Popen(["bash", LAUNCHER], cwd=REPO, env=env(**variables),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        server = None
+        deadline = time.monotonic() + 120
+        while server is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            for pid in _job_processes(job):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read().decode(errors="replace").split("\0")
+                if "ddlbench.launch.bpsserver" in argv and "DMLC_ROLE=server" in environ:
+                    server = pid
+        assert server is not None, "no BytePS server of the job appeared"
+        time.sleep(8)   # the workers are past bps.init(), training
+        os.kill(server, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0 and took < 30, (took, out[-2000:], err[-3000:])
+    assert re.search(r"BytePS server 0 on localhost .*(SIGKILL|signal 9)", err), err[-3000:]
+    time.sleep(1)
+    assert _job_processes(job) == [], "processes of the job are left"
+
+
+# -- when the lane's tests may skip (injected answers) -------------------------------------------
+
 REGISTRY = ("the package registry cannot be reached (pip download byteps==0.2.5.post15 ...: "
             "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError"
             "(...: Failed to establish a new connection: [Errno 101] Network is unreachable')")
+NO_HOROVOD = ("the real-Horovod environment it is built on is missing (the package registry "
+              "cannot be reached (...)): build it first (make horovod-env)")
 
 
-@pytest.mark.parametrize("code,reason,gpu,skips", [
-    (3, NO_GPU, False, True),
-    (3, NO_GPU, True, False),            # recorded on another machine, or stale: it has one
-    (3, REGISTRY, True, True),
+def _answer(script: str, code: int, reason: str) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess([script, "python"], code, "",
+                                       f"{script.split('/')[0]}-env: error: {reason}\n")
+
+
+@pytest.mark.parametrize("code,reason,horovod_code,horovod_reason,skips", [
+    (3, REGISTRY, 0, "", True),
+    # the Horovod environment it stands on is missing for a skip's reason, or it is here
+    (3, NO_HOROVOD, 3, REGISTRY.replace("byteps==0.2.5.post15", "torch==2.0.1"), True),
+    (3, NO_HOROVOD, 0, "", False),
     # any pip failure was recorded as "cannot be reached": a registry that answered is not one
     (3, "the package registry cannot be reached (pip download byteps==0.2.5.post15 ...: "
-        "ERROR: No matching distribution found for byteps==0.2.5.post15)", True, False),
-    (3, "no CUDA toolkit headers (cuda_runtime.h under $CUDA_HOME or /usr/local/cuda)", True,
-     False),
-    (1, "the BytePS environment is not built (/x); run: make byteps-env", False, False),
-    (1, "building byteps==0.2.5.post15 failed: error: x; see /x.log", True, False),
+        "ERROR: No matching distribution found for byteps==0.2.5.post15)", 0, "", False),
+    (1, "the BytePS environment is not built (/x); run: make byteps-env", 0, "", False),
+    (1, "building byteps==0.2.5.post15 failed: error: x; see /x.log", 0, "", False),
+    (3, "0.2.5's worker needs a CUDA device", 0, "", False),   # no longer a reason
 ])
-def test_the_skip_is_only_for_a_condition_really_absent(code, reason, gpu, skips):
-    proc = subprocess.CompletedProcess([SCRIPT, "python"], code, "",
-                                       f"byteps-env: error: {reason}\n")
+def test_the_skip_is_only_for_a_condition_really_absent(code, reason, horovod_code,
+                                                        horovod_reason, skips):
+    proc = _answer("byteps/legacy_env.sh", code, reason)
+    hvd = _answer("horovod/legacy_env.sh", horovod_code, horovod_reason)
     if skips:
-        assert byteps_skip_reason(proc, gpu=gpu) == reason
+        assert byteps_skip_reason(proc, horovod=hvd) == reason
     else:
         with pytest.raises(AssertionError):
-            byteps_skip_reason(proc, gpu=gpu)
+            byteps_skip_reason(proc, horovod=hvd)
 
 
 def test_missing_debian_packages_skip_only_where_they_are_missing(monkeypatch):
     zmq = ("ZeroMQ's development files are missing (/usr/include/zmq.h, libzmq.so): install "
            "libzmq3-dev (make cluster-deps does)")
-    proc = subprocess.CompletedProcess([SCRIPT, "python"], 3, "", f"byteps-env: error: {zmq}\n")
+    proc = _answer("byteps/legacy_env.sh", 3, zmq)
     monkeypatch.setattr(os.path, "exists", lambda path: False)
-    assert byteps_skip_reason(proc, gpu=True) == zmq
+    assert byteps_skip_reason(proc) == zmq
     monkeypatch.setattr(os.path, "exists", lambda path: True)
     with pytest.raises(AssertionError, match="are here"):
-        byteps_skip_reason(proc, gpu=True)
+        byteps_skip_reason(proc)
+
+
+# -- the launcher's side (no BytePS needed) -------------------------------------------------------
+
+def test_every_worker_is_a_byteps_worker_of_its_own():
+    from ddlbench.launch import pslaunch
+    common, roles, names = pslaunch.byteps_roles(["a", "a", "b"], ["c"], "a", "9000", "9001",
+                                                 local=False)
+    assert common["DMLC_NUM_WORKER"] == "3" and common["DMLC_NUM_SERVER"] == "1"
+    assert common["DDLBENCH_ENGINE"] == "byteps" and common["DDLBENCH_STORE_PORT"] == "9001"
+    assert "DMLC_NODE_HOST" not in common     # (only when every process is on this machine)
+    assert names == ["BytePS scheduler on a", "BytePS server 0 on c", "worker 0 on a",
+                     "worker 1 on a", "worker 2 on b"]
+    assert [r["DMLC_ROLE"] for _, r in roles] == ["scheduler", "server", "worker", "worker",
+                                                  "worker"]
+    workers = [r for _, r in roles if r["DMLC_ROLE"] == "worker"]
+    assert [(w["DMLC_WORKER_ID"], w["BYTEPS_LOCAL_RANK"], w["BYTEPS_LOCAL_SIZE"])
+            for w in workers] == [("0", "0", "1"), ("1", "0", "1"), ("2", "0", "1")]
+    # processes per host, for the workers' thread share: host a holds the scheduler too
+    assert [r["DDLBENCH_LOCAL_SIZE"] for _, r in roles] == ["3", "1", "3", "3", "1"]
+    common, _, _ = pslaunch.byteps_roles(["localhost"] * 2, ["localhost"], "localhost", "1",
+                                         "2", local=True)
+    assert common["DMLC_PS_ROOT_URI"] == common["DMLC_NODE_HOST"] == "127.0.0.1"
+
+
+def test_the_workers_placement_under_byteps():
+    from ddlbench.errors import UsageError
+    from ddlbench.hosts import placement
+    env = {"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000",
+           "DMLC_NUM_WORKER": "2", "DMLC_NUM_SERVER": "2", "DMLC_WORKER_ID": "1",
+           "DDLBENCH_WORKER_RANK": "1", "DDLBENCH_NUM_WORKER": "2",
+           "DDLBENCH_ENGINE": "byteps", "DDLBENCH_STORE_PORT": "9001"}
+    p = placement.detect(env)
+    # the servers are BytePS's own, not ranks; worker 0's store is not the scheduler's port
+    assert (p.rank, p.world_size, p.master_port, p.launcher) == (1, 2, 9001, "dmlc")
+    with pytest.raises(UsageError, match="DDLBENCH_STORE_PORT"):
+        placement.detect({k: v for k, v in env.items() if k != "DDLBENCH_STORE_PORT"})
+    with pytest.raises(UsageError, match="byteps.server"):
+        placement.detect(dict(env, DMLC_ROLE="server", DDLBENCH_SERVER_ID="0"))
+
+
+def test_stop_finds_byteps_servers_of_a_job():
+    from ddlbench.launch import psstop
+    argv = ["/x/python", "-m", "ddlbench.launch.bpsserver", "--job-id", "j1"]
+    assert psstop.job_of(argv, None) == "j1"
+    assert psstop.job_of(["/x/python", "-c", "import byteps.server"], None) is None
+
+
+@pytest.mark.parametrize("variables,message", [
+    ({"engine": "mxnet"}, "engine must be torch or byteps, got 'mxnet'"),
+    ({"engine": "byteps", "rdma": "1"}, "engine=byteps runs over TCP (rdma=0)"),
+])
+def test_launcher_bad_engine_input(tmp_path, variables, message):
+    proc = subprocess.run(["bash", LAUNCHER], cwd=REPO, capture_output=True, text=True,
+                          env=env(nworkers="2", hostfile=_hostfile(tmp_path, 2), dry_run="1",
+                                  **variables), timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, describe(proc)
+
+
+def test_the_training_script_refuses_what_byteps_cannot_do(tmp_path):
+    """(In the main environment: the checks that need no BytePS.)"""
+    import sys
+    base = [sys.executable, "-m", "ddlbench.train", "--engine", "byteps", "--model", "resnet18",
+            "--image-size", "32", "--batch-size", "4", "--method"]
+    for args, message in [
+            (["wfbpps"], "--engine byteps is unavailable in this Python"),
+    ]:
+        proc = subprocess.run(base + args, cwd=REPO, capture_output=True, text=True,
+                              env=env(), timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, describe(proc)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--method", "fusion"], "method 'fusion' has no BytePS mapping; --engine byteps runs "
+                             "bspps, wfbpps, byteschedulerps"),
+    (["--method", "wfbpps", "--threshold", "1000"], "BytePS 0.2.5 fuses nothing"),
+    (["--method", "wfbpps", "--compressor", "fp16"], "--engine byteps takes --compressor none"),
+])
+def test_byteps_bad_input(byteps_python, args, message):
+    proc = subprocess.run([byteps_python, "-m", "ddlbench.train", "--engine", "byteps",
+                           *SMALL_CNN, *args], cwd=REPO, capture_output=True, text=True,
+                          env=env(), timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, describe(proc)

@@ -709,7 +709,8 @@ def test_sigkill_mid_run_then_restart_gives_one_record_per_try(tmp_path):
 
 def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
     cfg = write_config(
-        tmp_path, colour="red", nworkers=[0, 2, 3], tries=0, engines=["torch", "mxnet"],
+        tmp_path, colour="red", nworkers=[0, 2, 3], tries=0,
+        engines=["torch", "mxnet", "byteps"],
         networks=["local", {"rdma": 7}, {"net": "5gbit", "speed": 1}],
         methods=["wfbp", "nosuch", {"method": "bspps", "compressor": "topk"},
                  {"method": "wfbp", "credit": 5},
@@ -721,7 +722,8 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
     err = cap.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("benchmarks.py: error: ")
     expected = ["unknown key 'colour'", "nworkers entry 0", "tries must be a positive",
-                "engine 'mxnet'", "rdma must be 0", "unknown key 'speed'",
+                "engine 'mxnet'", "engine 'byteps': the sweep does not run the real-BytePS "
+                "lane", "rdma must be 0", "unknown key 'speed'",
                 "unknown method 'nosuch'", "unknown model 'nonet'",
                 "batch_size must be a positive integer", "unknown key 'pixels'",
                 "timing: unknown key 'rounds'",

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from ..errors import UsageError, env_int
 
 STORE_FD_ENV = "DDLBENCH_STORE_FD"   # the local spawner's listening socket, given to rank 0
+# engine=byteps (the PS launcher's real-BytePS lane): the engine, and worker 0's store port
+ENGINE_ENV = "DDLBENCH_ENGINE"
+STORE_PORT_ENV = "DDLBENCH_STORE_PORT"
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ def _dmlc(env) -> Placement:
         rank = _int("DDLBENCH_WORKER_RANK", machine * local_size + local_rank)
         if not 0 <= rank < nworkers:
             raise UsageError(f"worker rank {rank} outside 0..{nworkers - 1}")
+    elif env.get(ENGINE_ENV) == "byteps":
+        raise UsageError("DMLC_ROLE=server under engine=byteps: BytePS's servers run "
+                         "byteps.server, not the training script")
     else:
         server = _int("DDLBENCH_SERVER_ID")
         if server is None or not 0 <= server < nservers:
@@ -150,6 +156,15 @@ def _dmlc(env) -> Placement:
     port = _int("DMLC_PS_ROOT_PORT")
     if port is None:
         raise UsageError("DMLC_PS_ROOT_URI set without DMLC_PS_ROOT_PORT")
+    if env.get(ENGINE_ENV) == "byteps":
+        # BytePS's scheduler holds DMLC_PS_ROOT_PORT and its servers are no ranks: the job is
+        # the workers, and worker 0's store is on the launcher's DDLBENCH_STORE_PORT
+        store = _int(STORE_PORT_ENV)
+        if store is None:
+            raise UsageError(f"engine=byteps without {STORE_PORT_ENV} (the port of worker 0's "
+                             f"store; byteps/byteps_launch.sh engine=byteps sets it)")
+        return Placement(rank, nworkers, _int("DDLBENCH_LOCAL_RANK", 0),
+                         _int("DDLBENCH_LOCAL_SIZE", 1), "dmlc", env["DMLC_PS_ROOT_URI"], store)
     return Placement(rank, nworkers + nservers, _int("DDLBENCH_LOCAL_RANK", 0),
                      _int("DDLBENCH_LOCAL_SIZE", 1), "dmlc", env["DMLC_PS_ROOT_URI"],
                      port)

@@ -100,6 +100,10 @@ def parse_args(argv):
     p.add_argument("--server-hosts", default=None, metavar="H,...",
                    help="the hosts of the servers (default: the host file's hosts without "
                         "workers)")
+    p.add_argument("--engine", default="torch", choices=("torch", "byteps"),
+                   help="torch: the suite's servers; byteps: real BytePS's scheduler and "
+                        "servers, every worker a BytePS worker of its own (the training "
+                        "script's --engine byteps, in the environment make byteps-env builds)")
     p.add_argument("--ps-force-servers", action="store_true",
                    help="start the servers even when the workers are on one machine (which "
                         "otherwise runs none, as BytePS: a local reduce and broadcast)")
@@ -214,7 +218,6 @@ def main(argv=None) -> int:
         if args.server_hosts:
             server_hosts = [h.strip() for h in args.server_hosts.split(",") if h.strip()]
             resolve([hostfile.Host(h, 1) for h in server_hosts], "server_hosts")
-        nservers = servers_of(args, hosts)
         py = sys.executable
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         train = ["-m", "ddlbench.train", *args.train_args]
@@ -223,6 +226,11 @@ def main(argv=None) -> int:
         def announce() -> None:
             print(f"job ID: {job} (job={job} ./byteps/stop.sh stops it)", file=sys.stderr,
                   flush=True)
+        if args.engine == "byteps":
+            return byteps_job(args, hosts, server_hosts, py, root, train + ["--job-id", job],
+                              job, announce)
+        nservers = servers_of(args, hosts)
+        train = ["-m", "ddlbench.train", *args.train_args]   # (with --ps-force-servers)
         if all(is_local(h.name) for h in hosts):
             announce()
             cmd = [py, *train, "--nworkers", str(args.nworkers),
@@ -262,6 +270,99 @@ def servers_of(args, hosts: list[hostfile.Host]) -> int:
     return nservers
 
 
+BYTEPS_SERVER = ["-m", "ddlbench.launch.bpsserver"]
+SERVER_SCHEDULE = "BYTEPS_SERVER_ENABLE_SCHEDULE"
+
+
+def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int:
+    """``--engine byteps``: real BytePS's scheduler and ``nservers`` servers
+    (``ddlbench.launch.bpsserver``; default one per worker machine, at least one) and the
+    workers, each a BytePS worker of its own (``BYTEPS_LOCAL_SIZE=1``: the CPU path has no
+    local reduce), locally or over ssh. One worker alone is local to BytePS: no scheduler, no
+    server. The servers schedule as ``BYTEPS_SERVER_ENABLE_SCHEDULE`` in this environment
+    says (the shell launcher sets it from the method)."""
+    workers, _, _ = placement(hosts, args.nworkers, 0)
+    nservers = args.nservers if args.nservers is not None else len(set(workers))
+    if nservers <= 0:
+        raise UsageError(f"nservers must be positive, got {nservers}")
+    if args.nworkers == 1:
+        print("ddlbench: note: one BytePS worker alone synchronises with nobody: no scheduler "
+              "and no server are started", file=sys.stderr, flush=True)
+        nservers = 0
+    workers, servers, note = placement(hosts, args.nworkers, nservers, args.servers,
+                                       server_hosts)
+    hostfile.require_reachable(workers + servers)
+    announce()
+    if note:
+        print(f"ddlbench: note: {note}", file=sys.stderr, flush=True)
+    uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
+    port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(workers[0], py))
+    store = str(_free_port(workers[0], py))
+    while store == port:
+        store = str(_free_port(workers[0], py))
+    common, roles, names = byteps_roles(workers, servers, uri, port, store,
+                                        all(is_local(h) for h in workers + servers))
+    common["BYTEPS_JOB_ID"] = job     # the patch names the workers' shared memory with it
+    argvs = [train if role["DMLC_ROLE"] == "worker" else BYTEPS_SERVER + ["--job-id", job]
+             for _, role in roles]
+    try:
+        return run(roles, common, py, root, train, job, args.grace, argvs=argvs, names=names,
+                   ours=True)
+    finally:
+        remove_byteps_files(sorted(set(workers)), job)
+
+
+def byteps_files(job: str) -> str:
+    """What a BytePS worker of job ``job`` leaves on its host when it does not end cleanly
+    (the patch's names): its shared memory and its sockets, as a shell glob."""
+    return f"/dev/shm/BytePS_ShM_{job}_* /tmp/socket_send_{job}_* /tmp/socket_recv_{job}_*"
+
+
+def remove_byteps_files(hosts: list[str], job: str) -> None:
+    """Remove job ``job``'s BytePS files on every worker host (after the job: a worker
+    killed, or ended after a failure, leaves them)."""
+    cmd = f"rm -f {byteps_files(check_job_id(job))}"
+    for h in hosts:
+        line = ["sh", "-c", cmd] if is_local(h) else _ssh() + [h, cmd]
+        subprocess.run(line, capture_output=True, timeout=60)
+
+
+def byteps_roles(workers: list[str], servers: list[str], uri: str, port: str, store: str,
+                 local: bool):
+    """The variables of every process of an ``--engine byteps`` job: (those common to all,
+    [(host, a process's own)] for the scheduler, the servers and the workers, their names).
+    Every worker is a BytePS worker (``DMLC_WORKER_ID`` = its rank, ``DMLC_NUM_WORKER`` the
+    processes); worker 0's store is on ``DDLBENCH_STORE_PORT``. ``local``: every process is
+    on this machine, and BytePS's nodes announce the loopback (``DMLC_NODE_HOST``)."""
+    schedule = os.environ.get(SERVER_SCHEDULE, "0")
+    common = {"DMLC_NUM_WORKER": str(len(workers)), "DMLC_NUM_SERVER": str(len(servers)),
+              "DDLBENCH_NUM_WORKER": str(len(workers)), "DDLBENCH_ENGINE": "byteps",
+              "DMLC_PS_ROOT_URI": "127.0.0.1" if uri in hostfile.LOCAL_NAMES else uri,
+              "DMLC_PS_ROOT_PORT": port, "DDLBENCH_STORE_PORT": store,
+              SERVER_SCHEDULE: schedule}
+    if local:
+        common["DMLC_NODE_HOST"] = "127.0.0.1"
+    roles, names = [], []
+    if servers:
+        roles.append((workers[0], {"DMLC_ROLE": "scheduler"}))
+        names.append(f"BytePS scheduler on {workers[0]}")
+    for s, h in enumerate(servers):
+        roles.append((h, {"DMLC_ROLE": "server", "DDLBENCH_SERVER_ID": str(s)}))
+        names.append(f"BytePS server {s} on {h}")
+    for i, h in enumerate(workers):
+        roles.append((h, {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(i),
+                          "DDLBENCH_WORKER_RANK": str(i), "DDLBENCH_MACHINE": h,
+                          "BYTEPS_LOCAL_RANK": "0", "BYTEPS_LOCAL_SIZE": "1"}))
+        names.append(f"worker {i} on {h}")
+    per_host = {h: sum(1 for x, _ in roles if x == h) for h, _ in roles}
+    seen: dict[str, int] = {}
+    for h, env in roles:
+        env.update(DDLBENCH_LOCAL_RANK=str(seen.setdefault(h, 0)),
+                   DDLBENCH_LOCAL_SIZE=str(per_host[h]))
+        seen[h] += 1
+    return common, roles, names
+
+
 def dmlc_roles(workers: list[str], servers: list[str], nworkers: int, uri: str, port: str):
     """The variables of every process (BytePS's and the suite's; the module's docstring):
     (those common to all, [(host, a process's own)] for the workers then the servers)."""
@@ -287,18 +388,21 @@ def dmlc_roles(workers: list[str], servers: list[str], nworkers: int, uri: str, 
     return common, roles
 
 
-def run(roles, common, py, root, train, job, grace, argvs=None, names=None) -> int:
+def run(roles, common, py, root, train, job, grace, argvs=None, names=None,
+        ours: bool | None = None) -> int:
     """Start every role's process (``(host, environment)``; its argv after the interpreter is
     ``train``, or its own from ``argvs``), supervise them, stop them all at the first failure
-    or signal. ``names``: how lines name the processes (default: worker/server on host)."""
+    or signal. ``names``: how lines name the processes (default: worker/server on host).
+    ``ours``: the processes are the suite's, which watch their parent (default: without
+    ``argvs``; with them, a tool's)."""
     with stop_signals() as stopping:
-        return _run(roles, common, py, root, train, job, grace, stopping, argvs, names)
+        return _run(roles, common, py, root, train, job, grace, stopping, argvs, names,
+                    argvs is None if ours is None else ours)
 
 
-def _run(roles, common, py, root, train, job, grace, stopping, argvs, names) -> int:
+def _run(roles, common, py, root, train, job, grace, stopping, argvs, names, ours) -> int:
     procs: list[tuple[str, subprocess.Popen]] = []
     remote = sorted({h for h, _ in roles if not is_local(h)})
-    ours = argvs is None    # the suite's processes, which watch their parent; else a tool's
     argvs = argvs or [train] * len(roles)
     try:
         for (host, role), argv in zip(roles, argvs):
@@ -349,13 +453,16 @@ def _stop_all(procs, remote_hosts, job, grace) -> None:
 
 
 def stop(hosts, job: str, quiet: bool = False) -> int:
-    """Stop the processes of job ``job`` (its id on their command line) on every host."""
-    pattern = f"ddlbench[.]train .*--job-id {re.escape(check_job_id(job))}( |$)"
+    """Stop the processes of job ``job`` (its id on their command line) on every host, and
+    remove the files its BytePS workers leave (``remove_byteps_files``)."""
+    pattern = (f"ddlbench[.](train|launch[.]bpsserver) .*--job-id "
+               f"{re.escape(check_job_id(job))}( |$)")
     for h in dict.fromkeys(h.name for h in hosts):
         cmd = ["pkill", "-TERM", "-f", pattern]
         if not is_local(h):
             cmd = _ssh() + [h, " ".join(shlex.quote(c) for c in cmd)]
         subprocess.run(cmd, capture_output=True, timeout=60)
+        remove_byteps_files([h], job)   # (engine=byteps: what its workers leave)
         if not quiet:
             print(f"stopped the processes of job {job} on {h}")
     return 0

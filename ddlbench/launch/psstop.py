@@ -8,7 +8,9 @@ PS jobs and stops them (SIGTERM, SIGKILL after ``--grace`` seconds). What identi
 what the PS launcher (``ddlbench.launch.pslaunch``) gives every process it starts, locally or
 over ssh:
 
-- it runs ``python -m ddlbench.train ... --job-id ID`` (the job's id on its command line);
+- it runs ``python -m ddlbench.train ... --job-id ID`` (the job's id on its command line), or
+  ``python -m ddlbench.launch.bpsserver --job-id ID`` (real BytePS's scheduler or a server,
+  ``engine=byteps``);
 - in this checkout: its working directory is the checkout's root (the launcher ``cd``\\ s
   there on every host: local children start there, remote ones run ``cd ROOT && exec ...``);
 - as this user (the process's owner is the user running this, on each host the ssh login);
@@ -39,6 +41,7 @@ from .pslaunch import JOB_ID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PS_ROLES = ("worker", "server", "scheduler")
+TRAIN, BYTEPS_SERVER = "ddlbench.train", "ddlbench.launch.bpsserver"
 
 
 def _value(args: list[str], flag: str) -> str | None:
@@ -63,15 +66,18 @@ def job_of(argv: list[str], environ: dict[str, str] | None,
            ps_methods: frozenset = frozenset()) -> str | None:
     """The job id of a PS job's process from its command line and environment (None: not
     one): ``-m ddlbench.train`` with ``--job-id ID``, and ``--nservers``, ``DMLC_ROLE`` or a
-    ``--method`` of ``ps_methods`` (a one-machine PS job runs no server, as BytePS)."""
+    ``--method`` of ``ps_methods`` (a one-machine PS job runs no server, as BytePS); or
+    ``-m ddlbench.launch.bpsserver --job-id ID`` (real BytePS's scheduler or a server)."""
     module = next((i for i in range(len(argv) - 1)
-                   if argv[i] == "-m" and argv[i + 1] == "ddlbench.train"), None)
+                   if argv[i] == "-m" and argv[i + 1] in (TRAIN, BYTEPS_SERVER)), None)
     if module is None:
         return None
     args = argv[module + 2:]
     job = _value(args, "--job-id")
     if job is None or not JOB_ID.match(job):
         return None
+    if argv[module + 1] == BYTEPS_SERVER:   # real BytePS's scheduler or server (engine=byteps)
+        return job
     ps = _value(args, "--nservers") is not None \
         or ps_method(_value(args, "--method"), ps_methods) \
         or (environ or {}).get("DMLC_ROLE") in PS_ROLES

@@ -5,7 +5,8 @@ Where methods come from, in this order:
 
 - every module of this package (one file per family of methods): a public ``Method`` subclass
   defined there with an ``id`` of its own is registered under its ``engine`` ("torch", or
-  "horovod" for the real-Horovod lane's implementations of the same ids);
+  "horovod" and "byteps" for the real-Horovod and real-BytePS lanes' implementations of the
+  same ids);
 - the modules named in the environment variable ``DDLBENCH_METHODS`` (comma-separated, e.g. a
   package of your own on ``PYTHONPATH``): adding a method is one file there or here;
 - ``package.module:ClassName`` given as a method name: a method under development, which
@@ -24,10 +25,12 @@ from ..errors import UsageError
 from ..options import Spec, collect, from_environment
 from .base import A2A, PS, Method
 
-ENGINES = ("torch", "horovod")
+ENGINES = ("torch", "horovod", "byteps")
 # the training script's --method when none is given: Horovod's tensor fusion, the original's
 DEFAULT = "fusion"
 PLUGINS_ENV = "DDLBENCH_METHODS"
+# the engines that run a real framework's implementation of some methods
+LANES = {"horovod": "Horovod", "byteps": "BytePS"}
 
 _registry: dict[str, dict[str, type[Method]]] | None = None
 
@@ -73,9 +76,9 @@ def lookup(name: str, engine: str = "torch") -> type[Method]:
     found = registry(engine).get(name)
     if found is not None:
         return found
-    if engine == "horovod":
-        raise UsageError(f"method {name!r} has no Horovod mapping; --engine horovod runs "
-                         f"{', '.join(names('horovod'))} (the others run on --engine torch)")
+    if engine in LANES:
+        raise UsageError(f"method {name!r} has no {LANES[engine]} mapping; --engine {engine} "
+                         f"runs {', '.join(names(engine))} (the others run on --engine torch)")
     if ":" in name:
         module, _, attr = name.partition(":")
         if not (all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()):

@@ -34,6 +34,8 @@ class Context:
     nservers: int = 0
     # --engine horovod: the HOROVOD_* settings it runs with (None on the torch engine).
     horovod: "dict | None" = None
+    # --engine byteps: the BYTEPS_* settings it runs with (None on the other engines).
+    byteps: "dict | None" = None
 
     @property
     def is_root(self) -> bool:
@@ -87,15 +89,17 @@ class Job:
     ps_clients: str = DEFAULT_PS_CLIENTS
     horovod: dict[str, str] | None = None
     ps_local: bool = False
+    byteps: dict[str, str] | None = None
 
     @classmethod
-    def of(cls, flags, horovod: dict[str, str] | None = None) -> "Job":
+    def of(cls, flags, horovod: dict[str, str] | None = None,
+           byteps: dict[str, str] | None = None) -> "Job":
         """From a command line's flags (``--no-cuda``, ``--backend``, ``--timeout``,
         ``--threads``, ``--nservers``, ``--partition-bytes``, ``--ps-clients``)."""
         return cls(use_cuda=not flags.no_cuda, backend=flags.backend, timeout_s=flags.timeout,
                    threads=flags.threads, nservers=flags.nservers,
                    partition_bytes=flags.partition_bytes, ps_clients=flags.ps_clients,
-                   horovod=horovod, ps_local=getattr(flags, "ps_local", False))
+                   horovod=horovod, ps_local=getattr(flags, "ps_local", False), byteps=byteps)
 
 
 def start(placement: Placement, job: Job, worker) -> int:
@@ -119,7 +123,9 @@ def init(placement: Placement, job: Job) -> Context:
     ``ps_local`` and no server, the push/pull group is the workers' own and worker 0 sums
     (``ps.LocalReduce``). With ``horovod`` (the HOROVOD_* settings of the method to run)
     Horovod is started first, and the default group is a Gloo group beside it for everything
-    but the method's own communication (ddlbench.runtime.horovod)."""
+    but the method's own communication (ddlbench.runtime.horovod); with ``byteps`` (the
+    BYTEPS_* settings) likewise BytePS (ddlbench.runtime.byteps), whose servers are not ranks
+    of the job."""
     use_cuda, backend, timeout_s, threads = job.use_cuda, job.backend, job.timeout_s, job.threads
     nservers, partition_bytes, ps_clients, horovod = (job.nservers, job.partition_bytes,
                                                        job.ps_clients, job.horovod)
@@ -139,7 +145,16 @@ def init(placement: Placement, job: Job) -> Context:
         torch.set_num_threads(threads or max(1, (cores or 1) // share))
     timeout = datetime.timedelta(seconds=timeout_s)
     client = None
-    if horovod is not None:
+    byteps = job.byteps
+    if byteps is not None:
+        from . import byteps as byteps_lane
+        byteps = byteps_lane.start(placement, byteps, cpu=device.type == "cpu")
+        nservers = byteps_lane.nservers()
+        backend = "gloo"   # beside BytePS: the auxiliary collectives are few and small
+        dist.init_process_group(backend, store=_store(placement, timeout), rank=placement.rank,
+                                world_size=placement.world_size, timeout=timeout)
+        nworkers = placement.world_size
+    elif horovod is not None:
         from . import horovod as horovod_lane
         horovod = horovod_lane.start(placement, horovod)
         # Gloo beside Horovod: the auxiliary collectives are few and small.
@@ -166,7 +181,7 @@ def init(placement: Placement, job: Job) -> Context:
                                 partition_bytes, timeout_s, ps_clients)
     return Context(placement.rank, nworkers, placement.local_rank,
                    placement.local_world_size, device, backend, placement.launcher,
-                   ps=client, nservers=nservers, horovod=horovod)
+                   ps=client, nservers=nservers, horovod=horovod, byteps=byteps)
 
 
 def machine_id() -> str:
@@ -259,6 +274,9 @@ def shutdown(ctx: Context | None = None, clean: bool = True) -> None:
     if ctx is not None and ctx.horovod is not None:
         from . import horovod
         horovod.shutdown()
+    if ctx is not None and ctx.byteps is not None:
+        from . import byteps
+        byteps.shutdown(clean)
 
 
 def synchronize(device: torch.device) -> None:
