@@ -33,7 +33,9 @@
 # CPU patch; BYTEPS_PY= names another Python) runs bspps, wfbpps or byteschedulerps: BytePS's
 # scheduler and servers are this launcher's processes (nservers: default one per worker
 # machine, on one machine too), every worker process is a BytePS worker of its own, and
-# BYTEPS_SERVER_ENABLE_SCHEDULE=1 for byteschedulerps, 0 otherwise, as the original.
+# BYTEPS_SERVER_ENABLE_SCHEDULE=1 for byteschedulerps, 0 otherwise, as the original. With
+# extra_args="--net PROFILE" on this machine the launcher builds an emulated cluster and runs
+# every worker, server and the scheduler on hosts of it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"

@@ -9,6 +9,7 @@ workers, 2 servers) through `engine=byteps ./byteps/byteps_launch.sh`; a BytePS 
 dies ends the job within 30 s with one line, leaving no process. Elsewhere those tests skip with
 the reason the build recorded, where that reason holds (tests/skip_conditions.py); any other
 reason, or an environment that is simply not built, fails."""
+import glob
 import hashlib
 import json
 import os
@@ -19,8 +20,13 @@ import time
 
 import pytest
 
+from ddlbench import netem
+
 from .conftest import MOMENTUM_SGD, REPO, SMALL_CNN, describe, env, verify_lines
 from .skip_conditions import byteps_skip_reason
+
+NETEM = netem.unavailable_reason()
+needs_netem = pytest.mark.skipif(NETEM is not None, reason=NETEM or "")
 
 SCRIPT = os.path.join(REPO, "byteps", "legacy_env.sh")
 CHECK = os.path.join(REPO, "byteps", "legacy_check.sh")
@@ -158,14 +164,15 @@ def _launch(byteps_python, tmp_path, method, nservers, extra, timeout=240, **mor
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("method,nservers", [("wfbpps", 1), ("bspps", 2),
-                                             ("byteschedulerps", 2)])
+@pytest.mark.parametrize("method,nservers", [("wfbpps", 1), ("bspps", 2)])
 def test_verify_on_real_byteps(byteps_python, tmp_path, method, nservers):
-    """The three PS methods on real BytePS end each of 3 momentum-SGD steps (float64) with
-    the parameters of single-process SGD on the averaged gradient."""
-    # (wfbpps in 256 KB partitions: the largest gradients in several (16); the others at
-    # BytePS's default 4,096,000, byteschedulerps because its server scheduling sums wrongly
-    # with several partitions of a key in flight: DESIGN.md section 10)
+    """wfbpps and bspps on real BytePS end each of 3 momentum-SGD steps (float64) with the
+    parameters of single-process SGD on the averaged gradient. (byteschedulerps is not here:
+    BytePS 0.2.5's server scheduling, which is all that tells it from wfbpps, returns partial
+    sums now and then, so its --verify passes or fails by timing: DESIGN.md section 10 and
+    scripts/byteps_schedule_repro.sh.)"""
+    # (wfbpps in 256 KB partitions: the largest gradients in several; bspps's one flat
+    # gradient in BytePS's default 4,096,000)
     partition = ["--partition-bytes", str(1 << 18)] if method == "wfbpps" else []
     proc = _launch(byteps_python, tmp_path, method, nservers,
                    ["--verify", "3", *MOMENTUM_SGD, "--dtype", "float64", "--timeout", "120",
@@ -244,6 +251,10 @@ def test_a_dead_byteps_server_ends_the_job(byteps_python, tmp_path):
     assert re.search(r"BytePS server 0 on localhost .*(SIGKILL|signal 9)", err), err[-3000:]
     time.sleep(1)
     assert _job_processes(job) == [], "processes of the job are left"
+    # the workers, killed, left their shared memory and sockets: the launcher removed them
+    left = [f for pattern in (f"/dev/shm/BytePS_ShM_{job}_*", f"/tmp/socket_*_{job}_*")
+            for f in glob.glob(pattern)]
+    assert left == [], left
 
 
 # -- when the lane's tests may skip (injected answers) -------------------------------------------
@@ -351,19 +362,6 @@ def test_launcher_bad_engine_input(tmp_path, variables, message):
     assert proc.returncode == 2 and message in proc.stderr, describe(proc)
 
 
-def test_the_training_script_refuses_what_byteps_cannot_do(tmp_path):
-    """(In the main environment: the checks that need no BytePS.)"""
-    import sys
-    base = [sys.executable, "-m", "ddlbench.train", "--engine", "byteps", "--model", "resnet18",
-            "--image-size", "32", "--batch-size", "4", "--method"]
-    for args, message in [
-            (["wfbpps"], "--engine byteps is unavailable in this Python"),
-    ]:
-        proc = subprocess.run(base + args, cwd=REPO, capture_output=True, text=True,
-                              env=env(), timeout=120)
-        assert proc.returncode == 2 and message in proc.stderr, describe(proc)
-
-
 @pytest.mark.parametrize("args,message", [
     (["--method", "fusion"], "method 'fusion' has no BytePS mapping; --engine byteps runs "
                              "bspps, wfbpps, byteschedulerps"),
@@ -375,3 +373,18 @@ def test_byteps_bad_input(byteps_python, args, message):
                            *SMALL_CNN, *args], cwd=REPO, capture_output=True, text=True,
                           env=env(), timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, describe(proc)
+
+
+@needs_netem
+def test_byteps_over_an_emulated_network(byteps_python, tmp_path):
+    """engine=byteps with --net: BytePS's scheduler, servers and workers each on a host of an
+    emulated 1 Gbit/s cluster (its own network namespace and address), verified, and the
+    cluster gone afterwards."""
+    proc = _launch(byteps_python, tmp_path, "wfbpps", 1,
+                   ["--verify", "1", "--timeout", "120", "--net", "1gbit"])
+    assert proc.returncode == 0, describe(proc)
+    lines = verify_lines(proc.stdout)["wfbpps"]
+    assert [s for s, *_ in lines] == [1] and all(ok for *_, ok in lines), proc.stdout
+    runs = sorted(set(re.findall(r"run ([0-9a-f]{6})", proc.stderr)))
+    assert len(runs) == 1, proc.stderr          # the cluster's summary names its run
+    assert [ns for ns in netem.list_namespaces() if runs[0] in ns] == [], "namespaces left"

@@ -184,7 +184,8 @@ def test_single_worker_runs_in_process(tmp_path, load_json):
     (["--threshold", "-1"], "--threshold must be >= 0 bytes"),
     (["--method", "nosuchmodule:Thing"], "cannot load method 'nosuchmodule:Thing'"),
     (["--engine", "horovod"], "--engine horovod is unavailable"),
-    (["--engine", "byteps"], "argument --engine: invalid choice: 'byteps'"),
+    (["--engine", "byteps"], "--engine byteps is unavailable in this Python"),
+    (["--engine", "mxnet"], "argument --engine: invalid choice: 'mxnet'"),
     (["--vocab-size", "0"], "--vocab-size must be positive, got 0"),
 ])
 def test_bad_input_is_one_line_and_nonzero_and_writes_nothing(tmp_path, args, message):

@@ -20,7 +20,8 @@ def main(argv=None) -> int:
     p.add_argument("--job-id", required=True)
     p.parse_args(argv)
     watch_parent()
-    import byteps.server  # noqa: F401  (serves on import, returns when the job is done)
+    import importlib
+    importlib.import_module("byteps.server")  # serves on import, returns when the job is done
     return 0
 
 

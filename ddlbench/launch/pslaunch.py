@@ -289,27 +289,84 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
         print("ddlbench: note: one BytePS worker alone synchronises with nobody: no scheduler "
               "and no server are started", file=sys.stderr, flush=True)
         nservers = 0
-    workers, servers, note = placement(hosts, args.nworkers, nservers, args.servers,
-                                       server_hosts)
-    hostfile.require_reachable(workers + servers)
+    net = _flag(args.train_args, "--net") or os.environ.get("DDLBENCH_NET") or "loopback"
+    local = all(is_local(h.name) for h in hosts)
+    from .. import netem
+    if not local or netem.resolve(net).loopback:
+        workers, servers, note = placement(hosts, args.nworkers, nservers, args.servers,
+                                           server_hosts)
+        hostfile.require_reachable(workers + servers)
+    else:   # an emulated cluster: a host per worker (--slots: per that many), servers apart
+        from .local import hosts_of
+        slots = _flag(args.train_args, "--slots")
+        where = hosts_of(args.nworkers + nservers, nservers, int(slots) if slots else None)
+        workers = [f"host{h}" for h in where[:args.nworkers]]
+        servers = [f"host{h}" for h in where[args.nworkers:]]
+        note = None
     announce()
     if note:
         print(f"ddlbench: note: {note}", file=sys.stderr, flush=True)
-    uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
-    port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(workers[0], py))
-    store = str(_free_port(workers[0], py))
-    while store == port:
-        store = str(_free_port(workers[0], py))
-    common, roles, names = byteps_roles(workers, servers, uri, port, store,
-                                        all(is_local(h) for h in workers + servers))
-    common["BYTEPS_JOB_ID"] = job     # the patch names the workers' shared memory with it
-    argvs = [train if role["DMLC_ROLE"] == "worker" else BYTEPS_SERVER + ["--job-id", job]
-             for _, role in roles]
+    cluster = None
     try:
+        if workers[0].startswith("host") and local:
+            cluster = netem.start(max(int(h[4:]) for h in workers + servers) + 1, net)
+        uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
+        first = "localhost" if cluster else workers[0]   # (an emulated host: any port is free)
+        port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(first, py))
+        store = str(_free_port(first, py))
+        while store == port:
+            store = str(_free_port(first, py))
+        common, roles, names = byteps_roles(workers, servers, uri, port, store, local)
+        common["BYTEPS_JOB_ID"] = job     # the patch names the workers' shared memory with it
+        argvs = [train if role["DMLC_ROLE"] == "worker" else BYTEPS_SERVER + ["--job-id", job]
+                 for _, role in roles]
+        prefixes = None
+        if cluster is not None:
+            # the network is built: the workers run on it as on a cluster's (their record's
+            # `net` is the cluster's, DDLBENCH_NET_INFO)
+            inside = _without(train, ("--net", "--slots"))
+            argvs = [inside if argv is train else argv for argv in argvs]
+            common["DDLBENCH_NET"] = "loopback"
+            prefixes = []
+            common["DMLC_PS_ROOT_URI"] = cluster.hosts[0].address
+            for h, role in roles:
+                i = int(h[4:])
+                host_env = cluster.env(i)
+                role.update(DMLC_NODE_HOST=cluster.hosts[i].address, DDLBENCH_MACHINE=h,
+                            GLOO_SOCKET_IFNAME=host_env["GLOO_SOCKET_IFNAME"],
+                            DDLBENCH_NET_INFO=host_env["DDLBENCH_NET_INFO"])
+                prefixes.append(cluster.prefix(i))
         return run(roles, common, py, root, train, job, args.grace, argvs=argvs, names=names,
-                   ours=True)
+                   ours=True, prefixes=prefixes)
     finally:
-        remove_byteps_files(sorted(set(workers)), job)
+        if cluster is not None:
+            cluster.down()
+        remove_byteps_files(["localhost"] if cluster else sorted(set(workers)), job)
+
+
+def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``args`` without ``flags`` and their values (``--flag V`` or ``--flag=V``)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in flags:
+            skip = True
+        elif not a.startswith(tuple(f + "=" for f in flags)):
+            out.append(a)
+    return out
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` (``--flag V`` or ``--flag=V``) among the training script's
+    arguments."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1:]
+    return found
 
 
 def byteps_files(job: str) -> str:
@@ -389,28 +446,32 @@ def dmlc_roles(workers: list[str], servers: list[str], nworkers: int, uri: str, 
 
 
 def run(roles, common, py, root, train, job, grace, argvs=None, names=None,
-        ours: bool | None = None) -> int:
+        ours: bool | None = None, prefixes=None) -> int:
     """Start every role's process (``(host, environment)``; its argv after the interpreter is
     ``train``, or its own from ``argvs``), supervise them, stop them all at the first failure
     or signal. ``names``: how lines name the processes (default: worker/server on host).
     ``ours``: the processes are the suite's, which watch their parent (default: without
-    ``argvs``; with them, a tool's)."""
+    ``argvs``; with them, a tool's). ``prefixes``: each local process's command prefix (an
+    emulated host's ``ip netns exec``)."""
     with stop_signals() as stopping:
         return _run(roles, common, py, root, train, job, grace, stopping, argvs, names,
-                    argvs is None if ours is None else ours)
+                    argvs is None if ours is None else ours, prefixes)
 
 
-def _run(roles, common, py, root, train, job, grace, stopping, argvs, names, ours) -> int:
+def _run(roles, common, py, root, train, job, grace, stopping, argvs, names, ours,
+         prefixes=None) -> int:
     procs: list[tuple[str, subprocess.Popen]] = []
-    remote = sorted({h for h, _ in roles if not is_local(h)})
     argvs = argvs or [train] * len(roles)
+    prefixes = prefixes or [[]] * len(roles)
+    # (an emulated host is this machine: its processes are local children)
+    remote = sorted({h for (h, _), pre in zip(roles, prefixes) if not pre and not is_local(h)})
     try:
-        for (host, role), argv in zip(roles, argvs):
+        for (host, role), argv, prefix in zip(roles, argvs, prefixes):
             env = dict(common, **role)
-            if is_local(host):
+            if prefix or is_local(host):
                 if ours:
                     env[PARENT_ENV] = str(os.getpid())
-                procs.append((host, subprocess.Popen([py, *argv], cwd=root,
+                procs.append((host, subprocess.Popen([*prefix, py, *argv], cwd=root,
                                                      env=dict(os.environ, **env),
                                                      preexec_fn=die_with_parent())))
             else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UsageError
+from ..errors import UsageError, say
 from .base import BucketPlan, Method
 from .ps import (BSPPS, WFBPPS, ByteSchedulerPS, FROM_HOOKS, AFTER_BACKWARD, algorithm,
                  servers_line)
@@ -197,3 +197,15 @@ class BytePSByteSchedulerPS(BytePSWFBPPS):
     implements = ByteSchedulerPS
     display = "ByteScheduler-PS (BytePS server scheduling)"
     server_schedule = True
+
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        if self.bps.rank() == 0 and self.comm_servers():
+            say(SCHEDULE_NOTE)
+
+
+# What a byteschedulerps run on BytePS says first (docs/DESIGN.md section 10)
+SCHEDULE_NOTE = ("ddlbench: note: BytePS 0.2.5's server scheduling "
+                 "(BYTEPS_SERVER_ENABLE_SCHEDULE=1) now and then returns a partition summed "
+                 "over one worker only (scripts/byteps_schedule_repro.sh): time it, but its "
+                 "--verify passes or fails by timing")
