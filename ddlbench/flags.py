@@ -251,10 +251,8 @@ def check(args, probe_engine: bool = True) -> None:
                 raise UsageError(problem)
     _check_ignored(args)
     _check_paths(args)
-    if args.engine == "horovod":
-        _check_horovod(args, probe_engine)
-    elif args.engine == "byteps":
-        _check_byteps(args, probe_engine)
+    if args.engine in LANE_ENVIRONMENTS:
+        _check_lane(args, probe_engine)
     names = method_list(args)
     if args.save_params and not args.verify:
         raise UsageError("--save-params needs --verify STEPS (it saves the verified parameters)")
@@ -367,43 +365,39 @@ def _check_optimizer(args) -> None:
         raise UsageError(f"--momentum is a setting of SGD, but {how}; add --optimizer sgd")
 
 
-def _check_horovod(args, probe_engine: bool) -> None:
-    from .hosts import placement
-    from .methods import horovod
-    if probe_engine:  # (a sweep checks in this environment and runs in Horovod's)
-        try:
-            __import__("horovod.torch")
-        except Exception as e:  # ImportError, or a build against another torch failing to load
-            detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
-            raise UsageError(
-                f"--engine horovod is unavailable in this Python ({detail}): Horovod 0.28.1 "
-                f"runs in its own torch 2.0.1 environment; build it with `make horovod-env` "
-                f"and start through nworkers=N engine=horovod ./horovod/horovod_mpi_cj.sh"
-            ) from None
-    names = method_list(args)
-    for name in names:
-        methods.lookup(name, "horovod")  # one line for a method without a Horovod mapping
-    horovod.check(args, names, compressor_list(args),
-                  under_launcher=placement.detect() is not None or not probe_engine)
+# The real-framework lanes: the module their engine imports, and where they run instead
+LANE_ENVIRONMENTS = {
+    "horovod": ("horovod.torch", "Horovod 0.28.1 runs in its own torch 2.0.1 environment; build "
+                "it with `make horovod-env` and start through nworkers=N engine=horovod "
+                "./horovod/horovod_mpi_cj.sh"),
+    "byteps": ("byteps.torch", "BytePS 0.2.5 runs in its own environment; build it with `make "
+               "byteps-env` and start through nworkers=N engine=byteps "
+               "./byteps/byteps_launch.sh"),
+}
 
 
-def _check_byteps(args, probe_engine: bool) -> None:
+def _check_lane(args, probe_engine: bool) -> None:
+    """--engine horovod or byteps: the framework imports here (a sweep checks in this
+    environment and runs in the lane's: ``probe_engine`` False), every method has a mapping,
+    and the lane's own checks (``ddlbench.methods.<engine>.check``)."""
+    import importlib
+
     from .hosts import placement
-    from .methods import byteps
-    if probe_engine:  # (a sweep checks in this environment and runs in BytePS's)
+    engine = args.engine
+    module, where = LANE_ENVIRONMENTS[engine]
+    if probe_engine:
         try:
-            __import__("byteps.torch")
+            importlib.import_module(module)
         except Exception as e:  # ImportError, or a build against another torch failing to load
             detail = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}"
-            raise UsageError(
-                f"--engine byteps is unavailable in this Python ({detail}): BytePS 0.2.5 runs "
-                f"in its own environment; build it with `make byteps-env` and start through "
-                f"nworkers=N engine=byteps ./byteps/byteps_launch.sh") from None
+            raise UsageError(f"--engine {engine} is unavailable in this Python ({detail}): "
+                             f"{where}") from None
     names = method_list(args)
     for name in names:
-        methods.lookup(name, "byteps")  # one line for a method without a BytePS mapping
-    byteps.check(args, names, compressor_list(args),
-                 under_launcher=placement.detect() is not None or not probe_engine)
+        methods.lookup(name, engine)  # one line for a method without a mapping
+    lane = importlib.import_module(f"{__package__}.methods.{engine}")
+    lane.check(args, names, compressor_list(args),
+               under_launcher=placement.detect() is not None or not probe_engine)
 
 
 def with_servers(args) -> bool:

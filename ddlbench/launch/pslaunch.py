@@ -289,7 +289,7 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
         print("ddlbench: note: one BytePS worker alone synchronises with nobody: no scheduler "
               "and no server are started", file=sys.stderr, flush=True)
         nservers = 0
-    net = _flag(args.train_args, "--net") or os.environ.get("DDLBENCH_NET") or "loopback"
+    net = flag_value(args.train_args, "--net") or os.environ.get("DDLBENCH_NET") or "loopback"
     local = all(is_local(h.name) for h in hosts)
     from .. import netem
     if not local or netem.resolve(net).loopback:
@@ -298,7 +298,7 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
         hostfile.require_reachable(workers + servers)
     else:   # an emulated cluster: a host per worker (--slots: per that many), servers apart
         from .local import hosts_of
-        slots = _flag(args.train_args, "--slots")
+        slots = flag_value(args.train_args, "--slots")
         where = hosts_of(args.nworkers + nservers, nservers, int(slots) if slots else None)
         workers = [f"host{h}" for h in where[:args.nworkers]]
         servers = [f"host{h}" for h in where[args.nworkers:]]
@@ -357,9 +357,9 @@ def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _flag(args: list[str], flag: str) -> str | None:
-    """The last value of ``flag`` (``--flag V`` or ``--flag=V``) among the training script's
-    arguments."""
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` (``--flag V`` or ``--flag=V``) among ``args`` (the training
+    script's arguments)."""
     found = None
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
@@ -411,12 +411,7 @@ def byteps_roles(workers: list[str], servers: list[str], uri: str, port: str, st
                           "DDLBENCH_WORKER_RANK": str(i), "DDLBENCH_MACHINE": h,
                           "BYTEPS_LOCAL_RANK": "0", "BYTEPS_LOCAL_SIZE": "1"}))
         names.append(f"worker {i} on {h}")
-    per_host = {h: sum(1 for x, _ in roles if x == h) for h, _ in roles}
-    seen: dict[str, int] = {}
-    for h, env in roles:
-        env.update(DDLBENCH_LOCAL_RANK=str(seen.setdefault(h, 0)),
-                   DDLBENCH_LOCAL_SIZE=str(per_host[h]))
-        seen[h] += 1
+    _local_ranks(roles)
     return common, roles, names
 
 
@@ -435,14 +430,19 @@ def dmlc_roles(workers: list[str], servers: list[str], nworkers: int, uri: str, 
              for i, h in enumerate(workers)]
     roles += [(h, {"DMLC_ROLE": "server", "DDLBENCH_SERVER_ID": str(s)})
               for s, h in enumerate(servers)]
-    # Processes per host, so that CPU workers share that host's cores.
+    _local_ranks(roles)
+    return common, roles
+
+
+def _local_ranks(roles) -> None:
+    """Each process's place among its host's (``DDLBENCH_LOCAL_RANK``/``_SIZE``), so that CPU
+    workers share that host's cores."""
     per_host = {h: sum(1 for x, _ in roles if x == h) for h, _ in roles}
     seen: dict[str, int] = {}
     for h, env in roles:
         env.update(DDLBENCH_LOCAL_RANK=str(seen.setdefault(h, 0)),
                    DDLBENCH_LOCAL_SIZE=str(per_host[h]))
         seen[h] += 1
-    return common, roles
 
 
 def run(roles, common, py, root, train, job, grace, argvs=None, names=None,

@@ -38,21 +38,11 @@ import time
 from ..errors import EXIT_USAGE, ArgumentParser, UsageError
 from ..hosts import hostfile
 from .pslaunch import JOB_ID
+from .pslaunch import flag_value as _value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PS_ROLES = ("worker", "server", "scheduler")
 TRAIN, BYTEPS_SERVER = "ddlbench.train", "ddlbench.launch.bpsserver"
-
-
-def _value(args: list[str], flag: str) -> str | None:
-    """The last value of ``flag`` (``--flag V`` or ``--flag=V``) among ``args``."""
-    found = None
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            found = args[i + 1]
-        elif a.startswith(flag + "="):
-            found = a[len(flag) + 1:]
-    return found
 
 
 def ps_method(spec: str | None, ps_methods: frozenset = frozenset()) -> bool:

@@ -194,3 +194,17 @@ class Method:
         for i, p in enumerate(self.params):
             self._handles.append(compat.on_grad_ready(p, lambda _p, i=i: callback(i)))
 
+
+class LaneMethod(Method):
+    """A torch-engine method (``implements``) on a real framework's machinery (the Horovod and
+    BytePS lanes): the same id, options, architecture, summary and launcher; ``engine`` names
+    the lane."""
+
+    implements: ClassVar[type[Method]] = Method
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        done = cls.implements
+        cls.id, cls.Options, cls.architecture = done.id, done.Options, done.architecture
+        cls.summary, cls.launcher, cls.launcher_vars = (done.summary, done.launcher,
+                                                        done.launcher_vars)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError, say
-from .base import BucketPlan, Method
+from .base import BucketPlan, LaneMethod
 from .ps import (BSPPS, WFBPPS, ByteSchedulerPS, FROM_HOOKS, AFTER_BACKWARD, algorithm,
                  servers_line)
 
@@ -54,24 +54,14 @@ def check(args, methods: list[str], compressors: list[str], under_launcher: bool
                          "and servers: nworkers=N engine=byteps ./byteps/byteps_launch.sh")
 
 
-class _BytePSMethod(Method):
+class _BytePSMethod(LaneMethod):
     """A method of the torch engine (``implements``) on BytePS's machinery: same id, options
     and meaning; ``byteps_settings`` are the BYTEPS_* variables it needs at ``bps.init()``;
     ``server_schedule`` the servers' BYTEPS_SERVER_ENABLE_SCHEDULE it needs."""
 
     engine = "byteps"
-    implements: type[Method] = Method
     server_schedule = False
     worker_schedule = FROM_HOOKS
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.id = cls.implements.id
-        cls.Options = cls.implements.Options
-        cls.architecture = cls.implements.architecture
-        cls.summary = cls.implements.summary
-        cls.launcher = cls.implements.launcher
-        cls.launcher_vars = cls.implements.launcher_vars
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:

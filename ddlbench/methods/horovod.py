@@ -24,7 +24,7 @@ import os
 
 from ..errors import UsageError
 from .allreduce import BSPA2A, WFBP, Fusion
-from .base import BucketPlan, Method
+from .base import BucketPlan, LaneMethod
 from .mgwfbp import MGWFBP, MGWFBPPlanning
 
 COMPRESSORS = ("none", "fp16")
@@ -59,19 +59,11 @@ def check(args, methods: list[str], compressors: list[str], under_launcher: bool
                          "(or horovodrun --gloo -np N python -m ddlbench.train ...)")
 
 
-class _HorovodMethod(Method):
+class _HorovodMethod(LaneMethod):
     """A method of the torch engine (``implements``) on Horovod's machinery: same id, options
     and meaning; ``horovod_settings`` are the HOROVOD_* variables it needs at ``hvd.init()``."""
 
     engine = "horovod"
-    implements: type[Method] = Method
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.id = cls.implements.id
-        cls.Options = cls.implements.Options
-        cls.architecture = cls.implements.architecture
-        cls.summary = cls.implements.summary
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
