@@ -213,7 +213,7 @@ def test_a_job_of_several_methods_refuses_bad_input(tmp_path, monkeypatch, capsy
     import ddlbench.train as train_script
     monkeypatch.chdir(tmp_path)
     if "horovod" in args:  # as if Horovod were importable: the job's shape is refused first
-        monkeypatch.setattr(ddlbench.flags, "_check_horovod", lambda *a: None)
+        monkeypatch.setattr(ddlbench.flags, "_check_lane", lambda *a: None)
     code = train_script.main([*TINY_BERT, "--nworkers", "2", *args])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
