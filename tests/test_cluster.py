@@ -18,6 +18,7 @@ from ddlbench.netem.probe import ETHERNET_HEADER
 from ddlbench.netem.state import _read_states
 
 from .conftest import REPO, TINY_BERT_VOCAB, describe, env, tiny_bert_model, verify_lines
+from .skip_conditions import byteps_skip_reason
 
 REASON = links.unavailable_reason() or standing.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
@@ -183,6 +184,27 @@ def test_ps_launcher_over_ssh_puts_servers_on_their_own_hosts(cluster, tmp_path)
     gradient = 4 * sum(p.numel() for p in tiny_bert_model().parameters())
     assert received[2] + received[3] > 3 * 2 * gradient, received
     assert min(received[2:]) > 1e6, received
+
+
+def test_real_byteps_over_ssh_puts_its_servers_on_their_own_hosts(cluster, tmp_path):
+    """engine=byteps over ssh: BytePS's scheduler beside worker 0, its servers on hosts of
+    their own (t2, t3), which receive the pushes; --verify passes."""
+    lane = subprocess.run([os.path.join(REPO, "byteps", "legacy_env.sh"), "python"],
+                          capture_output=True, text=True, timeout=60)
+    reason = byteps_skip_reason(lane)
+    if reason is not None:
+        pytest.skip("real BytePS: " + reason)
+    names = [h["name"] for h in cluster["hosts"]]
+    before = counters(cluster)
+    proc = on(0, "./byteps/byteps_launch.sh", hostfile=host_file(tmp_path, names, 1),
+              nworkers=2, nservers=2, method="wfbpps", engine="byteps",
+              BYTEPS_PY=lane.stdout.strip(), dnn="squeezenet1_1", bs="4", image_size="32",
+              extra_args="--verify 2 --timeout 60")
+    assert proc.returncode == 0, describe(proc)
+    assert [ok for *_, ok in verify_lines(proc.stdout)["wfbpps"]] == [True] * 2
+    received = [a[1] - b[1] for a, b in zip(counters(cluster), before)]
+    # each server takes about half of 2 workers' 2 steps of 4.9 MB pushes (BytePS hashes keys)
+    assert min(received[2:]) > 1e6 and received[2] + received[3] > 2 * 2 * 4.9e6, received
 
 
 def test_torchrun_on_every_host_verifies(cluster, tmp_path):

@@ -311,6 +311,12 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
         if workers[0].startswith("host") and local:
             cluster = netem.start(max(int(h[4:]) for h in workers + servers) + 1, net)
         uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
+        if not cluster and uri not in hostfile.LOCAL_NAMES:
+            # ps-lite's scheduler binds to DMLC_PS_ROOT_URI: an address, not a host name
+            try:
+                uri = socket.gethostbyname(uri)
+            except OSError:
+                raise UsageError(f"cannot resolve {uri!r}, BytePS's scheduler host") from None
         first = "localhost" if cluster else workers[0]   # (an emulated host: any port is free)
         port = os.environ.get("DMLC_PS_ROOT_PORT") or str(_free_port(first, py))
         store = str(_free_port(first, py))
