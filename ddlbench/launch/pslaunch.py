@@ -292,7 +292,8 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
     net = flag_value(args.train_args, "--net") or os.environ.get("DDLBENCH_NET") or "loopback"
     local = all(is_local(h.name) for h in hosts)
     from .. import netem
-    if not local or netem.resolve(net).loopback:
+    emulated = local and not netem.resolve(net).loopback   # hosts host0... of a cluster built here
+    if not emulated:
         workers, servers, note = placement(hosts, args.nworkers, nservers, args.servers,
                                            server_hosts)
         hostfile.require_reachable(workers + servers)
@@ -308,7 +309,7 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
         print(f"ddlbench: note: {note}", file=sys.stderr, flush=True)
     cluster = None
     try:
-        if workers[0].startswith("host") and local:
+        if emulated:
             cluster = netem.start(max(int(h[4:]) for h in workers + servers) + 1, net)
         uri = os.environ.get("DMLC_PS_ROOT_URI") or workers[0]
         if not cluster and uri not in hostfile.LOCAL_NAMES:
