@@ -2,10 +2,12 @@
 # BytePS 0.2.5's server scheduling, alone: 1 scheduler, 1 server and 2 CPU workers of the
 # real-BytePS environment (make byteps-env) on the loopback push_pull 60 float64 tensors of up to
 # 320 KB in 64 KB partitions, 6 rounds, each worker's pushes staggered by up to 4 ms; every sum
-# is checked. With BYTEPS_SERVER_ENABLE_SCHEDULE=0 every sum is right; with 1 some partitions
-# come back holding one worker's own gradient instead of the sum (docs/DESIGN.md section 10).
+# is checked. BYTEPS_SERVER_SCHEDULE_HEAP=original in the environment keeps 0.2.5's scheduling
+# heap, which goes stale: with BYTEPS_SERVER_ENABLE_SCHEDULE=1 some partitions then come back
+# holding one worker's own gradient instead of the sum. The patch's heap (the default) and
+# unscheduled servers get every sum right (docs/DESIGN.md section 10).
 #
-#   scripts/byteps_schedule_repro.sh [SCHEDULE (default 1)] [NSERVERS (default 1)]
+#   [BYTEPS_SERVER_SCHEDULE_HEAP=original] scripts/byteps_schedule_repro.sh [SCHEDULE (default 1)] [NSERVERS (default 1)]
 #
 # Prints each wrong partition ("wrong: round R tensor T ...") and a line per worker; exits 1
 # when a sum was wrong.

@@ -272,6 +272,8 @@ def servers_of(args, hosts: list[hostfile.Host]) -> int:
 
 BYTEPS_SERVER = ["-m", "ddlbench.launch.bpsserver"]
 SERVER_SCHEDULE = "BYTEPS_SERVER_ENABLE_SCHEDULE"
+# =original: the servers keep BytePS 0.2.5's stale scheduling heap (byteps/cpu_only.patch)
+SCHEDULE_HEAP = "BYTEPS_SERVER_SCHEDULE_HEAP"
 
 
 def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int:
@@ -404,6 +406,8 @@ def byteps_roles(workers: list[str], servers: list[str], uri: str, port: str, st
               "DMLC_PS_ROOT_URI": "127.0.0.1" if uri in hostfile.LOCAL_NAMES else uri,
               "DMLC_PS_ROOT_PORT": port, "DDLBENCH_STORE_PORT": store,
               SERVER_SCHEDULE: schedule}
+    if os.environ.get(SCHEDULE_HEAP):
+        common[SCHEDULE_HEAP] = os.environ[SCHEDULE_HEAP]
     if local:
         common["DMLC_NODE_HOST"] = "127.0.0.1"
     roles, names = [], []

@@ -56,7 +56,8 @@ def recorded_settings() -> dict[str, str]:
 
 
 _RECORDED = {"BYTEPS_PARTITION_BYTES", CPU_ONLY, "BYTEPS_SERVER_ENABLE_SCHEDULE",
-             "BYTEPS_SCHEDULING_CREDIT", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER"}
+             "BYTEPS_SERVER_SCHEDULE_HEAP", "BYTEPS_SCHEDULING_CREDIT", "DMLC_NUM_WORKER",
+             "DMLC_NUM_SERVER"}
 
 
 def nservers() -> int:
