@@ -307,7 +307,7 @@ def test_missing_debian_packages_skip_only_where_they_are_missing(monkeypatch):
 
 # -- the launcher's side (no BytePS needed) -------------------------------------------------------
 
-def test_every_worker_is_a_byteps_worker_of_its_own():
+def test_every_worker_is_a_byteps_worker_of_its_own(monkeypatch):
     from ddlbench.launch import pslaunch
     common, roles, names = pslaunch.byteps_roles(["a", "a", "b"], ["c"], "a", "9000", "9001",
                                                  local=False)
@@ -326,6 +326,11 @@ def test_every_worker_is_a_byteps_worker_of_its_own():
     common, _, _ = pslaunch.byteps_roles(["localhost"] * 2, ["localhost"], "localhost", "1",
                                          "2", local=True)
     assert common["DMLC_PS_ROOT_URI"] == common["DMLC_NODE_HOST"] == "127.0.0.1"
+    assert "BYTEPS_SERVER_SCHEDULE_HEAP" not in common
+    # 0.2.5's scheduling heap, asked for, reaches every process (ssh forwards no BYTEPS_*)
+    monkeypatch.setenv("BYTEPS_SERVER_SCHEDULE_HEAP", "original")
+    common, _, _ = pslaunch.byteps_roles(["a"] * 2, ["c"], "a", "1", "2", local=False)
+    assert common["BYTEPS_SERVER_SCHEDULE_HEAP"] == "original"
 
 
 def test_the_workers_placement_under_byteps():
