@@ -79,6 +79,11 @@ class RunConfig:
         elif args.engine == "byteps":
             bps = methods.lookup(args.method, "byteps")
             byteps = bps.byteps_settings(bps.Options.resolve(resolvable))
+            if args.timeline:   # BytePS's own trace of the recorded steps, for the timeline
+                from .runtime.byteps import trace_settings
+                timed = args.num_iters * args.num_batches_per_iter
+                recorded = timed if args.timeline_iters is None else args.timeline_iters
+                byteps.update(trace_settings(args.num_warmup_batches, timed, recorded))
         return cls(
             job=runtime.Job.of(args, horovod=horovod, byteps=byteps), spec=workload.Spec.of(args),
             optimizer=workload.OptimizerSpec.of(args), engine=args.engine, method=args.method,

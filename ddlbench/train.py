@@ -97,6 +97,7 @@ def _benchmark(config: RunConfig, ctx) -> None:
                             batches_per_iter=config.batches_per_iter, iters=config.iters,
                             unit=run.work.unit, log=log, on_warm=on_warm, timeline=tl)
         steps = config.iters * config.batches_per_iter
+        tl.events += method.library_timeline()
         served = overlap.servers_stop(ctx.ps, ctx.rank) if servers else None
         spent = overlap.collect(tl, ctx.rank, ctx.size, warm["clock"], config.timeline,
                                 meta={"method": config.method, "model": config.spec.model,

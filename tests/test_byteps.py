@@ -183,14 +183,21 @@ def test_verify_on_real_byteps(byteps_python, tmp_path, method, nservers, partit
     assert f"verify: parameter servers: {nservers}" in proc.stdout, proc.stdout
 
 
-def test_the_record_says_which_byteps_ran(byteps_python, tmp_path, load_json):
-    """A timed run's record names BytePS's version, the patch's hash and the settings."""
-    out = tmp_path / "record.json"
+def test_the_record_says_which_byteps_ran_and_the_timeline_holds_its_trace(
+        byteps_python, tmp_path, load_json):
+    """A timed run's record names BytePS's version, the patch's hash and the settings; with
+    --timeline, BytePS's own trace of the recorded steps is on it: every gradient's push_pull
+    (its bytes) and each partition's four stages in order, inside the recorded iterations."""
+    from ddlbench.timeline import COMM, ITERATION, read_trace
+    out, trace = tmp_path / "record.json", tmp_path / "trace.json"
+    # 1 warmup step, 3 timed, the first 2 recorded: BytePS traces steps 2 and 3
     proc = _launch(byteps_python, tmp_path, "byteschedulerps", 2,
-                   ["--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters",
-                    "1", "--output", str(out)])
+                   ["--num-warmup-batches", "1", "--num-batches-per-iter", "3", "--num-iters",
+                    "1", "--timeline", str(trace), "--timeline-iters", "2",
+                    "--output", str(out)])
     assert proc.returncode == 0, describe(proc)
-    method = load_json(out)["method"]
+    record = load_json(out)
+    method = record["method"]
     with open(PATCH, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     assert method["engine"] == "byteps" and method["nservers"] == 2, method
@@ -199,7 +206,37 @@ def test_the_record_says_which_byteps_ran(byteps_python, tmp_path, load_json):
     assert (bps["byteps"], bps["patch_sha256"]) == ("0.2.5.post15", sha), bps
     assert bps["settings"] == {"BYTEPS_CPU_ONLY": "1", "BYTEPS_PARTITION_BYTES": "4096000",
                                "BYTEPS_SERVER_ENABLE_SCHEDULE": "1", "DMLC_NUM_SERVER": "2",
-                               "DMLC_NUM_WORKER": "2"}, bps
+                               "DMLC_NUM_WORKER": "2", "BYTEPS_TRACE_ON": "1",
+                               "BYTEPS_TRACE_START_STEP": "2",
+                               "BYTEPS_TRACE_END_STEP": "3"}, bps
+    assert record["timeline"]["comm_observed"] is True, record["timeline"]
+
+    import torchvision
+    sizes = {f"Gradient.{n}": p.numel() * 4
+             for n, p in torchvision.models.squeezenet1_1().named_parameters()}
+    ranks, _ = read_trace(str(trace), "the trace")
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        events = r["events"]
+        steps = sorted((e[3], e[4]) for e in events if e[1] == ITERATION)
+        assert len(steps) == 2
+        ours = [e for e in events if e[1] == COMM]
+        assert ours and all(steps[0][0] <= e[3] <= e[4] <= steps[-1][1] for e in ours)
+        totals = [e for e in ours if e[2] == "push_pull"]
+        # each gradient once a step, with its bytes (float32)
+        assert sorted(e[5]["tensor"] for e in totals) == sorted(list(sizes) * 2)
+        assert all(e[5]["bytes"] == sizes[e[5]["tensor"]] for e in totals)
+        parts: dict = {}
+        for e in ours:
+            if e[2] != "push_pull":
+                assert e[2] == f"byteps {e[0].upper()}", e
+                parts.setdefault(e[5]["key"], []).append(e)
+        # the default 4,096,000-byte partitions: one per gradient, 4 stages, 2 steps
+        assert len(parts) == len(sizes)
+        for key, stages in parts.items():
+            stages.sort(key=lambda e: e[3])
+            assert [e[0] for e in stages] == ["copyd2h", "push", "pull", "copyh2d"] * 2, key
+            assert all(a[4] <= b[3] + 1 for a, b in zip(stages, stages[1:])), stages
 
 
 def _job_processes(job: str) -> list[int]:
@@ -331,6 +368,55 @@ def test_every_worker_is_a_byteps_worker_of_its_own(monkeypatch):
     monkeypatch.setenv("BYTEPS_SERVER_SCHEDULE_HEAP", "original")
     common, _, _ = pslaunch.byteps_roles(["a"] * 2, ["c"], "a", "1", "2", local=False)
     assert common["BYTEPS_SERVER_SCHEDULE_HEAP"] == "original"
+
+
+def test_byteps_traces_the_recorded_steps():
+    from ddlbench.runtime.byteps import trace_settings
+    on = {"BYTEPS_TRACE_ON": "1"}
+    # 2 warmup steps, 6 timed: all recorded (steps 3..8), the first 4, or the first alone
+    # (BytePS traces 2 or more: steps 3 and 4, and the reader keeps the recorded one)
+    assert trace_settings(2, 6, 6) == {**on, "BYTEPS_TRACE_START_STEP": "3",
+                                       "BYTEPS_TRACE_END_STEP": "8"}
+    assert trace_settings(2, 6, 4)["BYTEPS_TRACE_END_STEP"] == "6"
+    assert trace_settings(2, 6, 1)["BYTEPS_TRACE_END_STEP"] == "4"
+    assert trace_settings(0, 6, 9) == {**on, "BYTEPS_TRACE_START_STEP": "1",
+                                       "BYTEPS_TRACE_END_STEP": "6"}
+    # one timed step, or none recorded: no trace (BytePS needs END > START and reached)
+    assert trace_settings(2, 1, 1) == {} and trace_settings(2, 6, 0) == {}
+
+
+def test_byteps_trace_read_onto_the_timeline_clock(tmp_path, monkeypatch):
+    """BytePS's comm.json (system-clock microseconds, as EmitTrace writes it) read into the
+    timeline's events on its perf_counter clock, outside the window dropped, the file gone."""
+    import time as clock
+
+    from ddlbench.runtime import byteps
+    from ddlbench.timeline import COMM, now_us
+    (tmp_path / "0").mkdir()
+    wall = clock.time_ns() / 1000.0
+    ev = [{"ph": "X", "pid": "Comm.byteps.Gradient.fc.weight", "tid": "total",
+           "name": "Comm.byteps.Gradient.fc.weight", "ts": int(wall) - 5000, "dur": 3000,
+           "cat": "Comm"},
+          {"ph": "X", "pid": "Comm.byteps.Gradient.fc.weight", "tid": "65536",
+           "name": "Comm.byteps.Gradient.fc.weight.PUSH", "ts": int(wall) - 4000, "dur": 1000,
+           "cat": "Comm"},
+          {"ph": "X", "pid": "Comm.byteps.Gradient.fc.weight", "tid": "total",
+           "name": "Comm.byteps.Gradient.fc.weight", "ts": int(wall) - 900000, "dur": 10,
+           "cat": "Comm"}]
+    (tmp_path / "0" / "comm.json").write_text(json.dumps({"traceEvents": ev}))
+    monkeypatch.setenv("BYTEPS_TRACE_ON", "1")
+    monkeypatch.setenv("BYTEPS_TRACE_DIR", str(tmp_path))
+    here = now_us()
+    events = byteps.read_trace((here - 100000, here))
+    assert [e[:3] for e in events] == [("push_pull", COMM, "push_pull"),
+                                       ("push", COMM, "byteps PUSH")]
+    assert events[0][5] == {"tensor": "Gradient.fc.weight"}
+    assert events[1][5] == {"tensor": "Gradient.fc.weight", "key": 65536}
+    # 5 ms and 4 ms ago on the timeline's clock (to the microsecond stamps and the reading)
+    assert abs(events[0][3] - (here - 5000)) < 2000 and events[0][4] - events[0][3] == 3000
+    assert abs(events[1][3] - (here - 4000)) < 2000
+    assert not tmp_path.exists()
+    assert byteps.read_trace(None) is None     # the directory is gone with its file
 
 
 def test_the_workers_placement_under_byteps():

@@ -173,6 +173,12 @@ class Method:
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
+    def library_timeline(self) -> list:
+        """After the timed rounds: the spans the method's library recorded itself, in the
+        timeline's event form on this rank's clock (the BytePS lane: BytePS's own trace, with
+        ``--timeline PATH``). The suite's methods record through ``Comm``: none."""
+        return []
+
     def plan(self) -> BucketPlan:
         """The buckets handed to the compressor (--verify applies the compressor's
         mathematics to the same buckets); required of methods that accept a compressor."""

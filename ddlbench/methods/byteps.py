@@ -121,6 +121,38 @@ class _BytePSMethod(LaneMethod):
     def _threshold(self):
         return 0.0
 
+    def library_timeline(self) -> list:
+        """BytePS's own trace of the recorded steps (``--timeline PATH``): its push_pulls and
+        their partitions' stages (``runtime.byteps.read_trace``)."""
+        from ..runtime import byteps
+        from ..timeline import ITERATION
+        tl = self.comm.timeline
+        if not tl.trace_file:
+            return []
+        steps = [e for e in tl.events if e[1] == ITERATION]
+        window = (min(e[3] for e in steps), max(e[4] for e in steps)) if steps else None
+        events = byteps.read_trace(window)
+        if events is None:
+            if self.bps.rank() == 0:
+                say("ddlbench: note: BytePS traced nothing (it traces 2 timed steps or "
+                    "more): the timeline has no BytePS spans")
+            return []
+        sizes = self._traced_bytes()
+        for e in events:
+            if e[0] == "push_pull" and e[5]["tensor"] in sizes:
+                e[5]["bytes"] = sizes[e[5]["tensor"]]
+        return events
+
+    def _traced_bytes(self) -> dict[str, int]:
+        """The bytes of each tensor this method push_pulls, by the name BytePS traces it under
+        (``bps.DistributedOptimizer``'s: "Gradient." and the parameter's name)."""
+        return {f"Gradient.{n}": p.numel() * p.element_size()
+                for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+# what bspps's one flattened gradient is called in BytePS (and on its trace)
+FLAT = "ddlbench.bspps"
+
 
 class BytePSBSPPS(_BytePSMethod):
     implements = BSPPS
@@ -143,13 +175,16 @@ class BytePSBSPPS(_BytePSMethod):
     def _threshold(self):
         return None
 
+    def _traced_bytes(self) -> dict[str, int]:
+        return {FLAT: sum(p.numel() * p.element_size() for p in self.params)}
+
     def step(self) -> None:
         import torch
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._account([flat])
         from byteps.torch.ops import push_pull_async_inplace
-        self.bps.synchronize(push_pull_async_inplace(flat, average=True, name="ddlbench.bspps"))
+        self.bps.synchronize(push_pull_async_inplace(flat, average=True, name=FLAT))
         offset = 0
         for p in self.params:
             n = p.numel()

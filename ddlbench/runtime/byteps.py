@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
+import time
 
 from ..errors import UsageError
 
 CPU_ONLY = "BYTEPS_CPU_ONLY"
+TRACE_ON, TRACE_DIR = "BYTEPS_TRACE_ON", "BYTEPS_TRACE_DIR"
+TRACE_START, TRACE_END = "BYTEPS_TRACE_START_STEP", "BYTEPS_TRACE_END_STEP"
 # The environment's description, written by byteps/legacy_env.sh beside its Python
 DESCRIPTION = "byteps-env.json"
 
@@ -38,6 +43,10 @@ def start(placement, settings: dict[str, str], cpu: bool) -> dict[str, str]:
     os.environ.update(settings)
     if cpu:
         os.environ[CPU_ONLY] = "1"
+    if settings.get(TRACE_ON) == "1":
+        # BytePS writes <dir>/<local rank>/comm.json, and every worker is local rank 0
+        os.environ[TRACE_DIR] = tempfile.mkdtemp(prefix=f"ddlbench-byteps-trace-{placement.rank}-")
+        os.mkdir(os.path.join(os.environ[TRACE_DIR], "0"))
     if os.environ.get("BYTEPS_LOCAL_SIZE", "1") != "1":
         raise UsageError("--engine byteps runs one process per BytePS worker: "
                          "BYTEPS_LOCAL_SIZE must be 1 (byteps/byteps_launch.sh engine=byteps "
@@ -57,7 +66,67 @@ def recorded_settings() -> dict[str, str]:
 
 _RECORDED = {"BYTEPS_PARTITION_BYTES", CPU_ONLY, "BYTEPS_SERVER_ENABLE_SCHEDULE",
              "BYTEPS_SERVER_SCHEDULE_HEAP", "BYTEPS_SCHEDULING_CREDIT", "DMLC_NUM_WORKER",
-             "DMLC_NUM_SERVER"}
+             "DMLC_NUM_SERVER", TRACE_ON, TRACE_START, TRACE_END}
+
+
+# -- BytePS's own trace (--timeline PATH) -----------------------------------------------------
+
+def trace_settings(warmup: int, timed: int, recorded: int) -> dict[str, str]:
+    """The BYTEPS_TRACE_* settings that make BytePS trace the recorded steps, warmup + 1 to
+    warmup + ``recorded`` (of ``timed``): each gradient's push_pull, from its hand-over to
+    BytePS until its callback, and each partition's stages (COPYD2H, PUSH, PULL, COPYH2D on the
+    CPU path). BytePS counts a tensor's completed push_pulls and traces from step START to step
+    END > START, writing its file when every tensor has completed END; one recorded step is
+    traced as two where a second timed step follows (``read_trace`` keeps what falls in the
+    recorded iterations). {} where fewer than 2 steps are timed: BytePS cannot trace one."""
+    if timed < 2 or recorded < 1:
+        return {}
+    end = warmup + max(2, min(recorded, timed))
+    return {TRACE_ON: "1", TRACE_START: str(warmup + 1), TRACE_END: str(end)}
+
+
+def read_trace(window: tuple[float, float] | None, timeout_s: float = 30.0) -> list | None:
+    """BytePS's trace of this worker (``trace_settings``) in the timeline's event form, on this
+    process's ``timeline.now_us`` clock, the spans starting inside ``window`` (the recorded
+    iterations' first start and last end; None: all): ``push_pull`` spans (a gradient's
+    push_pull, ``tensor`` the name it was given) on the ``push_pull`` row, as the suite's engine names its
+    own, and each partition's stages (``copyd2h``, ``push``, ``pull``, ``copyh2d``, ``key``
+    BytePS's) on rows ``byteps STAGE``. BytePS writes the file from a thread of its own once the
+    last tensor completes the last traced step: waited for up to ``timeout_s``. None where the
+    run was not traced or the file never came; the directory is removed."""
+    from ..timeline import COMM
+    where = os.environ.get(TRACE_DIR)
+    if os.environ.get(TRACE_ON) != "1" or not where or not os.path.isdir(where):
+        return None
+    path = os.path.join(where, "0", "comm.json")
+    deadline = time.monotonic() + timeout_s
+    trace = None
+    while trace is None and time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                trace = json.load(f)
+        except (OSError, ValueError):   # not there yet, or half written
+            time.sleep(0.05)
+    shutil.rmtree(where, ignore_errors=True)
+    if trace is None:
+        return None
+    # BytePS stamps std::chrono::system_clock microseconds; the timeline perf_counter's
+    offset = time.time_ns() / 1000.0 - time.perf_counter_ns() / 1000.0
+    events = []
+    for e in trace.get("traceEvents", []):
+        start = e["ts"] - offset
+        if window is not None and not window[0] <= start <= window[1]:
+            continue
+        # "Comm." and the declared name, which BytePS prefixed with "byteps."
+        tensor = e["pid"].removeprefix("Comm.").removeprefix("byteps.")
+        if e["tid"] == "total":
+            events.append(("push_pull", COMM, "push_pull", start, start + e["dur"],
+                           {"tensor": tensor}))
+        else:
+            stage = e["name"].rsplit(".", 1)[-1]
+            events.append((stage.lower(), COMM, f"byteps {stage}", start, start + e["dur"],
+                           {"tensor": tensor, "key": int(e["tid"])}))
+    return events
 
 
 def nservers() -> int:
