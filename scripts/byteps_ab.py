@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/byteps_ab.py [--workers 2,4] [--servers 1,2] [--rounds 2]
         [--method wfbpps] [--model resnet18 --image-size 64 --batch-size 16] [--net 1gbit]
-        [--out DIR]
+        [--timeline] [--out DIR]
 
 For every (workers, servers) pair it runs, in the BytePS environment's Python (the same torch
 2.0.1 on both sides; `make byteps-env` builds it), the method through
@@ -12,22 +12,29 @@ For every (workers, servers) pair it runs, in the BytePS environment's Python (t
 and the suite's engine with the same servers on this machine (``ps_force_servers=1``) and every
 worker pushing (``ps_clients=process``, as on the BytePS lane); with ``--net PROFILE`` both
 over an emulated cluster, every worker and server on a host of its own (as root). It prints
-the median
-throughput of each, their ratio, and the suite's bytes per server (BytePS places its keys by
-its own hash and does not count them). Records are kept under ``--out``. Not a test: a
-benchmark whose figures go in docs/RESULTS.md with this command.
+the median throughput of each, their ratio, and each side's bytes per server for one worker's
+step: the suite's from its record (its partitions' placement), BytePS's from its servers' own
+counts (the patch's line at shutdown: the pushes each summed, divided by the workers and the
+steps run). With ``--timeline`` each pair then runs once more, both sides writing a trace
+(BytePS's own trace read onto the suite's timeline), and it prints each side's mean step:
+compute, communication, exposed, and each communication row's busy time per step. Records
+and traces are kept under ``--out``. Not a test: a benchmark whose figures go in
+docs/RESULTS.md with this command.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)   # ddlbench.timeline reads the traces (--timeline)
 LAUNCHER = os.path.join(REPO, "byteps", "byteps_launch.sh")
 
 
@@ -39,16 +46,25 @@ def byteps_python() -> str:
     return out.stdout.strip()
 
 
-def run(py: str, engine: str, workers: int, servers: int, args, record: str) -> dict:
+# the patch's line from each BytePS server at shutdown
+SERVER_LINE = re.compile(r"ddl-benchmarks: BytePS server (\d+) received (\d+) pushes of (\d+) "
+                         r"bytes")
+WARMUP = 2
+
+
+def run(py: str, engine: str, workers: int, servers: int, args, record: str,
+        trace: str | None = None) -> tuple[dict, str]:
+    """One run's record and its output."""
     hosts = os.path.join(args.out, f"hosts{workers}")
     with open(hosts, "w") as f:
         f.write(f"localhost slots={workers}\n")
     variables = {"nworkers": str(workers), "nservers": str(servers), "hostfile": hosts,
                  "method": args.method, "dnn": args.model, "bs": str(args.batch_size),
                  "image_size": str(args.image_size), "iters": str(args.iters),
-                 "extra_args": f"--num-warmup-batches 2 --num-batches-per-iter "
+                 "extra_args": f"--num-warmup-batches {WARMUP} --num-batches-per-iter "
                                f"{args.batches} --output {record}"
-                               + (f" --net {args.net}" if args.net else "")}
+                               + (f" --net {args.net}" if args.net else "")
+                               + (f" --timeline {trace}" if trace else "")}
     if engine == "byteps":
         variables.update(engine="byteps", BYTEPS_PY=py)
     else:
@@ -60,7 +76,47 @@ def run(py: str, engine: str, workers: int, servers: int, args, record: str) -> 
     if proc.returncode != 0:
         sys.exit(f"{engine} {workers}w {servers}s failed:\n{proc.stderr[-3000:]}")
     with open(record) as f:
-        return json.load(f)
+        return json.load(f), proc.stdout + proc.stderr
+
+
+def byteps_per_server(output: str, workers: int, steps: int) -> list[int]:
+    """BytePS's bytes per server for one worker's step, from its servers' lines."""
+    pushed = {int(m.group(1)): int(m.group(3)) for m in SERVER_LINE.finditer(output)}
+    return [pushed[s] // (workers * steps) for s in sorted(pushed)]
+
+
+def rows_per_step(trace: str) -> tuple[dict, dict]:
+    """From a trace: the slowest rank's mean step (the record's timeline means) and, over the
+    workers, each communication row's busy time per recorded step (the union of its spans:
+    time with at least one of them in flight)."""
+    from ddlbench.timeline import COMM, ITERATION, overlap, read_trace
+    ranks, _ = read_trace(trace, trace)
+    busy: dict = collections.Counter()
+    steps = 0
+    means = []
+    for r in ranks:
+        its = sum(1 for e in r["events"] if e[1] == ITERATION)
+        if not its:
+            continue   # a server's process
+        steps += its
+        means.append(overlap(r["events"])["mean"])
+        spans = collections.defaultdict(list)
+        for e in r["events"]:
+            if e[1] == COMM and e[4] is not None:
+                # a row's lanes ("push_pull 2", ...) are the row
+                spans[re.sub(r" \d+$", "", e[2])].append((e[3], e[4]))
+        for row, intervals in spans.items():
+            end = float("-inf")
+            for t0, t1 in sorted(intervals):
+                if t1 > end:
+                    busy[row] += t1 - max(t0, end)
+                    end = t1
+    slowest = max(means, key=lambda m: m["iteration_s"])
+    return slowest, {row: t / steps / 1000.0 for row, t in busy.most_common()}
+
+
+def mb(n: int) -> str:
+    return f"{n / 1e6:.2f}"
 
 
 def main(argv=None) -> int:
@@ -76,29 +132,52 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--net", default=None, help="an emulated network profile (default: the "
                    "loopback)")
+    p.add_argument("--timeline", action="store_true", help="then one traced run of each side "
+                   "per pair, their steps compared")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     args.out = args.out or tempfile.mkdtemp(prefix="byteps-ab-")
     os.makedirs(args.out, exist_ok=True)
     py = byteps_python()
+    steps = WARMUP + args.iters * args.batches
     print("| workers | servers | BytePS (samples/s) | suite (samples/s) | BytePS / suite | "
-          "suite bytes per server per step |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- |")
+          "MB per server, one worker's step: BytePS | suite |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    traced = []
     for w in (int(x) for x in args.workers.split(",")):
         for s in (int(x) for x in args.servers.split(",")):
             thr = {"byteps": [], "torch": []}
-            per_server = None
+            per_server = {}
             for r in range(args.rounds):
                 order = ("byteps", "torch") if r % 2 == 0 else ("torch", "byteps")
                 for engine in order:
-                    rec = run(py, engine, w, s, args,
-                              os.path.join(args.out, f"{engine}-{w}w{s}s-{r}.json"))
+                    rec, output = run(py, engine, w, s, args,
+                                      os.path.join(args.out, f"{engine}-{w}w{s}s-{r}.json"))
                     thr[engine].append(rec["result"]["throughput"]["mean"])
-                    if engine == "torch":
-                        per_server = rec["method"].get("bytes_per_server")
+                    per_server[engine] = (rec["method"].get("bytes_per_server")
+                                          if engine == "torch"
+                                          else byteps_per_server(output, w, steps))
             a, b = statistics.median(thr["byteps"]), statistics.median(thr["torch"])
-            print(f"| {w} | {s} | {a:.1f} | {b:.1f} | {a / b:.2f} | {per_server} |",
-                  flush=True)
+            print(f"| {w} | {s} | {a:.1f} | {b:.1f} | {a / b:.2f} | "
+                  f"{' / '.join(map(mb, per_server['byteps']))} | "
+                  f"{' / '.join(map(mb, per_server['torch'] or []))} |", flush=True)
+            if args.timeline:
+                for engine in ("byteps", "torch"):
+                    trace = os.path.join(args.out, f"{engine}-{w}w{s}s-trace.json")
+                    run(py, engine, w, s, args,
+                        os.path.join(args.out, f"{engine}-{w}w{s}s-traced.json"), trace)
+                    traced.append((w, s, engine, *rows_per_step(trace)))
+    if traced:
+        print("\nOne traced run each: the slowest rank's mean step (ms), and the time per "
+              "step each communication row is busy, the workers' mean (ms)")
+        print("| workers | servers | engine | step | compute | communication | exposed | "
+              "rows busy per step |")
+        print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
+        for w, s, engine, m, rows in traced:
+            busy = ", ".join(f"{row} {t:.1f}" for row, t in rows.items())
+            print(f"| {w} | {s} | {'BytePS' if engine == 'byteps' else 'suite'} | "
+                  f"{m['iteration_s'] * 1e3:.1f} | {m['compute_s'] * 1e3:.1f} | "
+                  f"{m['comm_s'] * 1e3:.1f} | {m['exposed_s'] * 1e3:.1f} | {busy} |")
     print(f"(records: {args.out})")
     return 0
 

@@ -210,6 +210,16 @@ def test_the_record_says_which_byteps_ran_and_the_timeline_holds_its_trace(
                                "BYTEPS_TRACE_START_STEP": "2",
                                "BYTEPS_TRACE_END_STEP": "3"}, bps
     assert record["timeline"]["comm_observed"] is True, record["timeline"]
+    # each server's traffic line (the patch's): together they summed every worker's gradient
+    # each of the 4 steps, one push per gradient, and answered as many pulls
+    gradient = record["model"]["gradient_bytes"]
+    lines = re.findall(r"ddl-benchmarks: BytePS server (\d) received (\d+) pushes of (\d+) "
+                       r"bytes and answered (\d+) pulls with (\d+) bytes, after (\d+) init "
+                       r"pushes of (\d+) bytes", proc.stdout + proc.stderr)
+    assert sorted(int(line[0]) for line in lines) == [0, 1], describe(proc)
+    totals = [sum(int(line[i]) for line in lines) for i in range(1, 7)]
+    assert totals == [2 * 4 * 52, 2 * 4 * gradient, 2 * 4 * 52, 2 * 4 * gradient,
+                      2 * 52, 2 * gradient], lines
 
     import torchvision
     sizes = {f"Gradient.{n}": p.numel() * 4
