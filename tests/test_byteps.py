@@ -1,14 +1,17 @@
 """The real-BytePS lane (byteps/legacy_env.sh, --engine byteps): BytePS 0.2.5.post15 with the
-project's CPU patch (byteps/cpu_only.patch), built on the Horovod environment.
+project's patch (byteps/cpu_only.patch), built on the Horovod environment.
 
 Bad input and a missing prerequisite are one line each. Where the environment is built (as
 `make test` does first): the patch applied cleanly to the registry's source and the build
 recorded its hash; 2 CPU workers push_pull through 1 real server, each in shared memory of its
 own; `--verify 3` passes for wfbpps (2 workers, 1 server), bspps and byteschedulerps (2
-workers, 2 servers; its servers schedule from the patch's fixed heap) through `engine=byteps ./byteps/byteps_launch.sh`; a BytePS server that
-dies ends the job within 30 s with one line, leaving no process. Elsewhere those tests skip with
-the reason the build recorded, where that reason holds (tests/skip_conditions.py); any other
-reason, or an environment that is simply not built, fails."""
+workers, 2 servers; the servers' scheduling heap is the patch's) through
+`engine=byteps ./byteps/byteps_launch.sh`; a run's record names BytePS and the patch, its
+servers' traffic lines add up to every push and pull, and its --timeline holds BytePS's own
+trace; a BytePS server that dies ends the job within 30 s with one line, leaving no process.
+Elsewhere those tests skip with the reason the build recorded, where that reason holds
+(tests/skip_conditions.py); any other reason, or an environment that is simply not built,
+fails."""
 import glob
 import hashlib
 import json
