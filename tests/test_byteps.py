@@ -252,6 +252,45 @@ def test_the_record_says_which_byteps_ran_and_the_timeline_holds_its_trace(
             assert all(a[4] <= b[3] + 1 for a, b in zip(stages, stages[1:])), stages
 
 
+def test_a_sweep_runs_byteps_beside_the_torch_engine(byteps_python, tmp_path):
+    """benchmarks.py with engines [torch, byteps]: BytePS's cell through its shell launcher
+    (its scheduler and server started), the torch engine's with servers too, both recorded,
+    and the engine ratio table."""
+    import benchmarks
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(
+        "name: lanes\nnetworks: [local]\n"
+        "tasks:\n  - {model: squeezenet1_1, batch_size: 4, image_size: 32}\n"
+        "methods: [{method: wfbpps, args: \"--ps-force-servers --ps-clients process\"}]\n"
+        "engines: [torch, byteps]\nnworkers: [2]\ntries: 1\n"
+        "timing: {warmup: 1, batches_per_iter: 2, iters: 1}\ntimeout: 300\nkill_grace: 10\n")
+    out = tmp_path / "results"
+    assert benchmarks.main(["--config", str(cfg), "--results", str(out)]) == 0
+    with open(out / "results.jsonl") as f:
+        tries = [json.loads(line) for line in f][1:]
+    assert sorted(t["status"] for t in tries) == ["ok", "ok"], tries
+    engines = {t["record"]["method"].get("engine", "torch"): t for t in tries}
+    assert set(engines) == {"torch", "byteps"}
+    bps = engines["byteps"]
+    assert "engine=byteps" in bps["command"] and "byteps/byteps_launch.sh" in bps["command"]
+    assert bps["record"]["method"]["byteps"]["patch_sha256"], bps["record"]["method"]
+    for t in tries:   # both with one real server
+        assert t["record"]["method"]["nservers"] == 1, t["record"]["method"]
+    report = (out / "README.md").read_text()
+    assert re.search(r"\| squeezenet1_1 \| 4 \| local \| wfbpps .*\| byteps \| \d+\.\d\d \|",
+                     report), report
+
+
+def test_a_sweep_refuses_byteps_cells_without_the_environment(tmp_path, monkeypatch):
+    from ddlbench.sweep import config
+    script = tmp_path / "legacy_env.sh"
+    script.write_text("#!/bin/sh\necho 'byteps-env: error: not built here: make byteps-env' >&2"
+                      "\nexit 2\n")
+    script.chmod(0o755)
+    monkeypatch.setitem(config.LANE_ENVS, "byteps", str(script))
+    assert config._lane_env_problem("byteps") == "engine byteps: not built here: make byteps-env"
+
+
 def _job_processes(job: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

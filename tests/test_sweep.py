@@ -722,8 +722,7 @@ def test_every_problem_is_listed_and_nothing_starts(tmp_path, fake, capsys):
     err = cap.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("benchmarks.py: error: ")
     expected = ["unknown key 'colour'", "nworkers entry 0", "tries must be a positive",
-                "engine 'mxnet'", "engine 'byteps': the sweep does not run the real-BytePS "
-                "lane", "rdma must be 0", "unknown key 'speed'",
+                "engine 'mxnet'", "rdma must be 0", "unknown key 'speed'",
                 "unknown method 'nosuch'", "unknown model 'nonet'",
                 "batch_size must be a positive integer", "unknown key 'pixels'",
                 "timing: unknown key 'rounds'",

@@ -41,9 +41,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 METHOD_BASE_KEYS = {"method", "label", "args", "optional"}
 # The keys of a task entry, in the training script's order of their flags.
 TASK_KEYS = ("model", "batch_size", "image_size", "sentence_len", "num_classes", "args")
-# (the real-BytePS lane is run by byteps/byteps_launch.sh engine=byteps and
-# scripts/byteps_ab.py; the sweep does not start its servers)
-ENGINES = tuple(e for e in methods.ENGINES if e != "byteps")
+# torch, and the real frameworks' lanes: horovod (under mpirun) and byteps (BytePS's scheduler
+# and servers started by its shell launcher)
+ENGINES = methods.ENGINES
+# the lanes' environments (the sweep refuses their cells where one is not built)
+LANE_ENVS = {"horovod": "horovod/legacy_env.sh", "byteps": "byteps/legacy_env.sh"}
 AGGREGATES = ("mean", "median", "olympic")
 # calibration_check's default: how far a probe after the tries may move from the calibration
 # (a slow minute during calibration put the loopback links 2-5 times too slow: DESIGN section 15)
@@ -590,11 +592,7 @@ def _worker_count(n, reading: _Reading) -> int | None:
 
 
 def _engine(e, reading: _Reading):
-    if e == "byteps":
-        reading.problems.append("engine 'byteps': the sweep does not run the real-BytePS lane "
-                                "(byteps/byteps_launch.sh engine=byteps; scripts/byteps_ab.py "
-                                "against the suite's engine)")
-    elif e not in ENGINES:
+    if e not in ENGINES:
         reading.problems.append(f"engine {e!r}: use one of {', '.join(ENGINES)}")
     return e
 
@@ -1171,14 +1169,15 @@ def shell_launcher(method_id: str) -> str:
         return DEFAULT_LAUNCHER
 
 
-def _horovod_env_problem() -> str:
-    """'' when the legacy Horovod environment is built, else why not (one line)."""
-    proc = subprocess.run([os.path.join(REPO, "horovod", "legacy_env.sh"), "python"],
+def _lane_env_problem(engine: str) -> str:
+    """'' when the environment of ``engine``'s lane (Horovod's, BytePS's) is built, else why
+    not (one line)."""
+    proc = subprocess.run([os.path.join(REPO, LANE_ENVS[engine]), "python"],
                           capture_output=True, text=True)
     if proc.returncode == 0:
         return ""
     why = (proc.stderr.strip().splitlines() or ["not built"])[-1]
-    return why.replace("horovod-env: error: ", "engine horovod: ")
+    return re.sub(r"^[\w-]+-env: error: ", f"engine {engine}: ", why)
 
 
 @contextlib.contextmanager
@@ -1200,7 +1199,7 @@ def _preflight(sweep: Sweep) -> list[str]:
     from .. import flags
     problems: dict[str, list[str]] = {}
     seen = set()
-    horovod_env = None
+    lane_envs: dict[str, str] = {}
     run_environment = child_environment(sweep.env)  # what each cell's run will see
     # A record (and trace) path whose folder does not exist yet, as a run's: checking that it
     # can be written creates nothing (and needs no write access to /dev, as os.devnull did).
@@ -1208,8 +1207,10 @@ def _preflight(sweep: Sweep) -> list[str]:
                           "record.json")
     for cell in sweep.cells():
         args = train_args(sweep, cell, record)
-        if cell.engine == "horovod":
-            if cell.network.emulated:
+        if cell.engine in LANE_ENVS:
+            # Horovod's lane starts under mpirun, BytePS's under its shell launcher (which
+            # builds an emulated cluster itself: --net rides in the training script's flags)
+            if cell.engine == "horovod" and cell.network.emulated:
                 problems.setdefault(f"engine horovod runs over the loopback or a real cluster, "
                                     f"not the emulated network {cell.network.name}",
                                     []).append(cell.name)
@@ -1217,16 +1218,19 @@ def _preflight(sweep: Sweep) -> list[str]:
             if cell.network.kind == "net":
                 local = os.path.join(REPO, f"configs/cluster{cell.nworkers}")
                 if not os.path.isfile(local):
-                    problems.setdefault(f"engine horovod on this machine needs the host file "
-                                        f"configs/cluster{cell.nworkers}", []).append(cell.name)
+                    problems.setdefault(f"engine {cell.engine} on this machine needs the host "
+                                        f"file configs/cluster{cell.nworkers}",
+                                        []).append(cell.name)
                     continue
-            if horovod_env is None:
-                horovod_env = _horovod_env_problem()
-            if horovod_env:
-                problems.setdefault(horovod_env, []).append(cell.name)
+            if cell.engine not in lane_envs:
+                lane_envs[cell.engine] = _lane_env_problem(cell.engine)
+            if lane_envs[cell.engine]:
+                problems.setdefault(lane_envs[cell.engine], []).append(cell.name)
                 continue
         if cell.network.kind == "net" and cell.engine == "torch":
             args = ["--nworkers", str(cell.nworkers), *args, *cell.network.net_args()]
+        elif cell.engine == "byteps":
+            args = [*args, *cell.network.net_args()]
         key = tuple(args)
         if key in seen:
             continue

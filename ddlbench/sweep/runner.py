@@ -46,10 +46,11 @@ def job_command(sweep: Sweep, cells: list[Cell], record_path: str,
     cell = cells[0]
     args = job_args(sweep, cells, record_path, calibration)
     local = cell.network.kind == "net"
-    if local and cell.engine == "horovod":
-        # Horovod starts under mpirun, on this machine too: the shell launcher with this
-        # host's slots (preflight allowed only the loopback network for it).
-        args = ["--network", cell.network.name, *args]
+    if local and cell.engine in ("horovod", "byteps"):
+        # Horovod starts under mpirun, BytePS with its scheduler and servers, on this machine
+        # too: the shell launcher with this host's slots (Horovod: the loopback only; BytePS's
+        # launcher builds an emulated network itself, from --net)
+        args = ["--network", cell.network.name, *args, *cell.network.net_args()]
     elif local:
         program = os.environ.get(PROGRAM_ENV) or TRAIN_MODULE
         cmd = [sys.executable, "-m", program, "--nworkers", str(cell.nworkers),
