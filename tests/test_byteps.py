@@ -310,7 +310,8 @@ def test_a_dead_byteps_server_ends_the_job(byteps_python, tmp_path):
     job = f"deadserver{os.getpid()}"
     variables = {"nworkers": 2, "nservers": 1, "hostfile": _hostfile(tmp_path, 2),
                  "method": "wfbpps", "engine": "byteps", "BYTEPS_PY": byteps_python,
-                 **LANE_CNN, "iters": "1000", "job": job}
+                 **LANE_CNN, "iters": "1000", "job": job,
+                 "extra_args": f"--timeline {tmp_path / 'trace.json'}"}
     proc = subprocess.Popen(["bash", LAUNCHER], cwd=REPO, env=env(**variables),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -340,8 +341,10 @@ def test_a_dead_byteps_server_ends_the_job(byteps_python, tmp_path):
     assert re.search(r"BytePS server 0 on localhost .*(SIGKILL|signal 9)", err), err[-3000:]
     time.sleep(1)
     assert _job_processes(job) == [], "processes of the job are left"
-    # the workers, killed, left their shared memory and sockets: the launcher removed them
-    left = [f for pattern in (f"/dev/shm/BytePS_ShM_{job}_*", f"/tmp/socket_*_{job}_*")
+    # the workers, killed, left their shared memory, sockets and trace directories (the run
+    # writes a timeline): the launcher removed them
+    left = [f for pattern in (f"/dev/shm/BytePS_ShM_{job}_*", f"/tmp/socket_*_{job}_*",
+                              f"/tmp/ddlbench-byteps-trace-{job}-*")
             for f in glob.glob(pattern)]
     assert left == [], left
 

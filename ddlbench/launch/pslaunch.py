@@ -380,14 +380,16 @@ def flag_value(args: list[str], flag: str) -> str | None:
 
 def byteps_files(job: str) -> str:
     """What a BytePS worker of job ``job`` leaves on its host when it does not end cleanly
-    (the patch's names): its shared memory and its sockets, as a shell glob."""
-    return f"/dev/shm/BytePS_ShM_{job}_* /tmp/socket_send_{job}_* /tmp/socket_recv_{job}_*"
+    (the patch's names): its shared memory, its sockets and the directory of its trace
+    (``runtime.byteps.start`` with --timeline), as a shell glob."""
+    return (f"/dev/shm/BytePS_ShM_{job}_* /tmp/socket_send_{job}_* /tmp/socket_recv_{job}_* "
+            f"/tmp/ddlbench-byteps-trace-{job}-*")
 
 
 def remove_byteps_files(hosts: list[str], job: str) -> None:
     """Remove job ``job``'s BytePS files on every worker host (after the job: a worker
     killed, or ended after a failure, leaves them)."""
-    cmd = f"rm -f {byteps_files(check_job_id(job))}"
+    cmd = f"rm -rf {byteps_files(check_job_id(job))}"
     for h in hosts:
         line = ["sh", "-c", cmd] if is_local(h) else _ssh() + [h, cmd]
         subprocess.run(line, capture_output=True, timeout=60)

@@ -44,8 +44,11 @@ def start(placement, settings: dict[str, str], cpu: bool) -> dict[str, str]:
     if cpu:
         os.environ[CPU_ONLY] = "1"
     if settings.get(TRACE_ON) == "1":
-        # BytePS writes <dir>/<local rank>/comm.json, and every worker is local rank 0
-        os.environ[TRACE_DIR] = tempfile.mkdtemp(prefix=f"ddlbench-byteps-trace-{placement.rank}-")
+        # BytePS writes <dir>/<local rank>/comm.json, and every worker is local rank 0; named
+        # for the job, the launcher removes it after a failure (launch.pslaunch.byteps_files)
+        job = os.environ.get("BYTEPS_JOB_ID") or str(os.getpid())
+        os.environ[TRACE_DIR] = tempfile.mkdtemp(
+            prefix=f"ddlbench-byteps-trace-{job}-{placement.rank}-", dir="/tmp")
         os.mkdir(os.path.join(os.environ[TRACE_DIR], "0"))
     if os.environ.get("BYTEPS_LOCAL_SIZE", "1") != "1":
         raise UsageError("--engine byteps runs one process per BytePS worker: "
