@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import NamedTuple
 
 import compression
 
@@ -365,14 +366,22 @@ def _check_optimizer(args) -> None:
         raise UsageError(f"--momentum is a setting of SGD, but {how}; add --optimizer sgd")
 
 
-# The real-framework lanes: the module their engine imports, and where they run instead
+# The real-framework lanes: the module their engine imports, the script that builds and names
+# their environment, and where they run instead
+class Lane(NamedTuple):
+    module: str
+    env_script: str     # relative to the repository
+    where: str
+
+
 LANE_ENVIRONMENTS = {
-    "horovod": ("horovod.torch", "Horovod 0.28.1 runs in its own torch 2.0.1 environment; build "
-                "it with `make horovod-env` and start through nworkers=N engine=horovod "
-                "./horovod/horovod_mpi_cj.sh"),
-    "byteps": ("byteps.torch", "BytePS 0.2.5 runs in its own environment; build it with `make "
-               "byteps-env` and start through nworkers=N engine=byteps "
-               "./byteps/byteps_launch.sh"),
+    "horovod": Lane("horovod.torch", "horovod/legacy_env.sh",
+                    "Horovod 0.28.1 runs in its own torch 2.0.1 environment; build it with `make "
+                    "horovod-env` and start through nworkers=N engine=horovod "
+                    "./horovod/horovod_mpi_cj.sh"),
+    "byteps": Lane("byteps.torch", "byteps/legacy_env.sh",
+                   "BytePS 0.2.5 runs in its own environment; build it with `make byteps-env` "
+                   "and start through nworkers=N engine=byteps ./byteps/byteps_launch.sh"),
 }
 
 
@@ -384,7 +393,7 @@ def _check_lane(args, probe_engine: bool) -> None:
 
     from .hosts import placement
     engine = args.engine
-    module, where = LANE_ENVIRONMENTS[engine]
+    module, _, where = LANE_ENVIRONMENTS[engine]
     if probe_engine:
         try:
             importlib.import_module(module)

@@ -287,7 +287,9 @@ def test_a_sweep_refuses_byteps_cells_without_the_environment(tmp_path, monkeypa
     script.write_text("#!/bin/sh\necho 'byteps-env: error: not built here: make byteps-env' >&2"
                       "\nexit 2\n")
     script.chmod(0o755)
-    monkeypatch.setitem(config.LANE_ENVS, "byteps", str(script))
+    from ddlbench import flags
+    monkeypatch.setitem(flags.LANE_ENVIRONMENTS, "byteps",
+                        flags.LANE_ENVIRONMENTS["byteps"]._replace(env_script=str(script)))
     assert config._lane_env_problem("byteps") == "engine byteps: not built here: make byteps-env"
 
 

@@ -225,6 +225,7 @@ class BytePSByteSchedulerPS(BytePSWFBPPS):
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
+        from ..runtime.byteps import SCHEDULE_HEAP
         if (self.bps.rank() == 0 and self.comm_servers()
                 and os.environ.get(SCHEDULE_HEAP) == "original"):
             say(SCHEDULE_NOTE)
@@ -232,7 +233,6 @@ class BytePSByteSchedulerPS(BytePSWFBPPS):
 
 # BytePS 0.2.5's servers, kept by BYTEPS_SERVER_SCHEDULE_HEAP=original, pop from a stale heap
 # (byteps/cpu_only.patch fixes it; docs/DESIGN.md section 10): what such a run says first
-SCHEDULE_HEAP = "BYTEPS_SERVER_SCHEDULE_HEAP"
 SCHEDULE_NOTE = ("ddlbench: note: BYTEPS_SERVER_SCHEDULE_HEAP=original: the servers schedule "
                  "from BytePS 0.2.5's stale heap, which now and then returns a partition summed "
                  "over one worker only (scripts/byteps_schedule_repro.sh): time it, but its "

@@ -31,6 +31,8 @@ import time
 from ..errors import UsageError
 
 CPU_ONLY = "BYTEPS_CPU_ONLY"
+# =original: the servers keep BytePS 0.2.5's stale scheduling heap (byteps/cpu_only.patch)
+SCHEDULE_HEAP = "BYTEPS_SERVER_SCHEDULE_HEAP"
 TRACE_ON, TRACE_DIR = "BYTEPS_TRACE_ON", "BYTEPS_TRACE_DIR"
 TRACE_START, TRACE_END = "BYTEPS_TRACE_START_STEP", "BYTEPS_TRACE_END_STEP"
 # The environment's description, written by byteps/legacy_env.sh beside its Python
@@ -68,7 +70,7 @@ def recorded_settings() -> dict[str, str]:
 
 
 _RECORDED = {"BYTEPS_PARTITION_BYTES", CPU_ONLY, "BYTEPS_SERVER_ENABLE_SCHEDULE",
-             "BYTEPS_SERVER_SCHEDULE_HEAP", "BYTEPS_SCHEDULING_CREDIT", "DMLC_NUM_WORKER",
+             SCHEDULE_HEAP, "BYTEPS_SCHEDULING_CREDIT", "DMLC_NUM_WORKER",
              "DMLC_NUM_SERVER", TRACE_ON, TRACE_START, TRACE_END}
 
 

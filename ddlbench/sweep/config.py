@@ -41,11 +41,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 METHOD_BASE_KEYS = {"method", "label", "args", "optional"}
 # The keys of a task entry, in the training script's order of their flags.
 TASK_KEYS = ("model", "batch_size", "image_size", "sentence_len", "num_classes", "args")
-# torch, and the real frameworks' lanes: horovod (under mpirun) and byteps (BytePS's scheduler
-# and servers started by its shell launcher)
+# torch, and the real frameworks' lanes (flags.LANE_ENVIRONMENTS): horovod (under mpirun) and
+# byteps (BytePS's scheduler and servers started by its shell launcher)
 ENGINES = methods.ENGINES
-# the lanes' environments (the sweep refuses their cells where one is not built)
-LANE_ENVS = {"horovod": "horovod/legacy_env.sh", "byteps": "byteps/legacy_env.sh"}
 AGGREGATES = ("mean", "median", "olympic")
 # calibration_check's default: how far a probe after the tries may move from the calibration
 # (a slow minute during calibration put the loopback links 2-5 times too slow: DESIGN section 15)
@@ -1172,7 +1170,8 @@ def shell_launcher(method_id: str) -> str:
 def _lane_env_problem(engine: str) -> str:
     """'' when the environment of ``engine``'s lane (Horovod's, BytePS's) is built, else why
     not (one line)."""
-    proc = subprocess.run([os.path.join(REPO, LANE_ENVS[engine]), "python"],
+    from ..flags import LANE_ENVIRONMENTS
+    proc = subprocess.run([os.path.join(REPO, LANE_ENVIRONMENTS[engine].env_script), "python"],
                           capture_output=True, text=True)
     if proc.returncode == 0:
         return ""
@@ -1207,7 +1206,7 @@ def _preflight(sweep: Sweep) -> list[str]:
                           "record.json")
     for cell in sweep.cells():
         args = train_args(sweep, cell, record)
-        if cell.engine in LANE_ENVS:
+        if cell.engine in flags.LANE_ENVIRONMENTS:
             # Horovod's lane starts under mpirun, BytePS's under its shell launcher (which
             # builds an emulated cluster itself: --net rides in the training script's flags)
             if cell.engine == "horovod" and cell.network.emulated:

@@ -25,6 +25,7 @@ import time
 import psutil
 
 from .. import methods
+from ..flags import LANE_ENVIRONMENTS
 from ..hosts.procs import die_with_parent
 from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, child_environment,
                      format_value, job_args, job_name, settings, shell_launcher, trace_path)
@@ -46,7 +47,7 @@ def job_command(sweep: Sweep, cells: list[Cell], record_path: str,
     cell = cells[0]
     args = job_args(sweep, cells, record_path, calibration)
     local = cell.network.kind == "net"
-    if local and cell.engine in ("horovod", "byteps"):
+    if local and cell.engine in LANE_ENVIRONMENTS:
         # Horovod starts under mpirun, BytePS with its scheduler and servers, on this machine
         # too: the shell launcher with this host's slots (Horovod: the loopback only; BytePS's
         # launcher builds an emulated network itself, from --net)
