@@ -21,7 +21,18 @@ Prints, per method, the bare loop's throughput, the ratio of throughputs (method
 means no overhead), the number of gradient tensors and, per tensor, each loop's extra time over
 the bare loop per iteration in microseconds (``us/tensor`` the method's, ``raw us/tensor``,
 ``ddp us/tensor``), the throughput ratio method / ddp, the DDP reference's cap and the buckets
-it reduced; medians over rounds. ``--json PATH`` writes the same figures as one JSON object.
+it reduced; medians over rounds, each ratio the median of the rounds' paired ratios with its
+distribution-free interval (``ci``: order statistics of a sign test, at least 95%; from 6
+rounds on). ``--json PATH`` writes the same figures as one JSON object.
+
+``--nworkers N`` runs the same on N local workers (pinned to cores of their own where they fit;
+``--threads``), every loop's rounds starting on all of them together and each round's time the
+slowest worker's: the method against DDP sending the same messages in the same job, round by
+round, the paired comparison a sweep's separate jobs cannot give. There ``us/tensor`` is the
+extra time over a loop without communication, exposed communication included:
+
+    python -m ddlbench.overhead --nworkers 2 --model resnet18 --image-size 64 \
+        --batch-size 16 --methods wfbp,fusion,bspa2a --rounds 30 --batches 4
 ``--cuda`` runs all on GPU 0 (NCCL), each round timed to its last kernel; ``--optimizer`` is
 the training script's (default: SGD with momentum 0.9, ``--optimizer auto`` as a benchmark has
 it). So on a GPU one command gives the plain loop's throughput and each method's cost beside it:
@@ -45,12 +56,12 @@ import sys
 import time
 
 from . import methods
-from .errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
+from .errors import ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
 from .options import add_flags
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     p = ArgumentParser(prog="python -m ddlbench.overhead", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="resnet18")
     p.add_argument("--batch-size", type=int, default=16)
@@ -60,10 +71,17 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--batches", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--nworkers", type=int, default=None,
+                   help="workers of the job (default 1): each runs every loop, the rounds in "
+                        "step; a round's time is its slowest worker's")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per worker (default: one worker keeps torch's own, "
+                        "OMP_NUM_THREADS; several pinned workers one per core)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="as the training script's (auto: SGD for CNNs, AdamW for BERT)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD's")
-    p.add_argument("--cuda", action="store_true", help="run on GPU 0 with NCCL")
+    p.add_argument("--cuda", action="store_true", help="run on GPU 0 with NCCL "
+                   "(with --nworkers: GPU LOCAL_RANK)")
     p.add_argument("--timeline", action="store_true",
                    help="measure the timeline's cost (nothing / counters / full trace) "
                         "instead of the method's against a bare loop")
@@ -72,71 +90,86 @@ def main(argv=None) -> int:
                         "ratios, microseconds per tensor, tensors, the DDP reference's buckets)")
     add_flags(p.add_argument_group("the methods' options (each: the methods declaring it and "
                                    "their defaults)"), methods.option_owners())
-    args = p.parse_args(argv)
-    try:
-        return run(args)
-    except UsageError as e:
-        print(f"ddlbench: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    return p.parse_args(argv)
 
 
-def run(args) -> int:
-    import torch
-    import torch.distributed as dist
-
-    from .runtime.comm import Comm
-
+def check(args) -> None:
+    """Bad input, before any worker starts: one line (``UsageError``)."""
     if args.batch_size <= 0 or args.rounds <= 0 or args.batches <= 0:
         raise UsageError("--batch-size, --rounds and --batches must be positive")
-    names = [m for m in args.methods.split(",") if m]
-    for name in names:
+    if (args.nworkers is not None and args.nworkers <= 0) or \
+            (args.threads is not None and args.threads <= 0):
+        raise UsageError("--nworkers and --threads must be positive")
+    for name in [m for m in args.methods.split(",") if m]:
         methods.lookup(name).Options.resolve(vars(args))
     if args.json:
         check_writable(args.json, "--json")
+
+
+def main(argv=None) -> int:
+    from .launch.job import run_job
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_job(argv, "ddlbench.overhead", parse_args, check, worker)
+
+
+def worker(args, placement) -> int:
+    """One worker's part: joins the job (Gloo, or NCCL with ``--cuda``) and runs every
+    method's rounds."""
+    import torch
+
+    from . import runtime
     if args.cuda and not torch.cuda.is_available():
         raise UsageError("--cuda: torch sees no CUDA GPU here")
-    args.device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
-    if args.cuda:
-        torch.cuda.set_device(args.device)
-    dist.init_process_group("nccl" if args.cuda else "gloo", store=dist.HashStore(), rank=0,
-                            world_size=1)
-    where = torch.cuda.get_device_name(args.device) if args.cuda \
+    # one worker keeps torch's own thread count (OMP_NUM_THREADS), as a bare loop would have
+    threads = args.threads or (torch.get_num_threads() if placement.world_size == 1 else None)
+    job = runtime.Job(use_cuda=args.cuda, threads=threads)
+    return runtime.start(placement, job, lambda ctx: run(args, ctx))
+
+
+def run(args, ctx) -> int:
+    import torch
+
+    from .runtime.comm import Comm
+
+    check(args)
+    names = [m for m in args.methods.split(",") if m]
+    args.device = ctx.device
+    where = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" \
         else f"threads {torch.get_num_threads()}"
-    print(f"{args.model} bs {args.batch_size}, 1 worker, {args.rounds} rounds x "
-          f"{args.batches} batches, {where}")
-    _header(args.timeline)
+    say = print if ctx.is_root else (lambda *a, **k: None)
+    say(f"{args.model} bs {args.batch_size}, {ctx.size} worker{'s' if ctx.size > 1 else ''} "
+        f"({ctx.backend}), {args.rounds} rounds x {args.batches} batches, {where}")
+    _header(args.timeline, say)
     figures = {}
-    try:
-        for name in names:
-            compare = _timeline_cost if args.timeline else _compare
-            figures[name] = compare(args, name, methods.lookup(name), Comm(0, 1))
-    finally:
-        dist.destroy_process_group()
-    if args.json:
-        _write_json(args, where, figures)
+    for name in names:
+        compare = _timeline_cost if args.timeline else _compare
+        figures[name] = compare(args, name, methods.lookup(name), Comm(ctx.rank, ctx.size), say)
+    if args.json and ctx.is_root:
+        _write_json(args, where, ctx.size, figures)
     return 0
 
 
-def _header(timeline: bool) -> None:
+def _header(timeline: bool, say=print) -> None:
     if timeline:
-        print(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
+        say(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
         return
     # us/tensor: (method - bare) seconds per iteration / gradient tensors; raw: the bare loop
     # with a raw all-reduce hook per parameter; ddp: DDP at the cap sending the same messages
-    print(f"{'method':>10} {'bare s/round':>13} {'bare samples/s':>15} "
-          f"{'method s/round':>15} {'ratio (median)':>15} {'tensors':>8} {'us/tensor':>10} "
-          f"{'raw us/tensor':>14} {'ddp us/tensor':>14} {'method/ddp':>11} "
-          f"{'ddp cap MiB':>12} {'ddp buckets':>12}")
+    # ci(...): the distribution-free interval of that median ratio (a sign test, >= 95%)
+    say(f"{'method':>10} {'bare s/round':>13} {'bare samples/s':>15} "
+        f"{'method s/round':>15} {'ratio (median)':>15} {'ci(ratio)':>15} {'tensors':>8} "
+        f"{'us/tensor':>10} {'raw us/tensor':>14} {'ddp us/tensor':>14} {'method/ddp':>11} "
+        f"{'ci(method/ddp)':>15} {'ddp cap MiB':>12} {'ddp buckets':>12}", flush=True)
 
 
-def _write_json(args, where: str, figures: dict) -> None:
+def _write_json(args, where: str, nworkers: int, figures: dict) -> None:
     from .measure import record
     record.write_atomic(args.json, {
         "mode": "timeline" if args.timeline else "overhead", "model": args.model,
         "batch_size": args.batch_size, "image_size": args.image_size,
         "sentence_len": args.sentence_len, "optimizer": args.optimizer,
         "rounds": args.rounds, "batches": args.batches, "warmup": args.warmup,
-        "device": where, "methods": figures})
+        "nworkers": nworkers, "device": where, "methods": figures})
 
 
 def _build(args):
@@ -170,7 +203,7 @@ def _timed(step, n, device) -> float:
 MODES = ("none", "counters", "full")
 
 
-def _timeline_cost(args, name, cls, comm) -> dict:
+def _timeline_cost(args, name, cls, comm, say=print) -> dict:
     """One method's rounds rotating through the timeline's modes, and its line."""
     import itertools
 
@@ -198,6 +231,7 @@ def _timeline_cost(args, name, cls, comm) -> dict:
                 handles = tl.watch_gradients(work.model) if mode == "full" else []
                 if mode != "none":
                     tl.start()
+                _together(comm)
                 t = _timed(step, args.batches, args.device)
                 with tl.span("synchronize", timeline.WAIT):
                     method.synchronize()
@@ -208,11 +242,12 @@ def _timeline_cost(args, name, cls, comm) -> dict:
                     raise RuntimeError(f"the {mode} rounds recorded {recorded}")
                 for h in handles:
                     h.remove()
+        times = _slowest(comm, times)
         counters = [n / c for n, c in zip(times["none"], times["counters"])]
         full = [n / f for n, f in zip(times["none"], times["full"])]
-        print(f"{name:>10} {statistics.median(times['none']):13.4f} "
-              f"{statistics.median(counters):14.3f} {statistics.median(full):10.3f}",
-              flush=True)
+        say(f"{name:>10} {statistics.median(times['none']):13.4f} "
+            f"{statistics.median(counters):14.3f} {statistics.median(full):10.3f}",
+            flush=True)
     return {"none_s_per_round": statistics.median(times["none"]),
             "counters/none": statistics.median(counters), "full/none": statistics.median(full)}
 
@@ -220,23 +255,26 @@ def _timeline_cost(args, name, cls, comm) -> dict:
 MIB = 1024 * 1024
 
 
-def _compare(args, name, cls, comm) -> dict:
+def _compare(args, name, cls, comm, say=print) -> dict:
     """One method's rounds interleaved with the three references' (the bare loop, the raw hook
     loop, DDP sending the same messages), its line, and its figures."""
     import contextlib
     with contextlib.ExitStack() as stack:
         steps, syncs, ref, tensors = _loops(args, cls, comm, stack)
-        times = _rounds(args, steps, syncs)
+        times = _slowest(comm, _rounds(args, steps, syncs, comm))
         buckets = _ddp_buckets(ref.ddp)
     fig = _figures(args, times, tensors)
     fig["ddp_reference"] = {"bucket_cap_mb": ref.bucket_cap_mb, "buckets": buckets,
                             "first_bucket_bytes": ref.first_bucket_bytes}
     us = fig["us_per_tensor"]
-    print(f"{name:>10} {fig['bare_s_per_round']:13.4f} {fig['samples_per_s']['bare']:15.1f} "
-          f"{fig['method_s_per_round']:15.4f} {fig['ratio']['method/bare']:15.3f} "
-          f"{tensors:8d} {us['method']:10.2f} {us['raw_hook']:14.2f} {us['ddp_match']:14.2f} "
-          f"{fig['ratio']['method/ddp_match']:11.3f} {ref.bucket_cap_mb:12g} "
-          f"{'?' if buckets is None else buckets:>12}", flush=True)
+    ci = {k: "-" if v is None else f"[{v[0]:.3f},{v[1]:.3f}]"
+          for k, v in fig["interval"].items()}
+    say(f"{name:>10} {fig['bare_s_per_round']:13.4f} {fig['samples_per_s']['bare']:15.1f} "
+        f"{fig['method_s_per_round']:15.4f} {fig['ratio']['method/bare']:15.3f} "
+        f"{ci['method/bare']:>15} {tensors:8d} {us['method']:10.2f} {us['raw_hook']:14.2f} "
+        f"{us['ddp_match']:14.2f} {fig['ratio']['method/ddp_match']:11.3f} "
+        f"{ci['method/ddp_match']:>15} {ref.bucket_cap_mb:12g} "
+        f"{'?' if buckets is None else buckets:>12}", flush=True)
     return fig
 
 
@@ -332,10 +370,11 @@ def _ddp_buckets(ddp) -> int | None:
     return len(rebuilt.split(",")) if rebuilt else None
 
 
-def _rounds(args, steps, syncs) -> dict:
+def _rounds(args, steps, syncs, comm=None) -> dict:
     """Seconds per round of each loop, the rounds interleaved, the order reversed every other
     round so that no loop always inherits the same one's caches. At least two warm-up steps:
-    DDP rebuilds its buckets after its first."""
+    DDP rebuilds its buckets after its first. With several workers every round starts on all
+    of them together (``_together``)."""
     for loop, step in steps.items():
         _timed(step, max(args.warmup, 2), args.device)
         syncs.get(loop, lambda: None)()
@@ -343,9 +382,50 @@ def _rounds(args, steps, syncs) -> dict:
     order = list(steps)
     for r in range(args.rounds):
         for loop in order if r % 2 == 0 else order[::-1]:
+            _together(comm)
             times[loop].append(_timed(steps[loop], args.batches, args.device))
             syncs.get(loop, lambda: None)()
     return times
+
+
+def _together(comm) -> None:
+    """With several workers, a barrier: each timed round starts on every worker at once (a
+    loop without collectives, the bare one, would otherwise drift apart)."""
+    if comm is not None and comm.size > 1:
+        import torch.distributed as dist
+        dist.barrier(group=comm.group)
+
+
+def _slowest(comm, times: dict) -> dict:
+    """Each round's time as the job's: its slowest worker's (the same on every worker)."""
+    if comm is None or comm.size == 1:
+        return times
+    import torch.distributed as dist
+    every: list = [None] * comm.size
+    dist.all_gather_object(every, times, group=comm.group)
+    return {loop: [max(w[loop][r] for w in every) for r in range(len(rounds))]
+            for loop, rounds in times.items()}
+
+
+# The confidence at least of the interval around a median ratio (``median_interval``).
+CONFIDENCE = 0.95
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE):
+    """The distribution-free interval of the median of ``values`` (paired per-round ratios):
+    order statistics k and n+1-k for the largest k at which a sign test keeps at least
+    ``confidence`` (P(k <= B <= n-k) for B ~ Binomial(n, 1/2)); None for fewer than 6 values
+    (no k reaches 95%)."""
+    from math import comb
+    n = len(values)
+    ranked = sorted(values)
+    best = None
+    for k in range(1, n // 2 + 1):
+        outside = 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+        if 1.0 - outside < confidence:
+            break
+        best = (ranked[k - 1], ranked[n - k])
+    return best
 
 
 def _figures(args, times, tensors) -> dict:
@@ -353,10 +433,13 @@ def _figures(args, times, tensors) -> dict:
     over the bare loop per iteration and gradient tensor, in microseconds."""
     med = statistics.median
     bare = times["bare"]
-    samples = args.batches * args.batch_size
+    samples = args.batches * args.batch_size * (getattr(args, "nworkers", None) or 1)
 
-    def ratio(loop, base):  # throughput loop / base
-        return med(b / t for t, b in zip(times[loop], times[base]))
+    def ratios(loop, base):  # throughput loop / base, round by round
+        return [b / t for t, b in zip(times[loop], times[base])]
+
+    def ratio(loop, base):
+        return med(ratios(loop, base))
 
     def us(loop):
         return med((t - b) / args.batches / tensors * 1e6 for t, b in zip(times[loop], bare))
@@ -367,8 +450,11 @@ def _figures(args, times, tensors) -> dict:
                       "method/ddp_match": ratio("method", "ddp_match"),
                       "raw_hook/bare": ratio("raw_hook", "bare"),
                       "ddp_match/bare": ratio("ddp_match", "bare")},
+            "interval": {"method/bare": median_interval(ratios("method", "bare")),
+                         "method/ddp_match": median_interval(ratios("method", "ddp_match"))},
             "us_per_tensor": {loop: us(loop) for loop in times if loop != "bare"}}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddlbench.errors import finish
+    sys.exit(finish(main()))

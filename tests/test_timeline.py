@@ -139,9 +139,69 @@ def test_overhead_figures_are_medians_of_the_rounds():
     assert fig["tensors"] == 10
 
 
+def test_overhead_interval_is_the_sign_tests_order_statistics():
+    """The interval of a median ratio: order statistics k and n+1-k, k the largest keeping a
+    sign test's confidence at 95% or more: 15 rounds give the 4th and 12th (96.5%), 6 the
+    extremes (96.9%), 5 nothing (93.75% at best)."""
+    from ddlbench.overhead import median_interval
+    values = [float(v) for v in (9, 3, 14, 1, 7, 12, 5, 15, 2, 11, 6, 10, 4, 13, 8)]
+    assert median_interval(values) == (4.0, 12.0)
+    assert median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == (1.0, 6.0)
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    # a lower confidence narrows it: at 88% 15 rounds give the 5th and 11th (88.2%)
+    assert median_interval(values, confidence=0.88) == (5.0, 11.0)
+
+
+def test_overhead_round_is_the_slowest_workers(monkeypatch):
+    """With several workers, each round's time is the slowest worker's, the same figure on
+    every worker; one worker's times are its own."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from ddlbench import overhead
+    mine = {"bare": [1.0, 5.0], "method": [2.0, 2.0]}
+    theirs = {"bare": [3.0, 4.0], "method": [1.0, 6.0]}
+
+    def gather(out, obj, group=None):
+        assert obj is mine and group == "g"
+        out[:] = [mine, theirs]
+    monkeypatch.setattr(dist, "all_gather_object", gather)
+    assert overhead._slowest(SimpleNamespace(size=2, group="g"), mine) == {
+        "bare": [3.0, 5.0], "method": [2.0, 6.0]}
+    assert overhead._slowest(SimpleNamespace(size=1, group="g"), mine) is mine
+
+
+def test_overhead_benchmark_on_two_workers(tmp_path):
+    """The peers on two workers: one table (worker 0's), each round the job's, the DDP
+    reference sending the method's messages in as many buckets, the job's samples per second."""
+    out = tmp_path / "overhead.json"
+    proc = run([sys.executable, "-m", "ddlbench.overhead", "--model", "resnet18",
+                "--image-size", "32", "--batch-size", "2", "--methods", "wfbp", "--rounds", "2",
+                "--batches", "1", "--warmup", "1", "--nworkers", "2", "--json", str(out)],
+               timeout=200)
+    assert proc.returncode == 0, describe(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("resnet18 bs 2, 2 workers (gloo), 2 rounds x 1 batches"), lines
+    assert lines[1].split() == OVERHEAD_COLUMNS and len(lines) == 3, lines
+    with open(out) as f:
+        rec = json.load(f)
+    fig = rec["methods"]["wfbp"]
+    assert rec["nworkers"] == 2 and fig["tensors"] == 62
+    assert fig["ddp_reference"]["bucket_cap_mb"] == 0 and fig["ddp_reference"]["buckets"] == 62
+    # 2 workers x 1 batch x 2 samples a round
+    assert fig["samples_per_s"]["bare"] == pytest.approx(4 / fig["bare_s_per_round"], rel=1e-9)
+    assert fig["interval"] == {"method/bare": None, "method/ddp_match": None}   # 2 rounds
+    assert lines[2].split()[5] == lines[2].split()[11] == "-"
+    proc = run([sys.executable, "-m", "ddlbench.overhead", "--nworkers", "0"], timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "ddlbench: error: --nworkers and --threads must be positive"], describe(proc)
+
+
 OVERHEAD_COLUMNS = ["method", "bare", "s/round", "bare", "samples/s", "method", "s/round",
-                    "ratio", "(median)", "tensors", "us/tensor", "raw", "us/tensor", "ddp",
-                    "us/tensor", "method/ddp", "ddp", "cap", "MiB", "ddp", "buckets"]
+                    "ratio", "(median)", "ci(ratio)", "tensors", "us/tensor", "raw", "us/tensor",
+                    "ddp", "us/tensor", "method/ddp", "ci(method/ddp)", "ddp", "cap", "MiB",
+                    "ddp", "buckets"]
 
 
 def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optimizer(tmp_path):
@@ -162,7 +222,8 @@ def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optim
     import models
     n = sum(p.requires_grad for p in models.build("bert_tiny", sentence_len=16).model.parameters())
     for name, row in rows.items():
-        _, bare, rate, seconds, ratio, tensors, us, raw_us, ddp_us, vs_ddp, cap, buckets = row
+        _, bare, rate, seconds, ratio, ci_bare, tensors, us, raw_us, ddp_us, vs_ddp, ci, cap, \
+            buckets = row
         assert float(seconds) > 0, row
         assert float(rate) == pytest.approx(2 * 2 / float(bare), rel=1e-3, abs=0.1)
         fig = got[name]
@@ -184,6 +245,8 @@ def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optim
         assert [float(us), float(raw_us), float(ddp_us)] == pytest.approx(
             [fig["us_per_tensor"][k] for k in ("method", "raw_hook", "ddp_match")], abs=0.01)
         assert fig["ratio"]["method/ddp_match"] == pytest.approx(float(vs_ddp), abs=1e-3)
+        assert ci == ci_bare == "-"   # 2 rounds: no interval
+        assert fig["interval"] == {"method/bare": None, "method/ddp_match": None}
         assert set(fig["samples_per_s"]) == {"bare", "method", "raw_hook", "ddp_match"}
         assert float(cap) == fig["ddp_reference"]["bucket_cap_mb"] and \
             int(buckets) == fig["ddp_reference"]["buckets"]
