@@ -429,8 +429,10 @@ def median_interval(values: list[float], confidence: float = CONFIDENCE):
 
 
 def _figures(args, times, tensors) -> dict:
-    """Medians over the rounds: throughputs, throughput ratios, and each loop's extra time
-    over the bare loop per iteration and gradient tensor, in microseconds."""
+    """Medians over the rounds: throughputs, throughput ratios with their intervals, and each
+    loop's extra time over the bare loop per iteration and gradient tensor, in microseconds;
+    with every loop's seconds per round (``round_s``, in the rounds' order: runs can be
+    pooled)."""
     med = statistics.median
     bare = times["bare"]
     samples = args.batches * args.batch_size * (getattr(args, "nworkers", None) or 1)
@@ -452,7 +454,8 @@ def _figures(args, times, tensors) -> dict:
                       "ddp_match/bare": ratio("ddp_match", "bare")},
             "interval": {"method/bare": median_interval(ratios("method", "bare")),
                          "method/ddp_match": median_interval(ratios("method", "ddp_match"))},
-            "us_per_tensor": {loop: us(loop) for loop in times if loop != "bare"}}
+            "us_per_tensor": {loop: us(loop) for loop in times if loop != "bare"},
+            "round_s": times}
 
 
 if __name__ == "__main__":

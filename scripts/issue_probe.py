@@ -3,15 +3,20 @@
     python scripts/issue_probe.py MODEL BATCH        (e.g. bert 8, resnet50 64; GPU 0 if any)
 
 One process, one rank (NCCL on GPU 0, else Gloo), the benchmark's optimizer (``--optimizer
-auto``), five loops on copies of the same model, their timing rounds interleaved (forward and
-backward order alternating) as ``ddlbench.overhead`` does: ``bare`` (forward, backward, step);
-``noop`` (a Python hook per gradient that does nothing: the hook's own dispatch); ``raw`` (the
+auto``), seven loops on copies of the same model, their timing rounds interleaved (forward and
+backward order alternating) as ``ddlbench.overhead`` does: ``bare`` (forward, backward, step,
+``zero_grad(set_to_none=True)``); ``kept`` (the same with ``set_to_none=False``: the gradients
+stay, are zeroed in place and accumulated into, the floor of any method whose gradients live
+in its buckets, as DDP's ``gradient_as_bucket_view``); ``noop`` (a Python hook per gradient that does nothing: the hook's own dispatch); ``raw`` (the
 hook starts ``dist.all_reduce(grad, async_op=True)``, the step waits for them all); ``suite``
 (the hook starts the suite's ``compression.NoCompression().reduce_async`` on the counted
-collectives with the timeline recording, the step waits); ``wfbp`` (the method itself). Prints
+collectives with the timeline recording, the step waits); ``wfbp`` and ``bspa2a`` (the
+methods themselves). Prints
 ``profiler.measure_issue`` (the issue alone, the device idle), the time the hooks spent issuing
 and the step spent waiting in the last round, and per loop ms per iteration, the throughput
-ratio to ``bare`` and the extra time per gradient tensor (medians over 5 rounds of 10)."""
+ratio to ``bare`` and the extra time per gradient tensor, the medians of the rounds' paired
+figures (5 rounds of 10; ``ROUNDS=N`` in the environment for more, and from 6 the extra time's
+sign-test interval, as ``ddlbench.overhead`` gives)."""
 import argparse
 import os
 import statistics
@@ -28,7 +33,8 @@ from ddlbench import compat, methods, overhead  # noqa: E402
 from ddlbench.measure import profiler  # noqa: E402
 from ddlbench.runtime.comm import Comm  # noqa: E402
 
-ROUNDS, BATCHES = 5, 10
+ROUNDS = int(os.environ.get("ROUNDS", 5))   # more rounds: an interval (from 6 on)
+BATCHES = 10
 
 
 def main() -> int:
@@ -47,8 +53,8 @@ def main() -> int:
         comm = Comm(0, 1)
         print(args.model, args.batch_size, "measure_issue",
               profiler.measure_issue(device=args.device))
-        loops = {kind: _loop(args, kind, comm) for kind in ("bare", "noop", "raw", "suite",
-                                                            "wfbp")}
+        loops = {kind: _loop(args, kind, comm) for kind in ("bare", "kept", "noop", "raw",
+                                                            "suite", "wfbp", "bspa2a")}
         _report(args, loops)
     finally:
         dist.destroy_process_group()
@@ -58,14 +64,15 @@ def main() -> int:
 def _loop(args, kind, comm):
     """(step, its counters, gradient tensors) for one kind of loop."""
     work, batch, opt = overhead._build(args)
-    if kind == "wfbp":
-        method = methods.lookup("wfbp")(work.model, opt, comm)
+    if kind in ("wfbp", "bspa2a"):
+        method = methods.lookup(kind)(work.model, opt, comm)
+        method.start()   # as a run has it: its communication thread issues (a daemon)
 
-        def wfbp_step():
+        def method_step():
             work.loss(method.module, batch).backward()
             method.step()
             method.zero_grad()
-        return wfbp_step, None, len(method.params)
+        return method_step, None, len(method.params)
     params = [p for p in work.model.parameters() if p.requires_grad]
     codec = compression.NoCompression()
     pending, acc = [], {"issue": 0.0, "wait": 0.0}
@@ -80,7 +87,7 @@ def _loop(args, kind, comm):
             pending.append(codec.reduce_async((0,), p.grad.view(-1), comm, shapes=[p.shape]))
         acc["issue"] += time.perf_counter() - start
 
-    if kind != "bare":
+    if kind not in ("bare", "kept"):
         for p in params:
             compat.on_grad_ready(p, hook)
 
@@ -92,7 +99,7 @@ def _loop(args, kind, comm):
         acc["wait"] += time.perf_counter() - start
         pending.clear()
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=kind != "kept")
     return step, acc, len(params)
 
 
@@ -114,9 +121,13 @@ def _report(args, loops) -> None:
     bare, n = statistics.median(times["bare"]), loops["bare"][2]
     for kind in kinds:
         t = statistics.median(times[kind])
-        print(f"{kind:>6} {t / BATCHES * 1e3:8.2f} ms/iter  ratio {bare / t:.3f}  "
-              f"extra/tensor {(t - bare) / BATCHES / n * 1e6:7.1f} us")
-
+        # paired per round: the ratio to the same round's bare loop, the extra time per tensor
+        ratios = [b / x for x, b in zip(times[kind], times["bare"])]
+        extra = [(x - b) / BATCHES / n * 1e6 for x, b in zip(times[kind], times["bare"])]
+        ci = overhead.median_interval(extra)
+        print(f"{kind:>6} {t / BATCHES * 1e3:8.2f} ms/iter  ratio {statistics.median(ratios):.3f}"
+              f"  extra/tensor {statistics.median(extra):7.1f} us"
+              + ("" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -136,7 +136,7 @@ def test_overhead_figures_are_medians_of_the_rounds():
     # (t - b) / 2 batches / 10 tensors, in us: method 1, 0, 1; raw 0.5, 0.5, 0; ddp 0, 2, 0
     assert fig["us_per_tensor"] == pytest.approx({"method": 5e4, "raw_hook": 2.5e4,
                                                   "ddp_match": 0.0})
-    assert fig["tensors"] == 10
+    assert fig["tensors"] == 10 and fig["round_s"] is times
 
 
 def test_overhead_interval_is_the_sign_tests_order_statistics():
