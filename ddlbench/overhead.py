@@ -131,7 +131,6 @@ def run(args, ctx) -> int:
 
     from .runtime.comm import Comm
 
-    check(args)
     names = [m for m in args.methods.split(",") if m]
     args.device = ctx.device
     where = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" \
