@@ -2,6 +2,7 @@
 form, a parameter server's own recording, and real runs' traces and records."""
 import json
 import math
+import os
 import queue
 import sys
 import threading
@@ -14,7 +15,7 @@ from ddlbench import timeline as tl
 from ddlbench.runtime import ps
 
 from . import traces
-from .conftest import QUICK_TIMING, TINY_BERT, describe, run, train
+from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, run, train
 from .traces import check_trace
 
 MAIN = tl.MAIN
@@ -196,6 +197,40 @@ def test_overhead_benchmark_on_two_workers(tmp_path):
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--nworkers", "0"], timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "ddlbench: error: --nworkers and --threads must be positive"], describe(proc)
+
+
+def test_pool_rounds_pools_the_paired_rounds_of_several_runs(tmp_path):
+    """scripts/pool_rounds.py: two runs' rounds together, each ratio the method's throughput
+    over the reference's in the same round, the median, the rounds ahead and the sign test's
+    one-sided p; a record without round times is refused in one line."""
+    runs = [{"methods": {"fusion": {"round_s": {"method": [1.0, 2.0, 1.0],
+                                                "ddp_match": [2.0, 1.0, 1.5],
+                                                "bare": [0.5, 1.0, 0.5]}}}},
+            {"methods": {"fusion": {"round_s": {"method": [1.0, 1.0, 4.0],
+                                                "ddp_match": [3.0, 1.2, 2.0],
+                                                "bare": [0.9, 0.5, 1.0]}}}}]
+    paths = []
+    for i, rec in enumerate(runs):
+        paths.append(str(tmp_path / f"run{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(rec, f)
+    script = os.path.join(REPO, "scripts", "pool_rounds.py")
+    proc = run([sys.executable, script, *paths], timeout=60)
+    assert proc.returncode == 0, describe(proc)
+    # ratios to ddp: 2, 0.5, 1.5, 3, 1.2, 0.5 -> sorted 0.5 0.5 1.2 1.5 2 3, median 1.35; the
+    # 6 rounds' interval is their extremes; 4 ahead: p = (15 + 6 + 1) / 64
+    assert proc.stdout.splitlines()[0].split() == [
+        "fusion", "/", "ddp_match", "1.350", "[0.500,", "3.000]", "ahead", "in", "4", "of", "6",
+        "rounds", "(one-sided", "p", "=", "0.34)"]
+    # to bare: 0.5, 0.5, 0.5, 0.9, 0.5, 0.25: none ahead, p = 1
+    assert proc.stdout.splitlines()[1].split()[3:11] == [
+        "0.500", "[0.250,", "0.900]", "ahead", "in", "0", "of", "6"]
+    del runs[1]["methods"]["fusion"]["round_s"]
+    with open(paths[1], "w") as f:
+        json.dump(runs[1], f)
+    proc = run([sys.executable, script, *paths], timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "pool_rounds: error: fusion: the record has no round_s (written before it was kept)"]
 
 
 OVERHEAD_COLUMNS = ["method", "bare", "s/round", "bare", "samples/s", "method", "s/round",
