@@ -59,6 +59,7 @@ from . import methods
 from .errors import ArgumentParser, UsageError, check_writable
 from .measure.workload import OPTIMIZERS
 from .options import add_flags
+from .stats import median_interval
 
 
 def parse_args(argv=None):
@@ -262,7 +263,7 @@ def _compare(args, name, cls, comm, say=print) -> dict:
         steps, syncs, ref, tensors = _loops(args, cls, comm, stack)
         times = _slowest(comm, _rounds(args, steps, syncs, comm))
         buckets = _ddp_buckets(ref.ddp)
-    fig = _figures(args, times, tensors)
+    fig = _figures(args, times, tensors, nworkers=comm.size)
     fig["ddp_reference"] = {"bucket_cap_mb": ref.bucket_cap_mb, "buckets": buckets,
                             "first_bucket_bytes": ref.first_bucket_bytes}
     us = fig["us_per_tensor"]
@@ -406,35 +407,14 @@ def _slowest(comm, times: dict) -> dict:
             for loop, rounds in times.items()}
 
 
-# The confidence at least of the interval around a median ratio (``median_interval``).
-CONFIDENCE = 0.95
-
-
-def median_interval(values: list[float], confidence: float = CONFIDENCE):
-    """The distribution-free interval of the median of ``values`` (paired per-round ratios):
-    order statistics k and n+1-k for the largest k at which a sign test keeps at least
-    ``confidence`` (P(k <= B <= n-k) for B ~ Binomial(n, 1/2)); None for fewer than 6 values
-    (no k reaches 95%)."""
-    from math import comb
-    n = len(values)
-    ranked = sorted(values)
-    best = None
-    for k in range(1, n // 2 + 1):
-        outside = 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
-        if 1.0 - outside < confidence:
-            break
-        best = (ranked[k - 1], ranked[n - k])
-    return best
-
-
-def _figures(args, times, tensors) -> dict:
+def _figures(args, times, tensors, nworkers: int = 1) -> dict:
     """Medians over the rounds: throughputs, throughput ratios with their intervals, and each
     loop's extra time over the bare loop per iteration and gradient tensor, in microseconds;
     with every loop's seconds per round (``round_s``, in the rounds' order: runs can be
     pooled)."""
     med = statistics.median
     bare = times["bare"]
-    samples = args.batches * args.batch_size * (getattr(args, "nworkers", None) or 1)
+    samples = args.batches * args.batch_size * nworkers
 
     def ratios(loop, base):  # throughput loop / base, round by round
         return [b / t for t, b in zip(times[loop], times[base])]

@@ -16,7 +16,7 @@ methods themselves). Prints
 and the step spent waiting in the last round, and per loop ms per iteration, the throughput
 ratio to ``bare`` and the extra time per gradient tensor, the medians of the rounds' paired
 figures (5 rounds of 10; ``ROUNDS=N`` in the environment for more, and from 6 the extra time's
-sign-test interval, as ``ddlbench.overhead`` gives)."""
+sign-test interval, ``ddlbench.stats.median_interval``, as ``ddlbench.overhead`` gives)."""
 import argparse
 import os
 import statistics
@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import compression  # noqa: E402
-from ddlbench import compat, methods, overhead  # noqa: E402
+from ddlbench import compat, methods, overhead, stats  # noqa: E402
 from ddlbench.measure import profiler  # noqa: E402
 from ddlbench.runtime.comm import Comm  # noqa: E402
 
@@ -124,7 +124,7 @@ def _report(args, loops) -> None:
         # paired per round: the ratio to the same round's bare loop, the extra time per tensor
         ratios = [b / x for x, b in zip(times[kind], times["bare"])]
         extra = [(x - b) / BATCHES / n * 1e6 for x, b in zip(times[kind], times["bare"])]
-        ci = overhead.median_interval(extra)
+        ci = stats.median_interval(extra)
         print(f"{kind:>6} {t / BATCHES * 1e3:8.2f} ms/iter  ratio {statistics.median(ratios):.3f}"
               f"  extra/tensor {statistics.median(extra):7.1f} us"
               + ("" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]"))

@@ -4,18 +4,17 @@
 
 For every method in all the runs and each reference (``ddp_match``, ``bare``): the rounds'
 paired throughput ratios of all the runs together, their median with its sign-test interval
-(``ddlbench.overhead.median_interval``), the rounds where the method was ahead and the
+(``ddlbench.stats.median_interval``), the rounds where the method was ahead and the
 one-sided sign test's p (the chance of at least as many ahead were each round a coin toss).
 Runs whose records have no ``round_s`` (before it was written) are refused."""
 import json
 import os
 import statistics
 import sys
-from math import comb
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from ddlbench.overhead import median_interval  # noqa: E402
+from ddlbench.stats import median_interval, sign_tail  # noqa: E402
 
 
 def pooled(records: list[dict]) -> dict:
@@ -36,7 +35,7 @@ def pooled(records: list[dict]) -> dict:
             result.setdefault(name, {})[ref] = {
                 "rounds": n, "ahead": ahead, "median": statistics.median(ratios),
                 "interval": median_interval(ratios),
-                "p": sum(comb(n, i) for i in range(ahead, n + 1)) / 2 ** n}
+                "p": sign_tail(n, ahead)}
     return result
 
 

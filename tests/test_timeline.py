@@ -144,7 +144,7 @@ def test_overhead_interval_is_the_sign_tests_order_statistics():
     """The interval of a median ratio: order statistics k and n+1-k, k the largest keeping a
     sign test's confidence at 95% or more: 15 rounds give the 4th and 12th (96.5%), 6 the
     extremes (96.9%), 5 nothing (93.75% at best)."""
-    from ddlbench.overhead import median_interval
+    from ddlbench.stats import median_interval
     values = [float(v) for v in (9, 3, 14, 1, 7, 12, 5, 15, 2, 11, 6, 10, 4, 13, 8)]
     assert median_interval(values) == (4.0, 12.0)
     assert median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == (1.0, 6.0)

@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import statistics
 import sys
@@ -84,6 +83,7 @@ from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, 
 from ..measure.profile_file import read_profile
 from ..options import BATCHES_PER_ITER
 from ..planning import ORIGINAL_AB_TABLES, original_ab_table
+from ..stats import sign_tail
 
 PROFILE_DIR = os.path.join(survey.REPO, "configs", "profiles")
 # the survey's models: their H200 profiles
@@ -288,12 +288,7 @@ SIGN_LEVEL = 0.05
 def majority(n: int, level: float = SIGN_LEVEL) -> int:
     """The smallest k with P(Binomial(n, 1/2) >= k) <= ``level``: the count of n that a
     one-sided sign test takes as "most", not chance (n + 1 when none is: too few cells)."""
-    tail = 0
-    for k in range(n, -1, -1):
-        tail += math.comb(n, k) / 2 ** n
-        if tail > level:
-            return k + 1
-    return 0
+    return next(k for k in range(n + 2) if sign_tail(n, k) <= level)
 
 
 def findings(thr: dict, single: dict) -> list[dict]:
