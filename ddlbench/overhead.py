@@ -20,10 +20,17 @@ drift hits all alike:
 Prints, per method, the bare loop's throughput, the ratio of throughputs (method / bare; 1.0
 means no overhead), the number of gradient tensors and, per tensor, each loop's extra time over
 the bare loop per iteration in microseconds (``us/tensor`` the method's, ``raw us/tensor``,
-``ddp us/tensor``), the throughput ratio method / ddp, the DDP reference's cap and the buckets
-it reduced; medians over rounds, each ratio the median of the rounds' paired ratios with its
-distribution-free interval (``ci``: order statistics of a sign test, at least 95%; from 6
-rounds on). ``--json PATH`` writes the same figures as one JSON object.
+``ddp us/tensor``), the method's extra time over the raw hook loop's per tensor (``us-raw``:
+what the method's hooks and thread cost beyond the bare collective call), the throughput ratio
+method / ddp, the DDP reference's cap and the buckets it reduced; medians over rounds, each
+ratio (and ``us-raw``) the median of the rounds' paired figures with its distribution-free
+interval (``ci``: order statistics of a sign test, at least 95%; from 6 rounds on).
+``--json PATH`` writes the same figures as one JSON object. ``--vocab-size`` gives BERT a
+smaller vocabulary (as the training script's): BERT-Tiny's step is mostly its 30522-word
+output layer, and at 1000 words it is short enough that microseconds per tensor show:
+
+    python -m ddlbench.overhead --model bert_tiny --vocab-size 1000 --batch-size 8 \
+        --methods wfbp --rounds 40 --batches 10
 
 ``--nworkers N`` runs the same on N local workers (pinned to cores of their own where they fit;
 ``--threads``), every loop's rounds starting on all of them together and each round's time the
@@ -68,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--sentence-len", type=int, default=64)
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="BERT's vocabulary in place of the model's, as the training script's "
+                        "(a smaller one shortens the step, so that per-tensor costs show)")
     p.add_argument("--methods", default="bspa2a,wfbp,fusion,ddp")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--batches", type=int, default=10)
@@ -101,6 +111,9 @@ def check(args) -> None:
     if (args.nworkers is not None and args.nworkers <= 0) or \
             (args.threads is not None and args.threads <= 0):
         raise UsageError("--nworkers and --threads must be positive")
+    if args.vocab_size is not None:
+        import models
+        models.check_vocab(args.model, args.vocab_size)
     for name in [m for m in args.methods.split(",") if m]:
         methods.lookup(name).Options.resolve(vars(args))
     if args.json:
@@ -137,7 +150,8 @@ def run(args, ctx) -> int:
     where = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" \
         else f"threads {torch.get_num_threads()}"
     say = print if ctx.is_root else (lambda *a, **k: None)
-    say(f"{args.model} bs {args.batch_size}, {ctx.size} worker{'s' if ctx.size > 1 else ''} "
+    vocab = "" if args.vocab_size is None else f" (vocabulary {args.vocab_size})"
+    say(f"{args.model}{vocab} bs {args.batch_size}, {ctx.size} worker{'s' if ctx.size > 1 else ''} "
         f"({ctx.backend}), {args.rounds} rounds x {args.batches} batches, {where}")
     _header(args.timeline, say)
     figures = {}
@@ -154,11 +168,13 @@ def _header(timeline: bool, say=print) -> None:
         say(f"{'method':>10} {'none s/round':>13} {'counters/none':>14} {'full/none':>10}")
         return
     # us/tensor: (method - bare) seconds per iteration / gradient tensors; raw: the bare loop
-    # with a raw all-reduce hook per parameter; ddp: DDP at the cap sending the same messages
-    # ci(...): the distribution-free interval of that median ratio (a sign test, >= 95%)
+    # with a raw all-reduce hook per parameter; us-raw: the method's extra time over the raw
+    # hook loop's, per tensor, round by round; ddp: DDP at the cap sending the same messages
+    # ci(...): the distribution-free interval of that median (a sign test, >= 95%)
     say(f"{'method':>10} {'bare s/round':>13} {'bare samples/s':>15} "
         f"{'method s/round':>15} {'ratio (median)':>15} {'ci(ratio)':>15} {'tensors':>8} "
-        f"{'us/tensor':>10} {'raw us/tensor':>14} {'ddp us/tensor':>14} {'method/ddp':>11} "
+        f"{'us/tensor':>10} {'raw us/tensor':>14} {'us-raw':>8} {'ci(us-raw)':>17} "
+        f"{'ddp us/tensor':>14} {'method/ddp':>11} "
         f"{'ci(method/ddp)':>15} {'ddp cap MiB':>12} {'ddp buckets':>12}", flush=True)
 
 
@@ -167,7 +183,8 @@ def _write_json(args, where: str, nworkers: int, figures: dict) -> None:
     record.write_atomic(args.json, {
         "mode": "timeline" if args.timeline else "overhead", "model": args.model,
         "batch_size": args.batch_size, "image_size": args.image_size,
-        "sentence_len": args.sentence_len, "optimizer": args.optimizer,
+        "sentence_len": args.sentence_len, "vocab_size": args.vocab_size,
+        "optimizer": args.optimizer,
         "rounds": args.rounds, "batches": args.batches, "warmup": args.warmup,
         "nworkers": nworkers, "device": where, "methods": figures})
 
@@ -179,7 +196,8 @@ def _build(args):
 
     from .measure import workload
     torch.manual_seed(0)
-    work = models.build(args.model, image_size=args.image_size, sentence_len=args.sentence_len)
+    work = models.build(args.model, image_size=args.image_size, sentence_len=args.sentence_len,
+                        vocab_size=getattr(args, "vocab_size", None))
     work.model.to(args.device).train()
     batch = work.make_batch(args.batch_size, args.device, torch.Generator().manual_seed(0))
     settings = workload.OptimizerSpec(model=args.model, flag=args.optimizer,
@@ -267,11 +285,12 @@ def _compare(args, name, cls, comm, say=print) -> dict:
     fig["ddp_reference"] = {"bucket_cap_mb": ref.bucket_cap_mb, "buckets": buckets,
                             "first_bucket_bytes": ref.first_bucket_bytes}
     us = fig["us_per_tensor"]
-    ci = {k: "-" if v is None else f"[{v[0]:.3f},{v[1]:.3f}]"
-          for k, v in fig["interval"].items()}
+    ci = {k: "-" if v is None else f"[{v[0]:.1f},{v[1]:.1f}]" if k.endswith("us/tensor")
+          else f"[{v[0]:.3f},{v[1]:.3f}]" for k, v in fig["interval"].items()}
     say(f"{name:>10} {fig['bare_s_per_round']:13.4f} {fig['samples_per_s']['bare']:15.1f} "
         f"{fig['method_s_per_round']:15.4f} {fig['ratio']['method/bare']:15.3f} "
         f"{ci['method/bare']:>15} {tensors:8d} {us['method']:10.2f} {us['raw_hook']:14.2f} "
+        f"{us['method-raw_hook']:8.1f} {ci['method-raw_hook us/tensor']:>17} "
         f"{us['ddp_match']:14.2f} {fig['ratio']['method/ddp_match']:11.3f} "
         f"{ci['method/ddp_match']:>15} {ref.bucket_cap_mb:12g} "
         f"{'?' if buckets is None else buckets:>12}", flush=True)
@@ -422,8 +441,11 @@ def _figures(args, times, tensors, nworkers: int = 1) -> dict:
     def ratio(loop, base):
         return med(ratios(loop, base))
 
+    def extra(loop, base):  # loop's extra time over base per iteration and tensor, in us
+        return [(t - b) / args.batches / tensors * 1e6 for t, b in zip(times[loop], times[base])]
+
     def us(loop):
-        return med((t - b) / args.batches / tensors * 1e6 for t, b in zip(times[loop], bare))
+        return med(extra(loop, "bare"))
     return {"tensors": tensors, "bare_s_per_round": med(bare),
             "method_s_per_round": med(times["method"]),
             "samples_per_s": {loop: samples / med(t) for loop, t in times.items()},
@@ -432,8 +454,11 @@ def _figures(args, times, tensors, nworkers: int = 1) -> dict:
                       "raw_hook/bare": ratio("raw_hook", "bare"),
                       "ddp_match/bare": ratio("ddp_match", "bare")},
             "interval": {"method/bare": median_interval(ratios("method", "bare")),
-                         "method/ddp_match": median_interval(ratios("method", "ddp_match"))},
-            "us_per_tensor": {loop: us(loop) for loop in times if loop != "bare"},
+                         "method/ddp_match": median_interval(ratios("method", "ddp_match")),
+                         "method-raw_hook us/tensor": median_interval(extra("method",
+                                                                            "raw_hook"))},
+            "us_per_tensor": {**{loop: us(loop) for loop in times if loop != "bare"},
+                              "method-raw_hook": med(extra("method", "raw_hook"))},
             "round_s": times}
 
 

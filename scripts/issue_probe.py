@@ -16,7 +16,9 @@ methods themselves). Prints
 and the step spent waiting in the last round, and per loop ms per iteration, the throughput
 ratio to ``bare`` and the extra time per gradient tensor, the medians of the rounds' paired
 figures (5 rounds of 10; ``ROUNDS=N`` in the environment for more, and from 6 the extra time's
-sign-test interval, ``ddlbench.stats.median_interval``, as ``ddlbench.overhead`` gives)."""
+sign-test interval, ``ddlbench.stats.median_interval``, as ``ddlbench.overhead`` gives).
+``KINDS=bare,kept`` runs only those loops (``bare`` always, the reference); ``VOCAB=N`` gives
+BERT an N-word vocabulary (as ``--vocab-size``)."""
 import argparse
 import os
 import statistics
@@ -35,15 +37,21 @@ from ddlbench.runtime.comm import Comm  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", 5))   # more rounds: an interval (from 6 on)
 BATCHES = 10
+KINDS = ("bare", "kept", "noop", "raw", "suite", "wfbp", "bspa2a")
 
 
 def main() -> int:
-    if len(sys.argv) != 3 or not sys.argv[2].isdigit():
-        print("usage: python scripts/issue_probe.py MODEL BATCH", file=sys.stderr)
+    kinds = ["bare"] + [k for k in os.environ.get("KINDS", ",".join(KINDS)).split(",")
+                        if k and k != "bare"]
+    if len(sys.argv) != 3 or not sys.argv[2].isdigit() or not set(kinds) <= set(KINDS):
+        print("usage: [KINDS=bare,kept,...] python scripts/issue_probe.py MODEL BATCH "
+              f"(loops: {','.join(KINDS)})", file=sys.stderr)
         return 2
+    vocab = os.environ.get("VOCAB")
     cuda = torch.cuda.is_available()
     args = argparse.Namespace(model=sys.argv[1], batch_size=int(sys.argv[2]), image_size=None,
                               sentence_len=64, optimizer="auto", momentum=0.9, cuda=cuda,
+                              vocab_size=int(vocab) if vocab else None,
                               device=torch.device("cuda", 0) if cuda else torch.device("cpu"))
     if cuda:
         torch.cuda.set_device(args.device)
@@ -53,8 +61,7 @@ def main() -> int:
         comm = Comm(0, 1)
         print(args.model, args.batch_size, "measure_issue",
               profiler.measure_issue(device=args.device))
-        loops = {kind: _loop(args, kind, comm) for kind in ("bare", "kept", "noop", "raw",
-                                                            "suite", "wfbp", "bspa2a")}
+        loops = {kind: _loop(args, kind, comm) for kind in kinds}
         _report(args, loops)
     finally:
         dist.destroy_process_group()
@@ -114,7 +121,7 @@ def _report(args, loops) -> None:
             if acc is not None:
                 acc.update(issue=0.0, wait=0.0)
             times[kind].append(overhead._timed(step, BATCHES, args.device))
-    for kind in ("raw", "suite"):
+    for kind in [k for k in ("raw", "suite") if k in loops]:
         acc = loops[kind][1]
         print(f"{kind:>6} last round: issue {acc['issue'] / BATCHES * 1e3:.2f} ms/iter, "
               f"wait {acc['wait'] / BATCHES * 1e3:.2f} ms/iter")

@@ -134,9 +134,16 @@ def test_overhead_figures_are_medians_of_the_rounds():
                                           "raw_hook/bare": 0.8,        # 2/3, 0.8, 1.0
                                           "ddp_match/bare": 1.0})      # 1.0, 0.5, 1.0
     # (the quotient of the medians would be 1.0 for method/bare)
-    # (t - b) / 2 batches / 10 tensors, in us: method 1, 0, 1; raw 0.5, 0.5, 0; ddp 0, 2, 0
+    # (t - b) / 2 batches / 10 tensors, in us: method 1, 0, 1; raw 0.5, 0.5, 0; ddp 0, 2, 0;
+    # method - raw, round by round: 0.5, -0.5, 1 (not the difference of the medians, 2.5e4)
     assert fig["us_per_tensor"] == pytest.approx({"method": 5e4, "raw_hook": 2.5e4,
-                                                  "ddp_match": 0.0})
+                                                  "ddp_match": 0.0, "method-raw_hook": 2.5e4})
+    assert list(fig["interval"]) == ["method/bare", "method/ddp_match",
+                                     "method-raw_hook us/tensor"]
+    assert fig["interval"]["method-raw_hook us/tensor"] is None   # 3 rounds: none
+    many = {loop: t * 3 for loop, t in times.items()}              # 9 rounds: the extremes
+    assert overhead._figures(SimpleNamespace(batches=2, batch_size=3), many, tensors=10)[
+        "interval"]["method-raw_hook us/tensor"] == pytest.approx((-2.5e4, 5e4))
     assert fig["tensors"] == 10 and fig["round_s"] is times
 
 
@@ -192,11 +199,15 @@ def test_overhead_benchmark_on_two_workers(tmp_path):
     assert fig["ddp_reference"]["bucket_cap_mb"] == 0 and fig["ddp_reference"]["buckets"] == 62
     # 2 workers x 1 batch x 2 samples a round
     assert fig["samples_per_s"]["bare"] == pytest.approx(4 / fig["bare_s_per_round"], rel=1e-9)
-    assert fig["interval"] == {"method/bare": None, "method/ddp_match": None}   # 2 rounds
-    assert lines[2].split()[5] == lines[2].split()[11] == "-"
+    assert fig["interval"] == {"method/bare": None, "method/ddp_match": None,   # 2 rounds
+                               "method-raw_hook us/tensor": None}
+    assert lines[2].split()[5] == lines[2].split()[10] == lines[2].split()[13] == "-"
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--nworkers", "0"], timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "ddlbench: error: --nworkers and --threads must be positive"], describe(proc)
+    proc = run([sys.executable, "-m", "ddlbench.overhead", "--vocab-size", "1000"], timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "ddlbench: error: --vocab-size applies to the BERT models, not resnet18"], describe(proc)
 
 
 def test_pool_rounds_pools_the_paired_rounds_of_several_runs(tmp_path):
@@ -235,33 +246,41 @@ def test_pool_rounds_pools_the_paired_rounds_of_several_runs(tmp_path):
 
 OVERHEAD_COLUMNS = ["method", "bare", "s/round", "bare", "samples/s", "method", "s/round",
                     "ratio", "(median)", "ci(ratio)", "tensors", "us/tensor", "raw", "us/tensor",
-                    "ddp", "us/tensor", "method/ddp", "ci(method/ddp)", "ddp", "cap", "MiB",
+                    "us-raw", "ci(us-raw)", "ddp", "us/tensor", "method/ddp", "ci(method/ddp)", "ddp", "cap", "MiB",
                     "ddp", "buckets"]
 
 
 def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optimizer(tmp_path):
     out = tmp_path / "overhead.json"
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--model", "bert_tiny",
-                "--sentence-len", "16", "--batch-size", "2", "--optimizer", "auto",
-                "--methods", "wfbp,bspa2a", "--rounds", "2", "--batches", "2", "--warmup", "1",
-                "--json", str(out)], timeout=200, OMP_NUM_THREADS=1)
+                "--sentence-len", "16", "--vocab-size", "1000", "--batch-size", "2",
+                "--optimizer", "auto", "--methods", "wfbp,bspa2a", "--rounds", "2",
+                "--batches", "2", "--warmup", "1", "--json", str(out)],
+               timeout=200, OMP_NUM_THREADS=1)
     # (one thread: on a 2-core machine that other work keeps busy, torch's two OpenMP threads
     # wait for each other up to ~1 s a step)
     assert proc.returncode == 0, describe(proc)
     lines = proc.stdout.splitlines()
+    assert lines[0].startswith("bert_tiny (vocabulary 1000) bs 2, 1 worker (gloo)"), lines
     assert lines[1].split() == OVERHEAD_COLUMNS
     rows = {line.split()[0]: line.split() for line in lines[2:]}
     assert list(rows) == ["wfbp", "bspa2a"], lines
     with open(out) as f:
-        got = json.load(f)["methods"]
+        rec = json.load(f)
+    got = rec["methods"]
     import models
-    n = sum(p.requires_grad for p in models.build("bert_tiny", sentence_len=16).model.parameters())
+    built = models.build("bert_tiny", sentence_len=16, vocab_size=1000).model
+    assert rec["vocab_size"] == 1000 and built.config.vocab_size == 1000
+    n = sum(p.requires_grad for p in built.parameters())
     for name, row in rows.items():
-        _, bare, rate, seconds, ratio, ci_bare, tensors, us, raw_us, ddp_us, vs_ddp, ci, cap, \
-            buckets = row
+        _, bare, rate, seconds, ratio, ci_bare, tensors, us, raw_us, over_raw, ci_raw, ddp_us, \
+            vs_ddp, ci, cap, buckets = row
         assert float(seconds) > 0, row
-        assert float(rate) == pytest.approx(2 * 2 / float(bare), rel=1e-3, abs=0.1)
         fig = got[name]
+        # the printed rate (one decimal) is the record's: 2 batches x 2 samples over the round
+        assert float(rate) == pytest.approx(fig["samples_per_s"]["bare"], abs=0.051)
+        assert fig["samples_per_s"]["bare"] == pytest.approx(2 * 2 / fig["bare_s_per_round"],
+                                                             rel=1e-9)
         # what the figures must be (how fast is the benchmark's to say): the printed ones the
         # record's; every ratio finite and positive; each loop's seconds per round the samples
         # over its rate, and with 2 rounds (the median their mean) its extra microseconds per
@@ -274,14 +293,19 @@ def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optim
         assert per_round["bare"] == pytest.approx(fig["bare_s_per_round"], rel=1e-9)
         assert per_round["method"] == pytest.approx(fig["method_s_per_round"], rel=1e-9)
         assert fig["us_per_tensor"] == pytest.approx(
-            {loop: (per_round[loop] - per_round["bare"]) / 2 / n * 1e6
-             for loop in ("method", "raw_hook", "ddp_match")}, rel=1e-6, abs=1e-6)
+            {**{loop: (per_round[loop] - per_round["bare"]) / 2 / n * 1e6
+                for loop in ("method", "raw_hook", "ddp_match")},
+             "method-raw_hook": (per_round["method"] - per_round["raw_hook"]) / 2 / n * 1e6},
+            rel=1e-6, abs=1e-6)
         assert int(tensors) == fig["tensors"] == n
         assert [float(us), float(raw_us), float(ddp_us)] == pytest.approx(
             [fig["us_per_tensor"][k] for k in ("method", "raw_hook", "ddp_match")], abs=0.01)
+        assert float(over_raw) == pytest.approx(fig["us_per_tensor"]["method-raw_hook"],
+                                                abs=0.051)
         assert fig["ratio"]["method/ddp_match"] == pytest.approx(float(vs_ddp), abs=1e-3)
-        assert ci == ci_bare == "-"   # 2 rounds: no interval
-        assert fig["interval"] == {"method/bare": None, "method/ddp_match": None}
+        assert ci == ci_bare == ci_raw == "-"   # 2 rounds: no interval
+        assert fig["interval"] == {"method/bare": None, "method/ddp_match": None,
+                                   "method-raw_hook us/tensor": None}
         assert set(fig["samples_per_s"]) == {"bare", "method", "raw_hook", "ddp_match"}
         assert float(cap) == fig["ddp_reference"]["bucket_cap_mb"] and \
             int(buckets) == fig["ddp_reference"]["buckets"]
