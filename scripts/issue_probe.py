@@ -3,11 +3,12 @@
     python scripts/issue_probe.py MODEL BATCH        (e.g. bert 8, resnet50 64; GPU 0 if any)
 
 One process, one rank (NCCL on GPU 0, else Gloo), the benchmark's optimizer (``--optimizer
-auto``), seven loops on copies of the same model, their timing rounds interleaved (forward and
+auto``), eight loops on copies of the same model, their timing rounds interleaved (forward and
 backward order alternating) as ``ddlbench.overhead`` does: ``bare`` (forward, backward, step,
 ``zero_grad(set_to_none=True)``); ``kept`` (the same with ``set_to_none=False``: the gradients
 stay, are zeroed in place and accumulated into, the floor of any method whose gradients live
-in its buckets, as DDP's ``gradient_as_bucket_view``); ``noop`` (a Python hook per gradient that does nothing: the hook's own dispatch); ``raw`` (the
+in its buckets, as DDP's ``gradient_as_bucket_view``); ``views`` (the same with the gradients
+views into one flat buffer, zeroed by one fused call, as the bucketed methods hold them); ``noop`` (a Python hook per gradient that does nothing: the hook's own dispatch); ``raw`` (the
 hook starts ``dist.all_reduce(grad, async_op=True)``, the step waits for them all); ``suite``
 (the hook starts the suite's ``compression.NoCompression().reduce_async`` on the counted
 collectives with the timeline recording, the step waits); ``wfbp`` and ``bspa2a`` (the
@@ -37,7 +38,7 @@ from ddlbench.runtime.comm import Comm  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", 5))   # more rounds: an interval (from 6 on)
 BATCHES = 10
-KINDS = ("bare", "kept", "noop", "raw", "suite", "wfbp", "bspa2a")
+KINDS = ("bare", "kept", "views", "noop", "raw", "suite", "wfbp", "bspa2a")
 
 
 def main() -> int:
@@ -94,9 +95,16 @@ def _loop(args, kind, comm):
             pending.append(codec.reduce_async((0,), p.grad.view(-1), comm, shapes=[p.shape]))
         acc["issue"] += time.perf_counter() - start
 
-    if kind not in ("bare", "kept"):
+    if kind not in ("bare", "kept", "views"):
         for p in params:
             compat.on_grad_ready(p, hook)
+    zero = lambda: opt.zero_grad(set_to_none=kind != "kept")  # noqa: E731
+    if kind == "views":
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                           device=params[0].device)
+        for p, v in zip(params, flat.split([p.numel() for p in params])):
+            p.grad = v.view(p.shape)
+        zero = flat.zero_
 
     def step():
         work.loss(work.model, batch).backward()
@@ -106,7 +114,7 @@ def _loop(args, kind, comm):
         acc["wait"] += time.perf_counter() - start
         pending.clear()
         opt.step()
-        opt.zero_grad(set_to_none=kind != "kept")
+        zero()
     return step, acc, len(params)
 
 

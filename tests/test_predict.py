@@ -357,7 +357,7 @@ def test_bad_input_is_one_line(tmp_path, args, message):
 
 
 def test_the_gpu_launch_check_compares_the_models_wfbp_ratio_with_the_measured_one(tmp_path):
-    """scripts/launch_check.py (gpu_check.sh's last step): a launch-bound GPU profile (the
+    """scripts/launch_check.py (a step of gpu_host_path.sh): a launch-bound GPU profile (the
     host 5 ms a tensor where the device takes 1-6 ms, a hook 100 us a gradient) gives wfbp over
     the bare loop as the host's chain without and with the hooks; a measured ratio within 10%
     passes, one further off fails (exit 1), each on one line."""
@@ -379,3 +379,89 @@ def test_the_gpu_launch_check_compares_the_models_wfbp_ratio_with_the_measured_o
         assert proc.stdout == (f"m: wfbp / bare loop at one GPU: predicted {bare / wfbp:.3f}, "
                                f"measured {measured:.3f} ({off:.1f}% off; within 10%: "
                                f"{verdict})\n")
+
+
+def _overhead_record(figures: dict) -> dict:
+    """An ``ddlbench.overhead --json`` record with, per method, the ratios and intervals given
+    as {method: {ratio: (median, interval or None)}}."""
+    return {"methods": {m: {"ratio": {k: v[0] for k, v in r.items()},
+                            "interval": {k: v[1] for k, v in r.items()}}
+                        for m, r in figures.items()}}
+
+
+def test_host_path_bars_decide_issue_44s_gpu_bars_from_the_overhead_records(tmp_path):
+    """scripts/host_path_bars.py: each bar's median against it, ``shown`` where the interval's
+    low end reaches it too, ``NOT met`` under it, ``missing`` without a figure; exit 0 only
+    when every bar is met."""
+    script = [sys.executable, os.path.join(REPO, "scripts", "host_path_bars.py"), str(tmp_path)]
+    (tmp_path / "overhead_bert.json").write_text(json.dumps(_overhead_record({
+        "wfbp": {"method/bare": (0.86, [0.80, 0.90]), "method/ddp_match": (0.96, [0.95, 0.97])},
+        "bspa2a": {"method/ddp_match": (0.975, None)}})))
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "BERT-Large bs 8: wfbp / bare loop >= 0.85: 0.860 [0.800, 0.900]: met",
+        "BERT-Large bs 8: wfbp / DDP with per-tensor buckets >= 0.95: 0.960 [0.950, 0.970]: shown",
+        "BERT-Large bs 8: bspa2a / DDP, one bucket >= 0.98: 0.975 -: NOT met",
+        *[f"ResNet-50 bs 64: {m} / bare loop >= 0.97: no figure (overhead_resnet50.json, {m}): "
+          f"missing" for m in ("bspa2a", "wfbp", "fusion", "mgwfbp", "bytescheduler")]]
+    (tmp_path / "overhead_bert.json").write_text(json.dumps(_overhead_record({
+        "wfbp": {"method/bare": (0.85, None), "method/ddp_match": (0.95, None)},
+        "bspa2a": {"method/ddp_match": (0.98, [0.98, 0.99])}})))
+    (tmp_path / "overhead_resnet50.json").write_text(json.dumps(_overhead_record(
+        {m: {"method/bare": (0.97, None)}
+         for m in ("bspa2a", "wfbp", "fusion", "mgwfbp", "bytescheduler")})))
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    assert [line.rsplit(": ", 1)[1] for line in proc.stdout.splitlines()] == \
+        ["met", "met", "shown"] + ["met"] * 5
+    (tmp_path / "overhead_bert.json").write_text("{not json")
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "host_path_bars: error: unreadable record:") and len(proc.stderr.splitlines()) == 1
+
+
+def test_gpu_host_path_script_runs_its_steps_and_gives_the_bars_verdict(tmp_path):
+    """scripts/gpu_host_path.sh, its GPU commands answered by a stand-in interpreter (no GPU
+    here): the two overhead runs with the bars' methods, the two profiles, launch_check and the
+    bars, in that order, every one logged; the bars' lines on its output; exit 1 when one is
+    not met."""
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "python"
+    # the overhead runs write a record whose figures are FIGURE; the other GPU steps succeed
+    fake.write_text(f"""#!/usr/bin/env bash
+echo "$*" >> {calls}
+if [ "$1 $2" = "-m ddlbench.overhead" ]; then
+    json=""; methods=""
+    while [ $# -gt 0 ]; do
+        case $1 in --json) json=$2;; --methods) methods=$2;; esac; shift
+    done
+    exec {sys.executable} -c "import json, sys; json.dump({{'methods': {{m: {{'ratio': \\
+{{'method/bare': $FIGURE, 'method/ddp_match': $FIGURE}}, 'interval': {{}}}} \\
+for m in sys.argv[2].split(',')}}}}, open(sys.argv[1], 'w'))" "$json" "$methods"
+elif [ "$1" = scripts/host_path_bars.py ]; then
+    exec {sys.executable} "$@"
+fi
+echo "stand-in for $*"
+""")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    for figure, rc, verdict in (("0.99", 0, "met"), ("0.96", 1, "NOT met")):
+        calls.unlink(missing_ok=True)
+        proc = subprocess.run([os.path.join(REPO, "scripts", "gpu_host_path.sh"), str(out)],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHON": str(fake), "FIGURE": figure})
+        assert proc.returncode == rc, (proc.stdout, proc.stderr)
+        steps = [line.split()[:4] for line in calls.read_text().splitlines()]
+        assert steps == [["-m", "ddlbench.overhead", "--cuda", "--model"]] * 2 + \
+            [["-m", "ddlbench.measure.profiler", "--model", m] for m in ("resnet50", "bert")] + \
+            [["scripts/launch_check.py", str(out), "resnet50", "bert"],
+             ["scripts/host_path_bars.py", str(out)]]
+        assert "--methods bspa2a,wfbp,fusion,mgwfbp,bytescheduler,ddp" in \
+            calls.read_text().splitlines()[0]
+        bars = [line for line in proc.stdout.splitlines() if line.startswith(("BERT", "ResNet"))]
+        # 0.96 meets the wfbp bars (0.85, 0.95), not bspa2a's (0.98) nor ResNet-50's (0.97)
+        assert len(bars) == 8 and all(line.endswith(": met") for line in bars[:2]) and \
+            all(line.endswith(f": {verdict}") for line in bars[2:]), bars
+        log = (out / "log.txt").read_text()
+        assert log.count("== ") == 6 * (2 if rc else 1)   # appended, as gpu_check.sh's steps
