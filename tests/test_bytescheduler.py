@@ -71,21 +71,29 @@ class _Held:
 
 
 class HandComm:
-    """One rank; each all-reduce is held until the test releases it."""
-    rank, size, group, trace = 0, 1, None, None
+    """One rank (``size`` as given: the data is never exchanged); each all-reduce is held until
+    the test releases it; ``average``: what ``average_op()`` answers (a real Comm: AVG where the
+    backend averages)."""
+    rank, group, trace = 0, None, None
 
-    def __init__(self):
+    def __init__(self, size=1, average=None):
+        self.size, self.average = size, average
         self.issued = []  # (tensor, handle), in start order
+        self.ops = []     # each all-reduce's op
         self.lock = threading.Lock()
 
     @contextlib.contextmanager
     def about(self, label):   # (names the tensors on a real Comm's timeline)
         yield
 
-    def allreduce(self, tensor, async_op=True):
+    def average_op(self):
+        return self.average
+
+    def allreduce(self, tensor, async_op=True, op=None):
         h = _Held()
         with self.lock:
             self.issued.append((tensor, h))
+            self.ops.append(op)
         return h
 
     def count(self):
@@ -238,6 +246,39 @@ def test_each_tensor_is_updated_when_its_chunks_are_reduced(optimizer):
     # The user's optimizer holds the state, as if it had stepped itself.
     assert len(s.optimizer.state) == 4
     s.close()
+
+
+class _Unnegotiated(ByteScheduler):
+    """Every rank its own leader: no negotiation group (none can exist without a process
+    group), so the stub can say it has two workers."""
+    negotiated = False
+
+
+@pytest.mark.parametrize("size,average,divisions", [(1, None, 0), (2, None, 4), (2, "AVG", 0)])
+def test_a_tensor_is_divided_only_where_its_collective_summed_it(monkeypatch, size, average,
+                                                                  divisions):
+    """Each chunk's all-reduce averages where the backend can (``average_op``) and the
+    completer then divides nothing; where it sums, each complete tensor is divided once by
+    the workers, except at one worker (a pass over every gradient for nothing)."""
+    calls = []
+    div_ = torch.Tensor.div_
+    monkeypatch.setattr(torch.Tensor, "div_", lambda t, *a, **k: calls.append(a) or div_(t, *a,
+                                                                                        **k))
+    torch.manual_seed(0)
+    net = Net()
+    comm = HandComm(size=size, average=average)
+    s = _Unnegotiated(net, torch.optim.SGD(net.parameters(), lr=0.1), comm,
+                      ByteScheduler.Options(partition=100, credit=10**6))
+    s.start()
+    net(torch.randn(8, 4)).sum().backward()
+    s.step()
+    comm.wait_count(len(s.table))
+    for _, h in comm.issued:
+        h.released.set()
+    s.synchronize()
+    s.close()
+    assert comm.ops == [average] * len(s.table)
+    assert calls == [(size,)] * divisions   # one division per tensor (4), or none
 
 
 def test_next_forward_waits_only_for_its_own_layers():

@@ -176,6 +176,13 @@ class ByteScheduler(Method):
         import torch.distributed as dist
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         self.chunk_compressor = self.given_compressor()
+        # Where the collective averages (ReduceOp.AVG: NCCL, Gloo from torch 2.8) a chunk
+        # arrives averaged; else it is summed and its tensor divided once complete (not at one
+        # worker: a pass over every gradient for nothing). A compressor averages itself.
+        self._average_op = None if self.chunk_compressor is not None \
+            else self._transport_average()
+        self._divide = self.chunk_compressor is None and self._average_op is None and \
+            comm.size > 1
         self.partition = self._partition()
         self.credit = int(self.options.credit)
         n = len(self.params)
@@ -221,18 +228,22 @@ class ByteScheduler(Method):
     def _partition(self) -> int:
         return int(self.options.partition)
 
+    def _transport_average(self):
+        """The reduction that averages a chunk in its collective, None where none does."""
+        return self.comm.average_op()
+
     def _chunk_table(self) -> list[tuple[int, int, int]]:
         return chunk_table([p.numel() for p in self.params], self.partition)
 
     def _start_chunk(self, chunk: int, data):
-        """Start reducing one chunk (a slice of its tensor's flat gradient, summed in place,
-        or averaged in place by the compressor); returns what the completer waits on."""
+        """Start reducing one chunk (a slice of its tensor's flat gradient, averaged in place
+        by the collective or the compressor, or summed); returns what the completer waits on."""
         tensor, begin, end = self.table[chunk]
         with self.comm.about(lambda: f"{self.param_names[tensor]}[{begin}:{end}]"):
             if self.chunk_compressor is not None:
                 return self.chunk_compressor.reduce_async(("chunk",) + self.table[chunk], data,
                                                           self.comm, shapes=[data.shape])
-            return self.comm.allreduce(data, async_op=True)
+            return self.comm.allreduce(data, async_op=True, op=self._average_op)
 
     def plan(self) -> BucketPlan:
         """The compressor's buckets: every chunk alone, a slice of its tensor's gradient."""
@@ -496,7 +507,7 @@ class ByteScheduler(Method):
         if not last:
             return
         p, flat = self.params[i], self._flat[i]
-        if self.chunk_compressor is None:  # summed: average it (a compressor averages itself)
+        if self._divide:  # summed: average it
             flat.div_(self.comm.size)
         if self._opts[i] is not None:
             opt, user_group = self._opts[i]

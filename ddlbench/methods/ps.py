@@ -375,6 +375,9 @@ class ByteSchedulerPSWorker(ByteScheduler):
         self._part_of = [p for unit in self.parts for p in unit]
         return [(p.unit, p.start, p.end) for p in self._part_of]
 
+    def _transport_average(self):
+        return None  # the servers sum; the completer divides
+
     def _start_chunk(self, chunk: int, data):
         handle = self.comm.push_pull(self._part_of[chunk], data)
         self._credit.put((chunk, handle))
