@@ -25,7 +25,8 @@ what the method's hooks and thread cost beyond the bare collective call), the th
 method / ddp, the DDP reference's cap and the buckets it reduced; medians over rounds, each
 ratio (and ``us-raw``) the median of the rounds' paired figures with its distribution-free
 interval (``ci``: order statistics of a sign test, at least 95%; from 6 rounds on).
-``--json PATH`` writes the same figures as one JSON object. ``--vocab-size`` gives BERT a
+``--json PATH`` writes the same figures as one JSON object, again after each method (a later
+method's failure or time limit loses none of the earlier ones' figures). ``--vocab-size`` gives BERT a
 smaller vocabulary (as the training script's): BERT-Tiny's step is mostly its 30522-word
 output layer, and at 1000 words it is short enough that microseconds per tensor show:
 
@@ -158,8 +159,8 @@ def run(args, ctx) -> int:
     for name in names:
         compare = _timeline_cost if args.timeline else _compare
         figures[name] = compare(args, name, methods.lookup(name), Comm(ctx.rank, ctx.size), say)
-    if args.json and ctx.is_root:
-        _write_json(args, where, ctx.size, figures)
+        if args.json and ctx.is_root:  # after every method: a later one's failure loses none
+            _write_json(args, where, ctx.size, figures)
     return 0
 
 

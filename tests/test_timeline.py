@@ -147,6 +147,32 @@ def test_overhead_figures_are_medians_of_the_rounds():
     assert fig["tensors"] == 10 and fig["round_s"] is times
 
 
+def test_overhead_record_keeps_each_finished_method_when_a_later_one_fails(tmp_path,
+                                                                         monkeypatch):
+    """``--json`` is written after every method: a method that fails (or a step's time limit)
+    after the first leaves the first one's figures on disk."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ddlbench import overhead
+
+    def compare(args, name, cls, comm, say):
+        if name == "fusion":
+            raise RuntimeError("fusion broke")
+        return {"ratio": {"method/bare": 0.9}}
+    monkeypatch.setattr(overhead, "_compare", compare)
+    out = tmp_path / "o.json"
+    args = overhead.parse_args(["--model", "resnet18", "--methods", "wfbp,fusion",
+                                "--json", str(out)])
+    ctx = SimpleNamespace(device=torch.device("cpu"), rank=0, size=1, backend="gloo",
+                          is_root=True)
+    with pytest.raises(RuntimeError, match="fusion broke"):
+        overhead.run(args, ctx)
+    rec = json.loads(out.read_text())
+    assert rec["methods"] == {"wfbp": {"ratio": {"method/bare": 0.9}}} and rec["nworkers"] == 1
+
+
 def test_overhead_interval_is_the_sign_tests_order_statistics():
     """The interval of a median ratio: order statistics k and n+1-k, k the largest keeping a
     sign test's confidence at 95% or more: 15 rounds give the 4th and 12th (96.5%), 6 the
