@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 44's GPU checks (the lean host path) as one script (estimated at 7 minutes, not yet
 # timed), for a session with a GPU and little device time: the bare loop beside every all-reduce
-# method on ResNet-50
-# bs 64, and beside bspa2a, wfbp and DDP sending their messages on BERT-Large bs 8
+# method on ResNet-50 bs 64, and beside bspa2a, wfbp and DDP sending their messages on
+# BERT-Large bs 8
 # (ddlbench.overhead --cuda --optimizer auto, 6 interleaved rounds: overhead_<model>.json), the
 # layer-wise profiles of both (profile_<model>.json), then the verdicts: scripts/launch_check.py
 # (the model's wfbp / bare loop within 10% of the measured one) and scripts/host_path_bars.py
