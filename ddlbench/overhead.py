@@ -26,9 +26,10 @@ method / ddp, the DDP reference's cap and the buckets it reduced; medians over r
 ratio (and ``us-raw``) the median of the rounds' paired figures with its distribution-free
 interval (``ci``: order statistics of a sign test, at least 95%; from 6 rounds on).
 ``--json PATH`` writes the same figures as one JSON object, again after each method (a later
-method's failure or time limit loses none of the earlier ones' figures). ``--vocab-size`` gives BERT a
-smaller vocabulary (as the training script's): BERT-Tiny's step is mostly its 30522-word
-output layer, and at 1000 words it is short enough that microseconds per tensor show:
+method's failure or time limit loses none of the earlier ones' figures). ``--vocab-size`` gives
+BERT a smaller vocabulary (as the training script's): BERT-Tiny's step is mostly its
+30522-word output layer, and at 1000 words it is short enough that microseconds per tensor
+show:
 
     python -m ddlbench.overhead --model bert_tiny --vocab-size 1000 --batch-size 8 \
         --methods wfbp --rounds 40 --batches 10
@@ -198,7 +199,7 @@ def _build(args):
     from .measure import workload
     torch.manual_seed(0)
     work = models.build(args.model, image_size=args.image_size, sentence_len=args.sentence_len,
-                        vocab_size=getattr(args, "vocab_size", None))
+                        vocab_size=args.vocab_size)
     work.model.to(args.device).train()
     batch = work.make_batch(args.batch_size, args.device, torch.Generator().manual_seed(0))
     settings = workload.OptimizerSpec(model=args.model, flag=args.optimizer,

@@ -19,12 +19,14 @@ log=$out/log.txt
 # shellcheck source=scripts/gpu_step.sh
 . scripts/gpu_step.sh
 
-# four loops per method (bare, method, a raw all-reduce hook, DDP sending the same messages)
-step 330 "$log" "$py" -m ddlbench.overhead --cuda --model resnet50 --batch-size 64 \
-    --optimizer auto --methods bspa2a,wfbp,fusion,mgwfbp,bytescheduler,ddp --rounds 6 \
-    --json "$out/overhead_resnet50.json"
-step 200 "$log" "$py" -m ddlbench.overhead --cuda --model bert --batch-size 8 \
-    --optimizer auto --methods bspa2a,wfbp,ddp --rounds 6 --json "$out/overhead_bert.json"
+# four loops per method (bare, method, a raw all-reduce hook, DDP sending the same messages),
+# the methods those the bars read (every all-reduce one on ResNet-50) and DDP
+for spec in "resnet50 64 330" "bert 8 200"; do
+    read -r model bs limit <<<"$spec"
+    ms=$("$py" scripts/host_path_bars.py --methods "$model") || exit 2
+    step "$limit" "$log" "$py" -m ddlbench.overhead --cuda --model "$model" --batch-size "$bs" \
+        --optimizer auto --methods "$ms" --rounds 6 --json "$out/overhead_$model.json"
+done
 for spec in "resnet50 64" "bert 8"; do
     read -r model bs <<<"$spec"
     step 150 "$log" "$py" -m ddlbench.measure.profiler --model "$model" --batch-size "$bs" \

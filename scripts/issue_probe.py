@@ -6,9 +6,11 @@ One process, one rank (NCCL on GPU 0, else Gloo), the benchmark's optimizer (``-
 auto``), eight loops on copies of the same model, their timing rounds interleaved (forward and
 backward order alternating) as ``ddlbench.overhead`` does: ``bare`` (forward, backward, step,
 ``zero_grad(set_to_none=True)``); ``kept`` (the same with ``set_to_none=False``: the gradients
-stay, are zeroed in place and accumulated into, the floor of any method whose gradients live
-in its buckets, as DDP's ``gradient_as_bucket_view``); ``views`` (the same with the gradients
-views into one flat buffer, zeroed by one fused call, as the bucketed methods hold them); ``noop`` (a Python hook per gradient that does nothing: the hook's own dispatch); ``raw`` (the
+stay, are zeroed in place and accumulated into); ``views`` (the same with the gradients views
+into one flat buffer, zeroed by one fused call, as the bucketed methods hold them, as DDP's
+``gradient_as_bucket_view``: docs/RESULTS.md, 2026-12-06, measured both at the bare loop's pace
+or faster); ``noop`` (a Python hook per gradient that does nothing: the hook's own dispatch);
+``raw`` (the
 hook starts ``dist.all_reduce(grad, async_op=True)``, the step waits for them all); ``suite``
 (the hook starts the suite's ``compression.NoCompression().reduce_async`` on the counted
 collectives with the timeline recording, the step waits); ``wfbp`` and ``bspa2a`` (the

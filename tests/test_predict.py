@@ -404,7 +404,7 @@ def test_host_path_bars_decide_issue_44s_gpu_bars_from_the_overhead_records(tmp_
         "BERT-Large bs 8: wfbp / DDP with per-tensor buckets >= 0.95: 0.960 [0.950, 0.970]: shown",
         "BERT-Large bs 8: bspa2a / DDP, one bucket >= 0.98: 0.975 -: NOT met",
         *[f"ResNet-50 bs 64: {m} / bare loop >= 0.97: no figure (overhead_resnet50.json, {m}): "
-          f"missing" for m in ("bspa2a", "wfbp", "fusion", "mgwfbp", "bytescheduler")]]
+          f"missing" for m in ("wfbp", "fusion", "bspa2a", "bytescheduler", "mgwfbp")]]
     (tmp_path / "overhead_bert.json").write_text(json.dumps(_overhead_record({
         "wfbp": {"method/bare": (0.85, None), "method/ddp_match": (0.95, None)},
         "bspa2a": {"method/ddp_match": (0.98, [0.98, 0.99])}})))
@@ -452,13 +452,20 @@ echo "stand-in for $*"
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHON": str(fake), "FIGURE": figure})
         assert proc.returncode == rc, (proc.stdout, proc.stderr)
-        steps = [line.split()[:4] for line in calls.read_text().splitlines()]
-        assert steps == [["-m", "ddlbench.overhead", "--cuda", "--model"]] * 2 + \
+        lines = calls.read_text().splitlines()
+        steps = [line.split()[:4] for line in lines]
+        assert steps == [["scripts/host_path_bars.py", "--methods", "resnet50"],
+                         ["-m", "ddlbench.overhead", "--cuda", "--model"],
+                         ["scripts/host_path_bars.py", "--methods", "bert"],
+                         ["-m", "ddlbench.overhead", "--cuda", "--model"]] + \
             [["-m", "ddlbench.measure.profiler", "--model", m] for m in ("resnet50", "bert")] + \
             [["scripts/launch_check.py", str(out), "resnet50", "bert"],
              ["scripts/host_path_bars.py", str(out)]]
-        assert "--methods bspa2a,wfbp,fusion,mgwfbp,bytescheduler,ddp" in \
-            calls.read_text().splitlines()[0]
+        # every all-reduce method and DDP on ResNet-50; what BERT-Large's bars read and DDP
+        ran = [line.split()[line.split().index("--methods") + 1].split(",")
+               for line in (lines[1], lines[3])]
+        assert sorted(ran[0]) == ["bspa2a", "bytescheduler", "ddp", "fusion", "mgwfbp", "wfbp"]
+        assert sorted(ran[1]) == ["bspa2a", "ddp", "wfbp"]
         bars = [line for line in proc.stdout.splitlines() if line.startswith(("BERT", "ResNet"))]
         # 0.96 meets the wfbp bars (0.85, 0.95), not bspa2a's (0.98) nor ResNet-50's (0.97)
         assert len(bars) == 8 and all(line.endswith(": met") for line in bars[:2]) and \

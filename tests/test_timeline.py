@@ -272,8 +272,8 @@ def test_pool_rounds_pools_the_paired_rounds_of_several_runs(tmp_path):
 
 OVERHEAD_COLUMNS = ["method", "bare", "s/round", "bare", "samples/s", "method", "s/round",
                     "ratio", "(median)", "ci(ratio)", "tensors", "us/tensor", "raw", "us/tensor",
-                    "us-raw", "ci(us-raw)", "ddp", "us/tensor", "method/ddp", "ci(method/ddp)", "ddp", "cap", "MiB",
-                    "ddp", "buckets"]
+                    "us-raw", "ci(us-raw)", "ddp", "us/tensor", "method/ddp", "ci(method/ddp)",
+                    "ddp", "cap", "MiB", "ddp", "buckets"]
 
 
 def test_overhead_benchmark_prints_the_bare_loops_rate_with_the_benchmarks_optimizer(tmp_path):
