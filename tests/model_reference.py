@@ -12,8 +12,9 @@ from ddlbench.model.simulate import ISSUER_ROW
 
 
 def training(work, groups, wait_all, send, send_late, transport, host):
-    """``simulate._training`` without interference: (the iteration's end, the training
-    thread's spans, the transport's events, the host work's spans)."""
+    """``simulate._schedule`` on one resource (no ``launch``) without interference: (the
+    iteration's end, the training thread's spans, the transport's events, the host work's
+    spans)."""
     fwd_end = t = work.forward_s
     done, left, spans = [], list(groups), []
 

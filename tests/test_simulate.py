@@ -673,13 +673,13 @@ def test_without_interference_the_cosimulation_is_the_replay(seed):
 def _recurrences():
     """The schedules by the recurrences without the event simulator (tests/model_reference.py)
     in place of the simulator's, for the with block."""
-    saved = sim._training, sim._bytescheduler_threads
-    sim._training = model_reference.training
+    saved = sim._schedule, sim._bytescheduler_threads
+    sim._schedule = model_reference.training
     sim._bytescheduler_threads = model_reference.bytescheduler_threads
     try:
         yield
     finally:
-        sim._training, sim._bytescheduler_threads = saved
+        sim._schedule, sim._bytescheduler_threads = saved
 
 
 def _same(a, b):

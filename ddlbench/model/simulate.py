@@ -60,8 +60,9 @@ The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collec
 (an ``issue`` span after the pack and encode, before the message; docs/DESIGN.md section 3).
 
 **CPU interference** (``Compute.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
-profiler's ``interference``): one event simulator (``_CoSim``) runs every schedule, the training
-thread's (``_training``) and ByteScheduler's threads (``_bytescheduler_threads``), at
+profiler's ``interference``): one event simulator (``_CoSim``) runs every schedule, a worker's
+host and device (``_Schedule``; one thread on a CPU) and ByteScheduler's threads
+(``_bytescheduler_threads``), at
 piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
 ByteScheduler's completer's updates) progresses at ``1 / (1 + kappa)`` while any
 communication is in flight, communication (a channel's collectives, encode and decode; a
@@ -118,7 +119,7 @@ class Launch:
     thread's seconds to launch the forward, each gradient tensor's share of the backward (in
     ``Compute``'s backward order: the gap between its gradient hook and the previous one's,
     the device not synchronised) and the optimizer's step. With it the replay has two
-    resources per worker, host and device (``_launched``); without it (a CPU, where the
+    resources per worker, host and device (``_Schedule``); without it (a CPU, where the
     training thread does the compute itself) one. ``hook_s``: what a bucketed method's
     gradient hook costs the training thread per gradient (count it, hand a complete bucket
     to the communication thread), measured inside a backward."""
@@ -870,9 +871,8 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
         sizes[i] += sent[1]
         return sent[0]
 
-    training = _training if work.launch is None else _launched
-    end, spans, comm_events, codec = training(work, groups, wait_all, send, send_late,
-                                              transport, host)
+    end, spans, comm_events, codec = _schedule(work, groups, wait_all, send, send_late,
+                                               transport, host)
     events = comm_events + [("iteration", timeline.ITERATION, timeline.MAIN, 0.0, end * us,
                              {"index": 0})]
     events += [(name, cat, row, a * us, b * us, None) for name, cat, row, a, b in spans]
@@ -903,198 +903,192 @@ class _IssueThread:
         return self.free
 
 
-def _training(work: Compute, groups, wait_all: bool, send, send_late, transport,
+def _schedule(work: Compute, groups, wait_all: bool, send, send_late, transport,
               host: _HostWork):
+    """``replay``'s iteration (``_Schedule``): (its end, the spans (name, category, row,
+    start, end), the transport's events in wall time, the host work's spans (name, row,
+    start, end)). tests/model_reference.py writes the one-resource case again, without the
+    event simulator, with this signature."""
+    return _Schedule(work, groups, wait_all, send, send_late, transport, host).run()
+
+
+class _Schedule:
     """``replay``'s iteration on the event simulator (``_CoSim``, at ``work``'s CPU
-    interference, zero for none): the training thread computes the forward and the backward,
-    hands each group over (in order) once its gradients are ready, to the method's
-    communication thread (``_IssueThread``), or, with ``wait_all`` (or without the thread),
-    encodes and issues it itself; it finishes each in order once it is done (first encoding
-    and sending what its compressor issues when waited for: ``send_late``), and steps the
-    optimizer; the transport schedules on the communication clock. Returns the iteration's
-    end, the training thread's spans (name, category, row, start, end), the transport's events
-    in wall time and the host work's spans (name, row, start, end)."""
-    sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
-    ends: dict = {}
-    spans: list = []
-    handed = [0]
-    issuer = _IssueThread(host, transport.events) if host.threaded and not wait_all else None
+    interference, zero for none), on a worker's host and device. The host (the training
+    thread) launches the forward, each tensor's backward and the optimizer, runs the gradient
+    hooks (handing each complete group, in order, to the method's communication thread,
+    ``_IssueThread``, or, with ``wait_all`` or without that thread, packing and issuing it
+    itself) and in the step packs and issues what no hook did (BSP). The device runs what was
+    launched, no earlier; a group's collectives start once its gradients are computed and it
+    was issued (``send``); the step's work on the gradients (waiting for each group, what its
+    compressor does when waited for and the collectives it then issues: ``send_late``; decode,
+    divide, DDP's copy out) and the optimizer run on the device in order; the transport
+    schedules on the communication clock.
 
-    def in_flight(done, key):
-        """Communication until ``done`` (communication clock); ``key`` signalled then."""
-        sim.sent(done)
-        sim.at(done, lambda: sim.signal(key))
-        return key
+    With ``work.launch`` (an accelerator) host and device are two resources: the host spends
+    ``Launch``'s times (and ``hook_s`` per gradient where a Python hook hands groups to the
+    communication thread) and never waits for the device (an NCCL ``wait()`` only orders the
+    device's streams), only, in the step, for its communication thread to have issued
+    everything; the iteration ends when both are done. The forward ends at ``max(device,
+    host)``, tensor b's backward at ``max(device + backward_s[b], host launched b)``; the
+    device's spans go on ``DEVICE_ROW``. Without (a CPU) they are one resource, the host far
+    ahead of a device that is the training thread itself: one thread runs each piece's device
+    work, then the host's (each launch returns with its work done, no hook cost), which with
+    no interference is the section 3 recurrences. Interference (kappa, mu) slows host and
+    device alike as compute. ``run()`` returns the iteration's end, the spans (name, category,
+    row, start, end), the transport's events in wall time and the host work's spans (name,
+    row, start, end)."""
 
-    def hand_over(g, thread: _IssueThread | None = None):
-        """Hand group ``g`` to the transport now, or through ``thread``."""
-        start = sim.v if thread is None else thread.take(g, sim.v)
-        in_flight(send(g, start)[1], ("done", handed[0]))
-        handed[0] += 1
+    def __init__(self, work: Compute, groups, wait_all: bool, send, send_late, transport,
+                 host: _HostWork):
+        self.sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
+        self.work, self.groups, self.wait_all = work, groups, wait_all
+        self.send, self.send_late, self.transport, self.host = send, send_late, transport, host
+        self.two = work.launch is not None        # host and device are resources of their own
+        self.device_row = DEVICE_ROW if self.two else timeline.MAIN
+        self.issuer = (_IssueThread(host, transport.events) if host.threaded and not wait_all
+                       else None)
+        self.t: dict = {}           # when each piece ended ("host forward", "device end", ...)
+        self.codec: list = []       # the host work's spans (name, row, start, end)
+        self.issued: dict = {}      # group index -> when it is issued (communication clock)
+        self.launched: set = set()  # backward positions launched (one resource: computed)
+        self.next = 0               # the next group to issue
+        self.last = {max(g): i for i, g in enumerate(groups)}  # a group is computed at its last
 
-    def hand_over_late(i):
-        """Send group ``i``'s collectives issued when waited for; the key to wait for (None:
-        it has none)."""
-        done = send_late(i, sim.v)
-        return None if done is None else in_flight(done, ("late", i))
-
-    def host_work(name, seconds):
-        t0 = sim.t
-        yield COMPUTE, seconds
-        if sim.t > t0:
-            spans.append((name, timeline.MAIN, t0, sim.t))
-
-    def training():
-        yield COMPUTE, work.forward_s
-        ends["forward"] = sim.t
-        ready, left = set(), list(groups)
-        for b, tb in enumerate(work.backward_s):
-            yield COMPUTE, tb
-            ready.add(b)
-            while left and not wait_all and ready.issuperset(left[0]):
-                g = left.pop(0)
-                if issuer is None:
-                    yield from host_work(host.pack_name(g), host.pack(g))
-                hand_over(g, issuer)
-        ends["backward"] = sim.t
-        for g in left:
-            yield from host_work(host.pack_name(g), host.pack(g))
-            hand_over(g)
-        for i, g in enumerate(groups):
-            yield WAIT, ("done", i)
-            yield from host_work(host.at_wait_name(g), host.at_wait(g))
-            key = hand_over_late(i)
-            if key is not None:
-                yield WAIT, key
-            yield from host_work(host.finish_name(g), host.finish(g))
-        yield from sim.drained()
-        yield from host_work("copy out of buckets", host.after_all())
-        ends["comm"] = sim.t
-        yield COMPUTE, work.optimizer_s
-        ends["end"] = sim.t
-
-    sim.spawn("training", training())
-    sim.run()
-    main, end = timeline.MAIN, ends["end"]
-    return end, [("forward", timeline.COMPUTE, main, 0.0, ends["forward"]),
-                 ("backward", timeline.COMPUTE, main, ends["forward"], ends["backward"]),
-                 ("step", timeline.WAIT, main, ends["backward"], end),
-                 ("optimizer", timeline.COMPUTE, main, ends["comm"], end)], \
-        sim.on_wall_clock(transport.events), spans
-
-
-def _launched(work: Compute, groups, wait_all: bool, send, send_late, transport,
-              host: _HostWork):
-    """``replay``'s iteration with two resources per worker (``work.launch``): the training
-    thread (the host) launches the forward, each tensor's backward and the optimizer
-    (``Launch``'s times), runs the gradient hooks (``hook_s`` each: handing each complete
-    group to the communication thread, or, without it, packing and issuing it itself) and in
-    the step packs
-    and issues what no hook did (BSP), waits for the communication thread to have issued
-    everything and launches the optimizer; it never waits for the device (an NCCL ``wait()``
-    only orders the device's streams), except at the round's end: the iteration ends when
-    both are done. The device (``DEVICE_ROW``) runs what was launched, no earlier: the forward
-    ends at ``max(device, host)``, tensor b's backward at ``max(device + backward_s[b], host
-    launched b)``; a group's collectives start once its gradients are computed and it was
-    issued; the step's work on the gradients (waiting for each group, the compressor's work
-    when waited for, decode, divide, DDP's copy out) and the optimizer run on the device in
-    order. Interference (kappa, mu) slows both as compute. Returns as ``_training``."""
-    sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
-    launch, main = work.launch, timeline.MAIN
-    t: dict = {}
-    codec: list = []
-    issued: dict = {}           # group index -> when it is issued (communication clock)
-    issuer = _IssueThread(host, transport.events) if host.threaded and not wait_all else None
-    done_at = {max(g): i for i, g in enumerate(groups)}   # a group is computed at its last
-
-    def work_on(name, seconds, row):
-        t0 = sim.t
-        yield COMPUTE, seconds
-        if sim.t > t0:
-            codec.append((name, row, t0, sim.t))
-
-    def issue(i):
-        """The host issues group ``i`` now, itself or through the communication thread."""
-        g = groups[i]
-        if issuer is not None:
-            issued[i] = issuer.take(g, sim.v)
+    def run(self):
+        sim = self.sim
+        if self.two:
+            sim.spawn("device", self._device())
+            sim.spawn("host", self._host())
         else:
-            yield from work_on(host.pack_name(g), host.pack(g), main)
-            issued[i] = sim.v
-        sim.signal(("issued", i))
+            sim.spawn("training", self._device())
+        sim.run()
+        t = self.t
+        end = max(t["host end"], t["device end"]) if self.two else t["device end"]
+        return end, self._spans(end), sim.on_wall_clock(self.transport.events), self.codec
 
-    def host_thread():
+    def _work(self, name: str, seconds: float, row: str):
+        """The method's own work on ``row``'s thread; a span when it took time."""
+        t0 = self.sim.t
+        yield COMPUTE, seconds
+        if self.sim.t > t0:
+            self.codec.append((name, row, t0, self.sim.t))
+
+    def _host(self):
+        """The training thread on an accelerator: launches, hooks and the step."""
+        launch, sim = self.work.launch, self.sim
         yield COMPUTE, launch.forward_s
-        t["host forward"] = sim.t
+        self.t["host forward"] = sim.t
         sim.signal(("launched", "forward"))
-        ready, nxt = set(), 0
-        hook = launch.hook_s if issuer is not None else 0.0   # DDP's are C++, BSP has none
+        hook = launch.hook_s if self.issuer is not None else 0.0   # DDP's are C++, BSP has none
         for b, tb in enumerate(launch.backward_s):
             yield COMPUTE, tb + hook
-            ready.add(b)
-            while nxt < len(groups) and not wait_all and ready.issuperset(groups[nxt]):
-                yield from issue(nxt)
-                nxt += 1
+            yield from self._hook(b)
             sim.signal(("launched", b))
-        t["host backward"] = sim.t
-        while nxt < len(groups):
-            yield from issue(nxt)
-            nxt += 1
-        if issuer is not None and issuer.free > sim.v:   # the step drains the thread
+        self.t["host backward"] = sim.t
+        yield from self._issue_rest()
+        if self.issuer is not None and self.issuer.free > sim.v:   # the step drains the thread
             key = ("issuer drained",)
-            sim.at(issuer.free, lambda: sim.signal(key))
+            sim.at(self.issuer.free, lambda: sim.signal(key))
             yield WAIT, key
-        t["host step"] = sim.t
+        self.t["host step"] = sim.t
         yield COMPUTE, launch.optimizer_s
-        t["host end"] = sim.t
+        self.t["host end"] = sim.t
 
-    def device_thread():
-        yield COMPUTE, work.forward_s
-        yield WAIT, ("launched", "forward")
-        t["device forward"] = sim.t
+    def _hook(self, b: int):
+        """Tensor ``b``'s gradient hook: the groups now complete are issued, in order, unless
+        they wait for the whole backward."""
+        self.launched.add(b)
+        while (self.next < len(self.groups) and not self.wait_all
+               and self.launched.issuperset(self.groups[self.next])):
+            yield from self._issue()
+
+    def _issue_rest(self):
+        """The step issues what no hook did (BSP's groups)."""
+        while self.next < len(self.groups):
+            yield from self._issue()
+
+    def _issue(self):
+        """The host issues the next group now, through the communication thread or itself."""
+        i, g = self.next, self.groups[self.next]
+        if self.issuer is not None:
+            self.issued[i] = self.issuer.take(g, self.sim.v)
+        else:
+            yield from self._work(self.host.pack_name(g), self.host.pack(g), timeline.MAIN)
+            self.issued[i] = self.sim.v
+        self.next += 1
+        self.sim.signal(("issued", i))
+
+    def _device(self):
+        """The device's work in launch order; on one resource each piece's host work after
+        it."""
+        sim, work = self.sim, self.work
+        yield from self._compute(work.forward_s, "forward")
+        self.t["device forward"] = sim.t
         for b, tb in enumerate(work.backward_s):
-            yield COMPUTE, tb
-            yield WAIT, ("launched", b)
-            if b in done_at:
-                sim.spawn(("send", done_at[b]), sender(done_at[b]))
-        t["device backward"] = sim.t
-        for i, g in enumerate(groups):
+            yield from self._compute(tb, b)
+            if b in self.last:
+                sim.spawn(("send", self.last[b]), self._sender(self.last[b]))
+            if not self.two:
+                yield from self._hook(b)
+        self.t["device backward"] = sim.t
+        if not self.two:
+            yield from self._issue_rest()
+        yield from self._gradients()
+        self.t["device optimizer"] = sim.t
+        yield COMPUTE, work.optimizer_s
+        self.t["device end"] = sim.t
+
+    def _compute(self, seconds: float, what):
+        """The device computes ``what`` (the forward, a backward position), done no earlier
+        than the host launched it."""
+        yield COMPUTE, seconds
+        if self.two:
+            yield WAIT, ("launched", what)
+
+    def _sender(self, i: int):
+        """Group ``i``'s collectives: once computed (now) and issued."""
+        yield WAIT, ("issued", i)
+        done = self.send(self.groups[i], max(self.sim.v, self.issued[i]))[1]
+        self.sim.sent(done)
+        self.sim.at(done, lambda: self.sim.signal(("done", i)))
+
+    def _gradients(self):
+        """The step's work on the gradients on the device, group by group: wait for it, what
+        its compressor does when waited for (and the collectives it then issues), decode and
+        divide; then wait for every message and copy DDP's buckets out."""
+        sim, host, row = self.sim, self.host, self.device_row
+        for i, g in enumerate(self.groups):
             yield WAIT, ("done", i)
-            yield from work_on(host.at_wait_name(g), host.at_wait(g), DEVICE_ROW)
-            done = send_late(i, sim.v)
+            yield from self._work(host.at_wait_name(g), host.at_wait(g), row)
+            done = self.send_late(i, sim.v)
             if done is not None:
                 sim.sent(done)
                 sim.at(done, lambda k=("late", i): sim.signal(k))
                 yield WAIT, ("late", i)
-            yield from work_on(host.finish_name(g), host.finish(g), DEVICE_ROW)
+            yield from self._work(host.finish_name(g), host.finish(g), row)
         yield from sim.drained()
-        yield from work_on("copy out of buckets", host.after_all(), DEVICE_ROW)
-        t["device optimizer"] = sim.t
-        yield COMPUTE, work.optimizer_s
-        t["device end"] = sim.t
+        yield from self._work("copy out of buckets", host.after_all(), row)
 
-    def sender(i):
-        """Group ``i``'s collectives: once computed (now) and issued."""
-        yield WAIT, ("issued", i)
-        done = send(groups[i], max(sim.v, issued[i]))[1]
-        sim.sent(done)
-        sim.at(done, lambda: sim.signal(("done", i)))
-
-    sim.spawn("device", device_thread())
-    sim.spawn("host", host_thread())
-    sim.run()
-    end = max(t["host end"], t["device end"])
-    compute, dev = timeline.COMPUTE, DEVICE_ROW
-    spans = [("forward", compute, main, 0.0, t["host forward"]),
-             ("backward", compute, main, t["host forward"], t["host backward"]),
-             ("step", timeline.WAIT, main, t["host backward"], t["host step"]),
-             ("optimizer", compute, main, t["host step"], t["host end"]),
-             ("synchronize", timeline.WAIT, main, t["host end"], end),
-             ("forward", compute, dev, 0.0, t["device forward"]),
-             ("backward", compute, dev, t["device forward"], t["device backward"]),
-             ("optimizer", compute, dev, t["device optimizer"], t["device end"])]
-    return end, [x for x in spans if x[4] > x[3] or x[0] != "synchronize"], \
-        sim.on_wall_clock(transport.events), codec
+    def _spans(self, end: float) -> list:
+        """The training thread's spans, and the device's on a row of its own; on one resource
+        the step holds the optimizer."""
+        t, main, compute = self.t, timeline.MAIN, timeline.COMPUTE
+        if not self.two:
+            return [("forward", compute, main, 0.0, t["device forward"]),
+                    ("backward", compute, main, t["device forward"], t["device backward"]),
+                    ("step", timeline.WAIT, main, t["device backward"], end),
+                    ("optimizer", compute, main, t["device optimizer"], end)]
+        dev = DEVICE_ROW
+        spans = [("forward", compute, main, 0.0, t["host forward"]),
+                 ("backward", compute, main, t["host forward"], t["host backward"]),
+                 ("step", timeline.WAIT, main, t["host backward"], t["host step"]),
+                 ("optimizer", compute, main, t["host step"], t["host end"]),
+                 ("synchronize", timeline.WAIT, main, t["host end"], end),
+                 ("forward", compute, dev, 0.0, t["device forward"]),
+                 ("backward", compute, dev, t["device forward"], t["device backward"]),
+                 ("optimizer", compute, dev, t["device optimizer"], t["device end"])]
+        return [x for x in spans if x[4] > x[3] or x[0] != "synchronize"]
 
 
 def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
