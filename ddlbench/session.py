@@ -106,7 +106,7 @@ def build(config: RunConfig, ctx, method_id: str, compressor_id: str) -> Run:
     lr = workload.learning_rate(optimizer_spec, ctx.size)
     optimizer = workload.make_optimizer(optimizer_spec, work.model.parameters(), lr)
     comm = Comm(ctx.rank, ctx.size, trace=bool(config.trace_collectives), ps=ctx.ps,
-                trace_file=bool(config.timeline))
+                trace_file=bool(config.timeline), groups=getattr(ctx, "groups", None))
     compressor = compression.create(compressor_id, **config.compressor_options)
     method = cls(work.model, optimizer, comm, config.options[method_id], compressor,
                  model_name=spec.model)

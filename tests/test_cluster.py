@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ddlbench import costs
+from ddlbench import collectives
 from ddlbench.netem import links, standing
 from ddlbench.netem.probe import ETHERNET_HEADER
 from ddlbench.netem.state import _read_states
@@ -159,7 +159,7 @@ def test_mpirun_ranks_run_on_their_hosts_and_send_over_their_links(cluster, tmp_
         assert rec["environment"]["addresses"] == [h["address"] for h in cluster["hosts"]]
         assert rec["environment"]["hostname"] == names[0]
     ring = records[0]["communication_per_iteration"]["wire_sent_bytes"]["allreduce"]
-    assert ring == costs.sent_bytes("allreduce", records[0]["model"]["gradient_bytes"], 4)
+    assert ring == collectives.sent_bytes("allreduce", records[0]["model"]["gradient_bytes"], 4)
     # on the wire: each MSS (MTU - 52: IPv4, TCP, timestamps) of payload in an MTU-sized
     # packet plus its Ethernet header, as the link probe counts it
     (mtu,) = {ln["mtu"] for ln in links_of(cluster)}

@@ -20,7 +20,7 @@ import pytest
 
 from ddlbench import netem
 from ddlbench.netem import cli as netem_command
-from ddlbench.costs import bus_factor
+from ddlbench.collectives import bus_factor
 from ddlbench.errors import UsageError
 
 from .conftest import (FULL_TINY_BERT, QUICK_TIMING, REPO, TINY_BERT, describe, env, run, train,

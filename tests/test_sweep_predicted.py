@@ -311,11 +311,13 @@ logs: {tmp_path / 'logs'}
                 local=local).throughput(8, 2))
         elif cell.method["method"] == "fusion":     # the codec's times in the prediction
             expected = simulate.predict("fusion", work, link,
-                                        codec=simulate.Codec("powersgd", 2, 0.001, 2, 2e-9,
+                                        codec=simulate.Codec("powersgd", 2,
+                                                             {"powersgd_rank": 2}, 2e-9,
                                                              1e-9, None))
             assert e["throughput"] < simulate.predict("fusion", work, link,
                                                       codec=simulate.Codec(
-                                                          "powersgd", 2, 0.001, 2, 0.0, 0.0,
+                                                          "powersgd", 2,
+                                                          {"powersgd_rank": 2}, 0.0, 0.0,
                                                           None)).throughput(8, 2)
         else:
             expected = simulate.predict("wfbp", work, link)
@@ -687,7 +689,7 @@ def test_an_extrapolating_sweep_calibrates_the_smallest_count_and_predicts_the_r
     kept), the compute slowed as the workers share the cores (2 here: 1.5 and 2 times), and
     push/pull with as many more pushers and servers as workers; the README gives the error
     by worker count."""
-    from ddlbench.costs import ring_collective, ring_link
+    from ddlbench.collectives import ring_collective, ring_link
     from ddlbench.hosts import pinning
     from ddlbench.sweep import calibrate, config as sweep_config
     monkeypatch.setenv(sweep_config.PROGRAM_ENV, "tests.fake_train")

@@ -59,7 +59,7 @@ import argparse
 import sys
 import time
 
-from ..costs import bus_factor, ring_link
+from ..collectives import bus_factor, ring_link
 from ..planning import DEFAULT_MIN_GROUP_ELEMENTS
 from ..errors import ArgumentParser, UsageError, check_writable
 from ..options import add_network_flags, add_ps_flags, check_flags

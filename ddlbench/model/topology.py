@@ -131,7 +131,7 @@ from dataclasses import dataclass, replace
 
 from .. import yamlfile
 from . import simulate
-from ..costs import ring_collective, ring_link
+from ..collectives import ring_collective, ring_link
 from ..errors import UsageError, read_json
 from ..planning import PS_CLIENTS
 
@@ -696,7 +696,7 @@ def _base(measured: list[int], nworkers: int) -> int:
 
 def _ring_factors(op: str, base: int, nworkers: int) -> tuple[float, float]:
     """How many times a ring's latency part (its steps) and its bandwidth part (steps / P of
-    the message) at ``nworkers`` are those at ``base``: ``costs.ring_collective``'s per-message
+    the message) at ``nworkers`` are those at ``base``: ``collectives.ring_collective``'s per-message
     alpha and beta of unit steps, at the two counts."""
     (lat, bw), (lat0, bw0) = (ring_collective(op, 1.0, 1.0, n) for n in (nworkers, base))
     return lat / lat0, bw / bw0
@@ -708,7 +708,7 @@ class Measured(Network):
 
     def __init__(self, paths: list[str], extrapolate: bool = False):
         """``extrapolate``: a worker count the files lack costs the ring (section 3) with the
-        per-step alpha and beta (``costs.ring_link``) of the nearest measured count below it
+        per-step alpha and beta (``collectives.ring_link``) of the nearest measured count below it
         (else the smallest measured), instead of being refused."""
         if isinstance(paths, str):
             paths = [paths]
@@ -810,7 +810,7 @@ class Measured(Network):
 
     def _extrapolated(self, op: str, nworkers: int, base: int) -> simulate.Link:
         """The ring at ``nworkers`` from the measurement at ``base`` (``extrapolate``): the
-        fit's alpha and beta through the ring's per-step costs (``costs.ring_link``), and the
+        fit's alpha and beta through the ring's per-step costs (``collectives.ring_link``), and the
         measured rows each split at the fit's alpha into a latency part (2(P-1) steps) and the
         rest, a bandwidth part (2(P-1)/P of the message), each scaled to ``nworkers``; the
         bursts' per-message and queueing costs of ``base`` kept (a scheduler's and Gloo's

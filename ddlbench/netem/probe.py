@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 
-from ..costs import bus_factor
+from ..collectives import bus_factor
 from ..errors import UsageError
 from .cluster import Cluster
 from .links import NetemError

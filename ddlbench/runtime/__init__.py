@@ -17,6 +17,7 @@ from ..errors import UsageError, first_line
 from ..hosts import pinning
 from ..hosts.placement import Placement
 from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
+from .groups import Groups
 from .ps import PSClient
 
 
@@ -36,6 +37,8 @@ class Context:
     horovod: "dict | None" = None
     # --engine byteps: the BYTEPS_* settings it runs with (None on the other engines).
     byteps: "dict | None" = None
+    # The job's process groups by layout (ddlbench.runtime.groups), built when first asked.
+    groups: "Groups | None" = None
 
     @property
     def is_root(self) -> bool:
@@ -181,7 +184,8 @@ def init(placement: Placement, job: Job) -> Context:
                                 partition_bytes, timeout_s, ps_clients)
     return Context(placement.rank, nworkers, placement.local_rank,
                    placement.local_world_size, device, backend, placement.launcher,
-                   ps=client, nservers=nservers, horovod=horovod, byteps=byteps)
+                   ps=client, nservers=nservers, horovod=horovod, byteps=byteps,
+                   groups=Groups(placement.rank, nworkers))
 
 
 def machine_id() -> str:

@@ -2,16 +2,23 @@
 
 Every method talks through one ``Comm``, and so does the compressor it hands its buckets to;
 that is where bytes are counted and where the order of collectives can be traced
-(``trace=True``), so a test can check that every rank issues the same sequence. Collectives
-sum; averaging is the caller's business: ``average_op()`` says whether this group's backend can
+(``trace=True``), so a test can check that every rank issues the same sequence. Only the
+collectives declared in ``ddlbench.collectives`` exist here: all-reduce, reduce-scatter (with
+its declared carriers: ``a2a``, an all-to-all and a local sum in rank order, the default on
+Gloo; ``native``, the backend's own), all-gather, all-to-all, broadcast, push/pull. Each takes
+``group``: a layout (``"world"``, ``"machine"``, ``"across"``) or a ``runtime.groups.Group``;
+``group_of(layout)`` builds the job's groups once, from where its ranks sit. Collectives sum;
+averaging is the caller's business: ``average_op()`` says whether this group's backend can
 average in the all-reduce itself (``ReduceOp.AVG``), else the caller divides.
 
 Byte counts, per worker:
 - ``payload``: bytes of the tensors handed to collectives (the nccl-tests "algbw" bytes);
-- ``wire_sent``: what one worker sends under the ring model of ``ddlbench.costs``
-  (docs/DESIGN.md section 3), all-reduce ``2(P-1)/P * M``, all-gather ``(P-1) * m``. It is a
-  model of the algorithm, not a packet capture; Gloo and NCCL pick ring-like algorithms for
-  large messages.
+- ``wire_sent``: what one worker sends as the collective's declaration says for its group's
+  size, carrier and backend (``collectives.sent_bytes``; docs/DESIGN.md section 3), all-reduce
+  ``2(P-1)/P * M``, all-gather ``(P-1) * m``, reduce-scatter by all-to-all ``(P-1)/P * M``. It
+  is a model of the algorithm, not a packet capture (tests/test_collectives.py holds it to the
+  kernel's loopback counters within 2% on Gloo); ``wire_by_group``: the same per group layout,
+  for collectives on groups other than the whole job.
 - parameter server (``push_pull``): ``push`` counts the bytes a worker sends to the servers and
   ``pull`` the bytes it receives back (M each per iteration, whatever W); these are the bytes
   actually handed to the transport, not a model.
@@ -30,7 +37,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
-from ..costs import bus_factor, sent_bytes
+from ..collectives import A2A, WORLD, bus_factor, declared, sent_bytes
+from .groups import Group, Groups
 
 _ITEMSIZE: dict = {}
 _RING_OPS = ("allreduce", "allgather")  # what compressors exchange with
@@ -38,6 +46,9 @@ _RING_OPS = ("allreduce", "allgather")  # what compressors exchange with
 # torch 2.14 deprecates all_gather_into_tensor for all_gather_single (same arguments); torch 2.0
 # (the Horovod lane) has only the former.
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+# likewise reduce_scatter_single (torch 2.14) and reduce_scatter_tensor
+reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
+                         or dist.reduce_scatter_tensor)
 
 
 def backend_averages(backend: str) -> bool:
@@ -81,13 +92,57 @@ class _About:
         self._local.label = self._previous
 
 
+class _Done:
+    """The work of a collective with nothing to send (a group of one): already complete."""
+
+    def wait(self, *_args) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _done(async_op: bool):
+    return _Done() if async_op else None
+
+
+class _Then:
+    """An asynchronous collective's work whose ``wait()`` also runs ``finish`` once, after it
+    (reduce-scatter's ``a2a`` carrier: the local sum after the all-to-all)."""
+
+    def __init__(self, work, finish):
+        self._work, self._finish = work, finish
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def wait(self, *args) -> bool:
+        self._work.wait(*args)
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
+        return True
+
+
+def _sum_in_rank_order(shards: torch.Tensor, size: int, output: torch.Tensor) -> None:
+    """``output`` = shard 0 + shard 1 + ... of ``shards`` (``size`` equal parts), added left to
+    right, as a single process sums the ranks' tensors."""
+    parts = shards.view(size, -1)
+    out = output.view(-1)
+    out.copy_(parts[0])
+    for j in range(1, size):
+        out.add_(parts[j])
+
+
 class Comm:
     def __init__(self, rank: int, size: int, group=None, trace: bool = False, ps=None,
-                 trace_file: bool = False):
+                 trace_file: bool = False, groups: Groups | None = None):
         self.rank = rank
         self.size = size
         self.group = group
         self.ps = ps  # PSClient of a job with parameter servers
+        self._groups = groups  # the job's groups by layout (built here when first asked)
+        self._backend = False  # not yet asked (backend)
         self.trace: list[tuple[str, int, str]] | None = [] if trace else None
         # What ran when, over the timed rounds (ddlbench.timeline): every collective
         # handed to the transport is a span on it.
@@ -101,23 +156,32 @@ class Comm:
     def reset_stats(self) -> None:
         self.payload = defaultdict(int)
         self.wire_sent = defaultdict(int)
+        self.wire_by_group = defaultdict(lambda: defaultdict(int))  # layout -> op -> bytes
         self.calls = defaultdict(int)
         self.dense = defaultdict(float)     # dense fp32 payload and wire bytes of compressed data
         self.seconds = defaultdict(float)   # encode_s (of it encode_at_wait_s), decode_s
         self._events = []                   # CUDA timing events not yet read
 
     def count(self, op: str, numel: int, dtype: torch.dtype, calls: int = 1,
-              root: bool = True) -> None:
+              root: bool = True, group: Group | None = None, carrier: str | None = None) -> None:
         """Account ``calls`` collectives moving ``numel`` elements of ``dtype`` in all (also
         for collectives issued elsewhere, such as Horovod's or DDP's own; ``calls=0`` when
         their number is unknown: then nothing is traced either). ``root``: whether this rank
-        is a broadcast's source."""
+        is a broadcast's source; ``group``: where it ran (None: the whole job); ``carrier``:
+        how (its declared bytes)."""
         nbytes = numel * itemsize(dtype)
+        size = self.size if group is None else group.size
+        sent = sent_bytes(op, nbytes, size, root=root, carrier=carrier,
+                          backend=self.backend(group) if carrier or group else None)
         self.payload[op] += nbytes
-        self.wire_sent[op] += sent_bytes(op, nbytes, self.size, root=root)
+        self.wire_sent[op] += sent
         self.calls[op] += calls
+        name = op
+        if group is not None and group.layout != WORLD:
+            self.wire_by_group[group.layout][op] += sent
+            name = f"{op}@{group.layout}"
         if self.trace is not None and calls:
-            self.trace.append((op, numel, str(dtype).replace("torch.", "")))
+            self.trace.append((name, numel, str(dtype).replace("torch.", "")))
 
     def count_dense(self, numel: int) -> None:
         """A compressor exchanged a gradient of ``numel`` elements: what it would have cost as
@@ -169,11 +233,17 @@ class Comm:
 
     def stats(self, steps: int = 1) -> dict:
         """Bytes handed to collectives, wire bytes sent and calls, per operation, divided by
-        ``steps``."""
-        return {name: {op: v / steps for op, v in counts.items()}
-                for name, counts in (("payload_bytes", self.payload),
-                                     ("wire_sent_bytes", self.wire_sent),
-                                     ("calls", self.calls))}
+        ``steps``; with ``wire_sent_bytes_by_group`` (layout -> operation -> bytes) where
+        collectives ran on groups other than the whole job."""
+        out = {name: {op: v / steps for op, v in counts.items()}
+               for name, counts in (("payload_bytes", self.payload),
+                                    ("wire_sent_bytes", self.wire_sent),
+                                    ("calls", self.calls))}
+        if self.wire_by_group:
+            out["wire_sent_bytes_by_group"] = {
+                layout: {op: v / steps for op, v in ops.items()}
+                for layout, ops in self.wire_by_group.items()}
+        return out
 
     def compression_stats(self, steps: int = 1) -> dict | None:
         """Per-worker compression figures divided by ``steps``: bytes handed to collectives,
@@ -197,6 +267,38 @@ class Comm:
                                     if out["payload_bytes"] else None)
         return out
 
+    # -- groups ------------------------------------------------------------------------------
+    def group_of(self, layout: str) -> Group:
+        """This rank's group of ``layout`` (``collectives.LAYOUTS``): built once for the job,
+        on every rank, the first time any rank's method asks (ask in the constructor)."""
+        if self._groups is None:
+            self._groups = Groups(self.rank, self.size, self.group)
+        return self._groups.get(layout)
+
+    def describe_groups(self) -> dict | None:
+        """The layouts built, each as its groups of job ranks (None: only the whole job)."""
+        if self._groups is None or len(self._groups._built) == 1:
+            return None
+        return self._groups.describe()
+
+    def backend(self, group: Group | None = None) -> str | None:
+        """The backend the collectives of ``group`` (None: the whole job) run on; None where
+        no process group is initialised (a stand-in ``Comm``)."""
+        if group is not None and group.backend is not None:
+            return group.backend
+        if self._backend is False:
+            self._backend = (dist.get_backend(self.group) if dist.is_available()
+                             and dist.is_initialized() else None)
+        return self._backend
+
+    def _where(self, group) -> tuple[Group | None, object, int]:
+        """(the group, torch's handle, its size) of a collective's ``group`` argument."""
+        if group is None or group == WORLD:
+            return None, self.group, self.size
+        if isinstance(group, str):
+            group = self.group_of(group)
+        return group, group.handle, group.size
+
     # -- collectives -----------------------------------------------------------------------
     def average_op(self):
         """``ReduceOp.AVG`` where this group's backend averages in the all-reduce itself
@@ -212,24 +314,78 @@ class Comm:
             self._average_op = op
         return self._average_op
 
-    def allreduce(self, tensor: torch.Tensor, async_op: bool = True, op=None):
-        """Sum ``tensor`` over all ranks, in place (``op``: another reduction, such as
+    def allreduce(self, tensor: torch.Tensor, async_op: bool = True, op=None, group=None):
+        """Sum ``tensor`` over the group's ranks, in place (``op``: another reduction, such as
         ``average_op()``'s)."""
-        self.count("allreduce", tensor.numel(), tensor.dtype)
+        g, handle, size = self._where(group)
+        self.count("allreduce", tensor.numel(), tensor.dtype, group=g)
+        if size == 1 and g is not None:
+            return _done(async_op)
         kwargs = {} if op is None else {"op": op}
         return self._traced("allreduce", tensor, async_op, lambda: dist.all_reduce(
-            tensor, group=self.group, async_op=async_op, **kwargs))
+            tensor, group=handle, async_op=async_op, **kwargs), g)
 
-    def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True):
-        """Gather every rank's ``tensor`` into ``output`` (size P * tensor.numel())."""
-        self.count("allgather", tensor.numel(), tensor.dtype)
+    def reduce_scatter(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True,
+                       carrier: str | None = None, group=None):
+        """Into ``output``, the sum over the group's ranks of this rank's shard of ``tensor``
+        (P equal shards, shard r to group rank r), carried by ``carrier``
+        (``collectives``: ``a2a`` or ``native``; None: the backend's declared default). The
+        ``a2a`` carrier sums the shards in rank order (as a single process would)."""
+        g, handle, size = self._where(group)
+        carrier = declared("reduce_scatter").carrier(carrier, self.backend(g)).name
+        if tensor.numel() != output.numel() * size:
+            raise ValueError(f"reduce_scatter of {tensor.numel()} elements among {size} ranks "
+                             f"needs an output of {tensor.numel() // max(size, 1)} elements "
+                             f"and a tensor of {size} equal shards; got an output of "
+                             f"{output.numel()}")
+        self.count("reduce_scatter", tensor.numel(), tensor.dtype, group=g, carrier=carrier)
+        if size == 1:
+            output.copy_(tensor.view(-1))
+            return _done(async_op)
+        if carrier != A2A:
+            return self._traced("reduce_scatter", tensor, async_op, lambda: reduce_scatter_single(
+                output, tensor, group=handle, async_op=async_op), g, carrier=carrier)
+        shards = torch.empty(tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+        work = self._traced("reduce_scatter", tensor, async_op, lambda: dist.all_to_all_single(
+            shards, tensor.view(-1), group=handle, async_op=async_op), g, carrier=carrier)
+        if not async_op:
+            _sum_in_rank_order(shards, size, output)
+            return None
+        return _Then(work, lambda: _sum_in_rank_order(shards, size, output))
+
+    def all_to_all(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True,
+                   group=None):
+        """Chunk j of ``tensor`` (P equal chunks) to group rank j; ``output`` receives the
+        chunks of every rank, in rank order."""
+        g, handle, size = self._where(group)
+        self.count("all_to_all", tensor.numel(), tensor.dtype, group=g)
+        if size == 1 and g is not None:
+            output.copy_(tensor)
+            return _done(async_op)
+        return self._traced("all_to_all", tensor, async_op, lambda: dist.all_to_all_single(
+            output, tensor, group=handle, async_op=async_op), g)
+
+    def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True,
+                  group=None):
+        """Gather every group rank's ``tensor`` into ``output`` (size P * tensor.numel())."""
+        g, handle, size = self._where(group)
+        self.count("allgather", tensor.numel(), tensor.dtype, group=g)
+        if size == 1 and g is not None:
+            output.view(-1).copy_(tensor.view(-1))
+            return _done(async_op)
         return self._traced("allgather", tensor, async_op, lambda: all_gather_single(
-            output, tensor, group=self.group, async_op=async_op))
+            output, tensor, group=handle, async_op=async_op), g)
 
-    def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False):
-        self.count("broadcast", tensor.numel(), tensor.dtype, root=self.rank == src)
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False, group=None):
+        """Group rank ``src``'s ``tensor`` to every rank of the group."""
+        g, handle, size = self._where(group)
+        me = self.rank if g is None else g.rank
+        self.count("broadcast", tensor.numel(), tensor.dtype, root=me == src, group=g)
+        if size == 1 and g is not None:
+            return _done(async_op)
+        root = src if g is None else g.ranks[src]
         return self._traced("broadcast", tensor, async_op, lambda: dist.broadcast(
-            tensor, src, group=self.group, async_op=async_op))
+            tensor, root, group=handle, async_op=async_op), g)
 
     def push_pull(self, part, data: torch.Tensor):
         """Push one partition to its server and post the pull of the sum into ``data``
@@ -254,19 +410,26 @@ class Comm:
             return _UNLABELLED
         return _About(self._about, label() if callable(label) else label)
 
-    def _traced(self, op: str, tensor: torch.Tensor, async_op: bool, issue):
+    def _traced(self, op: str, tensor: torch.Tensor, async_op: bool, issue,
+                group: Group | None = None, **extra):
         """Issue a collective; while the timeline records, it is a span from now until it
-        completes (an asynchronous one's future, a blocking one's return)."""
+        completes (an asynchronous one's future, a blocking one's return), on a row of its
+        own per group layout (``op``, or ``op @layout`` with the ``group`` argument), with
+        ``extra`` (the carrier) among its arguments."""
         tl = self.timeline
         if not tl.enabled:
             return issue()
-        args = {"bytes": tensor.numel() * itemsize(tensor.dtype)}
+        args = {"bytes": tensor.numel() * itemsize(tensor.dtype), **extra}
+        row = op
+        if group is not None and group.layout != WORLD:
+            args["group"] = group.layout
+            row = f"{op} @{group.layout}"
         label = getattr(self._about, "label", None)
         if label is not None:
             args["tensor"] = label
         if async_op:
-            return tl.comm(op, issue(), op, **args)
-        with tl.span(op, "comm", op, **args):
+            return tl.comm(op, issue(), row, **args)
+        with tl.span(op, "comm", row, **args):
             return issue()
 
     def barrier(self) -> None:
