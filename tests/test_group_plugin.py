@@ -1,0 +1,103 @@
+"""A method with new collectives on groups of the placement is one file: a hierarchical
+all-reduce (reduce-scatter inside each machine, all-reduce of the shard across machines,
+all-gather inside the machine) declared in a package of its own, named by DDLBENCH_METHODS,
+verified on 2 emulated machines x 2 slots, each collective on its group on the timeline, and
+its bytes per worker those its collectives' declarations give, with no file of the suite
+touched."""
+import json
+import os
+
+from ddlbench import collectives
+
+from .conftest import QUICK_TIMING, TINY_BERT, describe, train, verify_lines
+from . import traces
+
+PLUGIN = '''
+"""Hierarchical all-reduce after the backward, in one file: reduce-scatter of the flat
+gradient inside each machine, all-reduce of the shard across machines, all-gather inside the
+machine."""
+from ddlbench.methods.base import Method
+
+
+class Hier(Method):
+    id = "hiertest"
+    display = "Hier-Test-A2A"
+    summary = "after the backward: reduce-scatter in the machine, all-reduce across, all-gather"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.machine = self.comm.group_of("machine")   # asked for in the constructor
+        self.across = self.comm.group_of("across")
+
+    def step(self):
+        import torch
+        grads = [p.grad.reshape(-1) for p in self.params]
+        n = sum(g.numel() for g in grads)
+        local = self.machine.size
+        flat = torch.zeros(-(-n // local) * local, dtype=grads[0].dtype)
+        torch.cat(grads, out=flat[:n])
+        shard = torch.empty(flat.numel() // local, dtype=flat.dtype)
+        self.comm.reduce_scatter(shard, flat, async_op=False, group=self.machine)
+        self.comm.allreduce(shard, async_op=False, group=self.across)
+        self.comm.allgather(flat, shard, async_op=False, group=self.machine)
+        flat.div_(self.comm.size)
+        offset = 0
+        for p in self.params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.optimizer.step()
+
+    def describe(self):
+        return {**super().describe(), "groups": self.comm.describe_groups()}
+'''
+
+
+def _plugin_env(tmp_path):
+    pkg = tmp_path / "grouped"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""Methods of my own."""\n')
+    (pkg / "hier.py").write_text(PLUGIN)
+    return {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "DDLBENCH_METHODS": "grouped.hier"}
+
+
+def test_a_two_level_method_in_one_file_verifies_and_counts_its_groups(tmp_path, load_json):
+    env = _plugin_env(tmp_path)
+    machines = ["--nworkers", "4", "--slots", "2"]   # 2 emulated machines x 2 slots
+    proc = train(*TINY_BERT, *machines, "--verify", "3", "--method", "hiertest",
+                 timeout=300, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert [ok for _, _, _, ok in verify_lines(proc.stdout)["hiertest"]] == [True] * 3
+
+    out, trace = tmp_path / "rec.json", tmp_path / "trace.json"
+    proc = train(*TINY_BERT, *machines, *QUICK_TIMING, "--method", "hiertest",
+                 "--output", str(out), "--timeline", str(trace), timeout=300, **env)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert rec["method"]["groups"] == {"world": [[0, 1, 2, 3]], "machine": [[0, 1], [2, 3]],
+                                       "across": [[0, 2], [1, 3]]}
+    # bytes per worker per step: the declarations at l = 2 per machine, n = 2 machines, for a
+    # flat gradient of G bytes (even: no padding at l = 2)
+    grad = rec["model"]["gradient_bytes"]
+    assert grad % 2 == 0
+    by_group = rec["communication_per_iteration"]["wire_sent_bytes_by_group"]
+    inside = (collectives.sent_bytes("reduce_scatter", grad, 2, carrier="a2a", backend="gloo")
+              + collectives.sent_bytes("allgather", grad // 2, 2))
+    across = collectives.sent_bytes("allreduce", grad // 2, 2)
+    assert inside == grad and across == grad // 2          # (l-1)/l G twice; 2(n-1)/n G/l
+    assert by_group == {"machine": {"reduce_scatter": inside // 2, "allgather": inside // 2},
+                        "across": {"allreduce": across}}
+
+    # the timeline: every collective on its group's row, with its group and carrier
+    rows = traces.check_trace(json.loads(trace.read_text()))
+    seen = {}
+    for (_, row), events in rows.items():
+        for e in events:
+            if e.get("cat") == "comm":
+                args = e.get("args", {})
+                seen.setdefault((e["name"], row, args.get("group"), args.get("carrier")), 0)
+                seen[(e["name"], row, args.get("group"), args.get("carrier"))] += 1
+    steps = 2 * 2   # QUICK_TIMING: 2 timed iterations of 2 batches
+    assert seen == {("reduce_scatter", "reduce_scatter @machine", "machine", "a2a"): 4 * steps,
+                    ("allreduce", "allreduce @across", "across", None): 4 * steps,
+                    ("allgather", "allgather @machine", "machine", None): 4 * steps}, seen
