@@ -64,6 +64,7 @@ class Collective:
     defaults: dict = field(default_factory=dict)   # backend -> carrier name
     gathers: bool = False              # the message is P x each rank's contribution
     rooted: bool = False               # only the root sends (broadcast)
+    bus_text: str = "(P-1)/P"          # ``bus`` as a formula, for tables' headers
 
     def carrier(self, name: str | None = None, backend: str | None = None) -> Carrier:
         """The carrier ``name``, else this backend's default, else the first declared."""
@@ -90,7 +91,8 @@ def _ring(p: int) -> float:
 
 COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("allreduce", "every rank's tensor summed into every rank",
-               "the tensor each rank holds", _ring2, lambda p: 2 * (p - 1)),
+               "the tensor each rank holds", _ring2, lambda p: 2 * (p - 1),
+               bus_text="2(P-1)/P"),
     Collective("reduce_scatter", "the sum of shard r of every rank's tensor into rank r",
                "the tensor each rank holds (P equal shards)", _ring, lambda p: p - 1,
                carriers=(Carrier(A2A, "all-to-all of the shards, then a local sum in rank "
@@ -105,11 +107,11 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("all_to_all", "chunk j of every rank's tensor to rank j",
                "the tensor each rank holds (P equal chunks)", _ring, lambda p: p - 1),
     Collective("broadcast", "the root's tensor to every rank", "the tensor",
-               lambda p: 1.0, lambda p: p - 1, rooted=True),
+               lambda p: 1.0, lambda p: p - 1, rooted=True, bus_text="1"),
     Collective("push", "a partition to its parameter server", "the partition",
-               lambda p: 1.0, lambda p: 1),
+               lambda p: 1.0, lambda p: 1, bus_text="1"),
     Collective("pull", "a partition's sum back from its server", "the partition",
-               lambda p: 0.0, lambda p: 1),
+               lambda p: 0.0, lambda p: 1, bus_text="0"),
 )}
 # the all-reduce family's collectives the model prices with a ring (not push/pull, broadcast)
 RING_OPS = ("allreduce", "reduce_scatter", "allgather", "all_to_all")
@@ -122,6 +124,13 @@ def declared(op: str) -> Collective:
         raise UsageError(f"collective {op!r} is not declared (ddlbench.collectives); "
                          f"declared: {', '.join(COLLECTIVES)}")
     return found
+
+
+def split(op: str) -> tuple[str, str | None]:
+    """A collective named with its carrier, ``reduce_scatter:a2a``, as (collective, carrier);
+    ``allreduce`` as (``allreduce``, None)."""
+    name, _, carrier = op.partition(":")
+    return name, carrier or None
 
 
 def carried_as(op: str, carrier: str | None = None, backend: str | None = None) -> str:

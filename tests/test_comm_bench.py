@@ -179,6 +179,39 @@ def test_two_workers_table_json_and_fit(tmp_path, load_json):
                                            for res in (ar, ag) for r in res["rows"]]
 
 
+def test_reduce_scatter_by_carrier_and_all_to_all(tmp_path, load_json):
+    """The declared collectives beyond all-reduce, at 3 workers: message sizes in whole fp32
+    elements per rank, busbw by the collective's declared factor (2/3 at P = 3, whatever the
+    carrier moves), the carrier recorded (Gloo's default: a2a), and each fit priced by the
+    model's reading of the file."""
+    out = tmp_path / "cb.json"
+    proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "3",
+                "--ops", "reduce_scatter,reduce_scatter:native,all_to_all", "--min-bytes", "4K",
+                "--max-bytes", "8K", "--sizes", "1000", "--warmup", "1", "--iters", "2",
+                "--timeout", "60", "--output", str(out)], timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert [(r["op"], r.get("carrier")) for r in rec["results"]] == [
+        ("reduce_scatter", "a2a"), ("reduce_scatter:native", "native"), ("all_to_all", None)]
+    net = topology.load(str(out))
+    for res in rec["results"]:
+        assert [r["size_bytes"] for r in res["rows"]] == [996, 4092, 8184]   # 12 B a unit
+        for r in res["rows"]:
+            assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 / 3)
+        link = net.link(res["op"], 3)
+        assert (link.alpha, link.beta) == (res["fit"]["alpha_s"], res["fit"]["beta_s_per_byte"])
+    # the native carrier on Gloo is an all-reduce: its per-step ring values are an all-reduce's
+    native = rec["results"][1]["fit"]
+    steps = cb.ring_link("allreduce", native["alpha_s"], native["beta_s_per_byte"], 3)
+    assert native["ring_link"] == steps
+    assert "# reduce_scatter:native, P = 3: size = bytes each rank holds; carried by native: " \
+        "the backend's own" in proc.stdout
+    with pytest.raises(UsageError, match="--ops: unknown collective.s. gather; known: allreduce, "
+                                         "reduce_scatter, reduce_scatter:a2a, "
+                                         "reduce_scatter:native, allgather, all_to_all"):
+        cb.check(_args(ops="gather"))
+
+
 def test_a_burst_of_a_models_tensors_against_one_at_a_time(tmp_path, load_json):
     """--ops burst: the model's gradient tensors, in backward order, all-reduced all started at
     once and one at a time; the record's figures are consistent (its sizes the model's, each

@@ -89,6 +89,30 @@ def test_hierarchical_is_the_ring_on_one_node_or_one_device_per_node(tmp_path):
     same(one.link("allreduce", 3), 2 * 2 * A_E, 2 * 2 / 3 * B_E)
 
 
+@pytest.mark.parametrize("p,n,l", [(8, 2, 4), (12, 3, 4), (4, 1, 4)])
+def test_collectives_on_the_groups_of_the_placement(tmp_path, p, n, l):
+    """A machine's group is a ring of its l devices on the intra-node link, the across group a
+    ring of the n machines on the NIC that the l groups of a machine share; reduce-scatter in
+    the machine, all-reduce of the 1/l shard across and all-gather in the machine cost exactly
+    the hierarchical all-reduce of M bytes."""
+    net = make(tmp_path)
+    rs = net.group_link("reduce_scatter", p, "machine")
+    across = net.group_link("allreduce", p, "across")
+    ag = net.group_link("allgather", p, "machine")
+    same(rs, (l - 1) * A_I, (l - 1) / l * B_I)
+    same(ag, (l - 1) * A_I, (l - 1) / l * B_I)
+    if n == 1:
+        assert (across.alpha, across.beta) == (0.0, 0.0)
+    else:
+        same(across, 2 * (n - 1) * A_E, 2 * (n - 1) / n * l * B_E)
+    hier = make(tmp_path, allreduce="hierarchical").link("allreduce", p)
+    m = 64e6
+    assert close(rs.time(m) + across.time(m / l) + ag.time(m), hier.time(m))
+    assert net.group_link("allreduce", p, "world") == net.link("allreduce", p)
+    with pytest.raises(UsageError, match="unknown group layout 'rack'"):
+        net.group_link("allreduce", p, "rack")
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
 def test_all_gather_is_a_flat_ring_per_gathered_byte(tmp_path, algorithm):
     net = make(tmp_path, allreduce=algorithm)

@@ -59,12 +59,18 @@ import argparse
 import sys
 import time
 
-from ..collectives import bus_factor, ring_link
+from ..collectives import bus_factor, carried_as, declared, ring_link
+from ..collectives import split as split_op
 from ..planning import DEFAULT_MIN_GROUP_ELEMENTS
 from ..errors import ArgumentParser, UsageError, check_writable
 from ..options import add_network_flags, add_ps_flags, check_flags
 
-OPS = ("allreduce", "allgather", "pushpull", "latency", "burst")
+# the declared collectives (``ddlbench.collectives``), reduce-scatter also by carrier
+# (``reduce_scatter`` alone: the backend's default one), then the point-to-point and PS tests
+OPS = ("allreduce", "reduce_scatter", "reduce_scatter:a2a", "reduce_scatter:native",
+       "allgather", "all_to_all", "pushpull", "latency", "burst")
+# the collectives whose every rank hands in P equal parts
+_SHARDED = ("allgather", "reduce_scatter", "all_to_all")
 KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = KIB
@@ -104,8 +110,9 @@ def pow2_sizes(lo: int, hi: int) -> list[int]:
 
 def message_size(op: str, nbytes: int, world: int) -> int:
     """The nearest message the collective can carry in fp32: all-reduce whole elements,
-    all-gather whole elements per rank (nccl-tests rounds the same way)."""
-    unit = ELEMENT_BYTES * (world if op == "allgather" else 1)
+    all-gather, reduce-scatter and all-to-all whole elements per rank (nccl-tests rounds the
+    same way)."""
+    unit = ELEMENT_BYTES * (world if split_op(op)[0] in _SHARDED else 1)
     return max(unit, nbytes // unit * unit)
 
 
@@ -162,6 +169,8 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
 
         def once():
             gather(out, src, group=group)
+    elif split_op(op)[0] in ("reduce_scatter", "all_to_all"):
+        once = _through_comm(op, count, world, device, group)
     elif op == "pushpull":
         if ps is None:
             raise UsageError("pushpull needs parameter servers: --nservers S")
@@ -195,6 +204,23 @@ def time_collective(op: str, nbytes: int, *, group=None, device=None, warmup: in
     (times,) = _slowest_rank([times], device, group)
     return {"mean": statistics.fmean(times), "median": statistics.median(times),
             "min": min(times), "max": max(times)}
+
+
+def _through_comm(op: str, count: int, world: int, device, group):
+    """One reduce-scatter (by its carrier) or all-to-all of ``count`` fp32 elements, issued
+    through ``Comm`` as the methods issue it."""
+    import torch
+    import torch.distributed as dist
+
+    from ..runtime.comm import Comm
+    base, carrier = split_op(op)
+    comm = Comm(dist.get_rank(group), world, group=group)
+    buf = torch.zeros(count, dtype=torch.float32, device=device)
+    if base == "all_to_all":
+        out = torch.zeros(count, dtype=torch.float32, device=device)
+        return lambda: comm.all_to_all(out, buf, async_op=False)
+    out = torch.zeros(count // world, dtype=torch.float32, device=device)
+    return lambda: comm.reduce_scatter(out, buf, async_op=False, carrier=carrier)
 
 
 def _slowest_rank(times: list[list[float]], device, group) -> list[list[float]]:
@@ -317,6 +343,10 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
     import torch.distributed as dist
     world = dist.get_world_size(group)
     msgs = sorted({message_size(op, s, world) for s in sizes})
+    base, carrier = split_op(op)
+    backend = dist.get_backend(group)
+    if base == "reduce_scatter":
+        carrier = declared(base).carrier(carrier, backend).name
     rows = []
     if log:
         log(header(op, world, stat))
@@ -327,7 +357,7 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
         algbw = nbytes / t / 1e9 if t > 0 else float("inf")
         rows.append({"size_bytes": nbytes, "count": nbytes // ELEMENT_BYTES, "type": "float",
                      "time_s": t, "time_stats_s": stats, "algbw_GBps": algbw,
-                     "busbw_GBps": algbw * bus_factor(op, world)})
+                     "busbw_GBps": algbw * bus_factor(base, world)})
         if log:
             log(format_row(rows[-1]))
     fitted, relative = _fitted_rows(op, rows, ps, relative)
@@ -340,14 +370,17 @@ def measure(op: str, sizes: list[int], *, group=None, device=None, warmup: int =
         r["fit_error"] = e
     worst = max(fitted, key=lambda r: abs(r["fit_error"]))
     result = {"op": op, "nworkers": world,
-              "backend": "gloo (push/pull)" if op == "pushpull" else dist.get_backend(group),
+              "backend": "gloo (push/pull)" if op == "pushpull" else backend,
               "network": network, "rows": rows,
               "fit": {"alpha_s": alpha, "beta_s_per_byte": beta,
                       "method": "relative least squares" if relative else "least squares",
                       "sizes": "all" if fitted is rows else "up to one partition",
                       "worst_abs_error": abs(worst["fit_error"]),
                       "worst_error_size_bytes": worst["size_bytes"],
-                      "ring_link": ring_link(op, alpha, beta, world)}}
+                      "ring_link": ring_link(carried_as(base, carrier, backend) if carrier
+                                             else base, alpha, beta, world)}}
+    if carrier:
+        result["carrier"] = carrier
     if ps is not None and op == "pushpull":
         result.update(nservers=ps.nservers, partition_bytes=ps.partition_bytes,
                       ps_clients=ps.clients, pushers=ps.pushers)
@@ -427,10 +460,13 @@ def format_burst(r: dict) -> str:
 
 
 def header(op: str, world: int, stat: str = "median") -> str:
-    size_note = ("bytes gathered (P x sent)" if op == "allgather" else "bytes each rank holds")
-    bus = {"allreduce": "2(P-1)/P", "allgather": "(P-1)/P",
-           "pushpull": "1 (each worker hands size to push/pull and gets size back)",
-           "latency": "1 (one link each way)"}[op]
+    base, carrier = split_op(op)
+    size_note = ("bytes gathered (P x sent)" if base == "allgather" else "bytes each rank holds")
+    bus = {"pushpull": "1 (each worker hands size to push/pull and gets size back)",
+           "latency": "1 (one link each way)"}.get(op) or declared(base).bus_text
+    if carrier:
+        how = declared(base).carrier(carrier).how
+        size_note += f"; carried by {carrier}: {how}"
     if op == "latency":
         return (f"# latency, OSU-style ping-pong between ranks 0 and 1 of P = {world}: size = "
                 f"bytes each way; time = one-way latency (half the round trip), {stat} over "

@@ -131,13 +131,16 @@ from dataclasses import dataclass, replace
 
 from .. import yamlfile
 from . import simulate
-from ..collectives import ring_collective, ring_link
+from ..collectives import (LAYOUTS, MACHINE, RING_OPS, WORLD, ring_collective,
+                           ring_link, split)
 from ..errors import UsageError, read_json
 from ..planning import PS_CLIENTS
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = os.path.join(REPO, "configs", "topology")
-OPS = ("allreduce", "allgather")
+# the declared collectives a network prices (``ddlbench.collectives``), reduce-scatter also by
+# carrier as comm_bench measures it; a carrier's ring steps are its collective's
+OPS = (*RING_OPS, "reduce_scatter:a2a", "reduce_scatter:native")
 ALGORITHMS = ("ring", "hierarchical")
 
 _NUMBER = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
@@ -195,6 +198,16 @@ class Network:
         """One ``op`` ("allreduce": M bytes every rank holds; "allgather": G gathered bytes)
         among ``nworkers`` workers costs ``alpha + beta * size``."""
         raise NotImplementedError
+
+    def group_link(self, op: str, nworkers: int, layout: str) -> simulate.Link:
+        """One ``op`` on this worker's group of ``layout`` (``collectives.LAYOUTS``) in a job
+        of ``nworkers``: the whole job's ``link``; a network that knows no machines prices no
+        other layout (one line)."""
+        if layout == WORLD:
+            return self.link(op, nworkers)
+        raise UsageError(f"network {self.name} knows no machines: it prices collectives on the "
+                         f"whole job, not on {layout!r} groups; describe the cluster as a "
+                         f"topology (configs/topology/) for a method on groups")
 
     def ps(self, nworkers: int, nservers: int | None = None,
            clients: str = "machine") -> simulate.ServerLinks:
@@ -557,7 +570,24 @@ class Topology(Network):
                     a, b = ring_collective("allreduce", tier.a, tier.b, count)
                     alpha, beta = alpha + a, beta + b
             return simulate.Link(alpha, beta)
-        return simulate.Link(*ring_collective(op, *self._ring(n, l), p))
+        return simulate.Link(*ring_collective(split(op)[0], *self._ring(n, l), p))
+
+    def group_link(self, op: str, nworkers: int, layout: str) -> simulate.Link:
+        """``op`` inside a machine (``machine``: a ring of its l devices on the intra-node
+        link) or across machines (``across``: a ring of the n machines on the inter-node
+        link, the l groups of a machine running together and sharing its NIC, so each sees
+        l x b_inter); the whole job as ``link``."""
+        self._check_op(op)
+        if layout not in LAYOUTS:
+            raise UsageError(f"unknown group layout {layout!r}; known: {', '.join(LAYOUTS)}")
+        if layout == WORLD:
+            return self.link(op, nworkers)
+        n, l = self._shape(nworkers)
+        count, a, b = ((l, self.intra.a, self.intra.b) if layout == MACHINE
+                       else (n, self.inter.a, l * self.inter.b))
+        if count == 1:
+            return _zero()
+        return simulate.Link(*ring_collective(split(op)[0], a, b, count))
 
     def default_nservers(self, nworkers: int) -> int:
         """``servers: count``, else one per worker machine."""
@@ -698,7 +728,8 @@ def _ring_factors(op: str, base: int, nworkers: int) -> tuple[float, float]:
     """How many times a ring's latency part (its steps) and its bandwidth part (steps / P of
     the message) at ``nworkers`` are those at ``base``: ``collectives.ring_collective``'s per-message
     alpha and beta of unit steps, at the two counts."""
-    (lat, bw), (lat0, bw0) = (ring_collective(op, 1.0, 1.0, n) for n in (nworkers, base))
+    (lat, bw), (lat0, bw0) = (ring_collective(split(op)[0], 1.0, 1.0, n)
+                              for n in (nworkers, base))
     return lat / lat0, bw / bw0
 
 
@@ -816,8 +847,9 @@ class Measured(Network):
         bursts' per-message and queueing costs of ``base`` kept (a scheduler's and Gloo's
         costs per message, not the ring's)."""
         a, b, points, _ = self.fits[(op, base)]
-        step = ring_link(op, a, b, base)
-        alpha, beta = ring_collective(op, step["alpha_s"], step["beta_s_per_byte"], nworkers)
+        step = ring_link(split(op)[0], a, b, base)
+        alpha, beta = ring_collective(split(op)[0], step["alpha_s"], step["beta_s_per_byte"],
+                                      nworkers)
         measured = self._with_bursts(op, simulate.Link(a, b, points), base)
         lat, bw = _ring_factors(op, base, nworkers)
         if points is not None:
