@@ -57,9 +57,17 @@ On CUDA, TopK's tie check and EF-signSGD's scales read one number back to the ho
 Compressors count through the ``Comm`` they exchange with, as methods do (one count of bytes per
 run): every collective they start, the dense fp32 figures of each gradient they exchange
 (``Comm.count_dense``) and their encode and decode time (``Comm.clock``, communication
-excluded). Each compressor class declares its id, its options (``Options``) and what it sends
-(``sends``); ``COMPRESSORS`` is the registry the command line, the sweep and the launchers read.
-Nothing here imports torch at module level, so the declarations can be read without it.
+excluded). Each compressor class declares its id, its options (``Options``), what it sends in
+words (``sends``) and as figures (``declare``: per bucket of given shapes at P workers, the
+collectives in issue order with their bytes, which are issued only when the bucket is waited
+for, whether a dense tail goes, and what its encode and decode pass over: ``Sends``), which the
+performance model prices; the running compressor and its declaration share their arithmetic
+(``topk_count``, ``powersgd_plan``, ``sign_words``). ``COMPRESSORS`` is the registry the
+command line, the sweep, the launchers and the model read: the compressors here, then those of
+the modules named in ``DDLBENCH_COMPRESSORS`` (comma-separated), each of which may name its
+reference mathematics (``reference``, a ``module:Class`` kept apart from its encoder) for
+``--verify``. Nothing here imports torch at module level, so the declarations can be read
+without it.
 """
 from __future__ import annotations
 
@@ -77,10 +85,13 @@ if _os.path.isdir(_stdlib) and _stdlib not in __path__:
     __path__.append(_stdlib)
 del _os, _sysconfig, _stdlib
 
+import importlib
 import math
+import os
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from ddlbench.errors import UsageError
@@ -90,6 +101,40 @@ if TYPE_CHECKING:  # annotations only: the module itself imports no torch
     import torch
 
 POWERSGD_SEED = 1_000_003
+PLUGINS_ENV = "DDLBENCH_COMPRESSORS"
+# The collectives a declaration names, with the size conventions of nccl-tests (and
+# comm_bench): an all-reduce's size is the tensor every rank holds; an all-gather's the GATHERED
+# output, P x each rank's contribution (``Comm``'s payload counts the contribution).
+ALLREDUCE, ALLGATHER = "allreduce", "allgather"
+INDEX_BYTES = 4   # TopK's indices are int32
+WORD_BYTES = 4    # signs travel 32 per int32 word
+HALF_BYTES = 2    # fp16 sends half precision whatever the gradient's dtype
+
+
+@dataclass(frozen=True)
+class Sends:
+    """What a compressor sends for one bucket, declared without torch: ``collectives`` in the
+    order it issues them, each (op, size) with op ``ALLREDUCE`` or ``ALLGATHER`` (sizes as
+    above); the last ``at_wait`` of them are issued only when the bucket is waited for (they
+    need the others' result: PowerSGD's Q); ``dense_tail``: one of them carries tensors sent
+    uncompressed; ``codec_elements``: the dense elements its encode and decode pass over (what
+    compression.bench's ``encode_s_per_element`` and ``decode_s_per_element`` are per);
+    ``codec_class``: the compressor id whose compression.bench figures those are."""
+    collectives: tuple[tuple[str, int], ...]
+    at_wait: int = 0
+    dense_tail: bool = False
+    codec_elements: int = 0
+    codec_class: str = ""
+
+    @property
+    def early(self) -> tuple[tuple[str, int], ...]:
+        """The collectives issued when the bucket is handed over."""
+        return self.collectives[:len(self.collectives) - self.at_wait]
+
+    @property
+    def late(self) -> tuple[tuple[str, int], ...]:
+        """The collectives issued when the bucket is waited for."""
+        return self.collectives[len(self.collectives) - self.at_wait:]
 
 
 class Pending:
@@ -129,15 +174,47 @@ def _numel(shape) -> int:
 
 
 class Compressor:
-    """One way of exchanging a flat gradient: subclasses declare ``id``, ``Options`` and
-    ``sends``, and implement ``reduce_async``."""
+    """One way of exchanging a flat gradient: subclasses declare ``id``, ``Options``,
+    ``sends``, ``issues`` and ``declare`` (what goes on the wire), and implement
+    ``reduce_async``; ``codec_class`` and ``reference`` when they are not the defaults."""
 
     id: ClassVar[str] = ""
     Options: ClassVar[type[Options]] = NoOptions
     sends: ClassVar[str] = ""  # what goes on the wire, in a few words
+    issues: ClassVar[tuple[str, ...]] = (ALLREDUCE,)  # the collectives ``declare`` may name
+    codec_class: ClassVar[str] = ""  # whose compression.bench figures its codec costs ("": its id)
+    # ``module:Class`` of its mathematics written again for --verify (``compression.reference``
+    # for the built-ins): constructed as (world, dtype=, **every compressor option), with
+    # ``aggregate(names, per_rank, shapes) -> (average, bound)``; "": none
+    reference: ClassVar[str] = ""
 
     def __init__(self, options: Options | None = None):
         self.options = options if options is not None else self.Options()
+
+    def declare(self, shapes: list[tuple[int, ...]], nworkers: int,
+                element_bytes: int) -> Sends:
+        """What this compressor, with its options, sends for one bucket of gradients of
+        ``shapes`` (``element_bytes`` each) among ``nworkers`` workers, per iteration in the
+        steady state (``codec_elements`` and ``codec_class`` may be left out)."""
+        raise NotImplementedError
+
+    def sends_for(self, shapes, nworkers: int, element_bytes: int = 4) -> Sends:
+        """``declare``'s answer for a bucket, its inputs and its collectives checked, with the
+        whole bucket as ``codec_elements`` and the id as ``codec_class`` where not declared."""
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        if not shapes:
+            raise UsageError("a bucket holds at least one tensor; got no shapes")
+        if nworkers < 1:
+            raise UsageError(f"nworkers must be positive, got {nworkers}")
+        if element_bytes < 1:
+            raise UsageError(f"element_bytes must be positive, got {element_bytes}")
+        out = self.declare(shapes, nworkers, element_bytes)
+        wrong = [op for op, _ in out.collectives if op not in self.issues]
+        if wrong or not 0 <= out.at_wait <= len(out.collectives):
+            raise TypeError(f"compressor {self.id!r} declares {list(out.collectives)} with "
+                            f"{out.at_wait} at the wait; it issues only {self.issues}")
+        return replace(out, codec_elements=out.codec_elements or sum(map(_numel, shapes)),
+                       codec_class=out.codec_class or self.codec_class or self.id)
 
     def reduce_async(self, key, tensor, comm, shapes=None) -> Pending:
         """Start exchanging ``tensor`` (flat); ``shapes`` are the shapes of the gradients
@@ -168,6 +245,10 @@ class NoCompression(Compressor):
     id = "none"
     sends = "the gradient in its own dtype, all-reduced"
 
+    def declare(self, shapes, nworkers, element_bytes):
+        """The bucket, all-reduced."""
+        return Sends(((ALLREDUCE, sum(map(_numel, shapes)) * element_bytes),))
+
     def reduce_async(self, key, tensor, comm, shapes=None):
         comm.count_dense(tensor.numel())
         average_op = getattr(comm, "average_op", None)  # a stand-in Comm may have none
@@ -191,6 +272,10 @@ class FP16(Compressor):
 
     id = "fp16"
     sends = "g/P in fp16, all-reduced"
+
+    def declare(self, shapes, nworkers, element_bytes):
+        """The bucket in half precision, all-reduced."""
+        return Sends(((ALLREDUCE, sum(map(_numel, shapes)) * HALF_BYTES),))
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         import torch
@@ -295,12 +380,19 @@ class TopK(Compressor):
     id = "topk"
     Options = TopKOptions
     sends = "k = density x n values (gradient dtype) and their int32 indices, all-gathered"
+    issues = (ALLGATHER,)
     error_feedback = False
 
     def __init__(self, options: TopKOptions | None = None):
         super().__init__(options)
         self.density = self.options.density
         self._residual = _FlatResidual()
+
+    def declare(self, shapes, nworkers, element_bytes):
+        """k = ``topk_count`` values all-gathered, then their int32 indices."""
+        k = topk_count(sum(map(_numel, shapes)), self.density)
+        return Sends(((ALLGATHER, nworkers * k * element_bytes),
+                      (ALLGATHER, nworkers * k * INDEX_BYTES)))
 
     def encode(self, key, tensor, shapes=None):
         """(values, int32 indices) of the k largest-magnitude entries of the (corrected)
@@ -341,12 +433,17 @@ class EFTopK(TopK):
 
 # -- signs, 32 per int32 --------------------------------------------------------------------
 
+def sign_words(n: int) -> int:
+    """How many int32 words hold the signs of n elements, 32 a word."""
+    return (n + 31) // 32
+
+
 def pack_signs(x: torch.Tensor) -> torch.Tensor:
     """Bits ``x >= 0`` of the flat ``x``, 32 per int32 word: element 32*w + j is bit j of word
     w (bit 31 is the word's sign bit); the tail of the last word is zero."""
     import torch
     n = x.numel()
-    m = (n + 31) // 32
+    m = sign_words(n)
     bits = torch.zeros(m * 32, dtype=torch.bool, device=x.device)
     torch.ge(x.reshape(-1), 0, out=bits[:n])
     bits = bits.view(m, 32)
@@ -419,6 +516,12 @@ class Signum(Compressor):
 
     id = "signum"
     sends = "sign bits, 32 per int32 word, all-gathered (majority vote)"
+    issues = (ALLGATHER,)
+
+    def declare(self, shapes, nworkers, element_bytes):
+        """The sign words, all-gathered."""
+        words = sign_words(sum(map(_numel, shapes)))
+        return Sends(((ALLGATHER, nworkers * words * WORD_BYTES),))
 
     def encode(self, key, tensor, shapes=None):
         return (pack_signs(tensor),)
@@ -456,6 +559,13 @@ class EFSignum(Compressor):
 
     id = "efsignum"
     sends = "sign bits and one scale per tensor, all-gathered; the residual stays local"
+    issues = (ALLGATHER,)
+
+    def declare(self, shapes, nworkers, element_bytes):
+        """The sign words all-gathered, then one scale (``element_bytes``) per tensor."""
+        words = sign_words(sum(map(_numel, shapes)))
+        return Sends(((ALLGATHER, nworkers * words * WORD_BYTES),
+                      (ALLGATHER, nworkers * len(shapes) * element_bytes)))
 
     def __init__(self, options: NoOptions | None = None):
         super().__init__(options)
@@ -567,6 +677,23 @@ class PowerSGD(Compressor):
         return {**super().describe(), "powersgd_error_feedback": True,
                 "powersgd_warm_start": True}
 
+    def declare(self, shapes, nworkers, element_bytes):
+        """Every tensor with a plan (``powersgd_plan``) puts its P factor (rows x r) into one
+        all-reduce; the others go dense in one all-reduce after it (the dense tail); the Q
+        factors (cols x r) follow in one all-reduce issued when the bucket is waited for (it
+        needs the reduced P). The dense warm-up steps are not declared (steady state)."""
+        plans = [powersgd_plan(shape, self.rank) for shape in shapes]
+        low = [plan for plan in plans if plan is not None]
+        dense = [_numel(shape) for shape, plan in zip(shapes, plans) if plan is None]
+        out = []
+        if low:
+            out.append((ALLREDUCE, sum(rows * r for rows, _, r in low) * element_bytes))
+        if dense:
+            out.append((ALLREDUCE, sum(dense) * element_bytes))
+        if low:
+            out.append((ALLREDUCE, sum(cols * r for _, cols, r in low) * element_bytes))
+        return Sends(tuple(out), at_wait=int(bool(low)), dense_tail=bool(dense))
+
     def _initial_q(self, name, cols, r, like):
         import torch
         gen = torch.Generator().manual_seed(powersgd_seed(name))
@@ -644,9 +771,58 @@ class PowerSGD(Compressor):
         return Pending(works or [None], finish)
 
 
-COMPRESSORS: dict[str, type[Compressor]] = {
+BUILTIN: dict[str, type[Compressor]] = {
     cls.id: cls for cls in (NoCompression, FP16, TopK, EFTopK, Signum, SignAverage, EFSignum,
                             PowerSGD)}
+# the built-ins' mathematics written again (--verify)
+BUILTIN_REFERENCE = "compression.reference:ReferenceMath"
+
+
+def _discover() -> dict[str, type[Compressor]]:
+    """The built-in compressors, then every public ``Compressor`` subclass with an id of its
+    own defined in a module named by ``DDLBENCH_COMPRESSORS``."""
+    found = dict(BUILTIN)
+    for name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            module = importlib.import_module(name)
+        except Exception as e:  # ImportError, or the module's own error
+            raise UsageError(f"{PLUGINS_ENV}: cannot import {name!r}: "
+                             f"{type(e).__name__}: {e}") from None
+        for obj in vars(module).values():
+            if not (isinstance(obj, type) and issubclass(obj, Compressor)
+                    and obj.__module__ == module.__name__ and not obj.__name__.startswith("_")
+                    and obj.__dict__.get("id")):
+                continue
+            if obj.id in found and found[obj.id] is not obj:
+                raise UsageError(f"{PLUGINS_ENV}: compressor id {obj.id!r} is declared twice: "
+                                 f"by {found[obj.id].__module__} and {obj.__module__}")
+            found[obj.id] = obj
+    return found
+
+
+class _Registry(Mapping):
+    """id -> class of every compressor, built-in and plugin, found when first read (a plugin
+    module imports this package, so it cannot be imported while this package loads)."""
+
+    def __init__(self):
+        self._found = None
+
+    def _all(self) -> dict[str, type[Compressor]]:
+        if self._found is None:
+            self._found = _discover()
+        return self._found
+
+    def __getitem__(self, name):
+        return self._all()[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+
+COMPRESSORS: Mapping[str, type[Compressor]] = _Registry()
 
 
 def option_owners() -> dict:
@@ -685,6 +861,27 @@ def check_options(name: str, **values) -> None:
         problem = known[key].problem(value)
         if problem:
             raise UsageError(problem)
+
+
+def reference_of(name: str) -> str:
+    """``module:Class`` of compressor ``name``'s reference mathematics (``reference``; the
+    built-ins': ``compression.reference.ReferenceMath``); a clear line when it declares none."""
+    cls = lookup(name)
+    if cls.reference:
+        return cls.reference
+    if name in BUILTIN:
+        return BUILTIN_REFERENCE
+    raise UsageError(f"compressor {name!r} declares no reference mathematics (its "
+                     f"'reference'): --verify cannot check it")
+
+
+def declared(name: str, options=None) -> Compressor:
+    """Compressor ``name`` with ``options`` (its ``Options``, a mapping of option values, or
+    None: its defaults), for its declaration (``sends_for``): nothing is allocated."""
+    cls = lookup(name)
+    if options is None or isinstance(options, Mapping):
+        options = cls.Options.resolve(options or {})
+    return cls(options)
 
 
 def create(name: str, **values) -> Compressor:

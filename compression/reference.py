@@ -85,12 +85,25 @@ def _orthonormal_basis(p: torch.Tensor, drop: float = 1e-4):
 NAMES = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd")
 
 
+# the options each reference needs (the compressors' own; their defaults are declared there)
+NEEDS = {"topk": ("density",), "eftopk": ("density",),
+         "powersgd": ("powersgd_rank", "powersgd_dense_steps")}
+
+
 class ReferenceMath:
-    def __init__(self, name: str, world: int, dtype=torch.float32, density: float = 0.001,
-                 powersgd_rank: int = 4, powersgd_dense_steps: int = 0,
-                 fp16_divide: str = "before"):
+    """The built-in compressors' mathematics, one bucket at a time (``aggregate``), with the
+    options of the compressor it checks (``--verify`` passes them resolved)."""
+
+    def __init__(self, name: str, world: int, dtype=torch.float32,
+                 density: float | None = None, powersgd_rank: int | None = None,
+                 powersgd_dense_steps: int | None = None, fp16_divide: str = "before"):
         if name not in NAMES:
             raise ValueError(f"no reference for compressor {name!r}")
+        given = {"density": density, "powersgd_rank": powersgd_rank,
+                 "powersgd_dense_steps": powersgd_dense_steps}
+        missing = [k for k in NEEDS.get(name, ()) if given[k] is None]
+        if missing:
+            raise TypeError(f"the {name} reference needs {', '.join(missing)}")
         if fp16_divide not in ("before", "after"):
             raise ValueError(f"fp16_divide must be 'before' or 'after', got {fp16_divide!r}")
         self.name, self.world, self.dtype = name, world, dtype

@@ -269,6 +269,10 @@ def check(args, probe_engine: bool = True) -> None:
     _check_servers(args, names)
     if len(compressor_list(args)) > 1 and not args.verify:
         raise UsageError("several compressors at once only with --verify; a benchmark times one")
+    if args.verify:
+        for name in compressor_list(args):
+            if name != "none":
+                compression.reference_of(name)  # one line for one that declares none
     runs(args)  # methods that cannot take a compressor
     import models
     models.check(args.model)

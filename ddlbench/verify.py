@@ -317,11 +317,8 @@ def _verify_one(config: RunConfig, ctx, method_id, comp, name, rtol, atol) -> bo
         run.calibrate()
         math = None
         if comp != "none":
-            # The compressor's mathematics, written apart from the exchange path.
-            from compression.reference import ReferenceMath
-            math = ReferenceMath(comp, ctx.size, dtype=method.params[0].dtype,
-                                 **config.compressor_options,
-                                 fp16_divide="after" if config.engine == "horovod" else "before")
+            math = reference_math(comp, ctx.size, method.params[0].dtype,
+                                  config.compressor_options, config.engine)
         reference = Reference(run.work.model,
                               lambda p: workload.make_optimizer(run.optimizer_spec, p, run.lr),
                               ctx, rtol=rtol, atol=atol, compression=math)
@@ -337,6 +334,29 @@ def _verify_one(config: RunConfig, ctx, method_id, comp, name, rtol, atol) -> bo
             _save_params(config.save_params.replace("{method}", name), run.work.model)
     run.write_trace(config.trace_collectives, name)
     return ok
+
+
+def reference_math(comp: str, world: int, dtype, values: dict, engine: str = "torch"):
+    """Compressor ``comp``'s mathematics, written apart from its exchange path: the class its
+    declaration names (``reference``, ``module:Class``; the built-ins'
+    ``compression.reference.ReferenceMath``), constructed as (id, workers, dtype=, its own
+    options resolved from ``values``); ``aggregate(names, per_rank, shapes)`` per bucket."""
+    import importlib
+
+    import compression
+    from .errors import UsageError
+    target = compression.reference_of(comp)
+    module, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except Exception as e:  # ImportError, AttributeError, or the module's own error
+        raise UsageError(f"compressor {comp!r}: cannot load its reference {target!r}: "
+                         f"{type(e).__name__}: {e}") from None
+    options = compression.lookup(comp).Options.resolve(values).as_dict()
+    if comp in compression.BUILTIN:
+        # Horovod's fp16 casts, sums in half and divides the half sum ("after")
+        options["fp16_divide"] = "after" if engine == "horovod" else "before"
+    return cls(comp, world, dtype=dtype, **options)
 
 
 def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:

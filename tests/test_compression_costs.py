@@ -1,5 +1,6 @@
-"""``ddlbench.costs.compressed_messages``, the torch-free formula of what each compressor sends,
-equals exactly what the real compressors hand to collectives (docs/DESIGN.md section 7), and
+"""Each compressor's declaration (``Compressor.sends_for``, the torch-free figures of what it
+sends, which the performance model prices) equals exactly what the real compressor hands to
+collectives, and when (handed over or waited for: docs/DESIGN.md section 7), and
 compression.bench's ``--output`` JSON agrees with it."""
 import json
 
@@ -9,32 +10,35 @@ import torch
 import compression
 from compression import bench
 from compression.bench import SimComm
-from ddlbench import costs
 from ddlbench.errors import UsageError
 
 
 class RecordingComm(SimComm):
-    """SimComm that records (bucket, op, bytes) per collective: an all-reduce's tensor, an
-    all-gather's gathered output (P x each rank's contribution)."""
+    """SimComm that records (bucket, op, bytes, issued when waited for) per collective: an
+    all-reduce's tensor, an all-gather's gathered output (P x each rank's contribution)."""
 
     def __init__(self, size):
         super().__init__(size)
         self.bucket = None
+        self.waiting = False
         self.record = []
 
     def allreduce(self, tensor, async_op=True):
-        self.record.append((self.bucket, "allreduce", tensor.numel() * tensor.element_size()))
+        self.record.append((self.bucket, "allreduce", tensor.numel() * tensor.element_size(),
+                            self.waiting))
         return super().allreduce(tensor, async_op)
 
     def allgather(self, output, tensor, async_op=True):
         assert output.numel() == self.size * tensor.numel()
-        self.record.append((self.bucket, "allgather", output.numel() * output.element_size()))
+        self.record.append((self.bucket, "allgather", output.numel() * output.element_size(),
+                            self.waiting))
         return super().allgather(output, tensor, async_op)
 
 
 def real_messages(name, buckets, nworkers, dtype=torch.float32, **options):
     """Per bucket, the (op, bytes) the compressor hands over in its second iteration, with
-    every bucket started before any is waited for (as the bucketed methods and the bench do)."""
+    every bucket started before any is waited for (as the bucketed methods and the bench do),
+    and how many of them (its last) it issued when waited for."""
     comp = compression.create(name, **options)
     comm = RecordingComm(nworkers)
     gen = torch.Generator().manual_seed(7)
@@ -48,15 +52,22 @@ def real_messages(name, buckets, nworkers, dtype=torch.float32, **options):
     for _ in range(2):  # a warm-up iteration, then the one recorded
         comm.record = []
         pending = []
+        comm.waiting = False
         for b, (key, shapes, g) in enumerate(zip(keys, buckets, grads)):
             comm.bucket = b
             pending.append(comp.reduce_async(key, g.clone(), comm,
                                              [torch.Size(s) for s in shapes]))
+        comm.waiting = True
         for b, p in enumerate(pending):
             comm.bucket = b
             p.wait()
-    return [[(op, size) for bucket, op, size in comm.record if bucket == b]
-            for b in range(len(buckets))]
+    out = []
+    for b in range(len(buckets)):
+        mine = [(op, size, late) for bucket, op, size, late in comm.record if bucket == b]
+        lates = [late for _, _, late in mine]
+        assert lates == sorted(lates), "a collective issued when waited for comes last"
+        out.append(([(op, size) for op, size, _ in mine], sum(lates)))
+    return out
 
 
 CONV = (64, 3, 7, 7)
@@ -81,20 +92,36 @@ BUCKETS = {
 SETTINGS = [(0.001, 4), (0.3, 1), (1.0, 16)]
 
 
+def declaration(name, shapes, nworkers, element_bytes=4, **options):
+    return compression.declared(name, options).sends_for(shapes, nworkers, element_bytes)
+
+
 def formula(name, buckets, nworkers, density, rank, element_bytes=4):
-    return [costs.compressed_messages(name, [tuple(s) for s in shapes], nworkers,
-                                      density=density, powersgd_rank=rank,
-                                      element_bytes=element_bytes)
-            for shapes in buckets]
+    """Per bucket, the declared (op, size) list and how many are issued when waited for."""
+    out = []
+    for shapes in buckets:
+        sends = declaration(name, shapes, nworkers, element_bytes, density=density,
+                            powersgd_rank=rank)
+        out.append((list(sends.collectives), sends.at_wait))
+    return out
 
 
-def test_the_formula_knows_every_compressor_and_nothing_else():
-    assert set(costs.COMPRESSOR_IDS) == set(compression.COMPRESSORS)
+def test_the_declarations_refuse_what_is_no_bucket():
     with pytest.raises(UsageError, match="unknown compressor 'zip'; known: none, fp16, topk"):
-        costs.compressed_messages("zip", [(4,)], 2)
-    with pytest.raises(UsageError, match="unknown compressor"):
-        costs.codec_elements("zip", [(4,)])
-    assert costs.codec_elements("powersgd", [CONV, BIAS]) == 64 * 3 * 49 + 64
+        compression.declared("zip")
+    with pytest.raises(UsageError, match="^a bucket holds at least one tensor; got no shapes$"):
+        declaration("topk", [], 2)
+    with pytest.raises(UsageError, match="^nworkers must be positive, got 0$"):
+        declaration("none", [(4,)], 0)
+    with pytest.raises(UsageError, match=r"^--density must be in \(0, 1\], got 0$"):
+        declaration("topk", [(4,)], 2, density=0)
+    for name in compression.COMPRESSORS:
+        sends = declaration(name, [CONV, BIAS], 2)
+        assert sends.codec_elements == 64 * 3 * 49 + 64 and sends.codec_class == name
+        assert sends.dense_tail == (name == "powersgd")   # the bias goes dense
+    # the defaults are the compressors' Options, declared once
+    assert compression.declared("topk").density == compression.TopK.Options().density == 0.001
+    assert compression.declared("powersgd").rank == 4
 
 
 @pytest.mark.parametrize("nworkers", [1, 2, 5])
@@ -142,11 +169,11 @@ def test_bench_output_payload_is_the_formula_summed_over_buckets(tmp_path, capsy
     model = report["models"]["squeezenet1_1"]
     assert set(model["compressors"]) == set(names)
     shapes = [[tuple(s) for s in sh] for sh in model["bucket_shapes"]]
-    n = sum(costs.codec_elements("none", sh) for sh in shapes)
+    n = sum(declaration("none", sh, 3).codec_elements for sh in shapes)
     assert n == 1235496
     for name, st in model["compressors"].items():
         messages = [m for sh in shapes
-                    for m in costs.compressed_messages(name, sh, 3, density=0.01)]
+                    for m in declaration(name, sh, 3, density=0.01).collectives]
         # Comm's payload counts what each rank hands over: an all-gather's contribution.
         payload = sum(size // 3 if op == "allgather" else size for op, size in messages)
         assert st["payload_bytes"] == payload, name

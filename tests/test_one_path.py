@@ -145,7 +145,7 @@ predict: {{device_throughput: survey, codec: {codec}}}
         [entry] = json.loads(out.read_text())["predictions"]
         enc, dec = (2e-10, 1e-10) if comp == "topk" else (1e-11, 1e-11)
         want = simulate.predict(method, work, net.link("allreduce", 8), codec=simulate.Codec(
-            comp, 8, 0.001, 4, enc, dec, net.link("allgather", 8) if comp == "topk" else None))
+            comp, 8, None, enc, dec, net.link("allgather", 8) if comp == "topk" else None))
         assert swept[method]["throughput"] == entry["throughput"] == want.throughput(64, 8)
 
 

@@ -267,10 +267,10 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
                          "--codec", str(codec), "--output", str(out)]) == 0
     topk = json.loads(out.read_text())["predictions"][0]
     expected = simulate.predict("bspa2a", work, net.link("allreduce", 8), codec=simulate.Codec(
-        "topk", 8, 0.01, 4, 2e-9, 1e-9, net.link("allgather", 8)))
+        "topk", 8, {"density": 0.01}, 2e-9, 1e-9, net.link("allgather", 8)))
     assert topk["iteration_s"] == expected.iteration_s
     assert expected.iteration_s > simulate.predict("bspa2a", work, net.link(
-        "allreduce", 8), codec=simulate.Codec("topk", 8, 0.01, 4, 0.0, 0.0, net.link(
+        "allreduce", 8), codec=simulate.Codec("topk", 8, {"density": 0.01}, 0.0, 0.0, net.link(
             "allgather", 8))).iteration_s
 
 

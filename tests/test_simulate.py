@@ -172,7 +172,7 @@ def test_a_message_costs_the_links_per_message_and_queueing_costs_by_hand():
     assert starts(two) == pytest.approx([1, 2.25, 1, 2.25, 2.25, 4.0])
     # every collective that waited: PowerSGD's P of the second message behind the first's;
     # the Qs issued in the step, the first behind that P, the second on a free channel
-    codec = sim.Codec("powersgd", 2, powersgd_rank=1)
+    codec = sim.Codec("powersgd", 2, {"powersgd_rank": 1})
     one = sim.replay(sim.Compute(0.0, [1.0, 0.0], [4 * 64] * 2, shapes=[(8, 8)] * 2),
                      sim.Link(0.0, 0.0, per_message_s=0.25, queued_s=0.5), [[0], [1]],
                      codec=codec)
@@ -192,7 +192,7 @@ def test_powersgds_q_is_encoded_and_all_reduced_in_the_step_by_hand():
     # two 8 x 8 matrices (64 elements) 1 s of backward apart; a collective 0.5 s; encode 1 s
     # per matrix, 0.5 s of it at wait; decode 0.25 s
     work = sim.Compute(0.0, [1.0, 1.0], [4 * 64] * 2, shapes=[(8, 8)] * 2)
-    codec = sim.Codec("powersgd", 2, powersgd_rank=1, encode_s_per_element=1 / 64,
+    codec = sim.Codec("powersgd", 2, {"powersgd_rank": 1}, encode_s_per_element=1 / 64,
                       decode_s_per_element=0.25 / 64, encode_at_wait_s_per_element=0.5 / 64)
     link = sim.Link(0.5, 0.0)
     spans = lambda p, kind: sorted((e[3] / 1e6, e[4] / 1e6, e[0], e[2])  # noqa: E731
@@ -346,9 +346,9 @@ def test_bytescheduler_timing_round_by_hand():
 
 def test_a_compressor_costs_its_collectives_and_its_codec():
     """fp16 halves every message (the recurrence on half the bytes); encode and decode add
-    their time per dense element to each message; TopK all-gathers what costs.compressed_messages
-    says, on the all-gather link."""
-    from ddlbench.costs import compressed_messages
+    their time per dense element to each message; TopK all-gathers what it declares
+    (``sends_for``), on the all-gather link."""
+    import compression
     work = _work(5)
     link = LINKS[1]
     for method in ("wfbp", "fusion", "bspa2a", "mgwfbp"):
@@ -363,11 +363,13 @@ def test_a_compressor_costs_its_collectives_and_its_codec():
         assert half.message_bytes == [sum(work.nbytes[b] for b in g) // 2 for g in plain.groups]
     comm_only = sim.Compute(0.0, [0.0] * 3, [4000, 8000, 400], shapes=[(10, 100), (2000,),
                                                                        (100,)])
-    codec = sim.Codec("topk", nworkers=4, density=0.01, encode_s_per_element=1e-6,
+    codec = sim.Codec("topk", nworkers=4, options={"density": 0.01}, encode_s_per_element=1e-6,
                       decode_s_per_element=2e-6, allgather=sim.Link(0.5, 1e-3))
     p = sim.predict("bspa2a", comm_only, link, codec=codec)
-    ops = compressed_messages("topk", comm_only.shapes, 4, density=0.01)
-    assert ops and {op for op, _ in ops} == {"allgather"}
+    ops = compression.declared("topk", {"density": 0.01}).sends_for(comm_only.shapes, 4)
+    ops = list(ops.collectives)
+    # one message of 3100 elements: k = 31 fp32 values and 31 int32 indices from 4 workers
+    assert ops == [("allgather", 4 * 31 * 4), ("allgather", 4 * 31 * 4)]
     assert p.iteration_s == pytest.approx(3100 * 3e-6 + sum(0.5 + 1e-3 * size
                                                             for _, size in ops))
     codecs = [e for e in p.events if e[1] == timeline.CODEC]
@@ -752,7 +754,7 @@ def test_ps_and_compressed_traces_read_back_with_the_same_metrics():
     servers = sim.ServerLinks(1e-4, 1e-9, 2e-10, nservers=2, pushers=4)
     cases = [sim.predict(m, work, None, servers=servers) for m in PS_METHODS]
     cases.append(sim.predict("fusion", work, LINKS[1], threshold=1 << 21, codec=sim.Codec(
-        "topk", 4, 0.01, 4, 1e-9, 1e-9, sim.Link(1e-4, 1e-9))))
+        "topk", 4, {"density": 0.01}, 1e-9, 1e-9, sim.Link(1e-4, 1e-9))))
     for p in cases:
         obj = sim.trace(p)
         rows = check_trace(obj)
@@ -821,14 +823,15 @@ def test_bytescheduler_forward_by_tensor_in_proportion_to_backward_is_the_old_sh
 def test_the_model_replays_every_registered_method_with_the_compressors_it_takes():
     """simulate (layer 0) cannot import the method registry, so it names the methods and the
     compressors each takes itself: held here to the registry, pair by pair."""
+    import compression
     from ddlbench import methods
-    from ddlbench.costs import COMPRESSOR_IDS
     assert sorted(sim.METHODS) == sorted(methods.names())
     assert {m for m in sim.METHODS if methods.lookup(m).architecture == "ps"} \
         == set(sim.PS_METHODS)
     for m in sim.METHODS:
-        taken = sim.COMPRESSORS_OF.get(m, COMPRESSOR_IDS)
-        assert sorted(c for c in COMPRESSOR_IDS if methods.takes(m, c)) == sorted(taken), m
+        taken = sim.COMPRESSORS_OF[m]
+        assert sorted(c for c in compression.COMPRESSORS if methods.takes(m, c)) \
+            == sorted(taken), m
 
 
 # --------------------------------------------------------------------------- the methods' own work

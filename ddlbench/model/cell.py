@@ -47,9 +47,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import compression
+
 from .. import methods
 from . import rules, simulate, topology
-from ..costs import ALLGATHER_COMPRESSORS
 from ..errors import UsageError
 from ..planning import DEFAULT_PS_CLIENTS, PS_CLIENTS, original_alpha_beta
 
@@ -142,8 +143,7 @@ def _check(method, cls, nworkers, network, link, codec, ps_clients) -> None:
                          f"{', '.join(PS_CLIENTS)}")
     why = cls.accepts(codec.compressor)
     if why is not None:
-        from ..costs import COMPRESSOR_IDS
-        allowed = [c for c in COMPRESSOR_IDS if cls.accepts(c) is None]
+        allowed = [c for c in compression.COMPRESSORS if cls.accepts(c) is None]
         raise UsageError(f"method {method} does not take compressor {codec.compressor} "
                          f"(it takes {', '.join(allowed)})")
 
@@ -174,7 +174,7 @@ def _all_reduce(method, work, nworkers, settings, network, link, link_source, co
         ar, where = link, link_source or "the given all-reduce alpha-beta"
     if codec.compressor != "none":
         gather = None
-        if codec.compressor in ALLGATHER_COMPRESSORS:
+        if codec.gathers:
             gather = network.link("allgather", nworkers) if network is not None else ar
         codec = replace(codec, nworkers=nworkers, allgather=gather)
     rule = simulate.method_class(method).model

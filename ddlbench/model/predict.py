@@ -21,8 +21,9 @@ Prints per worker count and method the predicted iteration, throughput, compute,
 communication, overlap and what bounds it, then a method x workers throughput table (the
 original suite's results layout); ``--output`` writes them as JSON, ``--traces DIR`` each
 prediction's trace (``python -m ddlbench.timeline`` reads them beside a measured one).
-``--compressor`` costs what the compressor sends (``costs.compressed_messages``) with its encode
-and decode time per element from ``--codec FILE`` (``python -m compression.bench --output``).
+``--compressor`` (any registered, with its options' flags) costs what the compressor declares it
+sends (``compression.Compressor.sends_for``) with its encode and decode time per element from
+``--codec FILE`` (``python -m compression.bench --output``).
 ``--device-throughput X`` rescales the profile's compute so that one worker trains X samples/s
 (another device, same shape). ``--advise`` searches each method's settings with the simulator
 and prints them ranked, with the speedup over DDP at its defaults.
@@ -42,12 +43,12 @@ import sys
 import time
 from dataclasses import fields, replace
 
+import compression
+
 from .. import methods, timeline
 from . import cell, simulate, topology
-from ..costs import ALLGATHER_COMPRESSORS
-from ..costs import COMPRESSOR_IDS as COMPRESSORS
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
-from ..options import LIMITS, add_ps_flags
+from ..options import LIMITS, add_flags, add_ps_flags
 from ..measure.profile_file import read_profile
 from ..methods import PS
 from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
@@ -128,9 +129,9 @@ def parse_args(argv=None):
     p.add_argument("--ps-force-servers", action="store_true",
                    help="the PS methods push to servers even when the workers fit one "
                         "machine (default: there they run as a local all-reduce, as BytePS)")
-    p.add_argument("--compressor", default="none", help=f"one of {', '.join(COMPRESSORS)}")
-    p.add_argument("--density", type=float, default=0.001, help="TopK's density")
-    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--compressor", default="none",
+                   help=f"one of {', '.join(compression.COMPRESSORS)}")
+    add_flags(p, compression.option_owners())
     p.add_argument("--codec", default=None, metavar="FILE",
                    help="compression.bench --output JSON: encode/decode time per element")
     p.add_argument("--advise", action="store_true",
@@ -188,8 +189,7 @@ def check(args) -> list[str]:
                         ("--credit", args.credit), ("--nservers", args.nservers),
                         ("--num-batches-per-iter", args.num_batches_per_iter),
                         ("--partition-bytes", args.partition_bytes),
-                        ("--device-throughput", args.device_throughput),
-                        ("--density", args.density), ("--powersgd-rank", args.powersgd_rank)):
+                        ("--device-throughput", args.device_throughput)):
         _finite(flag, value)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
@@ -199,11 +199,8 @@ def check(args) -> list[str]:
     if args.ab_network is not None and args.mgwfbp_ab != "table":
         raise UsageError("--ab-network names the original's table: it goes with --mgwfbp-ab "
                          "table")
-    if args.density > 1:
-        raise UsageError(f"--density must be at most 1, got {args.density}")
     args.counts = _counts(args.nworkers)
-    if args.compressor not in COMPRESSORS:
-        raise UsageError(f"unknown compressor {args.compressor!r}: {', '.join(COMPRESSORS)}")
+    compression.check_options(args.compressor, **compressor_options(args))
     names = list(simulate.METHODS) if args.method == "all" else \
         [m.strip() for m in args.method.split(",") if m.strip()]
     for name in names:
@@ -216,11 +213,11 @@ def check(args) -> list[str]:
         # what the network and the compressor allow
         if not args.network:
             names = [m for m in names if m not in simulate.PS_METHODS]
-        names = [m for m in names
-                 if args.compressor in simulate.COMPRESSORS_OF.get(m, COMPRESSORS)]
+        taken = simulate.COMPRESSORS_OF
+        names = [m for m in names if args.compressor in taken[m]]
     else:
         for m in names:
-            allowed = simulate.COMPRESSORS_OF.get(m, COMPRESSORS)
+            allowed = simulate.COMPRESSORS_OF[m]
             if args.compressor not in allowed:
                 raise UsageError(f"method {m} does not take compressor {args.compressor} "
                                  f"(it takes {', '.join(allowed)})")
@@ -388,6 +385,12 @@ def _scaled_codec(codec: simulate.Codec, f: float) -> simulate.Codec:
                    encode_at_wait_s_per_element=codec.encode_at_wait_s_per_element * f)
 
 
+def compressor_options(args) -> dict:
+    """Every compressor option's value from the flags (the compressors' own ``Options``
+    flags; None: the compressor's default)."""
+    return {spec.name: getattr(args, spec.name) for spec in compression.specs()}
+
+
 def _codec_times(path: str | None, model: str,
                  compressor: str) -> tuple[float, float, float]:
     """(encode, decode, encode done when a bucket is waited for) seconds per dense element,
@@ -395,6 +398,8 @@ def _codec_times(path: str | None, model: str,
     it."""
     if path is None or compressor == "none":
         return 0.0, 0.0, 0.0
+    # the compressor whose figures its codec costs (its declared codec class; else its own)
+    compressor = compression.lookup(compressor).codec_class or compressor
     data = read_json(path, f"--codec {path}")
     models = data.get("models") if isinstance(data, dict) else None
     entry = None
@@ -582,7 +587,7 @@ def run(args) -> int:
     network = topology.load(args.network, args.extrapolate) if args.network else None
     counts = args.counts or [int(prof.get("nworkers") or 1)]
     enc, dec, enc_wait = _codec_times(args.codec, prof["model"], args.compressor)
-    codec = simulate.Codec(args.compressor, 1, args.density, args.powersgd_rank, enc, dec,
+    codec = simulate.Codec(args.compressor, 1, compressor_options(args), enc, dec,
                            encode_at_wait_s_per_element=enc_wait)
     # every worker count's costs first: a network that lacks one is an error before any output
     settings = [Setting(args, prof, network, n) for n in counts]
@@ -591,7 +596,7 @@ def run(args) -> int:
             setting.servers(args.nservers)
         if args.mgwfbp_ab == "table" and any(_takes_ab(m) for m in names):
             original_alpha_beta(setting.nworkers, args.ab_network)
-        if args.compressor in ALLGATHER_COMPRESSORS:
+        if codec.gathers:
             setting.allgather()
     unit = "img" if "image_size" in (prof.get("workload") or {}) else "sen"
     _print_preamble(args, prof, names, work, batch, network, settings[0], unit)

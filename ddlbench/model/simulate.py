@@ -29,8 +29,9 @@ with ``scheduler`` replays ByteScheduler (``bytescheduler()``): several iteratio
 state, chunks, priority, credit, per-tensor updates on a completer thread and the next forward
 waiting per module.
 
-**Compressors** (``Codec``): a message's collectives are what ``costs.compressed_messages`` says
-the compressor hands over (all-reduces on the message link, all-gathers on the all-gather link);
+**Compressors** (``Codec``): a message's collectives are what the compressor declares it hands
+over (``compression.Compressor.sends_for``: all-reduces on the message link, all-gathers on the
+all-gather link);
 its encode and decode where the method calls it (``_HostWork``): the bucketed methods' gradient
 hooks hand a group to their communication thread, which encodes and issues it (an ``issue`` row;
 BSP's step does it on the training thread), and the step decodes on the training thread; DDP
@@ -77,12 +78,14 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import compression
 
 from .. import timeline
 from ..errors import UsageError
 from ..planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from ..planning import BYTESCHEDULER_PARTITION as BS_PARTITION
-from ..costs import compressed_messages, issued_at_wait
 from ..planning import DEFAULT_PARTITION_BYTES, chunk_table
 from .rules import MGWFBP_MIN_GROUP_BYTES, MIB, Rule  # noqa: F401 (the model's names)
 
@@ -305,18 +308,20 @@ class Prediction:
 @dataclass(frozen=True)
 class Codec:
     """A compressor's side of each message (docs/DESIGN.md section 7): the collectives it
-    starts for a bucket (``costs.compressed_messages``: all-reduces on the message ``Link``,
-    all-gathers on ``allgather``, costed by their gathered bytes) and its encode and decode time
-    per dense element (``python -m compression.bench --output``): on the training thread for
-    the bucketed methods (``_HostWork``: encoded when handed over, decoded in the step), on
-    the message's channel before and after its collectives for DDP (a thread of its own) and
-    ByteScheduler (its dispatcher and completer). ``encode_at_wait_s_per_element``: the part
-    of the encode the compressor does only when the bucket is waited for, before the
-    collectives it then issues (``phases``; PowerSGD's Q), from compression.bench."""
+    declares for a bucket (``compression.Compressor.sends_for``, with its resolved
+    ``options``: all-reduces on the message ``Link``, all-gathers on ``allgather``, costed by
+    their gathered bytes) and its encode and decode time per dense element it declares
+    (``python -m compression.bench --output``): on the training thread for the bucketed
+    methods (``_HostWork``: encoded when handed over, decoded in the step), on the message's
+    channel before and after its collectives for DDP (a thread of its own) and ByteScheduler
+    (its dispatcher and completer). ``encode_at_wait_s_per_element``: the part of the encode
+    the compressor does only when the bucket is waited for, before the collectives it then
+    issues (``phases``; PowerSGD's Q), from compression.bench. ``options``: the compressor's
+    ``Options``, or a mapping of option values (others' ignored) or None (its defaults), which
+    are resolved to them."""
     compressor: str = "none"
     nworkers: int = 1
-    density: float = 0.001
-    powersgd_rank: int = 4
+    options: object = None
     encode_s_per_element: float = 0.0
     decode_s_per_element: float = 0.0
     allgather: Link | None = None
@@ -331,27 +336,49 @@ class Codec:
             raise UsageError(f"the encode done when waited for must be >= 0 and at most the "
                              f"whole encode, got {self.encode_at_wait_s_per_element!r} of "
                              f"{self.encode_s_per_element!r} s per element")
+        object.__setattr__(self, "options", self._declarer.options)
+
+    @cached_property
+    def _declarer(self):
+        """The compressor with its options, for its declaration (an unknown id: one line)."""
+        return compression.declared(self.compressor, self.options)
+
+    @property
+    def gathers(self) -> bool:
+        """Whether the compressor may all-gather (the network model must give that link)."""
+        return compression.ALLGATHER in self._declarer.issues
+
+    def sends(self, shapes) -> compression.Sends:
+        """What the compressor declares for a bucket of ``shapes`` (fp32 gradients)."""
+        return self._declarer.sends_for(shapes, self.nworkers, GRADIENT_BYTES)
+
+    def elements(self, shapes) -> int:
+        """The dense elements its encode and decode pass over for a bucket of ``shapes``."""
+        return self.sends(shapes).codec_elements
 
     def collectives(self, shapes: list[tuple[int, ...]]) -> list[tuple[str, int]]:
-        if self.compressor == "none":
-            return [("allreduce", 4 * sum(_numel(s) for s in shapes))]
-        ops = compressed_messages(self.compressor, [tuple(s) for s in shapes], self.nworkers,
-                                  density=self.density, powersgd_rank=self.powersgd_rank)
-        if self.allgather is None and any(op == "allgather" for op, _ in ops):
+        ops = list(self.sends(shapes).collectives)
+        for op, _ in ops:
+            if op not in (compression.ALLREDUCE, compression.ALLGATHER):
+                raise UsageError(f"compressor {self.compressor} declares a collective {op!r}: "
+                                 f"the model prices all-reduces and all-gathers")
+        if self.allgather is None and any(op == compression.ALLGATHER for op, _ in ops):
             raise UsageError(f"compressor {self.compressor} all-gathers: the network model "
                              f"must give an all-gather link")
         return ops
 
     def phases(self, shapes) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
         """``collectives(shapes)`` as (issued when the bucket is handed over, issued when it
-        is waited for: ``costs.issued_at_wait``, PowerSGD's Q)."""
+        is waited for: the declaration's ``at_wait``, PowerSGD's Q)."""
         ops = self.collectives(shapes)
-        late = (issued_at_wait(self.compressor, [tuple(s) for s in shapes], self.powersgd_rank)
-                if self.compressor != "none" else 0)
+        late = self.sends(shapes).at_wait
         return ops[:len(ops) - late], ops[len(ops) - late:]
 
 
 NO_CODEC = Codec()
+
+
+GRADIENT_BYTES = 4   # the model's gradients are fp32
 
 
 def _numel(shape) -> int:
@@ -417,7 +444,7 @@ class _AllReduce:
         row = "allreduce" if lane == 0 else f"allreduce {lane + 1}"
         t = max(ready, free)
         queued = free > ready
-        elements = sum(_numel(s) for s in shapes)
+        elements = self.codec.elements(shapes)
         us = 1e6
         tensor = {"tensor": label} if label is not None else {}
         enc = self.codec.encode_s_per_element * elements
@@ -678,7 +705,6 @@ def __getattr__(name: str):
     method), ``PS_METHODS``, ``GROUPINGS`` and ``PS_GROUPINGS`` (id -> grouping of the methods
     that send fixed groups, all-reduced or pushed), ``COMPRESSORS_OF`` (id -> the compressors
     it takes)."""
-    from ..costs import COMPRESSOR_IDS
     from ..methods import A2A, PS
     if name == "METHODS":
         return tuple(_modelled())
@@ -688,7 +714,8 @@ def __getattr__(name: str):
         return {m: method_class(m).model.grouping
                 for m in _modelled(A2A if name == "GROUPINGS" else PS, grouped=True)}
     if name == "COMPRESSORS_OF":
-        return {m: tuple(c for c in COMPRESSOR_IDS if method_class(m).accepts(c) is None)
+        return {m: tuple(c for c in compression.COMPRESSORS
+                         if method_class(m).accepts(c) is None)
                 for m in _modelled()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -765,9 +792,9 @@ class _HostWork:
                        encode_at_wait_s_per_element=0.0)
 
     def _sizes(self, g) -> tuple[int, int]:
-        """(bytes, dense elements) of group ``g``."""
+        """(bytes, the dense elements the codec passes over) of group ``g``."""
         return (sum(self.work.nbytes[b] for b in g),
-                sum(_numel(s) for b in g for s in _shapes(self.work, b)))
+                self.codec.elements([s for b in g for s in _shapes(self.work, b)]))
 
     def _issued(self, g) -> tuple[int, int]:
         """How many collectives group ``g`` issues (when handed over, when waited for)."""
@@ -1105,8 +1132,7 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     rule = cls.model
     why = cls.accepts(codec.compressor)
     if why is not None:
-        from ..costs import COMPRESSOR_IDS
-        allowed = [c for c in COMPRESSOR_IDS if cls.accepts(c) is None]
+        allowed = [c for c in compression.COMPRESSORS if cls.accepts(c) is None]
         raise UsageError(f"method {method} does not take compressor {codec.compressor} "
                          f"(it takes {', '.join(allowed)})")
     from ..methods import PS

@@ -16,7 +16,7 @@ launcher):
   push/pull (``interference_ps``, which the PS cells' predictions take);
 - ``comm``: ``python -m ddlbench.measure.comm_bench --ops allreduce,allgather`` over the network (its
   ``--net`` profile), messages up to the largest task's gradient; the all-gather only where a
-  cell there has a compressor that gathers (``costs.ALLGATHER_COMPRESSORS``; the job is then
+  cell there has a compressor that gathers (its declared ``issues``; the job is then
   named ``..._allgather.comm``): at 1 Gbit/s the all-gathers up to 64 MiB took 12 s;
 - ``pushpull``: ``--ops pushpull`` with the servers a parameter-server cell uses, messages up
   to one partition (what comm_bench fits push/pull to: the model pipelines partitions
@@ -72,7 +72,8 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
-from ..costs import ALLGATHER_COMPRESSORS
+import compression
+
 from ..planning import DEFAULT_PARTITION_BYTES, PS_CLIENTS, default_nservers
 from . import store
 from .config import task_key
@@ -92,7 +93,6 @@ CODEC_ITERS = "3"
 # The calibration check's all-reduce sizes (powers of two, bytes): from where a loopback
 # all-reduce stops being a scheduler turn (~2 ms) to where an emulated link takes ~0.15 s
 CHECK_BYTES = (1 << 20, 16 << 20)
-CODEC_OPTIONS = ("density", "powersgd_rank")   # what a codec's time depends on
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,8 @@ def jobs(cells: list) -> tuple[list[Job], list[str]]:
             add(job)
     largest = _largest_gradient(local)
     gathers = {(c.network.name, c.nworkers) for c in local
-               if c.method.get("compressor", "none") in ALLGATHER_COMPRESSORS}
+               if compression.ALLGATHER
+               in compression.lookup(c.method.get("compressor", "none")).issues}
     for c in local:
         if c.nworkers > 1:
             top = 1 << max(12, (largest[c.network.name] - 1).bit_length())
@@ -333,9 +334,13 @@ def codec_job(cell) -> Job | None:
     compressor = cell.method.get("compressor", "none")
     if compressor == "none":
         return None
+    # what its codec's time depends on: the compressor's own options, as the cell sets them;
+    # timed as its declared codec class (its own id unless it declares another's)
+    declared = compression.lookup(compressor)
     return Job("codec", cell.network, cell.nworkers, task=cell.task, threads=cell.sweep.threads,
-               compressor=compressor, codec_options=tuple(
-                   (k, cell.method[k]) for k in CODEC_OPTIONS if k in cell.method))
+               compressor=declared.codec_class or compressor, codec_options=tuple(
+                   (s.name, cell.method[s.name]) for s in declared.Options.specs()
+                   if s.name in cell.method))
 
 
 def done(entries: list[dict], folder: str) -> set[str]:

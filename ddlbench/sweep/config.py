@@ -90,7 +90,7 @@ PASSED_NAMES = {"DDLBENCH_NETEM_STATE", "DDLBENCH_CACHE", "DDLBENCH_NET_PROBE_S"
 # Inherited variables kept that change code or threads or transports: recorded in each cell's
 # configuration (and so in its hash).
 RECORDED_PREFIXES = ("OMP_", "MKL_", "KMP_", "NCCL_", "GLOO_")
-RECORDED_NAMES = {"DDLBENCH_METHODS", "DDLBENCH_NETWORKS"}
+RECORDED_NAMES = {"DDLBENCH_METHODS", "DDLBENCH_COMPRESSORS", "DDLBENCH_NETWORKS"}
 
 
 def _dropped(name: str) -> bool:

@@ -144,8 +144,7 @@ class Predictor:
                                                                  BATCHES_PER_ITER))
         answer = cell_model.predict(
             m["method"], work, P, settings, network=net,
-            codec=simulate.Codec(compressor, P, float(m.get("density", 0.001)),
-                                 int(m.get("powersgd_rank", 4)), enc, dec,
+            codec=simulate.Codec(compressor, P, m, enc, dec,
                                  encode_at_wait_s_per_element=enc_wait),
             ps_clients=m.get("ps_clients", "machine"), nservers=m.get("nservers"),
             ps_interference=predict.interference_of(prof, ps=True),
