@@ -118,8 +118,8 @@ class Sends:
     above); the last ``at_wait`` of them are issued only when the bucket is waited for (they
     need the others' result: PowerSGD's Q); ``dense_tail``: one of them carries tensors sent
     uncompressed; ``codec_elements``: the dense elements its encode and decode pass over (what
-    compression.bench's ``encode_s_per_element`` and ``decode_s_per_element`` are per);
-    ``codec_class``: the compressor id whose compression.bench figures those are."""
+    codec_bench's ``encode_s_per_element`` and ``decode_s_per_element`` are per);
+    ``codec_class``: the compressor id whose codec_bench figures those are."""
     collectives: tuple[tuple[str, int], ...]
     at_wait: int = 0
     dense_tail: bool = False
@@ -182,7 +182,7 @@ class Compressor:
     Options: ClassVar[type[Options]] = NoOptions
     sends: ClassVar[str] = ""  # what goes on the wire, in a few words
     issues: ClassVar[tuple[str, ...]] = (ALLREDUCE,)  # the collectives ``declare`` may name
-    codec_class: ClassVar[str] = ""  # whose compression.bench figures its codec costs ("": its id)
+    codec_class: ClassVar[str] = ""  # whose codec_bench figures its codec costs ("": its id)
     # ``module:Class`` of its mathematics written again for --verify (``compression.reference``
     # for the built-ins): constructed as (world, dtype=, **every compressor option), with
     # ``aggregate(names, per_rank, shapes) -> (average, bound)``; "": none
@@ -846,6 +846,9 @@ def table() -> str:
 
 
 def lookup(name: str) -> type[Compressor]:
+    """The class of compressor ``name`` (a built-in without importing the plugins)."""
+    if name in BUILTIN:
+        return BUILTIN[name]
     if name not in COMPRESSORS:
         raise UsageError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSORS)}")
     return COMPRESSORS[name]

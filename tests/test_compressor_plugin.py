@@ -82,6 +82,11 @@ def test_the_plugin_is_offered_where_the_compressors_are(plugin_env, tmp_path):
     proc = run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
                timeout=300, **plugin_env)
     assert proc.returncode == 2 and "unknown compressor 'int9'" in proc.stderr, describe(proc)
+    # a module that cannot be imported: one line
+    proc = train("--help", timeout=120, **{**plugin_env, "DDLBENCH_COMPRESSORS": "myplugins.nope"})
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "ddlbench: error: DDLBENCH_COMPRESSORS: cannot import 'myplugins.nope': "
+        "ModuleNotFoundError: No module named 'myplugins.nope'"), describe(proc)
     # --verify needs a reference: one line for a compressor that names none
     proc = train(*TINY_BERT, "--verify", "1", "--compressor", "int8bare", timeout=120,
                  **plugin_env)
