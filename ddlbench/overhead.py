@@ -363,19 +363,20 @@ def _raw_hook_step(args, stack):
 
 def _matching_cap(cls, options, model) -> float:
     """DDP's ``bucket_cap_mb`` sending the messages method ``cls`` sends: DDP's own setting;
-    one bucket for a method of one message (a cap above every gradient byte: DDP's bucket
-    closes only once it holds its cap); a fusion threshold's bytes (0: one per tensor; DDP's
-    bucket takes the tensor that crosses its cap, fusion's leaves it for the next); else one
-    bucket per tensor (WFBP, and MG-WFBP before its calibration)."""
+    else from the method's fusion threshold (``fusion_threshold``, what it packs by): one
+    bucket for an infinite one (a cap above every gradient byte: DDP's bucket closes only once
+    it holds its cap), else its bytes (0: one per tensor, as WFBP and MG-WFBP before its
+    calibration; DDP's bucket takes the tensor that crosses its cap, fusion's leaves it for
+    the next); one bucket per tensor for a method without one."""
     from .methods.ddp import DDP
-    from .model import rules
     if issubclass(cls, DDP):
         return float(options.bucket_cap_mb)
-    if cls.model is not None and cls.model.grouping is rules.one_message:
-        total = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        return float(total // MIB + 1)
-    threshold = getattr(options, "threshold", None)
-    return 0.0 if threshold is None else float(threshold) / MIB
+    nbytes = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
+    fusion = getattr(cls, "fusion_threshold", None)
+    threshold = 0.0 if fusion is None else float(fusion(options, nbytes))
+    if threshold == float("inf"):
+        return float(sum(nbytes) // MIB + 1)
+    return threshold / MIB
 
 
 def _ddp_buckets(ddp) -> int | None:

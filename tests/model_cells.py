@@ -22,7 +22,7 @@ def _predictions(profile: str, network: str, counts: str, compressor: str,
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "p.json")
         argv = ["--profile", os.path.join(REPO, "configs", "profiles", f"{profile}.json"),
-                "--network", network, "--nworkers", counts, "--compressor", compressor,
+                "--topology", network, "--nworkers", counts, "--compressor", compressor,
                 "--issue-us", "30", "--output", out]
         if advise:
             argv.append("--advise")

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ddlbench.errors import UsageError
-from ddlbench.model import cell, dlperf, topology
+from ddlbench.model import cell, dlperf, simulate, topology
 
 from .conftest import REPO
 
@@ -103,7 +103,8 @@ def test_one_worker_runs_at_the_column_s_1_gpu_figure():
             batch = next(c["batch_size"] for c in dlperf.load()["cells"]
                          if c["table"] == t and c["framework"] == f)
             work = dlperf.workload(table["model"], batch, single)
-            got = cell.predict(fw["method"], work, 1, fw["settings"][table["model"]],
+            options = simulate.options_for(fw["method"], **fw["settings"][table["model"]])
+            got = cell.predict(fw["method"], work, 1, options,
                                network=net).throughput(batch, 1)
             assert got == pytest.approx(single, rel=1e-9)
 

@@ -1,10 +1,14 @@
 """A new method is one file: declared in a package of its own, named by DDLBENCH_METHODS, it
-appears in --help, --method all, --verify, the sweep's checks and the launchers' defaults,
-with no other file touched."""
+appears in --help, --method all, --verify, the sweep's checks, the launchers' defaults and the
+performance model (its rule reads the plugin's own option), with no other file touched."""
+import json
 import os
 import sys
 
+from ddlbench.planning import plan_buckets
+
 from .conftest import REPO, TINY_BERT, describe, run, train, verify_lines
+from .test_predict import _profile
 
 PLUGIN = '''
 """A trivial all-reduce variant with one option: the gradient in `pieces` buckets."""
@@ -25,19 +29,26 @@ class Pieces(BucketedAllReduce):
     summary = "the gradient in `--pieces` buckets of about equal bytes, in backward order"
     Options = PiecesOptions
 
-    def _threshold(self):
-        total = sum(p.numel() * p.element_size() for p in self.params)
-        return total / self.options.pieces
+    @classmethod
+    def fusion_threshold(cls, options, nbytes):
+        return sum(nbytes) / options.pieces
 '''
 
 
-def _plugin_env(tmp_path):
+def _design_example() -> str:
+    """docs/DESIGN.md section 13's worked example (its one Python block), as written there."""
+    with open(os.path.join(REPO, "docs", "DESIGN.md")) as f:
+        section = f.read().split("### Worked example", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _plugin_env(tmp_path, module="pieces", text=PLUGIN):
     pkg = tmp_path / "myplugins"
     pkg.mkdir()
     (pkg / "__init__.py").write_text('"""Methods of my own."""\n')
-    (pkg / "pieces.py").write_text(PLUGIN)
+    (pkg / f"{module}.py").write_text(text)
     return {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "DDLBENCH_METHODS": "myplugins.pieces"}
+            "DDLBENCH_METHODS": f"myplugins.{module}"}
 
 
 def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
@@ -107,3 +118,54 @@ def _expected_buckets(pieces):
     from ddlbench.planning import plan_buckets
     sizes = [p.numel() * 4 for p in models.build("bert_tiny", sentence_len=16).model.parameters()]
     return len(plan_buckets(sizes[::-1], sum(sizes) / pieces))
+
+
+def test_the_design_example_plugin_is_run_checked_and_predicted_with_its_own_option(tmp_path):
+    """DESIGN's FusionMB (a BucketedAllReduce whose fusion_threshold reads its own option
+    fusion_mb) from a package outside ddlbench: in the table and --method all, verified on 3
+    workers, accepted by the sweep's checks, in predict --help, and predicted with its option:
+    the model packs its buckets by the plugin's own fusion_threshold."""
+    env = _plugin_env(tmp_path, "fusionmb", _design_example())
+    assert not os.path.exists(os.path.join(REPO, "ddlbench", "methods", "fusionmb.py"))
+    proc = run([sys.executable, "-m", "ddlbench.methods", "table"], timeout=120, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "| `fusionmb` | Fusion-MB-A2A | a2a | `--fusion-mb` (25) | all |" in proc.stdout
+    proc = run([sys.executable, "-m", "ddlbench.methods", "names"], **env)
+    assert proc.stdout.split()[-1] == "fusionmb", describe(proc)
+
+    # --verify 3 on 3 workers, its threshold cutting bert_tiny's gradient into several buckets
+    proc = train(*TINY_BERT, "--verify", "3", "--method", "fusionmb", "--fusion-mb", "0.05",
+                 "--nworkers", "3", timeout=300, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "fusionmb" in verify_lines(proc.stdout)
+    assert "all methods match the reference" in proc.stdout
+
+    # the sweep's checks take its option on it
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("methods:\n  - {method: fusionmb, fusion_mb: 0.5}\n"
+                     "tasks:\n  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
+                     f"results: {tmp_path / 'results'}\nlogs: {tmp_path / 'logs'}\n")
+    proc = run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
+               timeout=300, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "--method fusionmb --fusion-mb 0.5" in proc.stdout
+
+    # the model: its flag in predict --help, and its option honoured. The profile's gradient
+    # (backward order: 4 KiB, 1 MiB, 64 KiB, 4 MiB) is one bucket at the default 25 MiB and
+    # two at 4 MiB (the first three together, the 4 MiB tensor alone), as the method packs it.
+    predict = [sys.executable, "-m", "ddlbench.model.predict"]
+    proc = run([*predict, "--help"], timeout=120, **env)
+    assert proc.returncode == 0, describe(proc)
+    assert "--fusion-mb FUSION_MB fusion threshold in MiB [fusionmb]" in \
+        " ".join(proc.stdout.split())
+    path, prof = _profile(tmp_path)
+    sizes = [t["bytes"] for t in prof["tensors"]]
+    assert [len(plan_buckets(sizes, mb * 2 ** 20)) for mb in (25, 4)] == [1, 2]
+    out = tmp_path / "pred.json"
+    for args, messages in (([], 1), (["--method", "fusionmb", "--fusion-mb", "4"], 2)):
+        proc = run([*predict, "--profile", str(path), *args, "--output", str(out)], **env)
+        assert proc.returncode == 0, describe(proc)
+        got = {p["method"]: p for p in json.loads(out.read_text())["predictions"]}
+        assert got["fusionmb"]["messages"] == messages, got["fusionmb"]
+        assert got["fusionmb"]["message_bytes"] == (
+            [sum(sizes)] if messages == 1 else [sum(sizes[:3]), sizes[3]])

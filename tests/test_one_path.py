@@ -4,6 +4,7 @@ ddlbench.model.predict``), the sweep (``benchmarks.py --predict-only``'s and a c
 the same numbers on the same cells, exactly: all three call ``ddlbench.model.cell.predict``,
 where the one-machine rule, the PS clients, MG-WFBP's plan and the 1-worker cells are decided.
 No torch."""
+import dataclasses
 import json
 import os
 
@@ -61,7 +62,7 @@ def grid(tmp_path_factory):
     cli = {}
     for r in RDMAS:
         out = tmp / f"cli{r}.json"
-        assert predict.main(["--profile", PROFILE, "--network", NAMES[r], "--device-throughput",
+        assert predict.main(["--profile", PROFILE, "--topology", NAMES[r], "--device-throughput",
                              str(survey.single_gpu("resnet50")), "--nworkers", "1,4,8,16",
                              "--method", ",".join(survey.methods()), "--num-batches-per-iter",
                              "10", "--mgwfbp-ab", "table", "--ab-network", f"rdma{r}",
@@ -139,7 +140,7 @@ predict: {{device_throughput: survey, codec: {codec}}}
     net, work = topology.load(NAMES[0]), _work()
     for method, comp in (("wfbp", "fp16"), ("bspa2a", "topk")):
         out = tmp_path / f"{method}.json"
-        assert predict.main(["--profile", PROFILE, "--network", NAMES[0], "--device-throughput",
+        assert predict.main(["--profile", PROFILE, "--topology", NAMES[0], "--device-throughput",
                              "253.1", "--nworkers", "8", "--method", method, "--compressor",
                              comp, "--codec", str(codec), "--output", str(out)]) == 0
         [entry] = json.loads(out.read_text())["predictions"]
@@ -163,7 +164,7 @@ def test_measured_networks_and_forced_servers(tmp_path):
     predictor = Predictor(sweep, profile=PROFILE, network=str(ab))
     swept = {(c.method["method"], c.nworkers): predictor.predict(c) for c in sweep.cells()}
     out = tmp_path / "p.json"
-    assert predict.main(["--profile", PROFILE, "--network", str(ab), "--nworkers", "1,2",
+    assert predict.main(["--profile", PROFILE, "--topology", str(ab), "--nworkers", "1,2",
                          "--method", "wfbp,wfbpps", "--output", str(out)]) == 0
     cli = {(e["method"], e["nworkers"]): e for e in json.loads(out.read_text())["predictions"]}
     net, work = topology.load(str(ab)), predict.workload_of(read_profile(PROFILE))
@@ -184,7 +185,7 @@ def test_measured_networks_and_forced_servers(tmp_path):
     assert line["predicted"]["ps_local"] == "wfbp"
     assert line["throughput"] == want[("wfbp", 2)].throughput(64, 2)
     survey_net = topology.load(NAMES[0])
-    assert predict.main(["--profile", PROFILE, "--network", NAMES[0], "--nworkers", "4",
+    assert predict.main(["--profile", PROFILE, "--topology", NAMES[0], "--nworkers", "4",
                          "--method", "wfbpps", "--ps-force-servers", "--output", str(out)]) == 0
     [entry] = json.loads(out.read_text())["predictions"]
     assert entry["iteration_s"] == simulate.predict(
@@ -196,9 +197,10 @@ def test_measured_networks_and_forced_servers(tmp_path):
     ({}, "give a network (a topology or comm_bench files) or an all-reduce alpha-beta"),
     ({"link": simulate.Link(1e-5, 1e-9), "method": "wfbpps", "nworkers": 8},
      "method wfbpps at 8 workers pushes to parameter servers: it needs a network"),
-    ({"network": "survey-10gbe", "settings": {"plan_ab": "guess"}},
+    # an options instance made without the checks (dataclasses.replace): the cell's own line
+    ({"network": "survey-10gbe", "options": {"mgwfbp_ab": "guess"}},
      "MG-WFBP's alpha-beta comes from measured or table, not 'guess'"),
-    ({"network": "survey-10gbe", "settings": {"plan_ab": "table"}, "nworkers": 12},
+    ({"network": "survey-10gbe", "options": {"mgwfbp_ab": "table"}, "nworkers": 12},
      "the original's 10Gbps alpha-beta table has no entry for 12 worker(s)"),
     ({"network": "survey-10gbe", "nworkers": 0}, "a whole number of workers >= 1, got 0"),
     ({"network": "survey-10gbe", "ps_clients": "rack"}, "unknown parameter-server clients"),
@@ -210,8 +212,10 @@ def test_bad_input_is_one_line(kwargs, message):
     if isinstance(kwargs.get("network"), str):
         kwargs["network"] = topology.load(kwargs["network"])
     method, nworkers = kwargs.pop("method", "mgwfbp"), kwargs.pop("nworkers", 8)
+    options = dataclasses.replace(simulate.method_class(method).Options(),
+                                  **kwargs.pop("options", {}))
     with pytest.raises(UsageError) as e:
-        cell.predict(method, _work(), nworkers, kwargs.pop("settings", None), **kwargs)
+        cell.predict(method, _work(), nworkers, options, **kwargs)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
@@ -222,7 +226,7 @@ def test_bad_input_is_one_line(kwargs, message):
      "the original's 10Gbps alpha-beta table has no entry for 12 worker(s)"),
 ])
 def test_the_clis_plan_flags_are_checked_before_any_output(args, message, capsys):
-    argv = ["--profile", PROFILE, "--network", "survey-10gbe", "--method", "mgwfbp", *args]
+    argv = ["--profile", PROFILE, "--topology", "survey-10gbe", "--method", "mgwfbp", *args]
     assert predict.main(argv if "--nworkers" in args else [*argv, "--nworkers", "4"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err and captured.err.count("\n") == 1

@@ -66,7 +66,7 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     link = simulate.Link(1e-3, 1e-9)
     for p, row in zip(got["predictions"], _rows(text), strict=True):
         expected = simulate.predict(p["method"], work, link, threshold=1200000,
-                                    min_group_bytes=8192 * 4)
+                                    mgwfbp_min_group=8192)
         assert p["message_bytes"] == expected.message_bytes
         assert p["iteration_s"] == expected.iteration_s and p["bottleneck"] == expected.bottleneck
         assert p["throughput"] == pytest.approx(8 * 2 / expected.iteration_s)
@@ -207,7 +207,7 @@ def test_the_ps_methods_take_the_interference_beside_push_pulls(tmp_path, capsys
     out = tmp_path / "pred.json"
     got = {}
     for name, flags in (("both", []), ("none", ["--no-interference"])):
-        assert predict.main(["--profile", str(path), "--network", str(net_file),
+        assert predict.main(["--profile", str(path), "--topology", str(net_file),
                              "--method", "wfbp,wfbpps", "--nworkers", "2",
                              "--ps-force-servers", "--output", str(out), *flags]) == 0
         text = capsys.readouterr().out
@@ -229,7 +229,7 @@ def test_the_ps_methods_take_the_interference_beside_push_pulls(tmp_path, capsys
 
 
 def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
-    """--network: each worker count's all-reduce and push/pull costs from the topology; the
+    """--topology: each worker count's all-reduce and push/pull costs from the topology; the
     PS methods with one server per machine and the machine's local sum; fp16 halves what the
     all-reduce methods send."""
     from ddlbench.model import topology
@@ -237,7 +237,7 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
     net_file = tmp_path / "net.yaml"
     net_file.write_text(TOPOLOGY)
     out = tmp_path / "pred.json"
-    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+    assert predict.main(["--profile", str(path), "--topology", str(net_file), "--nworkers",
                          "2,8", "--ps-force-servers", "--output", str(out)]) == 0
     got = json.loads(out.read_text())["predictions"]
     assert {p["method"] for p in got} == set(simulate.METHODS)
@@ -251,18 +251,18 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
         else:
             expected = simulate.predict(p["method"], work, net.link("allreduce", P))
         assert p["iteration_s"] == expected.iteration_s, (p["method"], P)
-    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+    assert predict.main(["--profile", str(path), "--topology", str(net_file), "--nworkers",
                          "8", "--method", "wfbp", "--compressor", "fp16", "--output",
                          str(out)]) == 0
     fp16 = json.loads(out.read_text())["predictions"][0]
     assert fp16["message_bytes"] == [n // 2 for n in (4096, 1 << 20, 65536, 4 << 20)]
     assert fp16["iteration_s"] == simulate.predict(
         "wfbp", work, net.link("allreduce", 8), codec=simulate.Codec("fp16", 8)).iteration_s
-    # encode and decode per element from a compression.bench --output file; TopK all-gathers
+    # encode and decode per element from a codec_bench --output file; TopK all-gathers
     codec = tmp_path / "codec.json"
     codec.write_text(json.dumps({"models": {"hand-made": {"compressors": {"topk": {
         "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}))
-    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+    assert predict.main(["--profile", str(path), "--topology", str(net_file), "--nworkers",
                          "8", "--method", "bspa2a", "--compressor", "topk", "--density", "0.01",
                          "--codec", str(codec), "--output", str(out)]) == 0
     topk = json.loads(out.read_text())["predictions"][0]
@@ -279,7 +279,7 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
     net_file = tmp_path / "net.yaml"
     net_file.write_text(TOPOLOGY)
     out = tmp_path / "advice.json"
-    assert predict.main(["--profile", str(path), "--network", str(net_file), "--nworkers",
+    assert predict.main(["--profile", str(path), "--topology", str(net_file), "--nworkers",
                          "4,8", "--advise", "--output", str(out)]) == 0
     text = capsys.readouterr().out
     advice = json.loads(out.read_text())["advice"]
@@ -291,7 +291,7 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
         assert {r["method"] for r in ranked} == set(simulate.METHODS)
         times = [r["iteration_s"] for r in ranked]
         assert times == sorted(times)
-        setting = predict.Setting(predict.parse_args(["--profile", str(path), "--network",
+        setting = predict.Setting(predict.parse_args(["--profile", str(path), "--topology",
                                                       str(net_file)]), prof, net,
                                   entry["nworkers"])
         ddp = predict.run_one("ddp", work, setting, simulate.NO_CODEC, {})
@@ -313,7 +313,7 @@ def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_p
     ab.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
         {"op": "allreduce", "nworkers": 2, "fit": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}]}))
     out = tmp_path / "p.json"
-    assert predict.main(["--profile", str(path), "--network", str(ab), "--extrapolate",
+    assert predict.main(["--profile", str(path), "--topology", str(ab), "--extrapolate",
                          "--nworkers", "2,1024", "--method", "bspa2a", "--output",
                          str(out)]) == 0
     got = {p["nworkers"]: p for p in json.loads(out.read_text())["predictions"]}
@@ -322,7 +322,7 @@ def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_p
         link = simulate.Link(2 * (n - 1) * 0.5e-4, 2 * (n - 1) * 1e-9 / n)
         assert got[n]["iteration_s"] == pytest.approx(
             simulate.predict("bspa2a", work, link).iteration_s, rel=1e-12)
-    assert predict.main(["--profile", str(path), "--network", str(ab), "--nworkers",
+    assert predict.main(["--profile", str(path), "--topology", str(ab), "--nworkers",
                          "1024"]) == 2      # not asked to: refused
 
 
@@ -333,10 +333,17 @@ def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_p
     (["--num-batches-per-iter", "0"], "--num-batches-per-iter must be positive, got 0"),
     (["--profile", "/nonexistent.json"], "cannot read MG-WFBP profile /nonexistent.json"),
     (["--model", "resnet50"], "is of model hand-made, not resnet50"),
-    (["--method", "bspps"], "bspps need(s) --network"),
-    (["--network", "NET", "--nworkers", "9"],
+    (["--method", "bspps"], "bspps need(s) --topology"),
+    # the flag's old name: one line saying the new one
+    (["--network", "NET", "--nworkers", "4"], "--network is now --topology (a topology file "
+                                              "or name, or comm_bench files)"),
+    # the methods' options are the training script's, checked as it checks them
+    (["--mgwfbp-min-group", "-1"], "--mgwfbp-min-group must be >= 0, got -1"),
+    (["--partition", "1"], "--partition must be at least 1000 elements, got 1"),
+    (["--min-group", "0"], "unrecognized arguments: --min-group 0"),
+    (["--topology", "NET", "--nworkers", "9"],
      "has room for 1 to 8 workers (4 nodes x 2 devices), not 9"),
-    (["--network", "AB", "--nworkers", "4"], "have no allreduce at 4 workers"),
+    (["--topology", "AB", "--nworkers", "4"], "have no allreduce at 4 workers"),
     (["--compressor", "zip"], "unknown compressor 'zip'"),
     (["--compressor", "topk", "--codec", "NET"], "is not valid JSON"),
     (["--method", "bytescheduler", "--compressor", "powersgd"],

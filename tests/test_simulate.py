@@ -992,7 +992,7 @@ def test_an_instant_network_costs_the_issues_alone(compressor):
         if method == "ddp":
             expected = work.compute_s
         else:
-            hooks = not sim.method_class(method).model.after_backward
+            hooks = not sim.method_class(method).rule.after_backward
             expected = _issue_schedule(work, groups, codec, 1e-4, hooks)
         for channels, simulator in ((1, False), (2, False), (1, True)):
             with contextlib.nullcontext() if simulator else _recurrences():

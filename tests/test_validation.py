@@ -48,7 +48,7 @@ LOCAL = {"bspps": "bspa2a", "wfbpps": "wfbp", "byteschedulerps": "wfbp"}
 # planned with the original's table
 A2A_SETTINGS = {"bytescheduler": {"partition": 4_000_000, "credit": 16_000_000,
                                   "batches_per_iter": 10},
-                "mgwfbp": {"min_group_bytes": 8192 * 4}}
+                "mgwfbp": {"mgwfbp_min_group": 8192}}
 
 
 def _a2a(method, work, link, p, rdma):

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import rules
 from ..options import NONNEG, Options, option
 from ..planning import HOROVOD_DEFAULT_THRESHOLD, plan_buckets
 from ..timeline import tensors_label
-from . import threads
+from . import rules, threads
 from .base import BucketPlan, Method
 
 
@@ -253,14 +252,26 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
 
     overlap = True  # start buckets from hooks during backward
     rebuild = True  # re-plan from rank 0's gradient order after the first step
+    # the model packs the buckets this class's fusion_threshold gives, as the method does
+    rule = rules.Rule(grouping=rules.fused)
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
         return None
 
+    @classmethod
+    def fusion_threshold(cls, options, nbytes: list[int]) -> float:
+        """The bytes a bucket holds at most (``planning.plan_buckets``: 0 one bucket per
+        tensor, inf one for all), from the method's ``options`` and its gradients' bytes
+        (``nbytes``, any order). The method plans with it and the model's rule
+        (``rules.fused``) calls it, so a subclass overriding it is replayed as it runs.
+        Torch-free."""
+        return 0.0
+
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
-        self.threshold = self._threshold()
+        self.threshold = float(self.fusion_threshold(
+            self.options, [p.numel() * p.element_size() for p in self.params]))
         self._plan(list(reversed(range(len(self.params)))))
         self._watch_grads()
         self._seen: list[int] = []
@@ -271,9 +282,6 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
             self._issuer = threads.Issuer(f"{self.id or 'allreduce'}-issue", self._launch,
                                           describe=self._bucket_name, device=device)
             self._register_ready_hooks(self._on_ready)
-
-    def _threshold(self) -> float:
-        return 0.0
 
     # -- planning ---------------------------------------------------------------------------
     def _groups(self, order: list[int]) -> list[list[int]]:
@@ -399,7 +407,7 @@ class WFBP(BucketedAllReduce):
     id = "wfbp"
     display = "WFBP-A2A"
     summary = "each gradient is all-reduced the moment its hook fires, in backward order"
-    model = rules.Rule(grouping=rules.per_tensor)
+    rule = rules.Rule(grouping=rules.per_tensor)
     hatch = "oo"
 
 
@@ -409,11 +417,11 @@ class Fusion(BucketedAllReduce):
     summary = ("gradients packed in backward order into buckets of at most `--threshold` "
                "bytes (Horovod's tensor fusion; 0 = WFBP)")
     Options = FusionOptions
-    model = rules.Rule(grouping=rules.buckets(HOROVOD_DEFAULT_THRESHOLD),
-                       advise=rules.threshold_grid)
+    rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid)
 
-    def _threshold(self) -> float:
-        return float(self.options.threshold)
+    @classmethod
+    def fusion_threshold(cls, options, nbytes: list[int]) -> float:
+        return float(options.threshold)
 
 
 class BSPA2A(BucketedAllReduce):
@@ -421,8 +429,9 @@ class BSPA2A(BucketedAllReduce):
     display = "BSP-A2A"
     summary = "waits for the whole backward, then one all-reduce of every gradient"
     overlap = False
-    model = rules.Rule(grouping=rules.one_message, after_backward=True)
+    rule = rules.Rule(grouping=rules.one_message, after_backward=True)
     hatch = ".."
 
-    def _threshold(self) -> float:
+    @classmethod
+    def fusion_threshold(cls, options, nbytes: list[int]) -> float:
         return float("inf")

@@ -12,8 +12,9 @@ A method is one ``Method`` subclass that declares, as class attributes:
 - ``plan_known``: whether ``plan()`` (its buckets, as slices of parameters) is known before a
   step or only after it;
 - ``launcher`` (and ``launcher_vars``): the shell launcher a user runs it with on a cluster;
-- ``model``: how the performance model replays it (a ``ddlbench.model.rules.Rule``: its
-  grouping or ByteScheduler's schedule, BSP or not, its ``--advise`` grid; None: not modelled);
+- ``rule``: how the performance model replays it (a ``ddlbench.methods.rules.Rule``: its
+  grouping or ByteScheduler's schedule, BSP or not, its ``--advise`` grid; None: not modelled),
+  which reads the method's options as the method does (``rules``' docstring);
 - ``hatch``: its bars' hatch in the sweep's figures (the original's for its seven methods;
   the colour is the architecture's); ``baseline``: the method the others are compared with
   (torch DDP, what users would otherwise pick).
@@ -46,8 +47,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .. import options
-from ..model.rules import Rule
 from ..options import NoOptions
+from .rules import Rule
 
 if TYPE_CHECKING:  # annotations only
     import torch
@@ -95,7 +96,7 @@ class Method:
     launcher: ClassVar[str] = DEFAULT_LAUNCHER
     launcher_vars: ClassVar[dict] = {}  # fixed launcher variables that select this method
     engine: ClassVar[str] = "torch"
-    model: ClassVar[Rule | None] = None
+    rule: ClassVar[Rule | None] = None
     hatch: ClassVar[str | None] = None
     baseline: ClassVar[bool] = False
 

@@ -68,12 +68,11 @@ from dataclasses import dataclass
 
 from .. import timeline
 from ..errors import PSError
-from ..model import rules
 from ..planning import BYTESCHEDULER_CREDIT as DEFAULT_CREDIT
 from ..planning import BYTESCHEDULER_PARTITION as DEFAULT_PARTITION
 from ..planning import chunk_table
 from ..options import COUNT, Options, count_at_least, option
-from . import threads
+from . import rules, threads
 from .base import BucketPlan, Method, Slice
 
 MAX_DECISION = 128              # chunk ids per negotiation message
@@ -156,7 +155,7 @@ class ByteScheduler(Method):
                "reduced, and the next forward overlaps the rest")
     Options = ByteSchedulerOptions
     launcher = "bytescheduler/horovod_mpi_cj.sh"
-    model = rules.Rule(scheduler=True, advise=rules.partition_credit_grid)
+    rule = rules.Rule(scheduler=True, advise=rules.partition_credit_grid)
     hatch = "OO"
     # All-reduce needs every rank to issue the same collectives in the same order: rank 0
     # decides and broadcasts. A subclass whose transport matches by key needs no agreement.

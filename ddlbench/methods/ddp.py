@@ -37,10 +37,10 @@ import weakref
 from dataclasses import dataclass
 
 from .. import timeline
-from ..model import rules
 from ..options import NONNEG, Options, option
 from ..planning import DDP_DEFAULT_BUCKET_MB
 from ..timeline import tensors_label
+from . import rules
 from .base import AFTER_STEP, BucketPlan, Method
 from .threads import QueueWorker
 
@@ -110,7 +110,7 @@ class DDP(Method):
     display = "DDP"
     summary = "torch `DistributedDataParallel` with its own buckets"
     Options = DDPOptions
-    model = rules.Rule(grouping=rules.ddp, reducer=True, advise=rules.bucket_cap_grid)
+    rule = rules.Rule(grouping=rules.ddp, reducer=True, advise=rules.bucket_cap_grid)
     baseline = True
     # DDP decides its buckets inside backward (it rebuilds them in the order gradients
     # arrived, after its first step): --verify asks for them after the step.

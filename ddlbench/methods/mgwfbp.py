@@ -32,11 +32,11 @@ import os
 from dataclasses import dataclass
 
 from ..measure import profile_file, profiler
-from ..model import rules
 from ..errors import UsageError
 from ..options import COUNT, COUNT0, NAME, Options, one_of, option
 from ..planning import (DEFAULT_MIN_GROUP_ELEMENTS, merge_groups, original_alpha_beta,
                         schedule_time)
+from . import rules
 from .allreduce import BucketedAllReduce
 
 # --mgwfbp-ab: where alpha and beta come from.
@@ -76,6 +76,13 @@ class MGWFBPPlanning:
     (``methods/horovod.py``, which hands the groups to Horovod's grouped all-reduce).
     Needs ``self.params``, ``self.model``, ``self.comm``, ``self.options`` (MGWFBPOptions) and
     ``self.model_name``; call ``_init_planning`` first."""
+
+    @classmethod
+    def merge_min_bytes(cls, options, element_size: int = 4) -> int:
+        """The merge's small-group bound in bytes (``planning.merge_groups``' ``min_group``):
+        ``--mgwfbp-min-group`` elements of ``element_size`` bytes. The plan and the model's rule
+        (``rules.merged``) read it. Torch-free."""
+        return int(options.mgwfbp_min_group) * element_size
 
     def _init_planning(self) -> None:
         self._planned: list[list[int]] | None = None  # groups of parameter indices
@@ -166,7 +173,8 @@ class MGWFBPPlanning:
         else:
             alpha, beta = table["alpha_s"], table["beta_s_per_byte"]
         element = self.params[0].element_size() if self.params else 4
-        positions = merge_groups(tb, nbytes, alpha, beta, self.min_group * element)
+        positions = merge_groups(tb, nbytes, alpha, beta,
+                                 self.merge_min_bytes(self.options, element))
         groups = [[order[b] for b in g] for g in positions]
         info = {
             "source": source, "ab": "measured" if table is None else "table",
@@ -193,7 +201,7 @@ class MGWFBP(MGWFBPPlanning, BucketedAllReduce):
     summary = ("buckets chosen by the MG-WFBP merge rule from measured per-tensor backward "
                "times and an alpha-beta model (fitted, or the original's tables)")
     Options = MGWFBPOptions
-    model = rules.Rule(grouping=rules.merged, advise=rules.min_group_grid)
+    rule = rules.Rule(grouping=rules.merged, advise=rules.min_group_grid, plan_ab="mgwfbp_ab")
     hatch = "**"
     rebuild = False  # the plan already follows the order rank 0 measured
 

@@ -26,11 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..model import rules
 from ..options import COUNT, Options, count_at_least, one_of, option
 from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
 from ..timeline import tensors_label
-from . import threads
+from . import rules, threads
 from .allreduce import BSPA2A, WFBP, Bucket, GradViews, threshold_option
 from .base import PS, BucketPlan, Method
 from .bytescheduler import ByteScheduler, credit_option
@@ -154,15 +153,24 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
     overlap = True
     worker_schedule = FROM_HOOKS
     server_schedule = False
+    # the model pushes the units this class's fusion_threshold gives, as the method does
+    rule = rules.Rule(grouping=rules.fused, one_machine=WFBP.id)
+
+    @classmethod
+    def fusion_threshold(cls, options, nbytes: list[int]) -> float:
+        """The bytes a unit holds at most (``planning.plan_buckets``), from the method's
+        ``options`` (no threshold: every gradient in one unit) and its gradients' bytes; the
+        method plans its units with it and the model's rule (``rules.fused``) calls it.
+        Torch-free."""
+        return float("inf") if options.threshold is None else float(options.threshold)
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         from ..planning import plan_buckets
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         require_servers(self.id, comm)
-        given = self.options.threshold
-        self.threshold = float("inf") if given is None else float(given)
         order = list(reversed(range(len(self.params))))
         nbytes = [self.params[i].numel() * self.params[i].element_size() for i in order]
+        self.threshold = float(self.fusion_threshold(self.options, nbytes))
         keys = [(self.params[i].dtype, self.params[i].device) for i in order]
         groups = [[order[j] for j in g] for g in plan_buckets(nbytes, self.threshold, keys)]
         self.buckets = [Bucket(self.params, g) for g in groups]
@@ -282,7 +290,7 @@ class BSPPS(BucketedPS):
     # more than any model it ran). BytePS with one worker machine runs no server: a local
     # all-reduce (its docs' best-practice.md; the original's launch.sh: DMLC_NUM_WORKER =
     # nworkers/4).
-    model = rules.Rule(grouping=rules.one_message, after_backward=True, one_machine=BSPA2A.id)
+    rule = rules.Rule(grouping=rules.fused, after_backward=True, one_machine=BSPA2A.id)
     hatch = "///"
 
 
@@ -293,7 +301,6 @@ class WFBPPS(BucketedPS):
                "fuses)")
     Options = WFBPPSOptions
     overlap = True
-    model = rules.Rule(grouping=rules.buckets(0.0), one_machine=WFBP.id)
     hatch = "\\\\\\"
 
 
@@ -312,8 +319,8 @@ class ByteSchedulerPS(WFBPPS):
                "(BytePS's server-side scheduling)")
     launcher_vars = {"bytescheduler": "1"}   # (its options: WFBP-PS's)
     server_schedule = True
-    # The model has no server-side priority: it replays the workers' schedule (WFBP-PS).
-    model = rules.Rule(grouping=rules.buckets(0.0), one_machine=WFBP.id)
+    # The model has no server-side priority: it replays the workers' schedule (WFBP-PS's
+    # rule, inherited).
     hatch = "++"
 
 
@@ -344,7 +351,7 @@ class ByteSchedulerPSWorker(ByteScheduler):
     architecture = PS
     Options = ByteSchedulerWorkerOptions
     launcher = "byteps/byteps_launch.sh"
-    model = rules.Rule(scheduler=True, advise=rules.credit_grid, one_machine=ByteScheduler.id)
+    rule = rules.Rule(scheduler=True, advise=rules.credit_grid, one_machine=ByteScheduler.id)
     hatch = "xx"
     negotiated = False
     credit_on_completion = False

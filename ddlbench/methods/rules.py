@@ -1,33 +1,37 @@
-"""How the performance model replays a method: the rule each ``Method`` declares as ``model``.
+"""How the performance model replays a method: the rule each ``Method`` declares as ``rule``.
 
 The model never names a method. A method's class declares a ``Rule`` (torch-free, as its options
 are), and ``ddlbench.model`` reads the rules from the registry (``ddlbench.methods``): which
 messages the method sends (``grouping``), on which schedule (``scheduler``: ByteScheduler's
-chunks, priority and credit instead of whole messages), when (``after_backward``: only once the
-whole backward is done), who does the host work (``reducer``: torch DDP's, copies into buckets
-and divides before each all-reduce and issues from C++), which settings ``--advise`` searches
-(``advise``), which setting is fixed by the method's definition (``fixed``) and, for a
-parameter-server method, the all-reduce method BytePS runs as when its workers fit one machine
-(``one_machine``). The method's architecture (``Method.architecture``) says whether its messages
-are all-reduced or pushed and pulled; what compressors it takes, ``Method.accepts``.
+chunks, priority and credit instead of whole messages; its partition and credit, or a PS
+method's ``partition_bytes``, are the method's options), when (``after_backward``: only once
+the whole backward is done), who does the host work (``reducer``: torch DDP's, copies into
+buckets and divides before each all-reduce and issues from C++), which option values
+``--advise`` searches (``advise``), the option saying where the grouping's alpha and beta come
+from (``plan_ab``: "measured", on the link the cell is costed on, or the original's "table";
+``ddlbench.model.cell`` reads it) and, for a parameter-server method, the all-reduce method
+BytePS runs as when its workers fit one machine (``one_machine``). The method's architecture
+(``Method.architecture``) says whether its messages are all-reduced or pushed and pulled; what
+compressors it takes, ``Method.accepts``.
 
-A grouping is a function ``(work, link, settings) -> groups``: ``work`` the replay's
-``simulate.Compute`` (``nbytes``, ``backward_s`` in backward order), ``link`` the all-reduce's
-``simulate.Link`` (None for the PS methods), ``settings`` the simulator's names of the method's
-settings (``threshold`` bytes, ``bucket_cap_mb``, ``min_group_bytes``); groups are lists of
-backward positions, in the order the messages leave. Pure: only ``ddlbench.planning``.
+A grouping is a function ``(method, work, link, options) -> groups``: ``method`` the method's
+class, ``work`` the replay's ``simulate.Compute`` (``nbytes``, ``backward_s`` in backward
+order), ``link`` the all-reduce's ``simulate.Link`` (None for the PS methods), ``options`` the
+method's resolved ``Options`` instance (what ``RunConfig.of`` builds for a run; the model's
+defaults are the declared ones); groups are lists of backward positions, in the order the
+messages leave. What a method computes from its options to plan its buckets is one torch-free
+classmethod of its class that its own code calls too (``fusion_threshold``,
+``merge_min_bytes``), so a subclass that overrides it (a plugin's own option) is replayed as it
+runs. Pure: only ``ddlbench.planning``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
-from ..planning import (DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS, ddp_buckets,
-                        ddp_first_bucket_bytes, merge_groups, plan_buckets)
+from ..planning import ddp_buckets, ddp_first_bucket_bytes, merge_groups, plan_buckets
 
 MIB = 1024 * 1024
-# MG-WFBP's small-group merge: the original's elements, of fp32
-MGWFBP_MIN_GROUP_BYTES = DEFAULT_MIN_GROUP_ELEMENTS * 4
 
 
 def _one_grid(total_bytes: int) -> list[dict]:
@@ -41,57 +45,56 @@ class Rule:
     scheduler: bool = False
     after_backward: bool = False
     reducer: bool = False
+    # option values --advise tries (option name -> value), given the gradient's total bytes
     advise: Callable[[int], list[dict]] = _one_grid
-    fixed: dict = field(default_factory=dict)
     one_machine: str | None = None
-    # the settings it takes beside the grouping's (ByteScheduler's partition and credit, the
-    # PS methods' partition_bytes): the simulator's names
-    settings: tuple[str, ...] = ()
+    # the option naming where the grouping's alpha and beta come from ("measured" or "table")
+    plan_ab: str | None = None
 
     def __post_init__(self):
         if (self.grouping is None) != self.scheduler:
             raise TypeError("a model rule has either a grouping or the scheduler, not both")
 
-    def groups(self, work, link, settings: dict) -> list[list[int]]:
-        """The messages (all-reduce) or units (PS) sent per iteration."""
+    def groups(self, method: type, work, link, options) -> list[list[int]]:
+        """The messages (all-reduce) or units (PS) ``method`` sends per iteration with
+        ``options`` (an instance of ``method.Options``)."""
         if self.grouping is None:
             raise TypeError("a scheduler rule has no fixed grouping")
-        return self.grouping(work, link, {**settings, **self.fixed})
+        return self.grouping(method, work, link, options)
 
 
 # --------------------------------------------------------------------------- groupings
 
-def one_message(work, link, settings) -> list[list[int]]:
+def one_message(method, work, link, options) -> list[list[int]]:
     """Every gradient in one message (BSP)."""
     return [list(range(len(work.nbytes)))]
 
 
-def per_tensor(work, link, settings) -> list[list[int]]:
+def per_tensor(method, work, link, options) -> list[list[int]]:
     """One message per gradient tensor (WFBP)."""
     return [[b] for b in range(len(work.nbytes))]
 
 
-def buckets(default_threshold: float) -> Callable:
-    """Consecutive gradients in buckets of at most ``threshold`` bytes (``planning.plan_buckets``,
-    as the methods pack them), ``default_threshold`` unless the settings give one."""
-    def grouping(work, link, settings):
-        return plan_buckets(work.nbytes, float(settings.get("threshold", default_threshold)))
-    grouping.__qualname__ = f"buckets({default_threshold:g})"
-    return grouping
+def fused(method, work, link, options) -> list[list[int]]:
+    """Consecutive gradients in buckets of at most the method's fusion threshold
+    (``method.fusion_threshold(options, nbytes)``, the bytes its own code packs by), as
+    ``planning.plan_buckets`` packs them."""
+    return plan_buckets(work.nbytes, float(method.fusion_threshold(options, list(work.nbytes))))
 
 
-def ddp(work, link, settings) -> list[list[int]]:
+def ddp(method, work, link, options) -> list[list[int]]:
     """torch DDP's rebuilt buckets in gradient order: each closes once it holds
     ``bucket_cap_mb``, the first at 1 MiB at the default cap (``planning.ddp_buckets``)."""
-    cap_mb = float(settings.get("bucket_cap_mb", DDP_DEFAULT_BUCKET_MB))
+    cap_mb = float(options.bucket_cap_mb)
     return ddp_buckets(work.nbytes, cap_mb * MIB, ddp_first_bucket_bytes(cap_mb))
 
 
-def merged(work, link, settings) -> list[list[int]]:
+def merged(method, work, link, options) -> list[list[int]]:
     """MG-WFBP's merge of consecutive gradients by the link's alpha and beta
-    (``planning.merge_groups``)."""
+    (``planning.merge_groups``), small groups merged below ``method.merge_min_bytes(options)``
+    (fp32)."""
     return merge_groups(work.backward_s, work.nbytes, link.alpha, link.beta,
-                        int(settings.get("min_group_bytes", MGWFBP_MIN_GROUP_BYTES)))
+                        int(method.merge_min_bytes(options)))
 
 
 # --------------------------------------------------------------------------- --advise's grids
@@ -107,7 +110,8 @@ def bucket_cap_grid(total_bytes: int) -> list[dict]:
 
 
 def min_group_grid(total_bytes: int) -> list[dict]:
-    return [{"min_group_bytes": 4 * e} for e in (0, 8192, 65536, 1 << 20)]
+    """MG-WFBP's small-group merge, in elements (0: off)."""
+    return [{"mgwfbp_min_group": e} for e in (0, 8192, 65536, 1 << 20)]
 
 
 def partition_credit_grid(total_bytes: int) -> list[dict]:
@@ -122,23 +126,3 @@ def credit_grid(total_bytes: int) -> list[dict]:
     """ByteScheduler-PS's credit, in elements (its partitions are the PS's)."""
     elements = max(1, total_bytes // 4)
     return [{"credit": c} for c in sorted({1_000_000, 4_000_000, 16_000_000, elements})]
-
-
-# --------------------------------------------------------------------------- settings
-
-# the options the simulator reads under their own names
-SIMULATED = ("threshold", "bucket_cap_mb", "partition", "credit", "partition_bytes")
-
-
-def simulator_settings(values: dict) -> dict:
-    """The simulator's settings from a method's option values (option name -> value, as the
-    training script, the sweep and the launchers name them; None: not set): MG-WFBP's
-    ``mgwfbp_min_group`` elements become ``min_group_bytes`` (fp32), its ``mgwfbp_ab`` (where
-    the merge's alpha and beta come from: "measured" or the original's "table") ``plan_ab``
-    (``ddlbench.model.cell`` reads it)."""
-    out = {k: values[k] for k in SIMULATED if values.get(k) is not None}
-    if values.get("mgwfbp_min_group") is not None:
-        out["min_group_bytes"] = 4 * int(values["mgwfbp_min_group"])
-    if values.get("mgwfbp_ab") is not None:
-        out["plan_ab"] = str(values["mgwfbp_ab"])
-    return out

@@ -1,42 +1,42 @@
-"""One cell's prediction, the one path into the performance model (issue 45): ``predict``.
+"""One cell's prediction, the one path into the performance model: ``predict``.
 
 The command line (``python -m ddlbench.model.predict``: ``run_one`` and ``--advise``), the sweep
 (``benchmarks.py --predict-only`` and a calibrated sweep's predictions,
 ``ddlbench.sweep.predicted.Predictor.predict``) and the validation against the survey
-(``ddlbench.model.validation.predict_cell``) all ask ``predict``, so a cell has one number
-whoever asks. A cell is a method with its settings (the simulator's names,
-``rules.simulator_settings``), a workload (``simulate.Compute``, already at the device's and
-the machine's pace: the caller's business, as are the profile's slowest rank and the codec's
-times), a worker count P and its network: a ``topology.Network`` (a topology file or comm_bench
-files), a bare all-reduce ``link`` (the CLI's --alpha/--beta or the profile's own fit when no
-network is given; the validation's ``original`` source, the original's alpha-beta table, beside
-the topology whose servers the PS cells use), or both (the link then costs every all-reduce,
-the network the parameter servers). Decided here, and nowhere else (docs/DESIGN.md sections 3,
-4 and 6):
+(``ddlbench.model.validation.predict_cell``) all ask ``predict``, so a cell has one number whoever
+asks. A cell is a method with its options (an instance of the method's ``Options``,
+``simulate.options_for``; its rule reads them), a workload (``simulate.Compute``, already at the
+device's and the machine's pace: the caller's business, as are the profile's slowest rank and the
+codec's times), a worker count P and its network: a ``topology.Network`` (a topology file or
+comm_bench files), a bare all-reduce ``link`` (the CLI's --alpha/--beta or the profile's own fit
+when no network is given; the validation's ``original`` source, the original's alpha-beta table,
+beside the topology whose servers the PS cells use), or both (the link then costs every all-reduce,
+the network the parameter servers). Decided here, and nowhere else (docs/DESIGN.md sections 3, 4 and
+6):
 
-- **One machine.** A parameter-server job whose workers are all on one machine runs no server
-  unless ``force_servers`` (BytePS with one worker machine "is basically doing NCCL
-  allreduce", bytedance/byteps docs/best-practice.md; the original's launch.sh set
-  DMLC_NUM_WORKER to nworkers/4; the training script's ``--ps-force-servers``): the cell is the
-  replay of the all-reduce method the PS method's rule names (``Rule.one_machine``) on the
-  all-reduce link, with that method's default settings and those of the cell it also takes
-  (``batches_per_iter`` among them). One machine: P = 1 always; on a topology P <=
-  devices_per_node; on comm_bench files only P = 1 (they do not say where the workers sat)
-  unless the caller says (``one_machine``). A PS cell at P = 1 is therefore the all-reduce
-  method's single-worker replay, the device's compute and the method's own host work.
+- **One machine.** A parameter-server job whose workers are all on one machine runs no server unless
+  ``force_servers`` (BytePS with one worker machine "is basically doing NCCL allreduce",
+  bytedance/byteps docs/best-practice.md; the original's launch.sh set DMLC_NUM_WORKER to
+  nworkers/4; the training script's ``--ps-force-servers``): the cell is the replay of the
+  all-reduce method the PS method's rule names (``Rule.one_machine``) on the all-reduce link, with
+  that method's default options and the values of the cell's options it also declares (and the
+  cell's ``batches_per_iter``). One machine: P = 1 always; on a topology P <= devices_per_node; on
+  comm_bench files only P = 1 (they do not say where the workers sat) unless the caller says
+  (``one_machine``). A PS cell at P = 1 is therefore the all-reduce method's single-worker replay,
+  the device's compute and the method's own host work.
 - **PS clients.** ``ps_clients`` "machine" (BytePS: a machine's leader pushes its machine's sum)
   adds the machine's local sum (``Network.local_reduce``); "process" pushes from every worker.
+  ``ps_clients`` and ``nservers`` are the PS method's options unless the caller gives them;
   ``nservers`` None: the network's default (one per worker machine; comm_bench: the servers it
   was measured with). ``ps_interference`` (a dict of ``Compute`` slowdowns, the profile's
   beside push/pulls): replaces the workload's slowdowns for a push/pull replay; None keeps
   them. A PS cell run as a local all-reduce keeps the workload's own (the all-reduces').
-- **MG-WFBP's plan.** The setting ``plan_ab`` (the method's ``mgwfbp_ab``): "measured" (the
-  default) plans the merge on the link the cell is costed on (a run measures its own link);
-  "table" plans with the original suite's alpha-beta table for P and ``table_network`` (the
-  label the launchers export as DDLBENCH_NETWORK: rdma1 and rdma2 the 56Gbps table, anything
-  else the 10Gbps one; ``planning.original_alpha_beta``: 1 worker 0 and 0, a P the table lacks
-  one line), as the original planned whatever the network; the messages are then costed on
-  the cell's link.
+- **MG-WFBP's plan.** The option its rule names (``Rule.plan_ab``: MG-WFBP's ``mgwfbp_ab``):
+  "measured" (the default) plans the merge on the link the cell is costed on (a run measures its own
+  link); "table" plans with the original suite's alpha-beta table for P and ``table_network`` (the
+  label the launchers export as DDLBENCH_NETWORK: rdma1 and rdma2 the 56Gbps table, anything else
+  the 10Gbps one; ``planning.original_alpha_beta``: 1 worker 0 and 0, a P the table lacks one line),
+  as the original planned whatever the network; the messages are then costed on the cell's link.
 - **One worker.** A network's links cost nothing at P = 1 (``topology``); a bare link is the
   caller's and costs what it says at every P.
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 import compression
 
 from .. import methods
-from . import rules, simulate, topology
+from . import simulate, topology
 from ..errors import UsageError
 from ..planning import DEFAULT_PS_CLIENTS, PS_CLIENTS, original_alpha_beta
 
@@ -58,8 +58,6 @@ PLAN_AB = ("measured", "table")
 LOCAL_NOTE = "local all-reduce: {method} (one machine: BytePS non-distributed, no server)"
 TABLE_NOTE = ("planned with the original's {table} alpha-beta table at P = {p} (alpha "
               "{alpha:.3g} s, beta {beta:.3g} s/B)")
-# the settings a PS cell hands to its one-machine all-reduce method besides that method's own
-CARRIED = ("batches_per_iter",)
 
 
 @dataclass(frozen=True)
@@ -74,12 +72,6 @@ class Answer:
 
     def throughput(self, batch: int, nworkers: int) -> float:
         return self.prediction.throughput(batch, nworkers)
-
-
-def default_settings(method: str) -> dict:
-    """The simulator's settings of ``method`` at its options' defaults."""
-    cls = methods.lookup(method)
-    return rules.simulator_settings({s.name: s.default for s in cls.Options.specs()})
 
 
 def is_one_machine(nworkers: int, network: topology.Network | None,
@@ -98,37 +90,42 @@ def local_method(method: str, nworkers: int, network: topology.Network | None,
     """The all-reduce method a PS ``method`` runs as at ``nworkers`` (one machine, no server
     forced), else None (it pushes and pulls; an all-reduce method: None)."""
     cls = simulate.method_class(method)
-    if cls.architecture != methods.PS or force_servers or not cls.model.one_machine:
+    if cls.architecture != methods.PS or force_servers or not cls.rule.one_machine:
         return None
-    return cls.model.one_machine if is_one_machine(nworkers, network, one_machine) else None
+    return cls.rule.one_machine if is_one_machine(nworkers, network, one_machine) else None
 
 
-def predict(method: str, work: simulate.Compute, nworkers: int, settings: dict | None = None,
-            *, network: topology.Network | None = None, link: simulate.Link | None = None,
-            link_source: str | None = None, codec: simulate.Codec = simulate.NO_CODEC,
-            ps_clients: str = DEFAULT_PS_CLIENTS, nservers: int | None = None,
-            force_servers: bool = False, ps_interference: dict | None = None,
-            one_machine: bool | None = None, table_network: str | None = None) -> Answer:
-    """``method``'s iteration at ``nworkers`` (the module's docstring says what is decided
-    here); every problem one UsageError."""
+def predict(method: str, work: simulate.Compute, nworkers: int, options=None, *,
+            batches_per_iter: int | None = None, network: topology.Network | None = None,
+            link: simulate.Link | None = None, link_source: str | None = None,
+            codec: simulate.Codec = simulate.NO_CODEC, ps_clients: str | None = None,
+            nservers: int | None = None, force_servers: bool = False,
+            ps_interference: dict | None = None, one_machine: bool | None = None,
+            table_network: str | None = None) -> Answer:
+    """``method``'s iteration at ``nworkers`` with ``options`` (an instance of its
+    ``Options``; None: its defaults) and ByteScheduler's timing round ``batches_per_iter``
+    (the module's docstring says what is decided here); every problem one UsageError."""
     cls = simulate.method_class(method)
+    options = simulate.options_for(method, options)
+    if ps_clients is None:
+        ps_clients = getattr(options, "ps_clients", DEFAULT_PS_CLIENTS)
+    if nservers is None:
+        nservers = getattr(options, "nservers", None)
     _check(method, cls, nworkers, network, link, codec, ps_clients)
-    settings = dict(settings or {})
-    plan_ab = settings.pop("plan_ab", None) or PLAN_AB[0]
+    plan_ab = getattr(options, cls.rule.plan_ab) if cls.rule.plan_ab else PLAN_AB[0]
     if plan_ab not in PLAN_AB:
         raise UsageError(f"MG-WFBP's alpha-beta comes from {' or '.join(PLAN_AB)}, not "
                          f"{plan_ab!r}")
     local = local_method(method, nworkers, network, one_machine, force_servers)
     if cls.architecture == methods.PS and local is None:
-        return _push_pull(method, work, nworkers, settings, network, ps_clients, nservers,
-                          ps_interference)
+        return _push_pull(method, work, nworkers, options, batches_per_iter, network,
+                          ps_clients, nservers, ps_interference)
     notes = []
     if local is not None:
         notes.append(LOCAL_NOTE.format(method=local))
-        own = default_settings(local)
-        settings = {**own, **{k: v for k, v in settings.items() if k in own or k in CARRIED}}
-    answer = _all_reduce(local or method, work, nworkers, settings, network, link, link_source,
-                         codec, plan_ab, table_network)
+        options = simulate.options_for(local, None, **options.as_dict())
+    answer = _all_reduce(local or method, work, nworkers, options, batches_per_iter, network,
+                         link, link_source, codec, plan_ab, table_network)
     return replace(answer, notes=tuple(notes) + answer.notes, ps_local=local)
 
 
@@ -148,8 +145,8 @@ def _check(method, cls, nworkers, network, link, codec, ps_clients) -> None:
                          f"(it takes {', '.join(allowed)})")
 
 
-def _push_pull(method, work, nworkers, settings, network, ps_clients, nservers,
-               ps_interference) -> Answer:
+def _push_pull(method, work, nworkers, options, batches_per_iter, network, ps_clients,
+               nservers, ps_interference) -> Answer:
     """A PS cell with its servers: push/pull through the network's."""
     if network is None:
         raise UsageError(f"method {method} at {nworkers} workers pushes to parameter servers: "
@@ -161,12 +158,12 @@ def _push_pull(method, work, nworkers, settings, network, ps_clients, nservers,
         work = replace(work, **{"compute_slowdown": 0.0, "comm_slowdown": 0.0,
                                 **ps_interference})
     p = simulate.predict(method, work, None, servers=servers, local=local, nworkers=nworkers,
-                         **settings)
+                         options=options, batches_per_iter=batches_per_iter)
     return Answer(p, network.name)
 
 
-def _all_reduce(method, work, nworkers, settings, network, link, link_source, codec, plan_ab,
-                table_network) -> Answer:
+def _all_reduce(method, work, nworkers, options, batches_per_iter, network, link, link_source,
+                codec, plan_ab, table_network) -> Answer:
     """An all-reduce cell (or a PS cell's local all-reduce) on the cell's link."""
     if link is None:
         ar, where = network.link("allreduce", nworkers), network.name
@@ -177,12 +174,13 @@ def _all_reduce(method, work, nworkers, settings, network, link, link_source, co
         if codec.gathers:
             gather = network.link("allgather", nworkers) if network is not None else ar
         codec = replace(codec, nworkers=nworkers, allgather=gather)
-    rule = simulate.method_class(method).model
-    if plan_ab != "table" or rule.grouping is None:
+    cls = simulate.method_class(method)
+    if plan_ab != "table" or cls.rule.grouping is None:
         return Answer(simulate.predict(method, work, ar, codec=codec, nworkers=nworkers,
-                                       **settings), where)
+                                       options=options, batches_per_iter=batches_per_iter),
+                      where)
     table, alpha, beta = original_alpha_beta(nworkers, table_network)
-    groups = rule.groups(work, simulate.Link(alpha, beta), settings)
+    groups = cls.rule.groups(cls, work, simulate.Link(alpha, beta), options)
     p = simulate.replay(work, ar, groups, method=method, codec=codec, nworkers=nworkers)
     return Answer(p, where, (TABLE_NOTE.format(table=table, p=nworkers, alpha=alpha,
                                                beta=beta),))

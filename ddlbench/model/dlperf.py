@@ -1,4 +1,4 @@
-"""DLPerf's published throughputs predicted before any comparison (issue 45, item 4):
+"""DLPerf's published throughputs predicted before any comparison:
 ``python -m ddlbench.model.dlperf``.
 
     python -m ddlbench.model.dlperf            # print every prediction
@@ -183,8 +183,8 @@ def predict_all(path: str = REFERENCE, network: str = TOPOLOGY) -> dict:
     for c in to_predict(path):
         single = single_gpu(c["table"], c["framework"], path)
         work = workload(c["model"], c["batch_size"], single)
-        answer = cell_model.predict(c["method"], work, c["nworkers"], c["settings"],
-                                    network=net)
+        options = simulate.options_for(c["method"], **c["settings"])
+        answer = cell_model.predict(c["method"], work, c["nworkers"], options, network=net)
         pred = answer.prediction
         got = pred.throughput(c["batch_size"], c["nworkers"])
         rows.append({**c, "single_gpu": single, "predicted": round(got, 2),

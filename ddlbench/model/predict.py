@@ -4,12 +4,12 @@
         --nworkers 2 --output resnet18.json
     python -m ddlbench.model.predict --profile resnet18.json --method all
     python -m ddlbench.model.predict --profile configs/profiles/h200_resnet50_bs64.json \\
-        --network cloud-100g --nworkers 8,64,1024 --advise
+        --topology cloud-100g --nworkers 8,64,1024 --advise
 
 The profile (the profiler's JSON: forward time, per-tensor backward times, shapes and bytes in
 backward order, the optimizer's step, and the alpha and beta it fitted on the all-reduces of the
 run it measured) goes through ``ddlbench.model.simulate``: one steady-state iteration per method and
-worker count. The network is ``--network``: a topology (``configs/topology/NAME.yaml``, a name of
+worker count. The network is ``--topology``: a topology (``configs/topology/NAME.yaml``, a name of
 one, or any such file: nodes, devices per node, links, ring or hierarchical all-reduce,
 parameter servers) or ``python -m ddlbench.measure.comm_bench --output`` files (comma-separated,
 one per
@@ -23,10 +23,14 @@ original suite's results layout); ``--output`` writes them as JSON, ``--traces D
 prediction's trace (``python -m ddlbench.timeline`` reads them beside a measured one).
 ``--compressor`` (any registered, with its options' flags) costs what the compressor declares it
 sends (``compression.Compressor.sends_for``) with its encode and decode time per element from
-``--codec FILE`` (``python -m compression.bench --output``).
+``--codec FILE`` (``python -m ddlbench.measure.codec_bench --output``).
 ``--device-throughput X`` rescales the profile's compute so that one worker trains X samples/s
 (another device, same shape). ``--advise`` searches each method's settings with the simulator
 and prints them ranked, with the speedup over DDP at its defaults.
+
+The methods' options are the training script's flags, generated from the registry
+(``ddlbench.methods``: the same names, flags, checks and defaults, a plugin's included), and a
+method's options (``options_of``) are what its rule reads (``ddlbench.methods.rules``).
 
 Each prediction is ``ddlbench.model.cell.predict``'s, the one path the sweep and the validation
 take too: a PS method whose workers fit one machine of the topology runs as its local
@@ -36,6 +40,7 @@ is costed on, or with ``--mgwfbp-ab table`` the original's table for the worker 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -48,13 +53,11 @@ import compression
 from .. import methods, timeline
 from . import cell, simulate, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
-from ..options import LIMITS, add_flags, add_ps_flags
+from ..options import LIMITS, add_flags
 from ..measure.profile_file import read_profile
 from ..methods import PS
-from ..planning import (BYTESCHEDULER_CREDIT, BYTESCHEDULER_PARTITION, DDP_DEFAULT_BUCKET_MB,
-                        DEFAULT_MIN_GROUP_ELEMENTS, DEFAULT_PARTITION_BYTES,
-                        original_alpha_beta)
-from .rules import MIB
+from ..methods.rules import MIB
+from ..planning import DEFAULT_PARTITION_BYTES, original_alpha_beta
 
 # The largest worker count predicted: the suite's bound on --nworkers (options.LIMITS, 2**20),
 # far above the 1024 workers the model is made for.
@@ -77,9 +80,11 @@ def parse_args(argv=None):
                    help="the model the profile must be of (a check; default: the profile's)")
     p.add_argument("--method", default="all",
                    help=f"comma-separated, or all ({', '.join(simulate.METHODS)})")
-    p.add_argument("--network", default=None,
+    p.add_argument("--topology", default=None,
                    help="topology YAML (or the name of one in configs/topology: "
                         f"{', '.join(topology.names())}) or comm_bench JSON files")
+    # the flag's old name: refused with one line (check)
+    p.add_argument("--network", dest="old_network", default=None, help=argparse.SUPPRESS)
     p.add_argument("--extrapolate", action="store_true",
                    help="comm_bench files: cost worker counts they lack with the ring's "
                         "per-step alpha and beta of the nearest measured count")
@@ -102,30 +107,17 @@ def parse_args(argv=None):
                    help="the training thread's time to issue one collective, in us (the "
                         "bucketed all-reduce methods'; default: the profile's host.issue_s, "
                         "else 0)")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="fusion's (and the PS methods') buffer in bytes (default: each "
-                        "method's)")
-    p.add_argument("--bucket-cap-mb", type=float, default=DDP_DEFAULT_BUCKET_MB)
-    p.add_argument("--min-group", type=int, default=DEFAULT_MIN_GROUP_ELEMENTS, metavar="ELEMENTS",
-                   help="MG-WFBP's small-group merge (fp32 elements; 0: off)")
-    p.add_argument("--mgwfbp-ab", default="measured", choices=cell.PLAN_AB,
-                   help="MG-WFBP's plan: on the link it is costed on (measured, as a run "
-                        "measures its own) or with the original's alpha-beta table for the "
-                        "worker count (table)")
+    # the methods' options, as the training script has them (their declarations' flags)
+    add_flags(p.add_argument_group("methods' options (each: the methods declaring it and their "
+                                   "defaults; --nservers: default the network's servers)"),
+              methods.option_owners())
     p.add_argument("--ab-network", default=None, choices=("rdma0", "rdma1", "rdma2"),
                    help="--mgwfbp-ab table: the network whose table (as DDLBENCH_NETWORK: "
                         "rdma1 and rdma2 the 56Gbps one; default: the 10Gbps one)")
-    p.add_argument("--partition", type=int, default=BYTESCHEDULER_PARTITION,
-                   help="ByteScheduler's chunk size in elements")
-    p.add_argument("--credit", type=int, default=BYTESCHEDULER_CREDIT,
-                   help="ByteScheduler's credit window in elements")
     p.add_argument("--num-batches-per-iter", type=int, default=None, metavar="STEPS",
                    help="predict a timing round of the training script's protocol (STEPS "
                         "steps, then synchronize: ByteScheduler's next forward loses its "
                         "overlap there) to compare with a run; default: steady state")
-    add_ps_flags(p, nservers_default=None, what="the PS methods: ",
-                 nservers_help="parameter servers (default: the network's, one per worker "
-                               "machine)")
     p.add_argument("--ps-force-servers", action="store_true",
                    help="the PS methods push to servers even when the workers fit one "
                         "machine (default: there they run as a local all-reduce, as BytePS)")
@@ -133,7 +125,7 @@ def parse_args(argv=None):
                    help=f"one of {', '.join(compression.COMPRESSORS)}")
     add_flags(p, compression.option_owners())
     p.add_argument("--codec", default=None, metavar="FILE",
-                   help="compression.bench --output JSON: encode/decode time per element")
+                   help="codec_bench --output JSON: encode/decode time per element")
     p.add_argument("--advise", action="store_true",
                    help="search each method's settings and rank the methods")
     p.add_argument("--output", default=None, help="write the predictions here as JSON")
@@ -173,22 +165,21 @@ def _finite(flag: str, value) -> None:
 
 def check(args) -> list[str]:
     """The methods to predict; every problem one UsageError."""
+    if args.old_network is not None:
+        raise UsageError("--network is now --topology (a topology file or name, or comm_bench "
+                         "files)")
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
-    if args.alpha is not None and args.network:
-        raise UsageError("--alpha/--beta or --network, not both")
+    if args.alpha is not None and args.topology:
+        raise UsageError("--alpha/--beta or --topology, not both")
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta),
-                        ("--optimizer-ms", args.optimizer_ms), ("--threshold", args.threshold),
-                        ("--issue-us", args.issue_us),
-                        ("--min-group", args.min_group)):
+                        ("--optimizer-ms", args.optimizer_ms), ("--issue-us", args.issue_us)):
         _finite(flag, value)
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
-    for flag, value in (("--batch-size", args.batch_size),
-                        ("--bucket-cap-mb", args.bucket_cap_mb), ("--partition", args.partition),
-                        ("--credit", args.credit), ("--nservers", args.nservers),
+    _check_method_options(args)
+    for flag, value in (("--batch-size", args.batch_size), ("--nservers", args.nservers),
                         ("--num-batches-per-iter", args.num_batches_per_iter),
-                        ("--partition-bytes", args.partition_bytes),
                         ("--device-throughput", args.device_throughput)):
         _finite(flag, value)
         if value is not None and not value > 0:
@@ -211,7 +202,7 @@ def check(args) -> list[str]:
         raise UsageError("--method names no method")
     if args.method == "all":
         # what the network and the compressor allow
-        if not args.network:
+        if not args.topology:
             names = [m for m in names if m not in simulate.PS_METHODS]
         taken = simulate.COMPRESSORS_OF
         names = [m for m in names if args.compressor in taken[m]]
@@ -221,16 +212,34 @@ def check(args) -> list[str]:
             if args.compressor not in allowed:
                 raise UsageError(f"method {m} does not take compressor {args.compressor} "
                                  f"(it takes {', '.join(allowed)})")
-    if args.method != "all" and not args.network:
+    if args.method != "all" and not args.topology:
         ps = [m for m in names if m in simulate.PS_METHODS]
         if ps:
-            raise UsageError(f"{', '.join(ps)} need(s) --network (a topology, or comm_bench "
+            raise UsageError(f"{', '.join(ps)} need(s) --topology (a topology, or comm_bench "
                              f"files with --ops pushpull)")
     if args.output:
         check_writable(args.output)
     if args.traces:
         check_writable(args.traces, "--traces", folder=True)
     return names
+
+
+def _check_method_options(args) -> None:
+    """The methods' option flags checked as the training script checks them (each
+    declaration's one line), after one line for a number that is none (inf, nan)."""
+    for name, (spec, _) in methods.option_owners().items():
+        value = getattr(args, name)
+        if isinstance(value, float):
+            _finite(spec.flag, value)
+        problem = spec.problem(value)
+        if problem:
+            raise UsageError(problem)
+
+
+def options_of(args, method: str):
+    """``method``'s options from the flags (``Options.resolve``, as a run builds them: a flag
+    not given is the method's default)."""
+    return simulate.method_class(method).Options.resolve(vars(args))
 
 
 def measured_over(prof: dict) -> str:
@@ -394,7 +403,7 @@ def compressor_options(args) -> dict:
 def _codec_times(path: str | None, model: str,
                  compressor: str) -> tuple[float, float, float]:
     """(encode, decode, encode done when a bucket is waited for) seconds per dense element,
-    from ``compression.bench --output``; a file from before the last was written has 0 for
+    from ``codec_bench --output``; a file from before the last was written has 0 for
     it."""
     if path is None or compressor == "none":
         return 0.0, 0.0, 0.0
@@ -410,7 +419,7 @@ def _codec_times(path: str | None, model: str,
         entry = ((of or {}).get("compressors") or {}).get(compressor)
     if not isinstance(entry, dict) or "encode_s_per_element" not in entry:
         raise UsageError(f"--codec {path} has no {compressor} timing for model {model} "
-                         f"(write one with python -m compression.bench --model {model} "
+                         f"(write one with python -m ddlbench.measure.codec_bench --model {model} "
                          f"--compressor {compressor} --output FILE)")
     return (float(entry["encode_s_per_element"]), float(entry["decode_s_per_element"]),
             float(entry.get("encode_at_wait_s_per_element") or 0.0))
@@ -449,40 +458,32 @@ class Setting:
         return self.network.ps(self.nworkers, nservers, self.args.ps_clients)
 
 
-def settings_of(args, method: str) -> dict:
-    """The flags' settings for ``method`` (the simulator's names)."""
-    s = {"bucket_cap_mb": args.bucket_cap_mb, "min_group_bytes": args.min_group * 4,
-         "partition": args.partition, "credit": args.credit,
-         "partition_bytes": args.partition_bytes, "nservers": args.nservers}
-    if args.threshold is not None:
-        s["threshold"] = args.threshold
-    if args.num_batches_per_iter is not None:
-        s["batches_per_iter"] = args.num_batches_per_iter
-    return s
+def _plans_on_table(args, method: str) -> bool:
+    """Whether ``method`` plans its grouping with the original's alpha-beta table under the
+    flags (the option its rule names, ``Rule.plan_ab``: MG-WFBP's ``--mgwfbp-ab``)."""
+    option = simulate.method_class(method).rule.plan_ab
+    return option is not None and getattr(options_of(args, method), option) == "table"
 
 
-def _takes_ab(method: str) -> bool:
-    """Whether ``method`` has MG-WFBP's --mgwfbp-ab (its plan's alpha-beta source)."""
-    cls = simulate.method_class(method)
-    return any(spec.name == "mgwfbp_ab" for spec in cls.Options.specs())
-
-
-def run_one(method: str, work, setting: Setting, codec, settings: dict):
+def run_one(method: str, work, setting: Setting, codec, values: dict | None = None,
+            options=None):
     """``method``'s prediction at ``setting`` (``run_cell``'s)."""
-    return run_cell(method, work, setting, codec, settings).prediction
+    return run_cell(method, work, setting, codec, values, options).prediction
 
 
-def run_cell(method: str, work, setting: Setting, codec, settings: dict) -> cell.Answer:
+def run_cell(method: str, work, setting: Setting, codec, values: dict | None = None,
+             options=None) -> cell.Answer:
     """``method`` at ``setting`` by ``ddlbench.model.cell.predict``, the one path the sweep
-    and the validation take too: the prediction, where its network came from, notes."""
-    settings = dict(settings)
-    nservers = settings.pop("nservers", None)
+    and the validation take too: the prediction, where its network came from, notes. Its
+    options: ``options`` (default: the flags', ``options_of``) with ``values`` (option name
+    -> value, an ``--advise`` grid's) applied by ``dataclasses.replace``."""
     args = setting.args
-    if _takes_ab(method):
-        settings.setdefault("plan_ab", args.mgwfbp_ab)
-    return cell.predict(method, work, setting.nworkers, settings, network=setting.network,
+    if options is None:
+        options = options_of(args, method)
+    options = simulate.options_for(method, options, **(values or {}))
+    return cell.predict(method, work, setting.nworkers, options,
+                        batches_per_iter=args.num_batches_per_iter, network=setting.network,
                         link=setting.given, link_source=setting.source, codec=codec,
-                        ps_clients=args.ps_clients, nservers=nservers,
                         force_servers=args.ps_force_servers,
                         ps_interference=setting.ps_interference,
                         table_network=args.ab_network)
@@ -491,11 +492,11 @@ def run_cell(method: str, work, setting: Setting, codec, settings: dict) -> cell
 # --------------------------------------------------------------------------- advice
 
 def _grid(method: str, setting: Setting, work) -> list[dict]:
-    """The settings ``--advise`` tries for ``method``: its rule's grid (``rules.Rule.advise``),
-    for a parameter-server method crossed with the servers and partitions the network allows,
-    and the settings its definition fixes."""
+    """The option values ``--advise`` tries for ``method`` (option name -> value, applied to
+    its options by ``dataclasses.replace``): its rule's grid (``rules.Rule.advise``), for a
+    parameter-server method crossed with the servers and partitions the network allows."""
     cls = simulate.method_class(method)
-    own = cls.model.advise(sum(work.nbytes))
+    own = cls.rule.advise(sum(work.nbytes))
     if cls.architecture == PS:
         if hasattr(setting.network, "default_nservers"):
             machines = setting.network.default_nservers(setting.nworkers)
@@ -506,21 +507,21 @@ def _grid(method: str, setting: Setting, work) -> list[dict]:
         parts = (1 << 20, DEFAULT_PARTITION_BYTES, 16 << 20)
         own = [{"nservers": k, "partition_bytes": p, **s}
                for k in counts for p in parts for s in own]
-    return [{**s, **cls.model.fixed} for s in own]
+    return own
 
 
-def _describe(settings: dict, method: str = "") -> str:
+def _describe(values: dict) -> str:
+    """An ``--advise`` grid's option values in a few words."""
     parts = []
-    fixed = simulate.method_class(method).model.fixed if method else {}
-    for key, value in settings.items():
-        if value is None or key in fixed:
+    for key, value in values.items():
+        if value is None:
             continue
         if key == "threshold":
             parts.append(f"threshold {value / MIB:g} MiB")
         elif key == "partition_bytes":
             parts.append(f"partition {value / MIB:g} MiB")
-        elif key == "min_group_bytes":
-            parts.append(f"min group {value // 4} el.")
+        elif key == "mgwfbp_min_group":
+            parts.append(f"min group {value} el.")
         elif key == "bucket_cap_mb":
             parts.append(f"bucket cap {value:g} MiB")
         elif key in ("partition", "credit"):
@@ -538,7 +539,7 @@ def _reason(p) -> str:
     hidden = "-" if m["overlap"] is None else f"{100 * m['overlap']:.0f}%"
     n = len(p.message_bytes)
     cls = simulate.method_class(p.method)
-    what = "unit" if cls.architecture == PS and cls.model.grouping is not None else "message"
+    what = "unit" if cls.architecture == PS and cls.rule.grouping is not None else "message"
     return (f"{n} {what}{'s' if n != 1 else ''}, {comm:.1f} ms of communication, {hidden} "
             f"hidden, {m['exposed_s'] * 1e3:.1f} ms exposed")
 
@@ -549,9 +550,10 @@ def baseline() -> str:
 
 
 def advise(names, work, setting, codec, batch) -> list[dict]:
-    """Per method the best of its settings grid; ranked, with the speedup over DDP at its
-    defaults."""
-    ddp = run_one(baseline(), work, setting, simulate.NO_CODEC, {})
+    """Per method the best of its settings grid (on its options from the flags); ranked, with
+    the speedup over DDP at its defaults."""
+    ddp = run_one(baseline(), work, setting, simulate.NO_CODEC,
+                  options=simulate.options_for(baseline()))
     rows = []
     for name in names:
         best = None
@@ -584,7 +586,7 @@ def run(args) -> int:
         raise UsageError(f"profile {args.profile} is of model {prof['model']}, not "
                          f"{args.model}")
     work, batch = _workload_for(args, prof)
-    network = topology.load(args.network, args.extrapolate) if args.network else None
+    network = topology.load(args.topology, args.extrapolate) if args.topology else None
     counts = args.counts or [int(prof.get("nworkers") or 1)]
     enc, dec, enc_wait = _codec_times(args.codec, prof["model"], args.compressor)
     codec = simulate.Codec(args.compressor, 1, compressor_options(args), enc, dec,
@@ -594,7 +596,7 @@ def run(args) -> int:
     for setting in settings:
         if any(setting.pushes(m) for m in names):
             setting.servers(args.nservers)
-        if args.mgwfbp_ab == "table" and any(_takes_ab(m) for m in names):
+        if any(_plans_on_table(args, m) for m in names):
             original_alpha_beta(setting.nworkers, args.ab_network)
         if codec.gathers:
             setting.allgather()
@@ -664,7 +666,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
               f"replay takes its pace")
     if args.advise:
         ranked = advise(names, work, setting, codec, batch)
-        rows = [[r["method"], _describe(r["settings"], r["method"]), f"{r['throughput']:.1f}",
+        rows = [[r["method"], _describe(r["settings"]), f"{r['throughput']:.1f}",
                  f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]] for r in ranked]
         print("\n".join(_table(["method", "best settings", f"{unit}/s total", "vs DDP default",
                                 "bound by", "why"], rows, left=(0, 1, 4, 5))))
@@ -673,7 +675,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
         return [{"nworkers": nworkers, "slowest_rank": slow, "advice": ranked}]
     rows, out, notes = [], [], []
     for name in names:
-        answer = run_cell(name, work, setting, codec, settings_of(args, name))
+        answer = run_cell(name, work, setting, codec)
         p, m = answer.prediction, answer.prediction.metrics
         notes += [f"{name}: {note}" for note in answer.notes]
         rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
@@ -703,7 +705,7 @@ def _write(args, prof, counts, batch, network, work, out) -> None:
     link = None if network else Setting(args, prof, None, 1).link
     with open_to_write(args.output) as f:
         json.dump({"profile": args.profile, "model": prof["model"], "nworkers": counts,
-                   "batch_size": batch, "network": args.network,
+                   "batch_size": batch, "network": args.topology,
                    "compressor": args.compressor, "optimizer_s": work.optimizer_s,
                    "compute_slowdown": work.compute_slowdown,
                    "comm_slowdown": work.comm_slowdown,

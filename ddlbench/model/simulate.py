@@ -1,5 +1,5 @@
-"""The performance model's replay (issue 18, first part): one steady-state training iteration of
-an all-reduce method, event by event, from a compute profile and a per-message network model
+"""The performance model's replay: one steady-state training iteration of an all-reduce
+method, event by event, from a compute profile and a per-message network model
 (docs/DESIGN.md section 3). Pure: no torch, no job.
 
 **Inputs.** ``Compute``: the forward time, each gradient tensor's backward time (the gap since
@@ -17,12 +17,14 @@ optimizer as compute, the method's ``step`` as a wait, each message a ``comm`` s
 bytes and tensors, so ``timeline.overlap`` gives the predicted metrics and ``timeline.trace``
 a trace that ``python -m ddlbench.timeline`` reads beside a measured one.
 
-**Methods**: each method's class declares its rule (``Method.model``, a ``rules.Rule``) and
-the replay reads it from the registry (``method_class``), naming no method itself. A rule with
-a grouping sends those messages (``rules.one_message`` after the backward, BSP;
-``rules.per_tensor``; ``rules.buckets`` of at most ``threshold`` bytes, as the methods pack
-them; ``rules.ddp``, DDP's rebuilt buckets in gradient order, the first 1 MiB at the default
-cap, its first-iteration order ignored; ``rules.merged``, the suite's own
+**Methods**: each method's class declares its rule (``Method.rule``, a
+``ddlbench.methods.rules.Rule``) and the replay reads it from the registry (``method_class``),
+naming no method itself; the rule reads the method's resolved options (``options_for``: an
+instance of its ``Options``, the defaults with the values given). A rule with a grouping sends
+those messages (``rules.one_message`` after the backward, BSP; ``rules.per_tensor``;
+``rules.fused``, buckets of at most the method's ``fusion_threshold`` bytes, as the methods
+pack them; ``rules.ddp``, DDP's rebuilt buckets in gradient order, the first 1 MiB at the
+default cap, its first-iteration order ignored; ``rules.merged``, the suite's own
 ``planning.merge_groups`` on the same inputs). With one channel the iteration is exactly
 ``forward_s + planning.schedule_time(...) + optimizer_s`` (the section 3 recurrences). A rule
 with ``scheduler`` replays ByteScheduler (``bytescheduler()``): several iterations in steady
@@ -87,7 +89,7 @@ from ..errors import UsageError
 from ..planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from ..planning import BYTESCHEDULER_PARTITION as BS_PARTITION
 from ..planning import DEFAULT_PARTITION_BYTES, chunk_table
-from .rules import MGWFBP_MIN_GROUP_BYTES, MIB, Rule  # noqa: F401 (the model's names)
+from ..methods.rules import MIB, Rule  # noqa: F401 (the model's names)
 
 
 @dataclass(frozen=True)
@@ -311,12 +313,12 @@ class Codec:
     declares for a bucket (``compression.Compressor.sends_for``, with its resolved
     ``options``: all-reduces on the message ``Link``, all-gathers on ``allgather``, costed by
     their gathered bytes) and its encode and decode time per dense element it declares
-    (``python -m compression.bench --output``): on the training thread for the bucketed
+    (``codec_bench --output``): on the training thread for the bucketed
     methods (``_HostWork``: encoded when handed over, decoded in the step), on the message's
     channel before and after its collectives for DDP (a thread of its own) and ByteScheduler
     (its dispatcher and completer). ``encode_at_wait_s_per_element``: the part of the encode
     the compressor does only when the bucket is waited for, before the collectives it then
-    issues (``phases``; PowerSGD's Q), from compression.bench. ``options``: the compressor's
+    issues (``phases``; PowerSGD's Q), from codec_bench. ``options``: the compressor's
     ``Options``, or a mapping of option values (others' ignored) or None (its defaults), which
     are resolved to them."""
     compressor: str = "none"
@@ -673,14 +675,14 @@ class _CoSim:
 # --------------------------------------------------------------------------- the methods' rules
 
 def method_class(method: str):
-    """The registered class of ``method`` (its ``model`` rule, architecture and compressors);
-    a UsageError naming the modelled methods when it has no rule."""
+    """The registered class of ``method`` (its ``rule``, options, architecture and
+    compressors); a UsageError naming the modelled methods when it has no rule."""
     from .. import methods
     try:
         cls = methods.lookup(method)
     except UsageError:
         cls = None
-    if cls is None or getattr(cls, "model", None) is None:
+    if cls is None or getattr(cls, "rule", None) is None:
         raise UsageError(f"cannot predict method {method!r}; modelled: {', '.join(_modelled())}")
     return cls
 
@@ -691,13 +693,13 @@ def _modelled(architecture: str | None = None, grouped: bool | None = None) -> l
     server, within each BSP first, then the registry's order, ByteScheduler's schedule last."""
     from .. import methods
     found = [(mid, cls) for mid, cls in methods.registry().items()
-             if getattr(cls, "model", None) is not None
+             if getattr(cls, "rule", None) is not None
              and architecture in (None, cls.architecture)
-             and grouped in (None, cls.model.grouping is not None)]
+             and grouped in (None, cls.rule.grouping is not None)]
     order = {mid: i for i, (mid, _) in enumerate(found)}
     return sorted(order, key=lambda mid: (
-        methods.lookup(mid).architecture != methods.A2A, methods.lookup(mid).model.scheduler,
-        not methods.lookup(mid).model.after_backward, order[mid]))
+        methods.lookup(mid).architecture != methods.A2A, methods.lookup(mid).rule.scheduler,
+        not methods.lookup(mid).rule.after_backward, order[mid]))
 
 
 def __getattr__(name: str):
@@ -711,7 +713,7 @@ def __getattr__(name: str):
     if name == "PS_METHODS":
         return tuple(_modelled(PS))
     if name in ("GROUPINGS", "PS_GROUPINGS"):
-        return {m: method_class(m).model.grouping
+        return {m: method_class(m).rule.grouping
                 for m in _modelled(A2A if name == "GROUPINGS" else PS, grouped=True)}
     if name == "COMPRESSORS_OF":
         return {m: tuple(c for c in compression.COMPRESSORS
@@ -724,18 +726,43 @@ def _rule(method: str) -> Rule | None:
     """``method``'s rule; None for a name the registry does not know (``replay``'s groups given
     by hand: sent as they are ready, the bucketed methods' host work)."""
     try:
-        return method_class(method).model
+        return method_class(method).rule
     except UsageError:
         return None
 
 
-def groups_of(method: str, work: Compute, link: Link | None, **settings) -> list[list[int]]:
+def options_for(method: str, options=None, **values):
+    """``method``'s resolved options, an instance of its class's ``Options`` (what a run's
+    ``RunConfig.of`` builds, which its rule reads): ``options`` (None: the declared defaults)
+    with ``values`` (option name -> value, as the training script, the sweep and the launchers
+    name them; None: unchanged) applied by ``dataclasses.replace``, unchecked (the model
+    replays any value, the training script's lower bounds included: the commands check their
+    flags and files where they read them). A name ``method`` does not declare is skipped (one
+    set of values may serve several methods); one that no registered method declares is a
+    UsageError."""
+    from ..methods import option_owners
+    cls = method_class(method)
+    if options is None:
+        options = cls.Options()
+    elif not isinstance(options, cls.Options):
+        raise UsageError(f"method {method} takes {cls.Options.__name__}, not "
+                         f"{type(options).__name__}")
+    specs = {spec.name: spec for spec in cls.Options.specs()}
+    unknown = sorted(set(values) - set(specs) - set(option_owners()))
+    if unknown:
+        raise UsageError(f"no method has an option {unknown[0]!r}")
+    given = {k: v for k, v in values.items() if k in specs and v is not None}
+    return replace(options, **given) if given else options
+
+
+def groups_of(method: str, work: Compute, link: Link | None, options=None,
+              **values) -> list[list[int]]:
     """The messages (all-reduce) or units (PS) ``method`` sends per iteration, as groups of
-    backward positions."""
-    rule = method_class(method).model
-    if rule.grouping is None:
+    backward positions, with its options (``options_for``)."""
+    cls = method_class(method)
+    if cls.rule.grouping is None:
         raise UsageError(f"method {method} sends ByteScheduler's chunks, not fixed groups")
-    return rule.groups(work, link, settings)
+    return cls.rule.groups(cls, work, link, options_for(method, options, **values))
 
 
 class _HostWork:
@@ -1120,16 +1147,19 @@ class _Schedule:
 
 def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
-            local: Link | None = None, nworkers: int = 1, **settings) -> Prediction:
-    """``method``'s iteration (its settings as the training script names them: ``threshold``
-    bytes, ``bucket_cap_mb``, ``min_group_bytes``; ``partition`` and ``credit`` elements;
-    ``partition_bytes`` for the PS methods; ``batches_per_iter``: ByteScheduler's timing round,
-    see ``bytescheduler``; the other methods finish every iteration in it). All-reduce methods
-    cost messages on ``link``
+            local: Link | None = None, nworkers: int = 1, options=None,
+            batches_per_iter: int | None = None, **values) -> Prediction:
+    """``method``'s iteration with its options (``options_for``: ``options``, an instance of
+    its ``Options``, None its defaults, with ``values`` by option name; its rule reads them:
+    a fusion threshold, ``bucket_cap_mb``, ``mgwfbp_min_group``; ByteScheduler's
+    ``partition`` and ``credit`` in elements; ``partition_bytes`` for the PS methods).
+    ``batches_per_iter``: ByteScheduler's timing round, see ``bytescheduler``; the other
+    methods finish every iteration in it. All-reduce methods cost messages on ``link``
     (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
     sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1)."""
     cls = method_class(method)
-    rule = cls.model
+    rule = cls.rule
+    options = options_for(method, options, **values)
     why = cls.accepts(codec.compressor)
     if why is not None:
         allowed = [c for c in compression.COMPRESSORS if cls.accepts(c) is None]
@@ -1139,24 +1169,23 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     if cls.architecture == PS:
         if servers is None:
             raise UsageError(f"method {method} needs the parameter servers' links")
-        partition_bytes = int(settings.get("partition_bytes", DEFAULT_PARTITION_BYTES))
+        partition_bytes = int(getattr(options, "partition_bytes", DEFAULT_PARTITION_BYTES))
         if rule.scheduler:
-            return bytescheduler(work, link, credit=int(settings.get("credit", BS_CREDIT)),
+            return bytescheduler(work, link, credit=int(getattr(options, "credit", BS_CREDIT)),
                                  servers=servers, partition_bytes=partition_bytes,
                                  local=local, nworkers=nworkers,
-                                 batches_per_iter=settings.get("batches_per_iter"),
-                                 method=method)
-        return replay(work, None, rule.groups(work, None, settings), method=method,
+                                 batches_per_iter=batches_per_iter, method=method)
+        return replay(work, None, rule.groups(cls, work, None, options), method=method,
                       servers=servers, partition_bytes=partition_bytes, local=local,
                       nworkers=nworkers)
     if link is None:
         raise UsageError(f"method {method} needs an all-reduce link")
     if rule.scheduler:
-        return bytescheduler(work, link, int(settings.get("partition", BS_PARTITION)),
-                             int(settings.get("credit", BS_CREDIT)), channels, codec=codec,
-                             nworkers=nworkers, batches_per_iter=settings.get("batches_per_iter"),
+        return bytescheduler(work, link, int(getattr(options, "partition", BS_PARTITION)),
+                             int(getattr(options, "credit", BS_CREDIT)), channels, codec=codec,
+                             nworkers=nworkers, batches_per_iter=batches_per_iter,
                              method=method)
-    return replay(work, link, rule.groups(work, link, settings), channels, method,
+    return replay(work, link, rule.groups(cls, work, link, options), channels, method,
                   codec, nworkers=nworkers)
 
 

@@ -1,4 +1,4 @@
-"""The performance model against the survey's published table (issue 18):
+"""The performance model against the survey's published table:
 ``python -m ddlbench.model.validation survey``.
 
     python -m ddlbench.model.validation survey                              # topology files
@@ -78,7 +78,7 @@ import time
 
 from .. import methods, yamlfile
 from . import cell as cell_model
-from . import predict, rules, simulate, survey, topology
+from . import predict, simulate, survey, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
 from ..measure.profile_file import read_profile
 from ..options import BATCHES_PER_ITER
@@ -117,12 +117,12 @@ def survey_methods(architecture: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=4)
 def preset_settings(path: str = PRESET) -> dict[str, dict]:
-    """method -> the simulator's settings of the survey's runs as the paper preset
-    (``configs/paper.yaml``) runs them: each method's options at their defaults, then as its
-    ``methods:`` entry sets them (MG-WFBP's ``mgwfbp_ab: table``, ByteScheduler's partition
-    and credit, BSP-PS's threshold), and the preset's timing round (``timing:
-    batches_per_iter``, ByteScheduler's; the others finish every iteration in it). So
-    ``benchmarks.py --config paper --predict-only`` and this validation predict a cell alike."""
+    """method -> the settings of the survey's runs as the paper preset (``configs/paper.yaml``)
+    runs them: each method's option values at their defaults, then as its ``methods:`` entry
+    sets them (MG-WFBP's ``mgwfbp_ab: table``, ByteScheduler's partition and credit, BSP-PS's
+    threshold), and the preset's timing round (``batches_per_iter``, from ``timing:``,
+    ByteScheduler's; the others finish every iteration in it). So ``benchmarks.py --config
+    paper --predict-only`` and this validation predict a cell alike."""
     doc = yamlfile.load(path, "the paper preset")
     entries = doc.get("methods") if isinstance(doc, dict) else None
     timing = (doc.get("timing") if isinstance(doc, dict) else None) or {}
@@ -138,25 +138,25 @@ def preset_settings(path: str = PRESET) -> dict[str, dict]:
                              f"method")
         specs = methods.lookup(entry["method"]).Options.specs()
         values = {s.name: entry.get(s.name, s.default) for s in specs}
-        out[entry["method"]] = {**rules.simulator_settings(values), "batches_per_iter": rounds}
+        out[entry["method"]] = {**values, "batches_per_iter": rounds}
     return out
 
 
 def settings_of(method: str) -> dict:
-    """The simulator's settings of ``method`` in the survey's runs: the paper preset's
-    (``preset_settings``); a method the preset lacks at its defaults, in the preset's timing
-    round."""
+    """The settings of ``method`` in the survey's runs (its option values and
+    ``batches_per_iter``): the paper preset's (``preset_settings``); a method the preset lacks
+    at its defaults, in the preset's timing round."""
     preset = preset_settings()
     if method in preset:
         return dict(preset[method])
     rounds = next(iter(preset.values()), {}).get("batches_per_iter", BATCHES_PER_ITER)
-    return {**cell_model.default_settings(method), "batches_per_iter": rounds}
+    return {**simulate.options_for(method).as_dict(), "batches_per_iter": rounds}
 
 
 def ps_local_analogue() -> dict[str, str]:
     """PS method -> the all-reduce method BytePS runs as on one machine (its rule's)."""
-    return {m: cls.model.one_machine for m, cls in methods.registry().items()
-            if cls.model is not None and cls.model.one_machine}
+    return {m: cls.rule.one_machine for m, cls in methods.registry().items()
+            if cls.rule is not None and cls.rule.one_machine}
 
 
 class NotModelled(Exception):
@@ -225,7 +225,10 @@ def predict_cell(cell: dict, work: simulate.Compute, source: str, networks: dict
                 methods.lookup(method).architecture == methods.A2A
                 or cell_model.local_method(method, p, net) is not None):
             link, where = a2a_link(cell, source, networks, tables)
-        return cell_model.predict(method, work, p, settings_of(method), network=net,
+        values = settings_of(method)
+        rounds = values.pop("batches_per_iter")
+        return cell_model.predict(method, work, p, simulate.options_for(method, **values),
+                                  batches_per_iter=rounds, network=net,
                                   link=link, link_source=where, ps_clients=PS_CLIENTS,
                                   table_network=f"rdma{cell['rdma']}")
     except UsageError as e:

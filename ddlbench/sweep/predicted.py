@@ -16,7 +16,7 @@ What a cell is predicted from (the sweep file's optional ``predict:`` mapping)::
       networks: {rdma0: survey-10gbe, local: my-comm-bench.json}  # network -> topology/files
       profiles: {resnet50: configs/profiles/h200_resnet50_bs64.json}  # model (or model_BS)
       device_throughput: survey     # or {resnet50: 253.1}: one worker's samples/s (rescales)
-      codec: codec.json             # compression.bench --output (encode/decode per element)
+      codec: codec.json             # codec_bench --output (encode/decode per element)
 
 Defaults: the networks ``rdma0``/``rdma1``/``rdma2`` are the survey's cluster
 (``configs/topology/survey-10gbe``, ``-100gib``, ``-100gbe``); a task's profile is the shipped
@@ -31,7 +31,7 @@ import json
 import os
 
 from ..model import cell as cell_model
-from ..model import predict, rules, simulate, survey, topology
+from ..model import predict, simulate, survey, topology
 from ..errors import UsageError
 from ..options import BATCHES_PER_ITER
 from ..measure.profile_file import read_profile
@@ -137,16 +137,15 @@ class Predictor:
                                           else None)
         enc, dec, enc_wait = (x * self.pace * slow * shared for x in predict._codec_times(
             codec_file, prof["model"], compressor))
-        settings = rules.simulator_settings(m)
+        # the cell's options as its run resolves them (the rule reads them)
+        options = simulate.method_class(m["method"]).Options.resolve(m)
         # the run's timing round (a method whose next forward overlaps the last step's tail,
         # ByteScheduler's, loses that at the synchronize ending it; the others ignore it)
-        settings["batches_per_iter"] = int(self.sweep.timing.get("batches_per_iter",
-                                                                 BATCHES_PER_ITER))
+        rounds = int(self.sweep.timing.get("batches_per_iter", BATCHES_PER_ITER))
         answer = cell_model.predict(
-            m["method"], work, P, settings, network=net,
+            m["method"], work, P, options, batches_per_iter=rounds, network=net,
             codec=simulate.Codec(compressor, P, m, enc, dec,
                                  encode_at_wait_s_per_element=enc_wait),
-            ps_clients=m.get("ps_clients", "machine"), nservers=m.get("nservers"),
             ps_interference=predict.interference_of(prof, ps=True),
             one_machine=cell.one_machine,
             table_network=(cell.network.name if cell.network.kind == "rdma" else None))
