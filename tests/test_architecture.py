@@ -93,6 +93,74 @@ def test_every_module_is_in_a_layer_and_imports_only_its_own_or_lower_layers():
     assert upward == []
 
 
+# the packages of a lower layer: every module under them stays in their layer, so none reaches
+# up to what measures, runs or models them (a module placed higher in the table would be one)
+LOWER_PACKAGES = ("compression", "models")
+
+
+def _reaching_up(graph: dict[str, set[str]], layers) -> list[str]:
+    """Each import, by a module of ``LOWER_PACKAGES``, of a module above its package's layer,
+    whatever layer the table gives the importer."""
+    found = []
+    for pkg in LOWER_PACKAGES:
+        own = _layer_of(pkg, layers)
+        for m in sorted(graph):
+            if m == pkg or m.startswith(pkg + "."):
+                found += [f"{m} imports {d} (layer {_layer_of(d, layers)}, above {pkg}'s {own})"
+                          for d in sorted(graph[m]) if _layer_of(d, layers) > own]
+    return found
+
+
+def test_no_module_of_a_lower_package_imports_a_higher_layer():
+    """Nothing under compression/ or models/ imports the measurement, the methods, the model,
+    the run or the sweep (the codec benchmark, which records its figures, lives in
+    ddlbench.measure), even where the table would place one of their modules higher."""
+    layers = _layers()
+    assert _reaching_up(_imports(_modules()), layers) == []
+    # as compression.bench once did: placed in the run layer, importing measure.record
+    assert _reaching_up({"compression.bench": {"ddlbench.measure.record", "ddlbench.errors"}},
+                        layers) == ["compression.bench imports ddlbench.measure.record "
+                                    "(layer 6, above compression's 5)"]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(source: str, path: str) -> list[str]:
+    """``path:line: name (n lines)`` for each function or method of ``source`` longer than
+    ``MAX_FUNCTION_LINES``, from its ``def`` to its last line (decorators not counted), methods
+    and nested functions named by what holds them (``Class.method``, ``outer.inner``)."""
+    found = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                lines = child.end_lineno - child.lineno + 1
+                if not isinstance(child, ast.ClassDef) and lines > MAX_FUNCTION_LINES:
+                    found.append(f"{path}:{child.lineno}: {name} ({lines} lines)")
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+    visit(ast.parse(source, path), "")
+    return found
+
+
+def test_no_function_is_longer_than_80_lines():
+    """Every function and method of the suite's modules (tests excluded) fits in 80 lines; a
+    longer one is named, with its file and line."""
+    found = [f for name, path in sorted(_modules().items())
+             for f in _long_functions(open(path).read(), os.path.relpath(path, REPO))]
+    assert found == []
+
+    def function(name, lines, indent=""):
+        return [f"{indent}def {name}():"] + [f"{indent}    x = {i}" for i in range(lines - 1)]
+    source = "\n".join(function("fits", 80) + ["class C:"] + function("long", 81, "    ")
+                       + function("inner", 81, "        ")) + "\n"
+    assert _long_functions(source, "m.py") == ["m.py:82: C.long (162 lines)",
+                                               "m.py:163: C.long.inner (81 lines)"]
+
+
 def test_the_import_graph_has_no_cycle():
     graph = _imports(_modules())
     state: dict[str, int] = {}  # 1: on the path, 2: done
@@ -118,6 +186,24 @@ def test_every_module_says_what_it_is_in_its_first_line():
         if not doc or not doc.splitlines()[0].strip():
             missing.append(name)
     assert missing == []
+
+
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues?\s+#?\d+")
+
+
+def test_module_docstrings_and_the_readme_name_no_issue_number():
+    """A module's docstring and the README say what a thing is, not which issue asked for it
+    (an issue number means nothing to a reader of the code; docs/RESULTS.md keeps the dated
+    history)."""
+    found = [name for name, path in sorted(_modules().items())
+             if ISSUE_NUMBER.search(ast.get_docstring(ast.parse(open(path).read())) or "")]
+    readme = open(os.path.join(REPO, "README.md")).read()
+    found += [f"README.md:{i}" for i, line in enumerate(readme.splitlines(), 1)
+              if ISSUE_NUMBER.search(line)]
+    assert found == []
+    assert [bool(ISSUE_NUMBER.search(t)) for t in ("(issue 45, item 4)", "issue #4",
+                                                    "Issues 18 and 45", "Iter #0", "issued 4")] \
+        == [True, True, True, False, False]
 
 
 def _design_references():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import compression
-from compression import bench
-from compression.bench import SimComm
+from ddlbench.measure import codec_bench as bench
+from ddlbench.measure.codec_bench import SimComm
 from compression.reference import ReferenceMath
 from ddlbench import train as train_script
 
@@ -333,7 +333,7 @@ def test_bench_bad_input_is_one_line_and_nonzero(capsys, args, message):
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert out == "" and len(lines) == 1, err
-    assert lines[0].startswith("compression.bench: error: ") and message in lines[0], err
+    assert lines[0].startswith("ddlbench: error: ") and message in lines[0], err
 
 
 # ---------------------------------------------------------------------------- bad input

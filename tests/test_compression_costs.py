@@ -1,15 +1,15 @@
 """Each compressor's declaration (``Compressor.sends_for``, the torch-free figures of what it
 sends, which the performance model prices) equals exactly what the real compressor hands to
 collectives, and when (handed over or waited for: docs/DESIGN.md section 7), and
-compression.bench's ``--output`` JSON agrees with it."""
+codec_bench's ``--output`` JSON agrees with it."""
 import json
 
 import pytest
 import torch
 
 import compression
-from compression import bench
-from compression.bench import SimComm
+from ddlbench.measure import codec_bench as bench
+from ddlbench.measure.codec_bench import SimComm
 from ddlbench.errors import UsageError
 
 
@@ -194,4 +194,4 @@ def test_bench_output_that_cannot_be_written_is_one_line(tmp_path, capsys):
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert out == "" and len(lines) == 1, err
-    assert lines[0].startswith("compression.bench: error: --output ") and "folder" in lines[0]
+    assert lines[0].startswith("ddlbench: error: --output ") and "folder" in lines[0]

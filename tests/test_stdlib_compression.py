@@ -50,7 +50,7 @@ try:
 except ImportError as e:
     out["zstd"] = "ImportError"
 import importlib.util
-out["bench"] = importlib.util.find_spec("compression.bench").origin  # torch: not imported
+out["reference"] = importlib.util.find_spec("compression.reference").origin
 print(json.dumps(out))
 """
 
@@ -85,7 +85,7 @@ def test_the_library_s_submodules_load_and_our_names_stay_ours(tmp_path):
     assert out["zstd"] == "stdlib zstd"
     assert out["streams"] == "stdlib _streams"
     assert out["during_init"] == "stdlib zstd", "the __path__ extension must precede our imports"
-    assert out["bench"] == os.path.join(OURS, "bench.py")
+    assert out["reference"] == os.path.join(OURS, "reference.py")
 
 
 def test_without_a_library_package_the_path_is_unchanged(tmp_path):

@@ -143,7 +143,7 @@ QUEUED = {"loopback": 1e-9, "1gbit": 2e-10}
 
 
 def _calibrated(folder, jobs, ps_interference: dict | None = None) -> dict:
-    """The calibration ``jobs``' files in ``folder``, as the profiler, compression.bench and
+    """The calibration ``jobs``' files in ``folder``, as the profiler, codec_bench and
     comm_bench write them, each with its ok line in the store; returns the profile of the
     first network (each network's has that network's ``INTERFERENCE``, and where
     ``ps_interference`` names the network, that ``interference_ps``)."""
@@ -163,7 +163,7 @@ def _calibrated(folder, jobs, ps_interference: dict | None = None) -> dict:
             if net in (ps_interference or {}):
                 body["interference_ps"] = ps_interference[net]
             first = first or body
-        elif j.kind == "codec":     # as compression.bench --output writes it
+        elif j.kind == "codec":     # as codec_bench --output writes it
             body = {"models": {"resnet18": {"compressors": {"powersgd": {
                 "encode_s_per_element": 2e-9, "decode_s_per_element": 1e-9}}}}}
         elif j.kind == "comm":
@@ -238,7 +238,7 @@ logs: {tmp_path / 'logs'}
     assert "--nservers" not in calibrate.profile_job(a2a).command("OUT")
     assert calibrate.profile_job(a2a).name == jobs[0].name
     cmd = jobs[2].command("OUT")
-    assert cmd[1:] == ["-m", "compression.bench", "--model", "resnet18", "--compressor",
+    assert cmd[1:] == ["-m", "ddlbench.measure.codec_bench", "--model", "resnet18", "--compressor",
                        "powersgd", "--nworkers", "2", "--iters", "3", "--threads", "1",
                        "--powersgd-rank", "2", "--output", "OUT"]
     cmd = jobs[4].command("OUT")

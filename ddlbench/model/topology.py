@@ -1,5 +1,5 @@
-"""The performance model's network description (issue 18): what a message costs among P workers,
-from a topology file (``Topology``) or from comm_bench measurements (``Measured``), as the
+"""The performance model's network description: what a message costs among P workers, from
+a topology file (``Topology``) or from comm_bench measurements (``Measured``), as the
 ``simulate.Link`` and ``simulate.ServerLinks`` the replay needs (docs/DESIGN.md sections 3
 and 6). Pure: no torch, no job.
 

@@ -304,7 +304,7 @@ class Comm:
         """``ReduceOp.AVG`` where this group's backend averages in the all-reduce itself
         (``backend_averages``), else None: then sum and divide. None also for one worker
         (nothing to divide) and for a ``Comm`` that is not the process group it reports (no
-        group initialised, or another size: a stand-in such as compression.bench's)."""
+        group initialised, or another size: a stand-in such as codec_bench's)."""
         if self._average_op is False:
             op = None
             if self.size > 1 and dist.is_available() and dist.is_initialized() and \

@@ -63,7 +63,7 @@ class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal
                                # profiles: model -> profile (default: the shipped one)
                                # device_throughput: survey or {model: samples/s}: one worker's
                                #   compute rescaled
-                               # codec: compression.bench --output (the codec's time per element)
+                               # codec: codec_bench --output (the codec's time per element)
       networks: {rdma0: survey-10gbe}
       device_throughput: survey
     calibrate: false           # true: profiler and comm_bench first (local networks), then every

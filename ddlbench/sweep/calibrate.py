@@ -28,8 +28,8 @@ launcher):
   cells: the task's gradient tensors all-reduced one at a time and all at once, from which
   the model's link takes a per-message and a queueing cost (``topology.Measured``); it joins
   only that task's predictions;
-- ``codec``: ``python -m compression.bench`` for each compressor (and its settings) a task's
-  cells use, at their worker count and the sweep's threads: its encode and decode time per
+- ``codec``: ``python -m ddlbench.measure.codec_bench`` for each compressor (and its settings)
+  a task's cells use, at their worker count and the sweep's threads: its encode and decode time per
   element, which the model adds to the method's compute (without it a compressor's codec was
   free: PowerSGD's cells came out 25-76% too fast).
 
@@ -160,9 +160,9 @@ class Job:
         net = self.network
         place = ["--nworkers", str(self.nworkers)]
         if self.kind == "codec":
-            cmd = [sys.executable, "-m", "compression.bench", "--model", self.task["model"],
-                   "--compressor", self.compressor, *place, "--iters", CODEC_ITERS,
-                   "--threads", str(self.threads or 1)]
+            cmd = [sys.executable, "-m", "ddlbench.measure.codec_bench",
+                   "--model", self.task["model"], "--compressor", self.compressor, *place,
+                   "--iters", CODEC_ITERS, "--threads", str(self.threads or 1)]
             for k, v in self.codec_options:
                 cmd += [f"--{k.replace('_', '-')}", str(v)]
             return cmd + ["--output", output]

@@ -395,7 +395,7 @@ class Predict(Options):
     profiles: dict | None = option(None, PATHS, "model -> profile (default: the shipped one)")
     device_throughput: Any = option(None, THROUGHPUT, "survey or {model: samples/s}: one "
                                                       "worker's compute rescaled")
-    codec: str | None = option(None, OPTIONAL_PATH, "compression.bench --output (the codec's "
+    codec: str | None = option(None, OPTIONAL_PATH, "codec_bench --output (the codec's "
                                                     "time per element)")
 
 

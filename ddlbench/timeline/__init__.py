@@ -57,8 +57,8 @@ microseconds; the metadata holds each rank's offset and its uncertainty.
 **Reading** (``load``, ``read``, ``exposed_spans``): a trace file back into each rank's events
 in the recorder's form, and the communication a rank's training thread was not computing
 through; ``python -m ddlbench.timeline`` (``cli.py``) summarises one trace and compares two.
-Traces of long runs reach hundreds of megabytes (issue 47): a file is decoded one event at a
-time into the recorder's tuples, and the metrics look at each event about once (spans sorted
+Traces of long runs reach hundreds of megabytes: a file is decoded one event at a time
+into the recorder's tuples, and the metrics look at each event about once (spans sorted
 by start, each iteration's found by bisection), not once per iteration. An event's times must
 be finite numbers and a span's ``dur`` >= 0.
 """

@@ -1,6 +1,6 @@
 """What each compressor sends, and what encoding and decoding cost, for a model's gradients.
 
-    python -m compression.bench --model resnet50 bert_base --nworkers 8
+    python -m ddlbench.measure.codec_bench --model resnet50 bert_base --nworkers 8
 
 No training and no process group: the gradients are random tensors of the model's shapes,
 grouped into the buckets the fusion method would use (``--threshold``, default 64 MiB as the
@@ -19,10 +19,11 @@ import sys
 import torch
 
 import compression
-from ddlbench.runtime.comm import Comm
-from ddlbench.errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
-from ddlbench.measure import record
-from ddlbench.options import add_flags
+
+from ..errors import EXIT_USAGE, ArgumentParser, UsageError, check_writable
+from ..options import add_flags
+from ..runtime.comm import Comm
+from . import record
 
 
 class _Done:
@@ -58,7 +59,8 @@ def model_buckets(model_name: str, threshold: float, device="cpu"):
     """(parameter indices, shapes) per bucket of the model's gradients in fusion buckets,
     backward order."""
     import models
-    from ddlbench.planning import plan_buckets
+
+    from ..planning import plan_buckets
     work = models.build(model_name)
     params = [p for p in work.model.parameters() if p.requires_grad]
     order = list(reversed(range(len(params))))
@@ -95,7 +97,7 @@ def _mb(x):
 
 
 def main(argv=None) -> int:
-    p = ArgumentParser(prog="python -m compression.bench",
+    p = ArgumentParser(prog="python -m ddlbench.measure.codec_bench",
                        description=__doc__.split("\n")[0])
     p.add_argument("--model", nargs="+", default=["resnet50", "bert_base"])
     p.add_argument("--compressor", nargs="+", default=list(compression.COMPRESSORS))
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
         if args.output:
             check_writable(args.output)
     except UsageError as e:
-        print(f"compression.bench: error: {e}", file=sys.stderr)
+        print(f"ddlbench: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(args.threads)
     device = "cuda" if args.cuda else "cpu"
