@@ -169,3 +169,20 @@ def test_the_design_example_plugin_is_run_checked_and_predicted_with_its_own_opt
         assert got["fusionmb"]["messages"] == messages, got["fusionmb"]
         assert got["fusionmb"]["message_bytes"] == (
             [sum(sizes)] if messages == 1 else [sum(sizes[:3]), sizes[3]])
+
+
+def test_a_plugin_overriding_the_old_threshold_hook_is_one_line(tmp_path):
+    """A bucketed method overriding ``_threshold(self)`` (which neither the method nor the
+    model reads since the threshold became the classmethod ``fusion_threshold``) is refused
+    when the registry loads it: one line naming what to override, exit 2."""
+    old = PLUGIN.replace("    @classmethod\n    def fusion_threshold(cls, options, nbytes):\n"
+                         "        return sum(nbytes) / options.pieces\n",
+                         "    def _threshold(self):\n        return 1.0\n")
+    assert old != PLUGIN
+    proc = run([sys.executable, "-m", "ddlbench.methods", "table"], timeout=120,
+               **_plugin_env(tmp_path, "pieces", old))
+    assert proc.returncode == 2 and proc.stdout == "", describe(proc)
+    assert proc.stderr == ("ddlbench: error: DDLBENCH_METHODS: cannot import 'myplugins.pieces': "
+                           "TypeError: Pieces overrides _threshold(self), which is gone: override "
+                           "the classmethod fusion_threshold(cls, options, nbytes) instead (the "
+                           "method and the performance model both read it)\n")

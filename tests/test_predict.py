@@ -479,3 +479,21 @@ echo "stand-in for $*"
             all(line.endswith(f": {verdict}") for line in bars[2:]), bars
         log = (out / "log.txt").read_text()
         assert log.count("== ") == 6 * (2 if rc else 1)   # appended, as gpu_check.sh's steps
+
+
+def test_the_method_flags_are_the_training_scripts():
+    """predict's method options are the training script's flags, from the same declarations:
+    every option of every registered method, the same destination and default, and no flag of
+    predict's own for any of them."""
+    from ddlbench import flags, methods
+    from .test_hostile import parser_of
+    train = {a.dest: (tuple(a.option_strings), a.default)
+             for a in parser_of(flags.parse_args)._actions}
+    model = {a.dest: (tuple(a.option_strings), a.default)
+             for a in parser_of(predict.parse_args)._actions}
+    names = list(methods.option_owners())
+    assert {"threshold", "mgwfbp_min_group", "partition", "credit", "bucket_cap_mb",
+            "partition_bytes", "nservers", "ps_clients", "mgwfbp_ab"} <= set(names)
+    for name in names:
+        assert model[name] == train[name], name
+    assert not {"min_group", "network"} & set(model)

@@ -110,7 +110,7 @@ def constants(spec: dict) -> dict:
     topology.profile_provenance): the compute measured on the H200, no network."""
     ref = f"shared/reference/h200-layerwise.json, key {spec['key']!r}"
     none = ("no network measured: 0 stands for a free network; give python -m "
-            "ddlbench.model.predict --network (a topology or comm_bench files) or --alpha/--beta")
+            "ddlbench.model.predict --topology (a topology or comm_bench files) or --alpha/--beta")
     return {
         "forward_s": {"kind": "measured", "source": f"one NVIDIA H200, {ref} (tf_s): the "
                       "forward pass, median of 20 iterations"},

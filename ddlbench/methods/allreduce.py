@@ -255,6 +255,15 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
     # the model packs the buckets this class's fusion_threshold gives, as the method does
     rule = rules.Rule(grouping=rules.fused)
 
+    def __init_subclass__(cls, **kwargs):
+        """Refuses the instance method ``_threshold`` a subclass once overrode (neither the
+        method nor the model would read it now): one line naming ``fusion_threshold``."""
+        super().__init_subclass__(**kwargs)
+        if "_threshold" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} overrides _threshold(self), which is gone: override "
+                            f"the classmethod fusion_threshold(cls, options, nbytes) instead "
+                            f"(the method and the performance model both read it)")
+
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
         return None
