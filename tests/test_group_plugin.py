@@ -3,60 +3,29 @@ all-reduce (reduce-scatter inside each machine, all-reduce of the shard across m
 all-gather inside the machine) declared in a package of its own, named by DDLBENCH_METHODS,
 verified on 2 emulated machines x 2 slots, each collective on its group on the timeline, and
 its bytes per worker those its collectives' declarations give, with no file of the suite
-touched."""
+touched. The method is docs/DESIGN.md's worked example, read from there."""
 import json
 import os
 
 from ddlbench import collectives
 
-from .conftest import QUICK_TIMING, TINY_BERT, describe, train, verify_lines
+from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, train, verify_lines
 from . import traces
 
-PLUGIN = '''
-"""Hierarchical all-reduce after the backward, in one file: reduce-scatter of the flat
-gradient inside each machine, all-reduce of the shard across machines, all-gather inside the
-machine."""
-from ddlbench.methods.base import Method
+def _worked_example() -> str:
+    """The method of docs/DESIGN.md section 13's "A method on groups", as written there."""
+    text = open(os.path.join(REPO, "docs", "DESIGN.md")).read()
+    section = text.split("### A method on groups", 1)[1].split("\n### ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-class Hier(Method):
-    id = "hiertest"
-    display = "Hier-Test-A2A"
-    summary = "after the backward: reduce-scatter in the machine, all-reduce across, all-gather"
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.machine = self.comm.group_of("machine")   # asked for in the constructor
-        self.across = self.comm.group_of("across")
-
-    def step(self):
-        import torch
-        grads = [p.grad.reshape(-1) for p in self.params]
-        n = sum(g.numel() for g in grads)
-        local = self.machine.size
-        flat = torch.zeros(-(-n // local) * local, dtype=grads[0].dtype)
-        torch.cat(grads, out=flat[:n])
-        shard = torch.empty(flat.numel() // local, dtype=flat.dtype)
-        self.comm.reduce_scatter(shard, flat, async_op=False, group=self.machine)
-        self.comm.allreduce(shard, async_op=False, group=self.across)
-        self.comm.allgather(flat, shard, async_op=False, group=self.machine)
-        flat.div_(self.comm.size)
-        offset = 0
-        for p in self.params:
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
-        self.optimizer.step()
-
-    def describe(self):
-        return {**super().describe(), "groups": self.comm.describe_groups()}
-'''
 
 
 def _plugin_env(tmp_path):
     pkg = tmp_path / "grouped"
     pkg.mkdir()
     (pkg / "__init__.py").write_text('"""Methods of my own."""\n')
-    (pkg / "hier.py").write_text(PLUGIN)
+    (pkg / "hier.py").write_text(_worked_example())
     return {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "DDLBENCH_METHODS": "grouped.hier"}
 

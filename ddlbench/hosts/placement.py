@@ -25,6 +25,7 @@ Nothing here picks an address or a port of its own: they come from the environme
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from dataclasses import dataclass
 
@@ -198,3 +199,9 @@ def launcher_rank() -> str:
 
 def single() -> Placement:
     return Placement(0, 1, 0, 1, "single", "127.0.0.1", None)
+
+
+def machine_id() -> str:
+    """What tells this worker's machine from the others: ``DDLBENCH_MACHINE`` (the emulated
+    network's host, a launcher's host name), else the host name."""
+    return os.environ.get("DDLBENCH_MACHINE") or socket.gethostname()

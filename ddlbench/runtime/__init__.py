@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import gc
 import os
-import socket
 import sys
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ import torch.distributed as dist
 from .. import compat
 from ..errors import UsageError, first_line
 from ..hosts import pinning
-from ..hosts.placement import Placement
+from ..hosts.placement import Placement, machine_id
 from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
 from .groups import Groups
 from .ps import PSClient
@@ -186,12 +185,6 @@ def init(placement: Placement, job: Job) -> Context:
                    placement.local_world_size, device, backend, placement.launcher,
                    ps=client, nservers=nservers, horovod=horovod, byteps=byteps,
                    groups=Groups(placement.rank, nworkers))
-
-
-def machine_id() -> str:
-    """What tells this worker's machine from the others: ``DDLBENCH_MACHINE`` (the emulated
-    network's host, a launcher's host name), else the host name."""
-    return os.environ.get("DDLBENCH_MACHINE") or socket.gethostname()
 
 
 def _ps_client(ps, group, rank: int, nworkers: int, nservers: int, partition_bytes: int,

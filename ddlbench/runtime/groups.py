@@ -2,7 +2,7 @@
 once, when a method first asks for them, from where the ranks sit.
 
 Where the ranks sit is what the job already knows: every worker's machine
-(``runtime.machine_id``: the emulated host of ``--slots``/``--net``, else the host name, the
+(``hosts.placement.machine_id``: the emulated host of ``--slots``/``--net``, else the host name, the
 same for mpirun host files, torchrun and Slurm), gathered once. Building a group is collective:
 every rank must ask for the same layouts in the same order, which holds when a method asks in
 its constructor (every rank builds the same methods in the same order).
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from ..collectives import LAYOUTS, MACHINE, WORLD, layout_groups
+from ..hosts.placement import machine_id
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Group:
 class Groups:
     """The groups of one job for rank ``rank`` of ``size`` (``handle``: the job's process
     group, None for torch's default; ``machines``: ranks grouped by machine, else gathered
-    from ``runtime.machine_id`` when first needed)."""
+    from ``placement.machine_id`` when first needed)."""
 
     def __init__(self, rank: int, size: int, handle=None, machines: list[list[int]] | None = None):
         self.rank, self.size, self.handle = rank, size, handle
@@ -50,7 +51,6 @@ class Groups:
             if self.size == 1:
                 self._machines = [[0]]
             else:
-                from . import machine_id
                 from .ps import machines
                 ids: list = [None] * self.size
                 dist.all_gather_object(ids, machine_id(), group=self.handle)
