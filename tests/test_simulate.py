@@ -1195,6 +1195,24 @@ def test_a_device_bound_step_is_the_one_resource_replay():
             assert two.iteration_s == pytest.approx(one.iteration_s, rel=1e-12), method
 
 
+def test_with_free_launches_the_two_resources_are_the_one_resource_replay():
+    """One schedule: the one-resource replay (a CPU profile) is the host/device one with the
+    host infinitely far ahead. Every launch free and no host work of the method's, the two
+    resources give the one-resource iteration to the last bit, for every grouped method, on
+    one and two channels, with and without CPU interference."""
+    free = sim.Launch(0.0, [0.0] * 10, 0.0, 0.0)
+    for kappa, mu in ((0.0, 0.0), (0.3, 0.15)):
+        cpu = dataclasses.replace(_launch_work(None), compute_slowdown=kappa, comm_slowdown=mu)
+        gpu = dataclasses.replace(cpu, launch=free)
+        for link in (sim.Link(1e-4, 1e-9), sim.Link(2e-3, 1e-7)):
+            for method in sim.GROUPINGS:
+                for channels in (1, 2):
+                    one = sim.predict(method, cpu, link, channels, nworkers=2)
+                    two = sim.predict(method, gpu, link, channels, nworkers=2)
+                    assert two.iteration_s == one.iteration_s, (method, channels, kappa)
+                    assert sim.DEVICE_ROW in {e[2] for e in two.events}
+
+
 def test_the_host_waits_for_its_communication_thread_in_the_step():
     """The step drains the communication thread (every bucket issued before the training
     thread goes on): a slow issue delays the host's optimizer launch, and so the iteration
