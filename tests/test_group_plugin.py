@@ -6,10 +6,14 @@ its bytes per worker those its collectives' declarations give, with no file of t
 touched. The method is docs/DESIGN.md's worked example, read from there."""
 import json
 import os
+import sys
+
+import pytest
 
 from ddlbench import collectives
 
-from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, train, verify_lines
+from .conftest import QUICK_TIMING, REPO, TINY_BERT, describe, run, train, verify_lines
+from .test_predict import _profile
 from . import traces
 
 def _worked_example() -> str:
@@ -70,3 +74,45 @@ def test_a_two_level_method_in_one_file_verifies_and_counts_its_groups(tmp_path,
     assert seen == {("reduce_scatter", "reduce_scatter @machine", "machine", "a2a"): 4 * steps,
                     ("allreduce", "allreduce @across", "across", None): 4 * steps,
                     ("allgather", "allgather @machine", "machine", None): 4 * steps}, seen
+
+
+TOPOLOGY = """
+nodes: 2
+devices_per_node: 2
+intra_node: {bandwidth: 8GB/s, latency: 2us}
+inter_node: {bandwidth: 1gbit, latency: 30us}
+"""
+
+
+def test_the_model_replays_the_declared_exchange_on_the_groups_of_a_topology(tmp_path):
+    """On 2 machines x 2 devices the declared exchange (reduce-scatter in the machine,
+    all-reduce of the half across, all-gather in the machine) costs what BSP's one all-reduce
+    costs on the same cluster with the hierarchical algorithm; on a network that knows no
+    machines it is one line."""
+    env = _plugin_env(tmp_path)
+    path, prof = _profile(tmp_path)
+    ring, hier = tmp_path / "ring.yaml", tmp_path / "hier.yaml"
+    ring.write_text(TOPOLOGY)
+    hier.write_text(TOPOLOGY + "allreduce: hierarchical\n")
+    predict = [sys.executable, "-m", "ddlbench.model.predict", "--profile", str(path),
+               "--nworkers", "4"]
+    got = {}
+    for name, topo, method in (("exchange", ring, "hiertest"), ("flat", ring, "bspa2a"),
+                               ("hierarchical", hier, "bspa2a")):
+        out = tmp_path / f"{name}.json"
+        proc = run([*predict, "--topology", str(topo), "--method", method, "--output",
+                    str(out)], timeout=120, **env)
+        assert proc.returncode == 0, describe(proc)
+        (got[name],) = json.loads(out.read_text())["predictions"]
+    grad = sum(t["bytes"] for t in prof["tensors"])
+    assert got["exchange"]["messages"] == 1
+    assert got["exchange"]["message_bytes"] == [grad + grad // 2 + grad]
+    assert got["exchange"]["iteration_s"] == pytest.approx(got["hierarchical"]["iteration_s"],
+                                                           rel=1e-12)
+    assert got["exchange"]["iteration_s"] < got["flat"]["iteration_s"]
+    proc = run([*predict, "--alpha", "1e-4", "--beta", "1e-9", "--method", "hiertest"],
+               timeout=120, **env)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "ddlbench: error: method hiertest runs reduce_scatter @machine, allreduce @across, "
+        "allgather @machine per message: give a network that prices them (a topology file), "
+        "not an all-reduce alpha-beta"), describe(proc)

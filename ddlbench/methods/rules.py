@@ -10,7 +10,10 @@ buckets and divides before each all-reduce and issues from C++), which option va
 ``--advise`` searches (``advise``), the option saying where the grouping's alpha and beta come
 from (``plan_ab``: "measured", on the link the cell is costed on, or the original's "table";
 ``ddlbench.model.cell`` reads it) and, for a parameter-server method, the all-reduce method
-BytePS runs as when its workers fit one machine (``one_machine``). The method's architecture
+BytePS runs as when its workers fit one machine (``one_machine``), and, for a method that does
+not all-reduce each message on the whole job, the collectives it runs instead (``exchange``: each a
+``Step``, a collective declared in ``ddlbench.collectives`` on a group layout, on the message or
+a shard of it; the model prices each on the network's link for that layout). The method's architecture
 (``Method.architecture``) says whether its messages are all-reduced or pushed and pulled; what
 compressors it takes, ``Method.accepts``.
 
@@ -22,13 +25,14 @@ defaults are the declared ones); groups are lists of backward positions, in the 
 messages leave. What a method computes from its options to plan its buckets is one torch-free
 classmethod of its class that its own code calls too (``fusion_threshold``,
 ``merge_min_bytes``), so a subclass that overrides it (a plugin's own option) is replayed as it
-runs. Pure: only ``ddlbench.planning``.
+runs. Pure: only ``ddlbench.planning`` and ``ddlbench.collectives``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+from ..collectives import LAYOUTS, WORLD, declared
 from ..planning import ddp_buckets, ddp_first_bucket_bytes, merge_groups, plan_buckets
 
 MIB = 1024 * 1024
@@ -36,6 +40,24 @@ MIB = 1024 * 1024
 
 def _one_grid(total_bytes: int) -> list[dict]:
     return [{}]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One collective of a message's exchange: ``op`` (declared in ``ddlbench.collectives``)
+    on this worker's group of ``layout``, on the whole message or, with ``shard_of``, on 1/l
+    of it, l the size of this worker's group of that layout (the shard a reduce-scatter there
+    left). Sizes as nccl-tests counts them: an all-gather's is the gathered output."""
+    op: str
+    layout: str = WORLD
+    shard_of: str | None = None
+
+    def __post_init__(self):
+        declared(self.op)   # an undeclared collective: one line
+        for layout in (self.layout, self.shard_of or WORLD):
+            if layout not in LAYOUTS:
+                raise TypeError(f"a step's group layout is one of {', '.join(LAYOUTS)}, "
+                                f"not {layout!r}")
 
 
 @dataclass(frozen=True)
@@ -50,10 +72,14 @@ class Rule:
     one_machine: str | None = None
     # the option naming where the grouping's alpha and beta come from ("measured" or "table")
     plan_ab: str | None = None
+    # the collectives each message runs, in order (empty: the compressor's on the whole job)
+    exchange: tuple[Step, ...] = ()
 
     def __post_init__(self):
         if (self.grouping is None) != self.scheduler:
             raise TypeError("a model rule has either a grouping or the scheduler, not both")
+        if self.exchange and self.scheduler:
+            raise TypeError("a declared exchange is per message: it needs a grouping")
 
     def groups(self, method: type, work, link, options) -> list[list[int]]:
         """The messages (all-reduce) or units (PS) ``method`` sends per iteration with

@@ -162,9 +162,25 @@ def _push_pull(method, work, nworkers, options, batches_per_iter, network, ps_cl
     return Answer(p, network.name)
 
 
+def exchange_links(method: str, nworkers: int, network: topology.Network | None) -> tuple:
+    """The links of ``method``'s declared exchange (``Rule.exchange``) at ``nworkers``: per
+    step (collective, share of the message, the network's link for the step's group layout);
+    () for a method that all-reduces each message on the whole job."""
+    steps = simulate.method_class(method).rule.exchange
+    if not steps:
+        return ()
+    if network is None:
+        runs = ", ".join(f"{s.op} @{s.layout}" for s in steps)
+        raise UsageError(f"method {method} runs {runs} per message: give a network that "
+                         f"prices them (a topology file), not an all-reduce alpha-beta")
+    return tuple((s.op, 1.0 / network.group_size(s.shard_of, nworkers) if s.shard_of else 1.0,
+                  network.group_link(s.op, nworkers, s.layout)) for s in steps)
+
+
 def _all_reduce(method, work, nworkers, options, batches_per_iter, network, link, link_source,
                 codec, plan_ab, table_network) -> Answer:
     """An all-reduce cell (or a PS cell's local all-reduce) on the cell's link."""
+    steps = exchange_links(method, nworkers, network if link is None else None)
     if link is None:
         ar, where = network.link("allreduce", nworkers), network.name
     else:
@@ -177,10 +193,11 @@ def _all_reduce(method, work, nworkers, options, batches_per_iter, network, link
     cls = simulate.method_class(method)
     if plan_ab != "table" or cls.rule.grouping is None:
         return Answer(simulate.predict(method, work, ar, codec=codec, nworkers=nworkers,
-                                       options=options, batches_per_iter=batches_per_iter),
-                      where)
+                                       options=options, batches_per_iter=batches_per_iter,
+                                       steps=steps), where)
     table, alpha, beta = original_alpha_beta(nworkers, table_network)
     groups = cls.rule.groups(cls, work, simulate.Link(alpha, beta), options)
-    p = simulate.replay(work, ar, groups, method=method, codec=codec, nworkers=nworkers)
+    p = simulate.replay(work, ar, groups, method=method, codec=codec, nworkers=nworkers,
+                        steps=steps)
     return Answer(p, where, (TABLE_NOTE.format(table=table, p=nworkers, alpha=alpha,
                                                beta=beta),))

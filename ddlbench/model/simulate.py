@@ -405,11 +405,13 @@ class _AllReduce:
     ``defer``: the collectives a compressor issues only when the bucket is waited for
     (``Codec.phases``) are left out of ``send`` and sent by ``send_late`` (the bucketed
     methods wait on the training thread, in the step); without, they follow the others (DDP's
-    and ByteScheduler's threads wait right after starting)."""
+    and ByteScheduler's threads wait right after starting). ``steps``: the method's declared
+    exchange (``Rule.exchange``), each (collective, share of the message, its group's
+    ``Link``), run instead of the compressor's collectives."""
 
     def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False,
-                 average_s_per_byte: float = 0.0):
-        self.link, self.codec, self.defer = link, codec, defer
+                 average_s_per_byte: float = 0.0, steps: tuple = ()):
+        self.link, self.codec, self.defer, self.steps = link, codec, defer, tuple(steps)
         self.average = average_s_per_byte  # the all-reduce's own division (ReduceOp.AVG)
         self.free = [(0.0, i) for i in range(max(1, channels))]
         self.events: list = []
@@ -431,8 +433,9 @@ class _AllReduce:
         row = "allreduce" if lane == 0 else f"allreduce {lane + 1}"
         tensor = {"tensor": label} if label is not None else {}
         payload = 0
-        for op, size in ops:
-            link = self.codec.allgather if op == "allgather" else self.link
+        for op, size, *given in ops:
+            link = given[0] if given else (self.codec.allgather if op == "allgather"
+                                           else self.link)
             end = t + link.time(size, queued)
             self.events.append((op, timeline.COMM, row, t * 1e6, end * 1e6,
                                 {"bytes": size, **tensor}))
@@ -455,6 +458,9 @@ class _AllReduce:
                                 {"elements": elements, **tensor}))
             t += enc
         early, late = self.codec.phases(shapes)
+        if self.steps:   # (a dense message: its one all-reduce's bytes)
+            nbytes = sum(size for _, size in early + late)
+            early, late = [(op, nbytes * share, link) for op, share, link in self.steps], []
         t, payload = self._run(early if self.defer else early + late, t, queued, lane, label)
         if self.average:
             avg = self.average * payload
@@ -866,7 +872,7 @@ class _HostWork:
 def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
-           bsp: bool | None = None, nworkers: int = 1) -> Prediction:
+           bsp: bool | None = None, nworkers: int = 1, steps: tuple = ()) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
@@ -878,7 +884,8 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     section 3 recurrences, up to rounding). The training thread
     packs (and encodes) each group before handing it over and finishes each (decode, divide,
     unpack) in order once it is done (``_HostWork``: ``work.host``'s rates, the codec's times,
-    the divide when ``nworkers`` > 1)."""
+    the divide when ``nworkers`` > 1). ``steps``: a method's declared exchange, (collective,
+    share of the message, ``Link``) each, run for every message instead of its all-reduce."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
@@ -891,7 +898,7 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
         raise UsageError("an all-reduce method needs a link")
     else:
         transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
-                               average_s_per_byte=host.average)
+                               average_s_per_byte=host.average, steps=steps)
     wait_all = bool(rule and rule.after_backward) if bsp is None else bsp
     key, sizes = 0, []
 
@@ -1148,7 +1155,7 @@ class _Schedule:
 def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
             local: Link | None = None, nworkers: int = 1, options=None,
-            batches_per_iter: int | None = None, **values) -> Prediction:
+            batches_per_iter: int | None = None, steps: tuple = (), **values) -> Prediction:
     """``method``'s iteration with its options (``options_for``: ``options``, an instance of
     its ``Options``, None its defaults, with ``values`` by option name; its rule reads them:
     a fusion threshold, ``bucket_cap_mb``, ``mgwfbp_min_group``; ByteScheduler's
@@ -1156,7 +1163,9 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     ``batches_per_iter``: ByteScheduler's timing round, see ``bytescheduler``; the other
     methods finish every iteration in it. All-reduce methods cost messages on ``link``
     (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
-    sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1)."""
+    sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1).
+    ``steps``: the links of a rule's declared exchange (``Rule.exchange``; ``cell`` gives
+    them from the network), (collective, share of the message, ``Link``) each."""
     cls = method_class(method)
     rule = cls.rule
     options = options_for(method, options, **values)
@@ -1185,8 +1194,11 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
                              int(getattr(options, "credit", BS_CREDIT)), channels, codec=codec,
                              nworkers=nworkers, batches_per_iter=batches_per_iter,
                              method=method)
+    if len(rule.exchange) != len(steps):
+        raise UsageError(f"method {method} declares {len(rule.exchange)} collective(s) per "
+                         f"message; their links were given for {len(steps)}")
     return replay(work, link, rule.groups(cls, work, link, options), channels, method,
-                  codec, nworkers=nworkers)
+                  codec, nworkers=nworkers, steps=steps)
 
 
 def bytescheduler(work: Compute, link: Link | None, partition: int = None, credit: int = None,

@@ -131,8 +131,8 @@ from dataclasses import dataclass, replace
 
 from .. import yamlfile
 from . import simulate
-from ..collectives import (LAYOUTS, MACHINE, RING_OPS, WORLD, ring_collective,
-                           ring_link, split)
+from ..collectives import (LAYOUTS, MACHINE, RING_OPS, WORLD, layout_size,
+                           ring_collective, ring_link, split)
 from ..errors import UsageError, read_json
 from ..planning import PS_CLIENTS
 
@@ -205,9 +205,18 @@ class Network:
         other layout (one line)."""
         if layout == WORLD:
             return self.link(op, nworkers)
-        raise UsageError(f"network {self.name} knows no machines: it prices collectives on the "
-                         f"whole job, not on {layout!r} groups; describe the cluster as a "
-                         f"topology (configs/topology/) for a method on groups")
+        raise self._no_machines(layout)
+
+    def group_size(self, layout: str, nworkers: int) -> int:
+        """The size of this worker's group of ``layout`` in a job of ``nworkers``."""
+        if layout == WORLD:
+            return nworkers
+        raise self._no_machines(layout)
+
+    def _no_machines(self, layout: str) -> UsageError:
+        return UsageError(f"network {self.name} knows no machines: it prices collectives on "
+                          f"the whole job, not on {layout!r} groups; describe the cluster as a "
+                          f"topology (configs/topology/) for a method on groups")
 
     def ps(self, nworkers: int, nservers: int | None = None,
            clients: str = "machine") -> simulate.ServerLinks:
@@ -588,6 +597,11 @@ class Topology(Network):
         if count == 1:
             return _zero()
         return simulate.Link(*ring_collective(split(op)[0], a, b, count))
+
+    def group_size(self, layout: str, nworkers: int) -> int:
+        """The fullest machine's l (``machine``), the machines spanned n (``across``), or P."""
+        self._shape(nworkers)
+        return layout_size(layout, nworkers, self.devices_per_node)
 
     def default_nservers(self, nworkers: int) -> int:
         """``servers: count``, else one per worker machine."""
