@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ddlbench import timeline
-from ddlbench.model import predict, simulate, topology
+from ddlbench.model import cell, predict, simulate, topology
 from ddlbench.errors import UsageError
 from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
 
@@ -59,8 +59,11 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.startswith("Predicted: hand-made, batch 8 per worker, compute 25.0 ms")
     got = json.loads(out.read_text())
-    # without a network: the all-reduce methods, on the profile's alpha and beta
-    allreduce = [m for m in simulate.METHODS if m not in simulate.PS_METHODS]
+    # without a network: the all-reduce methods on the whole job, on the profile's alpha and
+    # beta (not a method on the groups of the placement: no machines to price them on)
+    allreduce = [m for m in simulate.METHODS
+                 if m not in simulate.PS_METHODS and not cell.on_machines(m)]
+    assert "hier" in simulate.METHODS and "hier" not in allreduce
     assert [p["method"] for p in got["predictions"]] == allreduce
     work = predict.workload_of(prof, 0.002)
     link = simulate.Link(1e-3, 1e-9)
@@ -248,8 +251,9 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
         if p["method"] in simulate.PS_METHODS:
             expected = simulate.predict(p["method"], work, None, servers=net.ps(P),
                                         local=net.local_reduce(P))
-        else:
-            expected = simulate.predict(p["method"], work, net.link("allreduce", P))
+        else:   # (a method on the groups of the placement: its collectives' links)
+            expected = simulate.predict(p["method"], work, net.link("allreduce", P),
+                                        steps=cell.exchange_links(p["method"], P, net))
         assert p["iteration_s"] == expected.iteration_s, (p["method"], P)
     assert predict.main(["--profile", str(path), "--topology", str(net_file), "--nworkers",
                          "8", "--method", "wfbp", "--compressor", "fp16", "--output",
@@ -411,17 +415,17 @@ def test_host_path_bars_decide_issue_44s_gpu_bars_from_the_overhead_records(tmp_
         "BERT-Large bs 8: wfbp / DDP with per-tensor buckets >= 0.95: 0.960 [0.950, 0.970]: shown",
         "BERT-Large bs 8: bspa2a / DDP, one bucket >= 0.98: 0.975 -: NOT met",
         *[f"ResNet-50 bs 64: {m} / bare loop >= 0.97: no figure (overhead_resnet50.json, {m}): "
-          f"missing" for m in ("wfbp", "fusion", "bspa2a", "bytescheduler", "mgwfbp")]]
+          f"missing" for m in ("wfbp", "fusion", "bspa2a", "bytescheduler", "hier", "mgwfbp")]]
     (tmp_path / "overhead_bert.json").write_text(json.dumps(_overhead_record({
         "wfbp": {"method/bare": (0.85, None), "method/ddp_match": (0.95, None)},
         "bspa2a": {"method/ddp_match": (0.98, [0.98, 0.99])}})))
     (tmp_path / "overhead_resnet50.json").write_text(json.dumps(_overhead_record(
         {m: {"method/bare": (0.97, None)}
-         for m in ("bspa2a", "wfbp", "fusion", "mgwfbp", "bytescheduler")})))
+         for m in ("bspa2a", "wfbp", "fusion", "mgwfbp", "bytescheduler", "hier")})))
     proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
     assert [line.rsplit(": ", 1)[1] for line in proc.stdout.splitlines()] == \
-        ["met", "met", "shown"] + ["met"] * 5
+        ["met", "met", "shown"] + ["met"] * 6
     (tmp_path / "overhead_bert.json").write_text("{not json")
     proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith(
@@ -471,11 +475,12 @@ echo "stand-in for $*"
         # every all-reduce method and DDP on ResNet-50; what BERT-Large's bars read and DDP
         ran = [line.split()[line.split().index("--methods") + 1].split(",")
                for line in (lines[1], lines[3])]
-        assert sorted(ran[0]) == ["bspa2a", "bytescheduler", "ddp", "fusion", "mgwfbp", "wfbp"]
+        assert sorted(ran[0]) == ["bspa2a", "bytescheduler", "ddp", "fusion", "hier", "mgwfbp",
+                                  "wfbp"]
         assert sorted(ran[1]) == ["bspa2a", "ddp", "wfbp"]
         bars = [line for line in proc.stdout.splitlines() if line.startswith(("BERT", "ResNet"))]
         # 0.96 meets the wfbp bars (0.85, 0.95), not bspa2a's (0.98) nor ResNet-50's (0.97)
-        assert len(bars) == 8 and all(line.endswith(": met") for line in bars[:2]) and \
+        assert len(bars) == 9 and all(line.endswith(": met") for line in bars[:2]) and \
             all(line.endswith(f": {verdict}") for line in bars[2:]), bars
         log = (out / "log.txt").read_text()
         assert log.count("== ") == 6 * (2 if rc else 1)   # appended, as gpu_check.sh's steps

@@ -626,7 +626,10 @@ PS_LINK = sim.ServerLinks(1e-4, 1e-9, 5e-10, nservers=2, pushers=4)
 def _every(method, work, link, **kw):
     if method in PS_METHODS:
         return sim.predict(method, work, None, servers=PS_LINK, **kw)
-    return sim.predict(method, work, link, **kw)
+    # a method with an exchange of its own: each collective on the link, a shard at half
+    steps = tuple((s.op, 0.5 if s.shard_of else 1.0, link)
+                  for s in sim.method_class(method).rule.exchange)
+    return sim.predict(method, work, link, steps=steps, **kw)
 
 
 @pytest.mark.parametrize("seed", range(3))

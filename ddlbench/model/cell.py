@@ -162,6 +162,14 @@ def _push_pull(method, work, nworkers, options, batches_per_iter, network, ps_cl
     return Answer(p, network.name)
 
 
+def on_machines(method: str) -> bool:
+    """Whether ``method`` runs collectives on groups of the placement (``machine``,
+    ``across``): only a network that knows machines (a topology) prices it."""
+    from ..collectives import WORLD
+    return any(s.layout != WORLD or s.shard_of not in (None, WORLD)
+               for s in simulate.method_class(method).rule.exchange)
+
+
 def exchange_links(method: str, nworkers: int, network: topology.Network | None) -> tuple:
     """The links of ``method``'s declared exchange (``Rule.exchange``) at ``nworkers``: per
     step (collective, share of the message, the network's link for the step's group layout);

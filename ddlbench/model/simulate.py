@@ -711,7 +711,8 @@ def _modelled(architecture: str | None = None, grouped: bool | None = None) -> l
 def __getattr__(name: str):
     """Views of the registry's rules (no method is named here): ``METHODS`` (every modelled
     method), ``PS_METHODS``, ``GROUPINGS`` and ``PS_GROUPINGS`` (id -> grouping of the methods
-    that send fixed groups, all-reduced or pushed), ``COMPRESSORS_OF`` (id -> the compressors
+    that send fixed groups, all-reduced on the whole job or pushed; not those that declare an
+    exchange of their own, ``Rule.exchange``), ``COMPRESSORS_OF`` (id -> the compressors
     it takes)."""
     from ..methods import A2A, PS
     if name == "METHODS":
@@ -720,7 +721,8 @@ def __getattr__(name: str):
         return tuple(_modelled(PS))
     if name in ("GROUPINGS", "PS_GROUPINGS"):
         return {m: method_class(m).rule.grouping
-                for m in _modelled(A2A if name == "GROUPINGS" else PS, grouped=True)}
+                for m in _modelled(A2A if name == "GROUPINGS" else PS, grouped=True)
+                if not method_class(m).rule.exchange}
     if name == "COMPRESSORS_OF":
         return {m: tuple(c for c in compression.COMPRESSORS
                          if method_class(m).accepts(c) is None)

@@ -275,6 +275,13 @@ class Comm:
             self._groups = Groups(self.rank, self.size, self.group)
         return self._groups.get(layout)
 
+    def machines(self) -> list[list[int]]:
+        """The job's ranks grouped by machine (gathered once, on every rank, when first
+        asked)."""
+        if self._groups is None:
+            self._groups = Groups(self.rank, self.size, self.group)
+        return self._groups.machines
+
     def describe_groups(self) -> dict | None:
         """The layouts built, each as its groups of job ranks (None: only the whole job)."""
         if self._groups is None or len(self._groups._built) == 1:
