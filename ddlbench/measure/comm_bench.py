@@ -12,11 +12,14 @@ is the slowest rank's, and a size's time is the median of those (``--stat mean``
 nccl-tests reports; the median shrugs off a worker descheduled on a shared machine). One line per
 size, nccl-tests style:
 
-- ``size``: bytes of the message: for all-reduce the tensor every rank holds, for all-gather the
-  gathered output (P x the bytes each rank sends), as nccl-tests counts them; ``count``: fp32
-  elements of that message;
+- ``size``: bytes of the message: for all-reduce, reduce-scatter and all-to-all the tensor
+  every rank holds, for all-gather the gathered output (P x the bytes each rank sends), as
+  nccl-tests counts them; ``count``: fp32 elements of that message;
 - ``algbw = size / time``; ``busbw = algbw * 2(P-1)/P`` for all-reduce and ``algbw * (P-1)/P``
-  for all-gather (``ddlbench.costs``, docs/DESIGN.md section 3); GB/s = 1e9 bytes/s;
+  for reduce-scatter, all-gather and all-to-all (the collective's declared bus factor,
+  ``ddlbench.collectives``, docs/DESIGN.md section 3; reduce-scatter by any carrier: the
+  collective's factor, so a carrier that moves more shows as a lower busbw); GB/s = 1e9
+  bytes/s;
 - after each collective's table: the fitted alpha and beta, then per size the fitted model's
   time and its relative error ``err = (fit - time) / time``, and the worst ``|err|``.
 
