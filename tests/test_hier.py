@@ -5,6 +5,7 @@ job whose machines hold different numbers of workers refused in one line."""
 from ddlbench import collectives
 
 from .conftest import MOMENTUM_SGD, QUICK_TIMING, TINY_BERT, describe, train, verify_lines
+from .test_group_plugin import TOPOLOGY   # 2 machines x 2 devices, 1 Gbit/s between them
 
 MACHINES = ["--nworkers", "4", "--slots", "2"]   # 2 emulated machines x 2 slots
 THRESHOLD = ["--threshold", "300000"]
@@ -44,14 +45,6 @@ def test_hier_refuses_machines_of_different_sizes():
     assert proc.returncode != 0
     assert ("method hier needs as many workers on every machine (its shards must match "
             "across machines); this job's machines hold 2, 1") in proc.stderr, describe(proc)
-
-
-TOPOLOGY = """
-nodes: 2
-devices_per_node: 2
-intra_node: {bandwidth: 8GB/s, latency: 2us}
-inter_node: {bandwidth: 1gbit, latency: 30us}
-"""
 
 
 def test_hier_is_predicted_as_fusion_over_the_hierarchical_all_reduce(tmp_path):
