@@ -20,6 +20,10 @@ The compressors (pure torch, CPU or CUDA, no compiled extension):
   ``ReduceOp.AVG``, where the backend can: ``Comm.average_op``).
 - ``fp16``: g/P cast to half, all-reduced (summed) in half, cast back. Dividing before the cast,
   as DDP's fp16 hook does, keeps the half sum from overflowing where the average would not.
+- ``bf16``: the same in bfloat16 (8 significant bits, fp32's exponent range): g/P computed in the
+  gradient's dtype and rounded to bfloat16 once, all-reduced (summed) in bfloat16, cast back.
+  (DDP's ``bf16_compress_hook`` casts to bfloat16 first and divides the bfloat16 copy, a second
+  rounding unless P is a power of two; dividing first makes what is sent one rounding of g/P.)
 - ``topk`` / ``eftopk``: keep the k = min(n, max(1, round(density * n))) entries of largest
   magnitude of the bucket (ties: the lower index, so every implementation of this mathematics
   picks the same set); all-gather the values (the gradient's dtype) and their int32 indices; the
@@ -108,7 +112,7 @@ PLUGINS_ENV = "DDLBENCH_COMPRESSORS"
 ALLREDUCE, ALLGATHER = "allreduce", "allgather"
 INDEX_BYTES = 4   # TopK's indices are int32
 WORD_BYTES = 4    # signs travel 32 per int32 word
-HALF_BYTES = 2    # fp16 sends half precision whatever the gradient's dtype
+HALF_BYTES = 2    # fp16 and bf16 send 16 bits an element whatever the gradient's dtype
 
 
 @dataclass(frozen=True)
@@ -267,21 +271,21 @@ class NoCompression(Compressor):
         return Pending(work, finish)
 
 
-class FP16(Compressor):
-    """g/P cast to half, all-reduced in half, cast back."""
+class _Cast16(Compressor):
+    """g/P cast to a 16-bit float (``wire``, a torch dtype's name), all-reduced (summed) in it,
+    cast back into the gradient."""
 
-    id = "fp16"
-    sends = "g/P in fp16, all-reduced"
+    wire: ClassVar[str] = ""
 
     def declare(self, shapes, nworkers, element_bytes):
-        """The bucket in half precision, all-reduced."""
+        """The bucket in 16 bits an element, all-reduced."""
         return Sends(((ALLREDUCE, sum(map(_numel, shapes)) * HALF_BYTES),))
 
     def reduce_async(self, key, tensor, comm, shapes=None):
         import torch
         comm.count_dense(tensor.numel())
         with comm.clock("encode_s", tensor) as note:
-            half = tensor.div(comm.size).to(torch.float16)
+            half = tensor.div(comm.size).to(getattr(torch, self.wire))
             note(half)
         work = comm.allreduce(half)
 
@@ -290,6 +294,22 @@ class FP16(Compressor):
                 note(half)
                 tensor.copy_(half)
         return Pending(work, finish)
+
+
+class FP16(_Cast16):
+    """g/P cast to half, all-reduced in half, cast back."""
+
+    id = "fp16"
+    sends = "g/P in fp16, all-reduced"
+    wire = "float16"
+
+
+class BF16(_Cast16):
+    """g/P cast to bfloat16, all-reduced in bfloat16, cast back."""
+
+    id = "bf16"
+    sends = "g/P in bfloat16, all-reduced"
+    wire = "bfloat16"
 
 
 def _nothing() -> None:
@@ -773,7 +793,7 @@ class PowerSGD(Compressor):
 
 BUILTIN: dict[str, type[Compressor]] = {
     cls.id: cls for cls in (NoCompression, FP16, TopK, EFTopK, Signum, SignAverage, EFSignum,
-                            PowerSGD)}
+                            PowerSGD, BF16)}
 # the built-ins' mathematics written again (--verify)
 BUILTIN_REFERENCE = "compression.reference:ReferenceMath"
 

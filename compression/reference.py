@@ -23,6 +23,9 @@ the decoding and the averaging are float64. Bounds:
 - fp16: the P halves are summed by the collective in half precision, in an order we do not
   know; each of the P-1 additions rounds by at most 2^-11 of the partial sum (<= sum |h_i|),
   or 2^-25 in the subnormal range: bound (P-1) * (2^-11 * sum_i |h_i| + 2^-25).
+- bf16: the same derivation with bfloat16's unit roundoff, 2^-8 (8 significant bits), and half
+  its subnormal spacing, 2^-134: bound (P-1) * (2^-8 * sum_i |b_i| + 2^-134), b_i = g_i/P rounded
+  to bfloat16 (once, from the gradient's dtype, as the encoder does).
 - topk, eftopk, signum, signavg, efsignum: None. The same entries are selected and the same values sent;
   the only difference is fp32 vs float64 summation of P values, as for dense.
 - powersgd: None is not possible. PowerSGD is computed here twice, in float64 and, with its
@@ -59,6 +62,9 @@ FP32_UNIT = 2.0 ** -24
 UNIT_ROUNDOFF = {torch.float32: FP32_UNIT, torch.float64: 2.0 ** -53}
 FP16_UNIT = 2.0 ** -11
 FP16_SUBNORMAL_HALF_SPACING = 2.0 ** -25
+# bfloat16: 8 significant bits (7 stored), fp32's exponents (subnormal spacing 2^-133)
+BF16_UNIT = 2.0 ** -8
+BF16_SUBNORMAL_HALF_SPACING = 2.0 ** -134
 # PowerSGD's initial Q of tensor ``name``: randn (fp32, CPU generator) seeded
 # SEED + crc32(repr(name)), the same on every worker.
 SEED = 1_000_003
@@ -82,7 +88,7 @@ def _orthonormal_basis(p: torch.Tensor, drop: float = 1e-4):
     return basis, kappa
 
 
-NAMES = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd")
+NAMES = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd", "bf16")
 
 
 # the options each reference needs (the compressors' own; their defaults are declared there)
@@ -145,6 +151,17 @@ class ReferenceMath:
             total, bound = total / p, (bound + FP16_UNIT * (magnitude + bound)) / p \
                 + FP16_SUBNORMAL_HALF_SPACING
         return total, bound
+
+    def _bf16(self, names, xs, shapes, sizes):
+        """Each worker's g/P, divided in the gradient's dtype and rounded to bfloat16 once; the
+        P of them summed in bfloat16 by the collective, each addition rounding."""
+        sent = [(x.to(self.dtype) / self.world).to(torch.bfloat16).double() for x in xs]
+        total = torch.zeros_like(xs[0])
+        magnitude = torch.zeros_like(xs[0])
+        for b in sent:
+            total += b             # exact: P bfloat16 values add exactly in float64
+            magnitude += b.abs()
+        return total, (self.world - 1) * (BF16_UNIT * magnitude + BF16_SUBNORMAL_HALF_SPACING)
 
     # -- error feedback bookkeeping, per worker and tensor ---------------------------------------
     def _corrected(self, worker, names, x, sizes):

@@ -158,3 +158,43 @@ class FusionPowerSGDColdStart(_Broken):
     """Run with --compressor powersgd."""
     id = "test-powersgd-cold-start"
     BrokenCompressor = _PowerSGDColdStart
+
+
+class _BF16NoDivide(compression.BF16):
+    """Casts the gradient to bfloat16 without dividing by the workers: the sum, not the
+    average."""
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        class _One:
+            size = 1
+
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __getattr__(self, name):  # everything else as the real Comm
+                return getattr(self.inner, name)
+        return super().reduce_async(key, tensor, _One(comm), shapes)
+
+
+class FusionBF16NoDivide(_Broken):
+    """Run with --compressor bf16."""
+    id = "test-bf16-no-divide"
+    BrokenCompressor = _BF16NoDivide
+
+
+class _BF16Truncates(compression.BF16):
+    """Rounds g/P to bfloat16 toward zero (the low 16 bits of the fp32 word dropped) instead of
+    to nearest: off by up to one bfloat16 ulp per worker, twice the rounding bf16 is allowed."""
+
+    def reduce_async(self, key, tensor, comm, shapes=None):
+        import torch
+        share = tensor.float().div(comm.size)
+        cut = (share.view(torch.int32) & ~0xFFFF).view(torch.float32)
+        tensor.copy_(cut.mul_(comm.size))   # the encoder's division gives back cut exactly
+        return super().reduce_async(key, tensor, comm, shapes)
+
+
+class FusionBF16Truncates(_Broken):
+    """Run with --compressor bf16."""
+    id = "test-bf16-truncates"
+    BrokenCompressor = _BF16Truncates

@@ -57,14 +57,15 @@ def plugin_env(tmp_path):
 def test_the_plugin_is_offered_where_the_compressors_are(plugin_env, tmp_path):
     proc = train("--help", timeout=120, **plugin_env)
     assert proc.returncode == 0, describe(proc)
-    assert "efsignum, powersgd, int8, int8bare, int8double;" in " ".join(proc.stdout.split())
+    assert "efsignum, powersgd, bf16, int8, int8bare, int8double;" in " ".join(proc.stdout.split())
     # the tables: fusion takes every compressor, ByteScheduler all but PowerSGD
     proc = run([sys.executable, "-m", "ddlbench.methods", "table"], timeout=120, **plugin_env)
     assert proc.returncode == 0, describe(proc)
     rows = {r.split("|")[1].strip(): r.split("|")[5].strip()
             for r in proc.stdout.splitlines() if r.startswith("| `")}
     assert rows["`fusion`"] == "all"
-    assert rows["`bytescheduler`"].endswith("`efsignum`, `int8`, `int8bare`, `int8double`")
+    assert rows["`bytescheduler`"].endswith(
+        "`efsignum`, `bf16`, `int8`, `int8bare`, `int8double`")
     proc = run([sys.executable, "-m", "ddlbench.methods", "compressors"], timeout=120,
                **plugin_env)
     assert "| `int8` | - | the bucket in int8 at scale max|g|/127, and the scale, " \

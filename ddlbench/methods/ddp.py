@@ -9,8 +9,9 @@ With ``--compressor`` other than none, DDP keeps its buckets, their order and it
 comm hook (``register_comm_hook``) hands each bucket to the suite's compressor instead of DDP's
 dense all-reduce: DDP's scheduling with this suite's compression mathematics, so a compressor
 can be compared across every method on the same terms. (This is not torch's own
-``fp16_compress_hook`` or ``powerSGD_hook``: their mathematics differ in detail, e.g. the fp16
-hook divides after the half cast and the PowerSGD hook starts after 1000 dense steps.)
+``fp16_compress_hook``, ``bf16_compress_hook`` or ``powerSGD_hook``: their mathematics differ in
+detail, e.g. the fp16 and bf16 hooks divide after the 16-bit cast and the PowerSGD hook starts
+after 1000 dense steps.)
 
 Without a compressor DDP's C++ reducer all-reduces the buckets, out of the suite's sight: its
 communication is not on the timeline. With ``--timeline PATH`` (a trace file) a comm hook does
