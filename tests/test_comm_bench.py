@@ -253,7 +253,8 @@ def test_bad_input_from_the_command_line_is_one_line():
                timeout=120)
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().splitlines() == [
-        "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, allgather, "
+        "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, "
+        "reduce_scatter, reduce_scatter:a2a, reduce_scatter:native, allgather, all_to_all, "
         "pushpull, latency, burst"]
 
 
