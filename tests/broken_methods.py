@@ -108,19 +108,23 @@ class FusionEFTopKKeepsSent(_Broken):
     BrokenCompressor = _EFTopKKeepsSent
 
 
+class _SizeOne:
+    """A Comm that says it has one worker (so nothing is divided by P), everything else the
+    real one's."""
+    size = 1
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 class _PowerSGDSumsQ(compression.PowerSGD):
     """Forgets to divide the all-reduced Q by the number of workers (an exchange bug)."""
 
     def reduce_async(self, key, tensor, comm, shapes=None):
-        class _NoDivide:
-            size = 1
-
-            def __init__(self, inner):
-                self.inner = inner
-
-            def __getattr__(self, name):  # everything else as the real Comm
-                return getattr(self.inner, name)
-        return super().reduce_async(key, tensor, _NoDivide(comm), shapes)
+        return super().reduce_async(key, tensor, _SizeOne(comm), shapes)
 
 
 class FusionPowerSGDSumsQ(_Broken):
@@ -165,15 +169,7 @@ class _BF16NoDivide(compression.BF16):
     average."""
 
     def reduce_async(self, key, tensor, comm, shapes=None):
-        class _One:
-            size = 1
-
-            def __init__(self, inner):
-                self.inner = inner
-
-            def __getattr__(self, name):  # everything else as the real Comm
-                return getattr(self.inner, name)
-        return super().reduce_async(key, tensor, _One(comm), shapes)
+        return super().reduce_async(key, tensor, _SizeOne(comm), shapes)
 
 
 class FusionBF16NoDivide(_Broken):

@@ -51,6 +51,16 @@ def _plugin_env(tmp_path, module="pieces", text=PLUGIN):
             "DDLBENCH_METHODS": f"myplugins.{module}"}
 
 
+def _dry_run(tmp_path, env, methods: str):
+    """A sweep file of ``methods`` (YAML list lines) on BERT-Tiny, and its --dry-run."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"methods:\n{methods}"
+                     "tasks:\n  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
+                     f"results: {tmp_path / 'results'}\nlogs: {tmp_path / 'logs'}\n")
+    return sweep, run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
+                      timeout=300, **env)
+
+
 def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
     env = _plugin_env(tmp_path)
     # --help: the method and its option, with the default it declares.
@@ -74,12 +84,8 @@ def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
     assert proc.stderr.strip() == "ddlbench: error: --pieces must be positive, got 0"
 
     # The sweep: its option is accepted on it and refused on the others.
-    sweep = tmp_path / "sweep.yaml"
-    sweep.write_text("methods:\n  - {method: pieces, pieces: 3}\n  - {method: wfbp, pieces: 3}\n"
-                     "tasks:\n  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
-                     f"results: {tmp_path / 'results'}\nlogs: {tmp_path / 'logs'}\n")
-    proc = run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
-               timeout=300, **env)
+    sweep, proc = _dry_run(tmp_path, env, "  - {method: pieces, pieces: 3}\n"
+                                          "  - {method: wfbp, pieces: 3}\n")
     assert proc.returncode == 2
     assert "1 problem(s): method wfbp: pieces applies only to pieces" in proc.stderr
     sweep.write_text(sweep.read_text().replace("  - {method: wfbp, pieces: 3}\n", ""))
@@ -141,12 +147,7 @@ def test_the_design_example_plugin_is_run_checked_and_predicted_with_its_own_opt
     assert "all methods match the reference" in proc.stdout
 
     # the sweep's checks take its option on it
-    sweep = tmp_path / "sweep.yaml"
-    sweep.write_text("methods:\n  - {method: fusionmb, fusion_mb: 0.5}\n"
-                     "tasks:\n  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
-                     f"results: {tmp_path / 'results'}\nlogs: {tmp_path / 'logs'}\n")
-    proc = run([sys.executable, "benchmarks.py", "--config", str(sweep), "--dry-run"],
-               timeout=300, **env)
+    _, proc = _dry_run(tmp_path, env, "  - {method: fusionmb, fusion_mb: 0.5}\n")
     assert proc.returncode == 0, describe(proc)
     assert "--method fusionmb --fusion-mb 0.5" in proc.stdout
 
