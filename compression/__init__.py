@@ -191,6 +191,9 @@ class Compressor:
     # for the built-ins): constructed as (world, dtype=, **every compressor option), with
     # ``aggregate(names, per_rank, shapes) -> (average, bound)``; "": none
     reference: ClassVar[str] = ""
+    # why it cannot exchange slices of a flat gradient, waited for on another thread than
+    # issued them (ByteScheduler's chunks read it); None: it can
+    not_chunked: ClassVar[str | None] = None
 
     def __init__(self, options: Options | None = None):
         self.options = options if options is not None else self.Options()
@@ -684,6 +687,8 @@ class PowerSGD(Compressor):
     Options = PowerSGDOptions
     sends = ("rank-r factors P and Q of each matrix, all-reduced one after the other; "
              "vectors dense")
+    not_chunked = ("PowerSGD factorises whole matrices with a second all-reduce while "
+                   "waiting")
 
     def __init__(self, options: PowerSGDOptions | None = None):
         super().__init__(options)

@@ -165,10 +165,13 @@ class ByteScheduler(Method):
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
-        if compressor == "powersgd":
-            return ("PowerSGD factorises whole matrices with a second all-reduce while "
-                    "waiting, and bytescheduler sends slices of flat gradients and waits on "
-                    "another thread than it sends from")
+        """Every compressor that can take slices of a flat gradient (what it declares:
+        ``Compressor.not_chunked``)."""
+        import compression
+        why = compression.lookup(compressor).not_chunked
+        if why is not None:
+            return (f"{why}, and bytescheduler sends slices of flat gradients and waits on "
+                    f"another thread than it sends from")
         return None
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
