@@ -63,6 +63,7 @@ class Collective:
     carriers: tuple[Carrier, ...] = (Carrier(NATIVE, "the backend's own"),)
     defaults: dict = field(default_factory=dict)   # backend -> carrier name
     gathers: bool = False              # the message is P x each rank's contribution
+    parts: bool = False                # each rank's tensor is P equal parts (shards, chunks)
     rooted: bool = False               # only the root sends (broadcast)
     bus_text: str = "(P-1)/P"          # ``bus`` as a formula, for tables' headers
 
@@ -94,7 +95,7 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                "the tensor each rank holds", _ring2, lambda p: 2 * (p - 1),
                bus_text="2(P-1)/P"),
     Collective("reduce_scatter", "the sum of shard r of every rank's tensor into rank r",
-               "the tensor each rank holds (P equal shards)", _ring, lambda p: p - 1,
+               "the tensor each rank holds (P equal shards)", _ring, lambda p: p - 1, parts=True,
                carriers=(Carrier(A2A, "all-to-all of the shards, then a local sum in rank "
                                       "order", runs_as={"*": "all_to_all"}),
                          Carrier(NATIVE, "the backend's own (reduce_scatter_single, else "
@@ -103,9 +104,10 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                defaults={"gloo": A2A, "nccl": NATIVE}),
     Collective("allgather", "every rank's shard gathered into every rank",
                "the gathered output (P x each rank's shard)", _ring, lambda p: p - 1,
-               gathers=True),
+               gathers=True, parts=True),
     Collective("all_to_all", "chunk j of every rank's tensor to rank j",
-               "the tensor each rank holds (P equal chunks)", _ring, lambda p: p - 1),
+               "the tensor each rank holds (P equal chunks)", _ring, lambda p: p - 1,
+               parts=True),
     Collective("broadcast", "the root's tensor to every rank", "the tensor",
                lambda p: 1.0, lambda p: p - 1, rooted=True, bus_text="1"),
     Collective("push", "a partition to its parameter server", "the partition",

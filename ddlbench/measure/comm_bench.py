@@ -62,7 +62,7 @@ import argparse
 import sys
 import time
 
-from ..collectives import bus_factor, carried_as, declared, ring_link
+from ..collectives import COLLECTIVES, bus_factor, carried_as, declared, ring_link
 from ..collectives import split as split_op
 from ..planning import DEFAULT_MIN_GROUP_ELEMENTS
 from ..errors import ArgumentParser, UsageError, check_writable
@@ -72,8 +72,6 @@ from ..options import add_network_flags, add_ps_flags, check_flags
 # (``reduce_scatter`` alone: the backend's default one), then the point-to-point and PS tests
 OPS = ("allreduce", "reduce_scatter", "reduce_scatter:a2a", "reduce_scatter:native",
        "allgather", "all_to_all", "pushpull", "latency", "burst")
-# the collectives whose every rank hands in P equal parts
-_SHARDED = ("allgather", "reduce_scatter", "all_to_all")
 KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = KIB
@@ -115,7 +113,9 @@ def message_size(op: str, nbytes: int, world: int) -> int:
     """The nearest message the collective can carry in fp32: all-reduce whole elements,
     all-gather, reduce-scatter and all-to-all whole elements per rank (nccl-tests rounds the
     same way)."""
-    unit = ELEMENT_BYTES * (world if split_op(op)[0] in _SHARDED else 1)
+    base = split_op(op)[0]
+    parts = base in COLLECTIVES and declared(base).parts   # (pushpull, latency: no parts)
+    unit = ELEMENT_BYTES * (world if parts else 1)
     return max(unit, nbytes // unit * unit)
 
 

@@ -268,25 +268,25 @@ class Comm:
         return out
 
     # -- groups ------------------------------------------------------------------------------
+    def _job_groups(self) -> Groups:
+        """The job's groups (made here, for this Comm's group, when none was given)."""
+        if self._groups is None:
+            self._groups = Groups(self.rank, self.size, self.group)
+        return self._groups
+
     def group_of(self, layout: str) -> Group:
         """This rank's group of ``layout`` (``collectives.LAYOUTS``): built once for the job,
         on every rank, the first time any rank's method asks (ask in the constructor)."""
-        if self._groups is None:
-            self._groups = Groups(self.rank, self.size, self.group)
-        return self._groups.get(layout)
+        return self._job_groups().get(layout)
 
     def machines(self) -> list[list[int]]:
         """The job's ranks grouped by machine (gathered once, on every rank, when first
         asked)."""
-        if self._groups is None:
-            self._groups = Groups(self.rank, self.size, self.group)
-        return self._groups.machines
+        return self._job_groups().machines
 
     def describe_groups(self) -> dict | None:
         """The layouts built, each as its groups of job ranks (None: only the whole job)."""
-        if self._groups is None or len(self._groups._built) == 1:
-            return None
-        return self._groups.describe()
+        return None if self._groups is None else self._groups.describe()
 
     def backend(self, group: Group | None = None) -> str | None:
         """The backend the collectives of ``group`` (None: the whole job) run on; None where

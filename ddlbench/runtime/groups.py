@@ -76,8 +76,11 @@ class Groups:
         return Group(layout, tuple(mine), mine.index(self.rank),
                      handle if len(mine) > 1 else None, self.world.backend)
 
-    def describe(self) -> dict:
-        """The layouts built, each as its groups of job ranks (for the record)."""
+    def describe(self) -> dict | None:
+        """The layouts built, each as its groups of job ranks (for the record); None when
+        only the whole job was."""
+        if len(self._built) == 1:
+            return None
         return {layout: layout_groups(layout, self.machines) for layout in self._built}
 
 
