@@ -56,7 +56,8 @@ class Run:
         them at the block's end."""
         tl = self.comm.timeline
         tl.limit = config.timeline_iters
-        self.hooks += tl.watch_optimizer(self.optimizer)
+        # the optimizer the method steps (a sharding method's own, over its shards)
+        self.hooks += tl.watch_optimizer(self.method.optimizer)
         if config.timeline:
             self.hooks += tl.watch_gradients(self.work.model)
         return self

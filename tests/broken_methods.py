@@ -1,6 +1,7 @@
 """Deliberately wrong methods: ``--verify`` must catch each of them."""
 import compression
 from ddlbench.methods.allreduce import WFBP, Fusion
+from ddlbench.methods.zero import Zero
 
 
 class _SumOnly(compression.Compressor):
@@ -213,3 +214,25 @@ class FusionBF16TorchOrder(_Broken):
     """Run with --compressor bf16."""
     id = "test-bf16-torch-order"
     BrokenCompressor = _BF16TorchOrder
+
+
+class _Fails:
+    """A collective's work whose wait() fails, as a peer lost mid-collective makes it."""
+
+    def wait(self, *_args):
+        raise RuntimeError("injected: connection closed by peer")
+
+    def is_completed(self):
+        return False
+
+
+class ZeroGatherFails(Zero):
+    """ZeRO whose second step's all-gather of its first bucket fails."""
+    id = "test-zero-gather-fails"
+
+    def _gather(self):
+        super()._gather()
+        if self._steps == 2:
+            self._wait_gathers(self.buckets[1:])
+            self.buckets[0].gather = _Fails()
+            self._wait_gathers()

@@ -17,7 +17,14 @@ A method is one ``Method`` subclass that declares, as class attributes:
   which reads the method's options as the method does (``rules``' docstring);
 - ``hatch``: its bars' hatch in the sweep's figures (the original's for its seven methods;
   the colour is the architecture's); ``baseline``: the method the others are compared with
-  (torch DDP, what users would otherwise pick).
+  (torch DDP, what users would otherwise pick);
+- ``changes_algorithm``: None for a method that leaves synchronous SGD's parameters (the
+  optimizer on the average of all workers' gradients), else how it trains instead, in a few
+  words (periodic averaging); the methods table, the sweep's report and the advisor mark it,
+  and nothing in the suite claims its model quality (it trains on fake data);
+- ``reference``: for such a method, ``module:Class`` of its mathematics written apart, which
+  ``--verify`` holds it to instead of the single-process optimizer on the averaged gradient
+  (``reference_for``; ``ddlbench.verify.Replicas``).
 
 The registry (``ddlbench.methods``) finds every such class; the training script's flags and
 checks, the sweep's tables and checks, ``--method all``, the launchers' arguments and the
@@ -38,6 +45,13 @@ loop is the same for every method::
 ``synchronize()`` finishes anything a method deliberately leaves running past ``step()`` (a
 scheduler that overlaps the next forward with the tail of communication); after it, the
 parameters are final. The verifier and the timer call it; the loop itself need not.
+
+What ``--verify`` reads, two declared hooks with plain defaults: ``hook_local_gradients``
+(each parameter's whole local gradient as autograd produces it, before any method's hook; by
+default a tensor hook on each parameter) and ``full_parameters()`` (the parameters, whole, after
+``synchronize()``; by default the parameters themselves). A method whose model computes on
+other tensors than the parameters it keeps (FSDP2's unsharded ones beside its sharded DTensors)
+overrides them; the verifier's reference stays independent of how the method communicates.
 
 Nothing here imports torch at module level: reading the declarations costs no torch import.
 """
@@ -99,6 +113,18 @@ class Method:
     rule: ClassVar[Rule | None] = None
     hatch: ClassVar[str | None] = None
     baseline: ClassVar[bool] = False
+    # None: plain synchronous SGD on the averaged gradient; else how it trains instead
+    changes_algorithm: ClassVar[str | None] = None
+    # "module:Class": the mathematics --verify holds a method that changes the algorithm to
+    # (``reference_for``); "": the single-process optimizer on the averaged gradient
+    reference: ClassVar[str] = ""
+
+    @classmethod
+    def reference_for(cls, options: options.Options, optimizer: str) -> str:
+        """The reference ``--verify`` holds this method to with its resolved ``options`` and
+        ``optimizer`` (sgd, adam or adamw): ``module:Class`` of its own mathematics, or "" for
+        the single-process optimizer on the averaged gradient. Default: ``reference``."""
+        return cls.reference
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
@@ -174,6 +200,19 @@ class Method:
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
+    def full_parameters(self) -> list["torch.Tensor"]:
+        """The trainable parameters as whole tensors, in ``model.parameters()`` order, as they
+        stand after ``synchronize()``: what ``--verify`` compares with its reference (every
+        rank calls it at once: a method keeping shards may gather them here)."""
+        return self.params
+
+    def hook_local_gradients(self, capture) -> list:
+        """Have ``capture(index, grad)`` called with trainable parameter ``index``'s whole local
+        gradient each backward, as autograd produces it and before the method's own hooks
+        see it (``--verify``'s reference averages these); returns handles (``remove()``)."""
+        return [p.register_hook(lambda grad, i=i: capture(i, grad))
+                for i, p in enumerate(self.params)]
+
     def library_timeline(self) -> list:
         """After the timed rounds: the spans the method's library recorded itself, in the
         timeline's event form on this rank's clock (the BytePS lane: BytePS's own trace, with
@@ -186,8 +225,10 @@ class Method:
         raise NotImplementedError(f"{self.id or type(self).__name__} has no bucket plan")
 
     def describe(self) -> dict:
-        """Settings and derived facts (groups, buffer sizes) for the run record."""
-        return {"method": self.id, "architecture": self.architecture}
+        """Settings and derived facts (groups, buffer sizes) for the run record; ``memory``:
+        the bytes of optimizer state this worker holds (after the timed rounds)."""
+        return {"method": self.id, "architecture": self.architecture,
+                "memory": {"optimizer_state_bytes": optimizer_state_bytes(self.optimizer)}}
 
     # -- helpers -------------------------------------------------------------------------------
     def given_compressor(self):
@@ -200,6 +241,17 @@ class Method:
         from .. import compat
         for i, p in enumerate(self.params):
             self._handles.append(compat.on_grad_ready(p, lambda _p, i=i: callback(i)))
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """The bytes of every tensor in a torch optimizer's state (momentum buffers, Adam's
+    moments and step counts): what it holds for the parameters it steps."""
+    total = 0
+    for state in getattr(optimizer, "state", {}).values():
+        for value in state.values():
+            if hasattr(value, "numel") and hasattr(value, "element_size"):
+                total += value.numel() * value.element_size()
+    return total
 
 
 class LaneMethod(Method):
