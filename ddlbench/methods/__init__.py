@@ -207,6 +207,9 @@ def table(engine: str = "torch") -> str:
         taken = [c for c in compression.COMPRESSORS if cls.accepts(c) is None]
         comps = ("all" if len(taken) == len(compression.COMPRESSORS)
                  else ", ".join(f"`{c}`" for c in taken))
+        # a method that is not synchronous SGD says so where its summary is read
+        changes = (f" (**changes the algorithm**: {cls.changes_algorithm})"
+                   if cls.changes_algorithm else "")
         rows.append(f"| `{mid}` | {cls.display} | {cls.architecture} | {opts} | {comps} | "
-                    f"{cls.summary} |")
+                    f"{cls.summary}{changes} |")
     return "\n".join(rows)

@@ -534,9 +534,33 @@ def _files_section() -> list[str]:
             "trace: `python -m ddlbench.timeline FILE` summarises it)", ""]
 
 
+def algorithm_lines(t: Table) -> list[str]:
+    """A paragraph naming the table's methods that change the algorithm (their declared
+    ``changes_algorithm``, periodic averaging): their throughput is not synchronous SGD's, and
+    nothing here says how well they train; [] when there are none."""
+    from .. import methods
+    changed = {}
+    for r in t.rows:
+        try:
+            how = methods.lookup(r.method_id).changes_algorithm if r.method_id else None
+        except Exception:  # a method that cannot be loaded here: nothing declared
+            how = None
+        if how:
+            changed.setdefault(r.method, how)
+    if not changed:
+        return []
+    named = "; ".join(f"{name}: {how}" for name, how in changed.items())
+    return [f"Not synchronous SGD: {named}. These change the algorithm: their figures are "
+            f"the speed of another training algorithm, and the suite, which trains on fake "
+            f"data, says nothing of their model quality.", ""]
+
+
 def markdown(t: Table, plots: list[str] | None = None) -> str:
     """README.md of a results folder: what ran, the conclusion, then one section each."""
     out = _intro_lines(t)
+    changed = algorithm_lines(t)
+    if changed:
+        out += [""] + changed
     out += contention_lines(t)
     out += [""] + conclusion(t)
     out += ["## Throughput", "", throughput_table(t).rstrip("\n"), ""]
