@@ -1,0 +1,126 @@
+"""torch's sharded data parallel as peer methods: ``fsdp2`` (FSDP2's ``fully_shard``, both
+``--reshard-after-forward`` settings) and ``ddp_zero1`` (DDP with ``ZeroRedundancyOptimizer``)
+right against the single-process reference (momentum SGD on 3 workers, AdamW on 2 emulated
+machines x 2 slots), an FSDP2 that sums instead of averaging caught, FSDP2's bytes per worker
+per step counted at its collectives equal to 3(P-1)/P G at P = 2, 3, 4 (its reduce-scatter runs
+as an all-reduce on Gloo), its collectives on the timeline, and bad input refused in one line."""
+import json
+
+import pytest
+
+from ddlbench.methods.fsdp import FSDP2
+
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, train,
+                       verify_lines)
+from .test_hostile import WouldRun, no_runs  # noqa: F401 (the fixture)
+from .test_hostile_cases import one_line
+
+MACHINES = ["--nworkers", "4", "--slots", "2"]   # 2 emulated machines x 2 slots
+
+
+class Summed(FSDP2):
+    """FSDP2 summing the gradients instead of averaging them: --verify must fail it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in [*self.units, ""]:
+            unit = self.model.get_submodule(name)
+            unit.set_force_sum_reduction_for_comms(True)   # (Gloo has no PREMUL_SUM)
+            unit.set_gradient_divide_factor(1.0)
+
+
+def test_both_verify_with_momentum_sgd_on_three_workers_and_a_summing_fsdp2_fails():
+    proc = train(*SMALL_CNN, "--nworkers", "3", *MOMENTUM_SGD, "--verify", "2",
+                 "--method", f"fsdp2,ddp_zero1,{__name__}:Summed", timeout=300)
+    lines = verify_lines(proc.stdout)
+    for method in ("fsdp2", "ddp_zero1"):
+        assert [ok for *_, ok in lines.get(method, [])] == [True] * 2, describe(proc)
+    summed = lines.get(f"{__name__}:Summed")
+    assert summed and not summed[0][3] and summed[0][2] > 100, describe(proc)
+    assert proc.returncode == 1, describe(proc)
+
+
+def test_both_verify_with_adamw_on_two_machines_zero3_and_its_collectives_are_spans(tmp_path):
+    trace = tmp_path / "tl_{method}.json"
+    proc = train(*TINY_BERT, *MACHINES, "--optimizer", "adamw", "--verify", "2",
+                 "--reshard-after-forward", "1", "--timeline", str(trace),
+                 "--method", "fsdp2,ddp_zero1", timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    lines = verify_lines(proc.stdout)
+    assert [ok for *_, ok in lines["fsdp2"]] == [True] * 2
+    assert [ok for *_, ok in lines["ddp_zero1"]] == [True] * 2
+    with open(str(trace).replace("{method}", "fsdp2")) as f:
+        events = json.load(f)["traceEvents"]
+    units = ["bert.encoder.layer.0", "bert.encoder.layer.1", "root"]
+    for rank in range(4):
+        spans = [e for e in events if e.get("pid") == rank and e.get("cat") == "comm"]
+        for op, per_step in (("allgather", 2), ("reduce_scatter", 1)):   # ZeRO-3: 2 gathers
+            labels = sorted(e["args"]["tensor"] for e in spans if e["name"] == op)
+            assert labels == sorted(units * per_step * 2), (rank, op, labels)
+        gathered = sum(e["args"]["bytes"] for e in spans if e["name"] == "allgather")
+        reduced = sum(e["args"]["bytes"] for e in spans if e["name"] == "reduce_scatter")
+        assert gathered * 4 == 2 * reduced   # each gather: this worker's 1/4 (padded rows)
+        waits = [e for e in events if e.get("pid") == rank and e.get("cat") == "wait"
+                 and e["name"] in ("allgather", "reduce_scatter")]
+        assert len(waits) == len(spans)      # the training thread waits for each
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_fsdp2_sends_three_times_p_minus_one_over_p_of_the_gradient(workers, tmp_path,
+                                                                   load_json):
+    zero1 = workers == 3   # (and ddp_zero1's bytes, once)
+    out = tmp_path / ("rec_{method}.json" if zero1 else "rec_fsdp2.json")
+    proc = train(*TINY_BERT, "--nworkers", str(workers), *QUICK_TIMING,
+                 "--method", "fsdp2,ddp_zero1" if zero1 else "fsdp2", "--output", str(out),
+                 timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(str(out).replace("{method}", "fsdp2"))
+    gradient = rec["model"]["gradient_bytes"]
+    sent = rec["communication_per_iteration"]["wire_sent_bytes"]
+    p = workers
+    assert sent["allgather"] == pytest.approx((p - 1) / p * gradient, rel=0.02)
+    assert sent["reduce_scatter"] == pytest.approx(2 * (p - 1) / p * gradient, rel=0.02)
+    assert sum(sent.values()) == pytest.approx(3 * (p - 1) / p * gradient, rel=0.02)
+    assert rec["communication_per_iteration"]["calls"] == {"allgather": 3, "reduce_scatter": 3}
+    assert rec["method"]["units"] == ["bert.encoder.layer.0", "bert.encoder.layer.1", "(root)"]
+
+    if not zero1:
+        return
+    zero = load_json(str(out).replace("{method}", "ddp_zero1"))
+    sent = zero["communication_per_iteration"]["wire_sent_bytes"]
+    parts = zero["method"]["zero_partitions"]
+    assert sum(parts) * 4 == gradient and len(parts) == p
+    assert sent == {"allreduce": round(2 * (p - 1) / p * gradient),
+                    "broadcast": (p - 1) * parts[0] * 4}   # rank 0's record
+
+
+def test_bad_input_is_one_line(no_runs, capfd):  # noqa: F811 (the fixture)
+    from ddlbench import train as train_script
+    tiny = ["--no-cuda", *TINY_BERT]
+    line = one_line(train_script.main, [*tiny, "--method", "fsdp2",
+                                        "--reshard-after-forward", "2"], capfd)
+    assert "--reshard-after-forward must be 0 or 1, got 2" in line, line
+    line = one_line(train_script.main, [*tiny, "--method", "fsdp2", "--compressor", "fp16"],
+                    capfd)
+    assert "method 'fsdp2' cannot take --compressor fp16" in line, line
+
+
+def test_an_optimizer_that_cannot_be_rebuilt_is_refused_in_one_line():
+    import torch
+
+    from ddlbench.errors import UsageError
+    from ddlbench.methods.fsdp import rebuilt_optimizer
+    p, stranger = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
+    new = torch.nn.Parameter(torch.zeros(3))
+    rebuilt = rebuilt_optimizer("fsdp2", torch.optim.SGD([{"params": [p], "lr": 0.5}],
+                                                         momentum=0.9), {id(p): new})
+    assert rebuilt.param_groups[0]["params"] == [new]
+    assert (rebuilt.param_groups[0]["lr"], rebuilt.param_groups[0]["momentum"]) == (0.5, 0.9)
+    with pytest.raises(UsageError, match="the optimizer's group 0 holds 1 tensor.s. that are "
+                                         "not"):
+        rebuilt_optimizer("fsdp2", torch.optim.SGD([p, stranger]), {id(p): new})
+    stepped = torch.optim.AdamW([p])
+    p.grad = torch.ones(3)
+    stepped.step()
+    with pytest.raises(UsageError, match="must not have stepped yet .AdamW holds state."):
+        rebuilt_optimizer("fsdp2", stepped, {id(p): new})
