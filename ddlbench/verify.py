@@ -32,6 +32,13 @@ betas and the step count) times the element's relative uncertainty (twice its bo
 averaged gradient, at most 1; the largest so far, since the moments keep every step's error). An
 element whose averaged gradient is below its rounding (a sign the half sums may flip) is then
 allowed a step's difference; the others a fraction of lr as small as their rounding.
+
+A method that changes the algorithm (``Method.changes_algorithm``: periodic averaging) names
+its own mathematics instead (``Method.reference_for``: ``module:Class``, written apart from
+it, as a compressor's is): ``Replicas`` gathers every rank's local gradients and hands them to
+that simulation of the P replicas, and each rank is compared with its own simulated replica.
+The replicas differ between syncs: they must be bit-identical only after a step the simulation
+says synced them.
 """
 from __future__ import annotations
 
@@ -95,12 +102,21 @@ def _tiles(intervals, n) -> bool:
 
 
 class Reference:
+    # whether the replicas must be identical after the step just taken: always, for
+    # synchronous SGD (``Replicas``: only after a sync)
+    synced = True
+
     def __init__(self, model, make_optimizer, ctx, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
-                 compression=None):
-        """``compression``: a ``compression.reference.ReferenceMath`` (None: plain average)."""
+                 compression=None, method=None):
+        """``compression``: a ``compression.reference.ReferenceMath`` (None: plain average);
+        ``method``: the method verified, whose declared hooks say where the whole parameters
+        and the local gradients are (``full_parameters``, ``hook_local_gradients``; None:
+        ``model``'s parameters themselves)."""
         self.ctx = ctx
         self.rtol, self.atol = rtol, atol
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.method = method
+        self.params = (list(method.full_parameters()) if method is not None
+                       else [p for p in model.parameters() if p.requires_grad])
         self.ref = [p.detach().clone() for p in self.params]
         self.opt = make_optimizer(self.ref)
         self.local: list[torch.Tensor | None] = [None] * len(self.params)
@@ -110,8 +126,16 @@ class Reference:
         self._allow_buf: list[torch.Tensor | None] = [None] * len(self.params)
         self._uncertain: list[torch.Tensor | None] = [None] * len(self.params)  # Adam's
         self._steps = 0
-        self._handles = [p.register_hook(self._capture_hook(i))
-                         for i, p in enumerate(self.params)]
+        if method is not None:
+            self._handles = method.hook_local_gradients(
+                lambda i, grad: self._capture_hook(i)(grad))
+        else:
+            self._handles = [p.register_hook(self._capture_hook(i))
+                             for i, p in enumerate(self.params)]
+
+    def _current(self) -> list:
+        """The parameters as they stand now, whole (a collective where the method gathers)."""
+        return list(self.method.full_parameters()) if self.method is not None else self.params
 
     def _capture_hook(self, i):
         def capture(grad):
@@ -249,7 +273,7 @@ class Reference:
         (the allowance: a compressor's legitimate rounding, zero without one)."""
         max_abs, worst = 0.0, 0.0
         with torch.no_grad():
-            for i, (p, r) in enumerate(zip(self.params, self.ref)):
+            for i, (p, r) in enumerate(zip(self._current(), self.ref)):
                 r64 = r.to(torch.float64)
                 diff = (p.detach().to(torch.float64) - r64).abs()
                 max_abs = max(max_abs, float(diff.max()))
@@ -266,9 +290,10 @@ class Reference:
         """max |p - p on rank 0| over every parameter and rank: data-parallel replicas must be
         bit-identical after each step (every rank decodes the same exchanged data)."""
         with torch.no_grad():
-            dtypes = {p.dtype for p in self.params}
+            params = self._current()
+            dtypes = {p.dtype for p in params}
             dtype = dtypes.pop() if len(dtypes) == 1 else torch.float64  # exact either way
-            mine = torch.cat([p.detach().reshape(-1).to(dtype) for p in self.params])
+            mine = torch.cat([p.detach().reshape(-1).to(dtype) for p in params])
             if self.ctx.backend != "nccl":
                 mine = mine.cpu()
             root = mine.clone()
@@ -286,6 +311,42 @@ class Reference:
     def close(self) -> None:
         for h in self._handles:
             h.remove()
+
+
+class Replicas(Reference):
+    """The reference of a method that changes the algorithm: ``simulation`` (its
+    ``reference_for`` class: ``step(per_rank) -> synced``, ``replicas``) steps the P replicas
+    on every rank's captured local gradient; this rank's parameters are compared with its own
+    simulated replica, and the replicas with each other only when it synced."""
+
+    def __init__(self, model, simulation, ctx, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):
+        super().__init__(model, lambda _params: None, ctx, rtol=rtol, atol=atol)
+        self.simulation = simulation
+        self.synced = False
+
+    def step(self, plan=None) -> None:
+        sizes = [r.numel() for r in self.ref]
+        flat = torch.cat([(g if g is not None else torch.zeros(n, dtype=torch.float64,
+                                                               device=p.device)).reshape(-1)
+                          for g, n, p in zip(self.local, sizes, self.params)])
+        have = torch.tensor([g is not None for g in self.local], dtype=torch.int32)
+        device = flat.device if self.ctx.backend == "nccl" else torch.device("cpu")
+        flat, have = flat.to(device), have.to(device)
+        gathered = [torch.empty_like(flat) for _ in range(self.ctx.size)]
+        dist.all_gather(gathered, flat)
+        haves = [torch.empty_like(have) for _ in range(self.ctx.size)]
+        dist.all_gather(haves, have)
+        per_rank = []
+        for x, h in zip(gathered, haves):
+            grads, offset = [], 0
+            for p, n, present in zip(self.params, sizes, h.tolist()):
+                grads.append(x[offset:offset + n].view(p.shape) if present else None)
+                offset += n
+            per_rank.append(grads)
+        self.synced = bool(self.simulation.step(per_rank))
+        self.ref = self.simulation.replicas[self.ctx.rank]
+        self._steps += 1
+        self.local = [None] * len(self.params)
 
 
 # -- the --verify loop ------------------------------------------------------------------------
@@ -319,9 +380,19 @@ def _verify_one(config: RunConfig, ctx, method_id, comp, name, rtol, atol) -> bo
         if comp != "none":
             math = reference_math(comp, ctx.size, method.params[0].dtype,
                                   config.compressor_options, config.engine)
-        reference = Reference(run.work.model,
-                              lambda p: workload.make_optimizer(run.optimizer_spec, p, run.lr),
-                              ctx, rtol=rtol, atol=atol, compression=math)
+
+        def make_optimizer(params):
+            return workload.make_optimizer(run.optimizer_spec, params, run.lr)
+        own = method.reference_for(method.options, workload.optimizer_name(config.optimizer))
+        if own:
+            _log(ctx, f"verify {name}: it changes the algorithm; against {own}, its "
+                      f"{ctx.size} replicas simulated in one process")
+            reference = Replicas(run.work.model, method_math(own, method, ctx.size,
+                                                             make_optimizer),
+                                 ctx, rtol=rtol, atol=atol)
+        else:
+            reference = Reference(run.work.model, make_optimizer, ctx, rtol=rtol, atol=atol,
+                                  compression=math, method=method)
         recording = _Recording(config, ctx, run, name)
         ok = True
         try:
@@ -330,8 +401,11 @@ def _verify_one(config: RunConfig, ctx, method_id, comp, name, rtol, atol) -> bo
         finally:
             reference.close()
         recording.finish()
-        if config.save_params and ctx.is_root:
-            _save_params(config.save_params.replace("{method}", name), run.work.model)
+        if config.save_params:
+            whole = method.full_parameters()   # (every rank: a method may gather them)
+            if ctx.is_root:
+                _save_params(config.save_params.replace("{method}", name),
+                             zip(method.param_names, whole))
     run.write_trace(config.trace_collectives, name)
     return ok
 
@@ -359,6 +433,22 @@ def reference_math(comp: str, world: int, dtype, values: dict, engine: str = "to
     return cls(comp, world, dtype=dtype, **options)
 
 
+def method_math(target: str, method, world: int, make_optimizer):
+    """The mathematics a method that changes the algorithm names (``target``,
+    ``module:Class``, from its ``reference_for``), constructed as (workers, the model's
+    parameters, the run's optimizer on other tensors, the method's resolved options)."""
+    import importlib
+
+    from .errors import UsageError
+    module, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except Exception as e:  # ImportError, AttributeError, or the module's own error
+        raise UsageError(f"method {method.id or type(method).__name__}: cannot load its "
+                         f"reference {target!r}: {type(e).__name__}: {e}") from None
+    return cls(world, method.params, make_optimizer, **method.options.as_dict())
+
+
 def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:
     """One step of the method beside the reference; the step's line; whether it passed."""
     method = run.method
@@ -375,11 +465,13 @@ def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:
         plan = method.plan()
     reference.step(plan)
     max_abs, worst = reference.compare()
-    spread = reference.replica_spread()
-    ok = worst <= 1.0 and spread == 0.0
+    # (every rank takes the same branch: the replica check is collective)
+    spread = reference.replica_spread() if reference.synced else None
+    ok = worst <= 1.0 and spread in (0.0, None)
     allowance = reference.max_allowance()
     extra = f", compressor allowance <= {allowance:.1e}" if allowance is not None else ""
-    extra += (", replicas identical" if spread == 0.0
+    extra += (", replicas apart until the next sync" if spread is None
+              else ", replicas identical" if spread == 0.0
               else f", replicas differ by up to {spread:.3e}")
     _log(ctx, f"verify {name} step {step}: max |param - reference| = {max_abs:.3e} "
          f"({worst:.3f} of tolerance, rtol {reference.rtol:g} atol {reference.atol:g}{extra}) "
@@ -429,9 +521,9 @@ def _log(ctx, line: str) -> None:
         print(line, flush=True)
 
 
-def _save_params(path: str, model) -> None:
+def _save_params(path: str, named) -> None:
     import numpy as np
-    arrays = {n: p.detach().cpu().double().numpy() for n, p in model.named_parameters()}
+    arrays = {n: p.detach().cpu().double().numpy() for n, p in named}
     tmp = path + ".tmp.npz"
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
