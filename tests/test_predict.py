@@ -60,10 +60,11 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
     assert text.startswith("Predicted: hand-made, batch 8 per worker, compute 25.0 ms")
     got = json.loads(out.read_text())
     # without a network: the all-reduce methods on the whole job, on the profile's alpha and
-    # beta (not a method on the groups of the placement: no machines to price them on)
+    # beta (not a method with collectives of its own: an all-reduce's alpha and beta do not
+    # price them, nor are there machines for those on the groups of the placement)
     allreduce = [m for m in simulate.METHODS
-                 if m not in simulate.PS_METHODS and not cell.on_machines(m)]
-    assert "hier" in simulate.METHODS and "hier" not in allreduce
+                 if m not in simulate.PS_METHODS and cell.priced_on(m, None)]
+    assert {"hier", "zero"} <= set(simulate.METHODS) and not {"hier", "zero"} & set(allreduce)
     assert [p["method"] for p in got["predictions"]] == allreduce
     work = predict.workload_of(prof, 0.002)
     link = simulate.Link(1e-3, 1e-9)
@@ -253,7 +254,7 @@ def test_a_topology_prices_every_method_per_worker_count(tmp_path, capsys):
                                         local=net.local_reduce(P))
         else:   # (a method on the groups of the placement: its collectives' links)
             expected = simulate.predict(p["method"], work, net.link("allreduce", P),
-                                        steps=cell.exchange_links(p["method"], P, net))
+                                        **cell.declared_links(p["method"], P, net))
         assert p["iteration_s"] == expected.iteration_s, (p["method"], P)
     assert predict.main(["--profile", str(path), "--topology", str(net_file), "--nworkers",
                          "8", "--method", "wfbp", "--compressor", "fp16", "--output",

@@ -626,10 +626,12 @@ PS_LINK = sim.ServerLinks(1e-4, 1e-9, 5e-10, nservers=2, pushers=4)
 def _every(method, work, link, **kw):
     if method in PS_METHODS:
         return sim.predict(method, work, None, servers=PS_LINK, **kw)
-    # a method with an exchange of its own: each collective on the link, a shard at half
-    steps = tuple((s.op, 0.5 if s.shard_of else 1.0, link)
-                  for s in sim.method_class(method).rule.exchange)
-    return sim.predict(method, work, link, steps=steps, **kw)
+    # a method with an exchange of its own (and a sharding method's gathers after the
+    # optimizer): each collective on the link, a shard at half
+    rule = sim.method_class(method).rule
+    steps, gather = (tuple((s.op, 0.5 if s.shard_of else 1.0, link) for s in declared)
+                     for declared in (rule.exchange, rule.gather))
+    return sim.predict(method, work, link, steps=steps, gather=gather, **kw)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1,4 +1,4 @@
-"""``zero``, ZeRO-1/2 sharded data parallel and its HSDP form: right against the single-process
+"""``zero``, ZeRO-1/2 sharded data parallel, and ``hsdp``, its hybrid form: right against the single-process
 reference (momentum SGD and AdamW; 3 and 4 workers; 2 emulated machines x 2 slots, sharded on
 the whole job and on each machine), the all-gathers' prefetch changing when parameters arrive,
 not what they are; per worker per step the bytes of its declared collectives and 1/P of DDP's
@@ -32,15 +32,14 @@ def test_zero_verifies(workers, flags):
 
 
 def test_zero_and_hsdp_verify_on_two_machines_with_a_span_per_collective(tmp_path, load_json):
-    """Sharded on the whole job (AdamW), and HSDP (sharded on each machine, the shards
+    """zero sharded on the whole job (AdamW), and hsdp (sharded on each machine, the shards
     all-reduced across; momentum SGD, traced): the timeline has a span for every
     reduce-scatter and all-gather on the machine group and every all-reduce across."""
     _verified(train(*TINY_BERT, *MACHINES, *ADAMW, *BUCKETS, "--verify", "3", "--method", "zero",
                     timeout=300))
     trace = tmp_path / "hsdp.json"
     _verified(train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *BUCKETS, "--verify", "3",
-                    "--method", "zero", "--shard-group", "machine", "--timeline", str(trace),
-                    timeout=300))
+                    "--method", "hsdp", "--timeline", str(trace), timeout=300), "hsdp")
     events = load_json(trace)
     events = events["traceEvents"] if isinstance(events, dict) else events
     spans = {}
@@ -72,19 +71,20 @@ def test_prefetched_gathers_change_when_not_what(tmp_path):
     assert all(np.array_equal(saved["0"][k], saved["1"][k]) for k in saved["0"])
 
 
-@pytest.mark.parametrize("workers, carrier", [(2, "a2a"), (3, "a2a"), (4, "a2a"),
-                                              (3, "native")])
-def test_zero_bytes_and_optimizer_state_per_worker(workers, carrier, tmp_path, load_json):
+@pytest.mark.parametrize("workers, carrier, beside_ddp", [
+    (2, "a2a", False), (3, "a2a", True), (4, "a2a", False), (2, "native", False)])
+def test_zero_bytes_and_optimizer_state_per_worker(workers, carrier, beside_ddp, tmp_path,
+                                                   load_json):
     """Per worker per step: a reduce-scatter of each padded bucket ((P-1)/P G by all-to-all;
     Gloo's native one is an all-reduce, 2(P-1)/P G) and an all-gather of its shard ((P-1)/P G),
     2(P-1)/P G in all with a2a, where DDP's all-reduce sends as much; Adam's state 1/P of
     DDP's."""
-    out = tmp_path / "{method}.json"
+    out = tmp_path / ("{method}.json" if beside_ddp else "zero.json")
     proc = train(*TINY_BERT, "--nworkers", str(workers), *ADAMW, *QUICK_TIMING, *BUCKETS,
-                 "--rs-carrier", carrier, "--method", "zero,ddp", "--output", str(out),
-                 timeout=300)
+                 "--rs-carrier", carrier, "--method", "zero,ddp" if beside_ddp else "zero",
+                 "--output", str(out), timeout=300)
     assert proc.returncode == 0, describe(proc)
-    zero, ddp = (load_json(str(out).replace("{method}", m)) for m in ("zero", "ddp"))
+    zero = load_json(str(out).replace("{method}", "zero"))
     assert zero["method"]["rs_carrier"] == carrier
     padded = zero["method"]["padded_bytes"]
     assert all(b % (4 * workers) == 0 for b in padded)
@@ -98,22 +98,24 @@ def test_zero_bytes_and_optimizer_state_per_worker(workers, carrier, tmp_path, l
     gradient = sum(zero["method"]["bucket_bytes"])
     factor = (3 if carrier == "native" else 2) * (workers - 1) / workers
     assert sum(sent.values()) == pytest.approx(factor * gradient, rel=0.02)
-    if carrier == "a2a":
+    assert zero["method"]["memory"]["gradient_bytes"] == sum(padded) // workers  # stage 2
+    # Adam's two moments (fp32) and a step count per shard: about 2 G / P
+    state = zero["method"]["memory"]["optimizer_state_bytes"]
+    assert state == pytest.approx(2 * sum(padded) / workers, rel=0.01)
+    if beside_ddp:
+        ddp = load_json(str(out).replace("{method}", "ddp"))
         ddp_sent = sum(ddp["communication_per_iteration"]["wire_sent_bytes"].values())
         assert sum(sent.values()) == pytest.approx(ddp_sent, rel=0.02)
-    state = zero["method"]["memory"]["optimizer_state_bytes"]
-    assert state == pytest.approx(ddp["method"]["memory"]["optimizer_state_bytes"] / workers,
-                                  rel=0.05)
-    assert zero["method"]["memory"]["gradient_bytes"] == sum(padded) // workers  # stage 2
+        assert state == pytest.approx(ddp["method"]["memory"]["optimizer_state_bytes"] / workers,
+                                      rel=0.05)
 
 
 def test_hsdp_bytes_by_group(tmp_path, load_json):
     """HSDP on 2 machines x 2: inside the machine (l-1)/l of each padded bucket
     reduce-scattered and as much all-gathered, across 2(n-1)/n of its 1/l shard."""
     out = tmp_path / "hsdp.json"
-    proc = train(*TINY_BERT, *MACHINES, *QUICK_TIMING, *BUCKETS, "--method", "zero",
-                 "--shard-group", "machine", "--zero-stage", "1", "--output", str(out),
-                 timeout=300)
+    proc = train(*TINY_BERT, *MACHINES, *QUICK_TIMING, *BUCKETS, "--method", "hsdp",
+                 "--zero-stage", "1", "--output", str(out), timeout=300)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     assert rec["method"]["groups"]["machine"] == [[0, 1], [2, 3]]
@@ -131,15 +133,15 @@ def test_a_failed_collective_names_its_bucket_and_group():
     proc = train(*TINY_BERT, "--nworkers", "2", "--verify", "3",
                  "--method", "tests.broken_methods:ZeroGatherFails", timeout=300)
     assert proc.returncode != 0
-    assert ("CollectiveFailed: method zero: the all-gather of bucket 0 (" in proc.stderr
+    assert ("CollectiveFailed: method test-zero-gather-fails: the all-gather of bucket 0 (" in proc.stderr
             and ") on group world (ranks 0, 1) failed: RuntimeError: injected: connection "
                 "closed by peer" in proc.stderr), describe(proc)
 
 
 def test_hsdp_refuses_machines_of_different_sizes():
     proc = train(*TINY_BERT, "--nworkers", "3", "--slots", "2", "--verify", "1",
-                 "--method", "zero", "--shard-group", "machine", timeout=300)
+                 "--method", "hsdp", timeout=300)
     assert proc.returncode != 0
-    assert ("method zero with --shard-group machine needs as many workers on every machine "
-            "(its shards must match across machines); this job's machines hold 2, 1"
+    assert ("method hsdp needs as many workers on every machine (its shards must match "
+            "across machines); this job's machines hold 2, 1"
             in proc.stderr), describe(proc)

@@ -13,7 +13,11 @@ from (``plan_ab``: "measured", on the link the cell is costed on, or the origina
 BytePS runs as when its workers fit one machine (``one_machine``), and, for a method that does
 not all-reduce each message on the whole job, the collectives it runs instead (``exchange``: each a
 ``Step``, a collective declared in ``ddlbench.collectives`` on a group layout, on the message or
-a shard of it; the model prices each on the network's link for that layout). The method's architecture
+a shard of it; the model prices each on the network's link for that layout), and, for a method
+that shards the optimizer (ZeRO), the collectives each message runs after the optimizer
+(``gather``: the all-gather of the updated shards, a second place for communication in the
+schedule, before or overlapping the next forward as the option ``prefetch`` names says) and
+the group whose 1/s shard the optimizer steps (``optimizer_shard``). The method's architecture
 (``Method.architecture``) says whether its messages are all-reduced or pushed and pulled; what
 compressors it takes, ``Method.accepts``.
 
@@ -74,12 +78,21 @@ class Rule:
     plan_ab: str | None = None
     # the collectives each message runs, in order (empty: the compressor's on the whole job)
     exchange: tuple[Step, ...] = ()
+    # a sharding method's: the collectives each message runs after the optimizer (its updated
+    # shards' all-gather), the layout of the group whose 1/s shard the optimizer steps, and
+    # the option saying whether the gathers overlap the next forward ("1") or not
+    gather: tuple[Step, ...] = ()
+    optimizer_shard: str | None = None
+    prefetch: str | None = None
 
     def __post_init__(self):
         if (self.grouping is None) != self.scheduler:
             raise TypeError("a model rule has either a grouping or the scheduler, not both")
-        if self.exchange and self.scheduler:
+        if (self.exchange or self.gather) and self.scheduler:
             raise TypeError("a declared exchange is per message: it needs a grouping")
+        if self.gather and not self.exchange:
+            raise TypeError("a rule that gathers shards after the optimizer declares the "
+                            "exchange that made them")
 
     def groups(self, method: type, work, link, options) -> list[list[int]]:
         """The messages (all-reduce) or units (PS) ``method`` sends per iteration with

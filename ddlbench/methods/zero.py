@@ -28,7 +28,7 @@ tensor is dropped once the bucket's reduce-scatter is done, so a worker holds th
 shards (1/s) plus the buckets in flight. The record gives the optimizer-state and gradient
 bytes each worker holds (``memory``).
 
-``--shard-group machine`` is HSDP (hybrid sharding): the shard group is this worker's machine
+``hsdp`` is hybrid sharding (torch's HSDP, MiCS): the shard group is this worker's machine
 (``collectives.MACHINE``), and each reduce-scattered shard is then all-reduced across machines
 (``ACROSS``: the workers with this local index), so the optimizer state is sharded l ways and
 replicated n ways, and only 2(n-1)/n of a shard crosses the machines' network.
@@ -55,7 +55,6 @@ from .allreduce import Bucket, BucketedAllReduce, threshold_option, zero_all
 STAGES = one_of("2", "1")
 CARRIERS = one_of("auto", "a2a", "native")
 SWITCH = one_of("1", "0")
-SHARD_GROUPS = one_of(WORLD, MACHINE)
 
 
 @dataclass(frozen=True)
@@ -73,9 +72,6 @@ class ZeroOptions(Options):
     gather_prefetch: str = option(
         "1", SWITCH, "1: all-gather the updated shards in forward order after the step, each "
         "waited for by the module that needs it; 0: the step waits for every all-gather")
-    shard_group: str = option(
-        WORLD, SHARD_GROUPS, "the workers that share the optimizer state: world, or machine "
-        "(HSDP: shards all-reduced across machines)")
 
 
 class CollectiveFailed(RuntimeError):
@@ -147,7 +143,11 @@ class Zero(BucketedAllReduce):
                "optimizer steps this worker's 1/P shard; the shards all-gathered before (or "
                "overlapping) the next forward; `--shard-group machine`: HSDP")
     Options = ZeroOptions
-    rule = None
+    shard_layout = WORLD   # the group that shares the optimizer state
+    rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
+                      exchange=(rules.Step("reduce_scatter", WORLD),),
+                      gather=(rules.Step("allgather", WORLD),), optimizer_shard=WORLD,
+                      prefetch="gather_prefetch")
     rebuild = False  # the plan follows the order rank 0 observed in calibrate()
 
     @classmethod
@@ -162,18 +162,15 @@ class Zero(BucketedAllReduce):
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         from ..errors import UsageError
         self._calibrating = False
-        self.comm = comm
-        self.options = options if options is not None else self.Options()
-        hsdp = self.options.shard_group == MACHINE
+        hsdp = self.shard_layout != WORLD
         # (built on every rank, in the constructor: building a group is collective)
-        self.shards = comm.group_of(MACHINE) if hsdp else comm.group_of(WORLD)
+        self.shards = comm.group_of(self.shard_layout)
         self.across = comm.group_of(ACROSS) if hsdp else None
         if hsdp and len({len(m) for m in comm.machines()}) > 1:
-            raise UsageError(f"method zero with --shard-group machine needs as many workers on "
-                             f"every machine (its shards must match across machines); this "
-                             f"job's machines hold "
+            raise UsageError(f"method {self.id} needs as many workers on every machine (its "
+                             f"shards must match across machines); this job's machines hold "
                              f"{', '.join(str(len(m)) for m in comm.machines())}")
-        self.keep_grads = self.options.zero_stage == "1"
+        self.keep_grads = (options if options is not None else self.Options()).zero_stage == "1"
         self._group_of_param = {}
         for k, g in enumerate(optimizer.param_groups):
             for p in g["params"]:
@@ -197,8 +194,8 @@ class Zero(BucketedAllReduce):
         if any(k[2] is None for k in keys):
             from ..errors import UsageError
             missing = next(self.param_names[i] for i, k in zip(order, keys) if k[2] is None)
-            raise UsageError(f"method zero: parameter {missing} is not in the optimizer; zero "
-                             f"steps only the parameters the optimizer was given")
+            raise UsageError(f"method {self.id}: parameter {missing} is not in the optimizer; "
+                             f"it steps only the parameters the optimizer was given")
         return [[order[j] for j in g] for g in plan_buckets(nbytes, self.threshold, keys)]
 
     def _plan(self, order: list[int]) -> None:
@@ -244,7 +241,7 @@ class Zero(BucketedAllReduce):
             self._shard_optimizer = type(user)(specs)
         except TypeError as e:
             from ..errors import UsageError
-            raise UsageError(f"method zero cannot build {type(user).__name__} over its shards "
+            raise UsageError(f"method {self.id} cannot build {type(user).__name__} over its shards "
                              f"(it constructs the optimizer's class with the given groups' "
                              f"settings): {e}") from None
 
@@ -291,7 +288,7 @@ class Zero(BucketedAllReduce):
         try:
             work.wait()
         except Exception as e:
-            raise CollectiveFailed(f"method zero: {what} of {self._bucket_name(b)} failed: "
+            raise CollectiveFailed(f"method {self.id}: {what} of {self._bucket_name(b)} failed: "
                                    f"{type(e).__name__}: {e}") from e
 
     def _finish(self, b) -> int | None:
@@ -412,3 +409,17 @@ class Zero(BucketedAllReduce):
         return {"optimizer_state_bytes": optimizer_state_bytes(self.optimizer),
                 "gradient_bytes": (kept + shards) * size,
                 "parameter_shard_bytes": shards * size}
+
+
+class HSDP(Zero):
+    id = "hsdp"
+    display = "HSDP-A2A"
+    summary = ("hybrid sharded data parallel: zero with the optimizer state sharded inside "
+               "each machine; each bucket reduce-scattered inside the machine, its shard "
+               "all-reduced across machines, the updated shards all-gathered inside the machine")
+    shard_layout = MACHINE
+    rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
+                      exchange=(rules.Step("reduce_scatter", MACHINE),
+                                rules.Step("allreduce", ACROSS, shard_of=MACHINE)),
+                      gather=(rules.Step("allgather", MACHINE),), optimizer_shard=MACHINE,
+                      prefetch="gather_prefetch")

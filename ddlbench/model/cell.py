@@ -166,15 +166,31 @@ def on_machines(method: str) -> bool:
     """Whether ``method`` runs collectives on groups of the placement (``machine``,
     ``across``): only a network that knows machines (a topology) prices it."""
     from ..collectives import WORLD
+    rule = simulate.method_class(method).rule
     return any(s.layout != WORLD or s.shard_of not in (None, WORLD)
-               for s in simulate.method_class(method).rule.exchange)
+               for s in rule.exchange + rule.gather)
 
 
-def exchange_links(method: str, nworkers: int, network: topology.Network | None) -> tuple:
-    """The links of ``method``'s declared exchange (``Rule.exchange``) at ``nworkers``: per
-    step (collective, share of the message, the network's link for the step's group layout);
-    () for a method that all-reduces each message on the whole job."""
-    steps = simulate.method_class(method).rule.exchange
+def priced_on(method: str, network: topology.Network | None) -> bool:
+    """Whether ``network`` prices ``method``'s collectives: any network (or a given all-reduce
+    alpha-beta, None) a method that all-reduces each message on the whole job; a network a
+    method with collectives of its own (``Rule.exchange``); a topology one on groups of the
+    placement."""
+    if not simulate.method_class(method).rule.exchange:
+        return True
+    if network is None:
+        return False
+    return isinstance(network, topology.Topology) or not on_machines(method)
+
+
+def exchange_links(method: str, nworkers: int, network: topology.Network | None,
+                   after_optimizer: bool = False) -> tuple:
+    """The links of ``method``'s declared exchange (``Rule.exchange``; ``after_optimizer``:
+    its ``Rule.gather``) at ``nworkers``: per step (collective, share of the message, the
+    network's link for the step's group layout); () for a method that all-reduces each
+    message on the whole job."""
+    rule = simulate.method_class(method).rule
+    steps = rule.gather if after_optimizer else rule.exchange
     if not steps:
         return ()
     if network is None:
@@ -185,10 +201,28 @@ def exchange_links(method: str, nworkers: int, network: topology.Network | None)
                   network.group_link(s.op, nworkers, s.layout)) for s in steps)
 
 
+def declared_links(method: str, nworkers: int, network: topology.Network | None) -> dict:
+    """``simulate.predict``'s arguments for ``method``'s declared collectives at ``nworkers``
+    on ``network``: ``steps`` (its exchange, ``exchange_links``) and, for a sharding method,
+    ``gather`` (its collectives after the optimizer) and ``optimizer_share`` (1/s, s the
+    size of its ``Rule.optimizer_shard`` group); {} for a method that all-reduces each
+    message on the whole job."""
+    rule = simulate.method_class(method).rule
+    out = {}
+    if rule.exchange:
+        out["steps"] = exchange_links(method, nworkers, network)
+    if rule.gather:
+        out["gather"] = exchange_links(method, nworkers, network, after_optimizer=True)
+        shard = rule.optimizer_shard
+        out["optimizer_share"] = 1.0 / network.group_size(shard, nworkers) if shard else 1.0
+    return out
+
+
 def _all_reduce(method, work, nworkers, options, batches_per_iter, network, link, link_source,
                 codec, plan_ab, table_network) -> Answer:
     """An all-reduce cell (or a PS cell's local all-reduce) on the cell's link."""
-    steps = exchange_links(method, nworkers, network if link is None else None)
+    declared = declared_links(method, nworkers, network if link is None else None)
+    steps = declared.get("steps", ())
     if link is None:
         ar, where = network.link("allreduce", nworkers), network.name
     else:
@@ -202,7 +236,7 @@ def _all_reduce(method, work, nworkers, options, batches_per_iter, network, link
     if plan_ab != "table" or cls.rule.grouping is None:
         return Answer(simulate.predict(method, work, ar, codec=codec, nworkers=nworkers,
                                        options=options, batches_per_iter=batches_per_iter,
-                                       steps=steps), where)
+                                       **declared), where)
     table, alpha, beta = original_alpha_beta(nworkers, table_network)
     groups = cls.rule.groups(cls, work, simulate.Link(alpha, beta), options)
     p = simulate.replay(work, ar, groups, method=method, codec=codec, nworkers=nworkers,

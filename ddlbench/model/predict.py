@@ -587,9 +587,10 @@ def run(args) -> int:
                          f"{args.model}")
     work, batch = _workload_for(args, prof)
     network = topology.load(args.topology, args.extrapolate) if args.topology else None
-    if args.method == "all" and not isinstance(network, topology.Topology):
-        # (methods on the groups of the placement need a network that knows machines)
-        names = [m for m in names if not cell.on_machines(m)]
+    if args.method == "all":
+        # (a method with collectives of its own needs a network that prices them; on the
+        # groups of the placement, one that knows machines)
+        names = [m for m in names if cell.priced_on(m, network)]
     counts = args.counts or [int(prof.get("nworkers") or 1)]
     enc, dec, enc_wait = _codec_times(args.codec, prof["model"], args.compressor)
     codec = simulate.Codec(args.compressor, 1, compressor_options(args), enc, dec,

@@ -81,6 +81,7 @@ import itertools
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Callable
 
 import compression
 
@@ -410,8 +411,9 @@ class _AllReduce:
     ``Link``), run instead of the compressor's collectives."""
 
     def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False,
-                 average_s_per_byte: float = 0.0, steps: tuple = ()):
+                 average_s_per_byte: float = 0.0, steps: tuple = (), gather: tuple = ()):
         self.link, self.codec, self.defer, self.steps = link, codec, defer, tuple(steps)
+        self.gather_steps = tuple(gather)
         self.average = average_s_per_byte  # the all-reduce's own division (ReduceOp.AVG)
         self.free = [(0.0, i) for i in range(max(1, channels))]
         self.events: list = []
@@ -425,6 +427,15 @@ class _AllReduce:
             return None
         free, lane = heapq.heappop(self.free)
         t, payload = self._run(late, max(ready, free), free > ready, lane, label)
+        heapq.heappush(self.free, (t, lane))
+        return t, payload
+
+    def gather(self, ready: float, nbytes: int, label: str | None) -> tuple[float, int]:
+        """A message's collectives after the optimizer (``Rule.gather``: the all-gather of its
+        updated shards), on the first free channel: (done, payload bytes)."""
+        free, lane = heapq.heappop(self.free)
+        ops = [(op, nbytes * share, link) for op, share, link in self.gather_steps]
+        t, payload = self._run(ops, max(ready, free), free > ready, lane, label)
         heapq.heappush(self.free, (t, lane))
         return t, payload
 
@@ -874,7 +885,9 @@ class _HostWork:
 def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
-           bsp: bool | None = None, nworkers: int = 1, steps: tuple = ()) -> Prediction:
+           bsp: bool | None = None, nworkers: int = 1, steps: tuple = (),
+           gather: tuple = (), prefetch: bool = False,
+           optimizer_share: float = 1.0) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
@@ -883,11 +896,15 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     ``method``: a registered id, whose rule says BSP or not and whose host work is DDP's or the
     bucketed methods'; any other name (the default): groups given by hand, bucketed.
     One event simulator runs it (``_CoSim``, with ``work``'s CPU interference; none: the
-    section 3 recurrences, up to rounding). The training thread
-    packs (and encodes) each group before handing it over and finishes each (decode, divide,
-    unpack) in order once it is done (``_HostWork``: ``work.host``'s rates, the codec's times,
-    the divide when ``nworkers`` > 1). ``steps``: a method's declared exchange, (collective,
-    share of the message, ``Link``) each, run for every message instead of its all-reduce."""
+    section 3 recurrences, up to rounding). The training thread packs (and encodes) each group
+    before handing it over and finishes each (decode, divide, unpack) in order once it is done
+    (``_HostWork``: ``work.host``'s rates, the codec's times, the divide when ``nworkers`` >
+    1). ``steps``: a method's declared exchange, (collective, share of the message, ``Link``)
+    each, run for every message instead of its all-reduce. A sharding method's ``gather``
+    (``Rule.gather``: its shards' all-gather after the optimizer, as ``steps``): in steady
+    state the previous step's gathers start with the iteration, in forward order, and the
+    forward waits for all (``prefetch`` False) or each group's share of it for its own; the
+    optimizer takes ``optimizer_share`` of ``work.optimizer_s`` (its 1/s shard)."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
@@ -900,7 +917,7 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
         raise UsageError("an all-reduce method needs a link")
     else:
         transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
-                               average_s_per_byte=host.average, steps=steps)
+                               average_s_per_byte=host.average, steps=steps, gather=gather)
     wait_all = bool(rule and rule.after_backward) if bsp is None else bsp
     key, sizes = 0, []
 
@@ -934,8 +951,10 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
         sizes[i] += sent[1]
         return sent[0]
 
+    extra = {} if not gather else {"sharded": _Sharded.of(
+        transport, work, groups, label_of, prefetch, optimizer_share)}
     end, spans, comm_events, codec = _schedule(work, groups, wait_all, send, send_late,
-                                               transport, host)
+                                               transport, host, **extra)
     events = comm_events + [("iteration", timeline.ITERATION, timeline.MAIN, 0.0, end * us,
                              {"index": 0})]
     events += [(name, cat, row, a * us, b * us, None) for name, cat, row, a, b in spans]
@@ -966,13 +985,41 @@ class _IssueThread:
         return self.free
 
 
+@dataclass(frozen=True)
+class _Sharded:
+    """A sharding method's part of ``replay``'s schedule: ``gather(group, start)`` (when the
+    group's all-gather, started at ``start``, is done), each group's share of the forward
+    (``forward_s``, in group order), whether each share waits for its own group's gather
+    (``prefetch``) or the forward for every one, and the optimizer's share of
+    ``optimizer_s``."""
+    gather: Callable
+    forward_s: list
+    prefetch: bool
+    optimizer_share: float
+
+    @classmethod
+    def of(cls, transport, work: Compute, groups, label_of, prefetch: bool,
+           optimizer_share: float) -> "_Sharded":
+        """``replay``'s: the groups' gathers on ``transport`` (its declared ``gather``)."""
+        def gathered(g, start):
+            return transport.gather(start, sum(work.nbytes[b] for b in g), label_of(g))[0]
+        return cls(gathered, _group_forward_s(work, groups), prefetch, optimizer_share)
+
+
+def _group_forward_s(work: Compute, groups) -> list[float]:
+    """Each group's share of the forward: its tensors' (``_forward_order``)."""
+    n = len(work.nbytes)
+    fwd = _forward_order(work)[3]
+    return [sum(fwd[n - 1 - b] for b in g) for g in groups]
+
+
 def _schedule(work: Compute, groups, wait_all: bool, send, send_late, transport,
-              host: _HostWork):
+              host: _HostWork, sharded: _Sharded | None = None):
     """``replay``'s iteration (``_Schedule``): (its end, the spans (name, category, row,
     start, end), the transport's events in wall time, the host work's spans (name, row,
     start, end)). tests/model_reference.py writes the one-resource case again, without the
-    event simulator, with this signature."""
-    return _Schedule(work, groups, wait_all, send, send_late, transport, host).run()
+    event simulator, with this signature (without ``sharded``)."""
+    return _Schedule(work, groups, wait_all, send, send_late, transport, host, sharded).run()
 
 
 class _Schedule:
@@ -1003,8 +1050,9 @@ class _Schedule:
     row, start, end)."""
 
     def __init__(self, work: Compute, groups, wait_all: bool, send, send_late, transport,
-                 host: _HostWork):
+                 host: _HostWork, sharded: _Sharded | None = None):
         self.sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
+        self.sharded = sharded
         self.work, self.groups, self.wait_all = work, groups, wait_all
         self.send, self.send_late, self.transport, self.host = send, send_late, transport, host
         self.two = work.launch is not None        # host and device are resources of their own
@@ -1086,7 +1134,10 @@ class _Schedule:
         """The device's work in launch order; on one resource each piece's host work after
         it."""
         sim, work = self.sim, self.work
-        yield from self._compute(work.forward_s, "forward")
+        if self.sharded is None:
+            yield from self._compute(work.forward_s, "forward")
+        else:
+            yield from self._gathered_forward()
         self.t["device forward"] = sim.t
         for b, tb in enumerate(work.backward_s):
             yield from self._compute(tb, b)
@@ -1099,8 +1150,28 @@ class _Schedule:
             yield from self._issue_rest()
         yield from self._gradients()
         self.t["device optimizer"] = sim.t
-        yield COMPUTE, work.optimizer_s
+        share = 1.0 if self.sharded is None else self.sharded.optimizer_share
+        yield COMPUTE, work.optimizer_s * share
         self.t["device end"] = sim.t
+
+    def _gathered_forward(self):
+        """The forward after the previous step's all-gathers, issued now in forward order (the
+        last group first): each group's share of it waits for that group's (prefetched), or
+        the whole forward for every one."""
+        sim, sharded = self.sim, self.sharded
+        order = list(reversed(range(len(self.groups))))
+        for i in order:
+            done = sharded.gather(self.groups[i], sim.v)
+            sim.sent(done)
+            sim.at(done, lambda k=("gathered", i): sim.signal(k))
+        for i in (order if not sharded.prefetch else order[:1]):
+            yield WAIT, ("gathered", i)
+        self.t["forward start"] = sim.t   # (the wait before it: a span of its own)
+        for i in order:
+            yield WAIT, ("gathered", i)
+            yield COMPUTE, sharded.forward_s[i]
+        if self.two:
+            yield WAIT, ("launched", "forward")
 
     def _compute(self, seconds: float, what):
         """The device computes ``what`` (the forward, a backward position), done no earlier
@@ -1137,27 +1208,32 @@ class _Schedule:
         """The training thread's spans, and the device's on a row of its own; on one resource
         the step holds the optimizer."""
         t, main, compute = self.t, timeline.MAIN, timeline.COMPUTE
+        start = t.get("forward start", 0.0)   # after a sharding method's first gather
+        waited = [("allgather wait", timeline.WAIT, main, 0.0, start)] if start > 0 else []
         if not self.two:
-            return [("forward", compute, main, 0.0, t["device forward"]),
-                    ("backward", compute, main, t["device forward"], t["device backward"]),
-                    ("step", timeline.WAIT, main, t["device backward"], end),
-                    ("optimizer", compute, main, t["device optimizer"], end)]
+            return waited + [
+                ("forward", compute, main, start, t["device forward"]),
+                ("backward", compute, main, t["device forward"], t["device backward"]),
+                ("step", timeline.WAIT, main, t["device backward"], end),
+                ("optimizer", compute, main, t["device optimizer"], end)]
         dev = DEVICE_ROW
         spans = [("forward", compute, main, 0.0, t["host forward"]),
                  ("backward", compute, main, t["host forward"], t["host backward"]),
                  ("step", timeline.WAIT, main, t["host backward"], t["host step"]),
                  ("optimizer", compute, main, t["host step"], t["host end"]),
                  ("synchronize", timeline.WAIT, main, t["host end"], end),
-                 ("forward", compute, dev, 0.0, t["device forward"]),
+                 ("forward", compute, dev, start, t["device forward"]),
                  ("backward", compute, dev, t["device forward"], t["device backward"]),
                  ("optimizer", compute, dev, t["device optimizer"], t["device end"])]
-        return [x for x in spans if x[4] > x[3] or x[0] != "synchronize"]
+        return [x for x in spans if x[4] > x[3] or x[0] != "synchronize"] + \
+            [(name, cat, dev, a, b) for name, cat, _, a, b in waited]
 
 
 def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
             local: Link | None = None, nworkers: int = 1, options=None,
-            batches_per_iter: int | None = None, steps: tuple = (), **values) -> Prediction:
+            batches_per_iter: int | None = None, steps: tuple = (), gather: tuple = (),
+            optimizer_share: float = 1.0, **values) -> Prediction:
     """``method``'s iteration with its options (``options_for``: ``options``, an instance of
     its ``Options``, None its defaults, with ``values`` by option name; its rule reads them:
     a fusion threshold, ``bucket_cap_mb``, ``mgwfbp_min_group``; ByteScheduler's
@@ -1167,7 +1243,11 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     (with ``codec``); the PS methods need ``servers`` (and ``local`` for a machine's local
     sum). ``nworkers``: the run's workers (the methods divide the sums only when above 1).
     ``steps``: the links of a rule's declared exchange (``Rule.exchange``; ``cell`` gives
-    them from the network), (collective, share of the message, ``Link``) each."""
+    them from the network), (collective, share of the message, ``Link``) each; ``gather``
+    likewise for a sharding method's collectives after the optimizer (``Rule.gather``), and
+    ``optimizer_share``, the share of the optimizer's time its shard takes (``cell``: 1/s for
+    the group of ``Rule.optimizer_shard``); whether the gathers overlap the next forward is
+    the option ``Rule.prefetch`` names."""
     cls = method_class(method)
     rule = cls.rule
     options = options_for(method, options, **values)
@@ -1199,8 +1279,13 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     if len(rule.exchange) != len(steps):
         raise UsageError(f"method {method} declares {len(rule.exchange)} collective(s) per "
                          f"message; their links were given for {len(steps)}")
+    if len(rule.gather) != len(gather):
+        raise UsageError(f"method {method} declares {len(rule.gather)} collective(s) after its "
+                         f"optimizer per message; their links were given for {len(gather)}")
+    prefetch = rule.prefetch is not None and str(getattr(options, rule.prefetch)) == "1"
     return replay(work, link, rule.groups(cls, work, link, options), channels, method,
-                  codec, nworkers=nworkers, steps=steps)
+                  codec, nworkers=nworkers, steps=steps, gather=gather, prefetch=prefetch,
+                  optimizer_share=optimizer_share)
 
 
 def bytescheduler(work: Compute, link: Link | None, partition: int = None, credit: int = None,
