@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ddlbench import timeline
+from ddlbench import methods, timeline
 from ddlbench.model import cell, predict, simulate, topology
 from ddlbench.errors import UsageError
 from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
@@ -79,8 +79,9 @@ def test_predictions_are_the_simulators_and_traces_read_back(tmp_path, capsys):
         back = timeline.overlap(timeline.read(str(traces / f"{p['method']}_2.trace.json"))[0]
                                 ["events"])["mean"]
         assert back["iteration_s"] == pytest.approx(p["metrics"]["iteration_s"], abs=1e-8)
-    assert [p["messages"] for p in got["predictions"][:2]] == [1, 4]   # bspa2a, wfbp
-    fusion = got["predictions"][2]
+    by = {p["method"]: p for p in got["predictions"]}
+    assert (by["bspa2a"]["messages"], by["wfbp"]["messages"]) == (1, 4)
+    fusion = by["fusion"]
     # 1.2 MB: the first three tensors fit one buffer, the 4 MiB one goes alone
     assert fusion["method"] == "fusion" and \
         fusion["message_bytes"] == [4096 + (1 << 20) + 65536, 4 << 20]
@@ -393,6 +394,12 @@ def test_the_gpu_launch_check_compares_the_models_wfbp_ratio_with_the_measured_o
                                f"{verdict})\n")
 
 
+# the bars' all-reduce methods: the registry's all-to-all ones but the baseline, in its order
+ALLREDUCE = [m for m in methods.selected("all", with_servers=False)
+             if not methods.lookup(m).baseline]
+assert ALLREDUCE[:4] == ["wfbp", "fusion", "bspa2a", "bytescheduler"] and "hier" in ALLREDUCE
+
+
 def _overhead_record(figures: dict) -> dict:
     """An ``ddlbench.overhead --json`` record with, per method, the ratios and intervals given
     as {method: {ratio: (median, interval or None)}}."""
@@ -416,17 +423,16 @@ def test_host_path_bars_decide_issue_44s_gpu_bars_from_the_overhead_records(tmp_
         "BERT-Large bs 8: wfbp / DDP with per-tensor buckets >= 0.95: 0.960 [0.950, 0.970]: shown",
         "BERT-Large bs 8: bspa2a / DDP, one bucket >= 0.98: 0.975 -: NOT met",
         *[f"ResNet-50 bs 64: {m} / bare loop >= 0.97: no figure (overhead_resnet50.json, {m}): "
-          f"missing" for m in ("wfbp", "fusion", "bspa2a", "bytescheduler", "hier", "mgwfbp")]]
+          f"missing" for m in ALLREDUCE]]
     (tmp_path / "overhead_bert.json").write_text(json.dumps(_overhead_record({
         "wfbp": {"method/bare": (0.85, None), "method/ddp_match": (0.95, None)},
         "bspa2a": {"method/ddp_match": (0.98, [0.98, 0.99])}})))
     (tmp_path / "overhead_resnet50.json").write_text(json.dumps(_overhead_record(
-        {m: {"method/bare": (0.97, None)}
-         for m in ("bspa2a", "wfbp", "fusion", "mgwfbp", "bytescheduler", "hier")})))
+        {m: {"method/bare": (0.97, None)} for m in ALLREDUCE})))
     proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
     assert [line.rsplit(": ", 1)[1] for line in proc.stdout.splitlines()] == \
-        ["met", "met", "shown"] + ["met"] * 6
+        ["met", "met", "shown"] + ["met"] * len(ALLREDUCE)
     (tmp_path / "overhead_bert.json").write_text("{not json")
     proc = subprocess.run(script, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith(
@@ -476,12 +482,12 @@ echo "stand-in for $*"
         # every all-reduce method and DDP on ResNet-50; what BERT-Large's bars read and DDP
         ran = [line.split()[line.split().index("--methods") + 1].split(",")
                for line in (lines[1], lines[3])]
-        assert sorted(ran[0]) == ["bspa2a", "bytescheduler", "ddp", "fusion", "hier", "mgwfbp",
-                                  "wfbp"]
+        assert sorted(ran[0]) == sorted(ALLREDUCE + ["ddp"])
         assert sorted(ran[1]) == ["bspa2a", "ddp", "wfbp"]
         bars = [line for line in proc.stdout.splitlines() if line.startswith(("BERT", "ResNet"))]
         # 0.96 meets the wfbp bars (0.85, 0.95), not bspa2a's (0.98) nor ResNet-50's (0.97)
-        assert len(bars) == 9 and all(line.endswith(": met") for line in bars[:2]) and \
+        assert len(bars) == 3 + len(ALLREDUCE) and \
+            all(line.endswith(": met") for line in bars[:2]) and \
             all(line.endswith(f": {verdict}") for line in bars[2:]), bars
         log = (out / "log.txt").read_text()
         assert log.count("== ") == 6 * (2 if rc else 1)   # appended, as gpu_check.sh's steps

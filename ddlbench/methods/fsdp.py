@@ -37,8 +37,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..collectives import WORLD
 from ..errors import UsageError
 from ..options import Options, one_of, option
+from . import rules
 from .base import Method
 from .ddp import DDP, DDPOptions
 
@@ -180,6 +182,13 @@ class FSDP2(Method):
                "unit's parameters all-gathered in forward, its gradients reduce-scattered in "
                "backward, the optimizer on the shards (`--reshard-after-forward 1`: ZeRO-3)")
     Options = FSDP2Options
+    # the model: per unit, its gradients reduce-scattered once its backward is done (torch's
+    # native reduce-scatter: an all-reduce on Gloo), the optimizer on 1/P, and its parameters
+    # all-gathered before its forward, the next unit's prefetched (ZeRO-3's second all-gather
+    # in the backward is not modelled)
+    rule = rules.Rule(grouping=rules.units,
+                      exchange=(rules.Step("reduce_scatter", carrier="native"),),
+                      gather=(rules.Step("allgather"),), optimizer_shard=WORLD, prefetch=True)
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
@@ -253,7 +262,11 @@ class DDPZeRO1(DDP):
     summary = ("torch DDP with its own buckets, and torch's `ZeroRedundancyOptimizer` (ZeRO-1: "
                "each worker steps 1/P of the parameters, then broadcasts them)")
     Options = DDPOptions
-    rule = None
+    # the model: DDP's buckets and host work, the optimizer on 1/P, then its parameters'
+    # broadcasts (each rank's 1/P to the others: an all-gather's bytes) before the forward
+    rule = rules.Rule(grouping=rules.ddp, reducer=True, advise=rules.bucket_cap_grid,
+                      exchange=(rules.Step("allreduce"),), gather=(rules.Step("allgather"),),
+                      optimizer_shard=WORLD, prefetch=False)
     baseline = False
     hatch = None
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from ..options import COUNT, NONNEG, POSITIVE, option
 from ..planning import plan_buckets
 from ..timeline import tensors_label
+from . import rules
 from .allreduce import FusionOptions
 from .base import Method
 
@@ -68,6 +69,8 @@ class _Periodic(Method):
 
     Options = PeriodicOptions
     changes_algorithm = "the replicas step apart; parameters averaged every `--period` steps"
+    # the model: buckets of parameters all-reduced after the step, one step in H
+    rule = rules.Rule(grouping=rules.fused, after_backward=True, period="sync_period")
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:

@@ -55,9 +55,17 @@ class Step:
     op: str
     layout: str = WORLD
     shard_of: str | None = None
+    # the carrier it runs by where its collective declares several (None: the backend's
+    # default); a network prices ``op:carrier`` as comm_bench measures it
+    carrier: str | None = None
 
     def __post_init__(self):
-        declared(self.op)   # an undeclared collective: one line
+        declared(self.op).carrier(self.carrier, None)   # undeclared: one line
+
+    @property
+    def priced_as(self) -> str:
+        """The operation a network prices (``topology.OPS``)."""
+        return self.op if self.carrier is None else f"{self.op}:{self.carrier}"
         for layout in (self.layout, self.shard_of or WORLD):
             if layout not in LAYOUTS:
                 raise TypeError(f"a step's group layout is one of {', '.join(LAYOUTS)}, "
@@ -83,13 +91,19 @@ class Rule:
     # the option saying whether the gathers overlap the next forward ("1") or not
     gather: tuple[Step, ...] = ()
     optimizer_shard: str | None = None
-    prefetch: str | None = None
+    prefetch: str | bool | None = None
+    # a periodic method's: the classmethod (on the method, of its options) giving the steps
+    # between two syncs; the model then runs H - 1 steps without communication and one whose
+    # messages wait for the whole step (the sync after the optimizer)
+    period: str | None = None
 
     def __post_init__(self):
         if (self.grouping is None) != self.scheduler:
             raise TypeError("a model rule has either a grouping or the scheduler, not both")
         if (self.exchange or self.gather) and self.scheduler:
             raise TypeError("a declared exchange is per message: it needs a grouping")
+        if self.period and not self.after_backward:
+            raise TypeError("a periodic rule's sync waits for the whole step: after_backward")
         if self.gather and not self.exchange:
             raise TypeError("a rule that gathers shards after the optimizer declares the "
                             "exchange that made them")
@@ -126,6 +140,26 @@ def ddp(method, work, link, options) -> list[list[int]]:
     ``bucket_cap_mb``, the first at 1 MiB at the default cap (``planning.ddp_buckets``)."""
     cap_mb = float(options.bucket_cap_mb)
     return ddp_buckets(work.nbytes, cap_mb * MIB, ddp_first_bucket_bytes(cap_mb))
+
+
+def units(method, work, link, options) -> list[list[int]]:
+    """FSDP's units: the tensors of each repeated block (a name with an index component,
+    ``layer.3.``, ``layer1.0.``: a module of a ModuleList or Sequential), a message each once
+    its last gradient is ready, and the root's (every other tensor) last, when the backward
+    ends. Without names, one unit."""
+    names = work.names
+    if names is None:
+        return [list(range(len(work.nbytes)))]
+    blocks: dict[str, list[int]] = {}
+    root = []
+    for b, name in enumerate(names):
+        parts = name.split(".")
+        index = next((k for k, part in enumerate(parts[:-1]) if part.isdigit()), None)
+        if index is None:
+            root.append(b)
+        else:
+            blocks.setdefault(".".join(parts[:index + 1]), []).append(b)
+    return sorted(blocks.values(), key=max) + ([root] if root else [])
 
 
 def merged(method, work, link, options) -> list[list[int]]:

@@ -198,7 +198,7 @@ def exchange_links(method: str, nworkers: int, network: topology.Network | None,
         raise UsageError(f"method {method} runs {runs} per message: give a network that "
                          f"prices them (a topology file), not an all-reduce alpha-beta")
     return tuple((s.op, 1.0 / network.group_size(s.shard_of, nworkers) if s.shard_of else 1.0,
-                  network.group_link(s.op, nworkers, s.layout)) for s in steps)
+                  network.group_link(s.priced_as, nworkers, s.layout)) for s in steps)
 
 
 def declared_links(method: str, nworkers: int, network: topology.Network | None) -> dict:

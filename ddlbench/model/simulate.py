@@ -722,9 +722,9 @@ def _modelled(architecture: str | None = None, grouped: bool | None = None) -> l
 def __getattr__(name: str):
     """Views of the registry's rules (no method is named here): ``METHODS`` (every modelled
     method), ``PS_METHODS``, ``GROUPINGS`` and ``PS_GROUPINGS`` (id -> grouping of the methods
-    that send fixed groups, all-reduced on the whole job or pushed; not those that declare an
-    exchange of their own, ``Rule.exchange``), ``COMPRESSORS_OF`` (id -> the compressors
-    it takes)."""
+    that send fixed groups every step, all-reduced on the whole job or pushed; not those that
+    declare an exchange of their own, ``Rule.exchange``, nor the periodic ones, ``Rule.period``),
+    ``COMPRESSORS_OF`` (id -> the compressors it takes)."""
     from ..methods import A2A, PS
     if name == "METHODS":
         return tuple(_modelled())
@@ -733,7 +733,7 @@ def __getattr__(name: str):
     if name in ("GROUPINGS", "PS_GROUPINGS"):
         return {m: method_class(m).rule.grouping
                 for m in _modelled(A2A if name == "GROUPINGS" else PS, grouped=True)
-                if not method_class(m).rule.exchange}
+                if not method_class(m).rule.exchange and not method_class(m).rule.period}
     if name == "COMPRESSORS_OF":
         return {m: tuple(c for c in compression.COMPRESSORS
                          if method_class(m).accepts(c) is None)
@@ -885,9 +885,8 @@ class _HostWork:
 def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: int = 1,
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
-           bsp: bool | None = None, nworkers: int = 1, steps: tuple = (),
-           gather: tuple = (), prefetch: bool = False,
-           optimizer_share: float = 1.0) -> Prediction:
+           bsp: bool | None = None, nworkers: int = 1, steps: tuple = (), gather: tuple = (),
+           prefetch: bool = False, optimizer_share: float = 1.0) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
@@ -898,13 +897,12 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     One event simulator runs it (``_CoSim``, with ``work``'s CPU interference; none: the
     section 3 recurrences, up to rounding). The training thread packs (and encodes) each group
     before handing it over and finishes each (decode, divide, unpack) in order once it is done
-    (``_HostWork``: ``work.host``'s rates, the codec's times, the divide when ``nworkers`` >
-    1). ``steps``: a method's declared exchange, (collective, share of the message, ``Link``)
-    each, run for every message instead of its all-reduce. A sharding method's ``gather``
-    (``Rule.gather``: its shards' all-gather after the optimizer, as ``steps``): in steady
-    state the previous step's gathers start with the iteration, in forward order, and the
-    forward waits for all (``prefetch`` False) or each group's share of it for its own; the
-    optimizer takes ``optimizer_share`` of ``work.optimizer_s`` (its 1/s shard)."""
+    (``_HostWork``). ``steps``: a method's declared exchange, (collective, share of the
+    message, ``Link``) each, run for every message instead of its all-reduce. ``gather``,
+    a sharding method's collectives after the optimizer (``Rule.gather``, as ``steps``): the
+    previous step's start with the iteration, in forward order, and the forward waits for all
+    (``prefetch`` False) or each group's share for its own; the optimizer takes
+    ``optimizer_share`` of ``work.optimizer_s``."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
@@ -1282,10 +1280,20 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     if len(rule.gather) != len(gather):
         raise UsageError(f"method {method} declares {len(rule.gather)} collective(s) after its "
                          f"optimizer per message; their links were given for {len(gather)}")
-    prefetch = rule.prefetch is not None and str(getattr(options, rule.prefetch)) == "1"
-    return replay(work, link, rule.groups(cls, work, link, options), channels, method,
-                  codec, nworkers=nworkers, steps=steps, gather=gather, prefetch=prefetch,
-                  optimizer_share=optimizer_share)
+    prefetch = rule.prefetch is True or (isinstance(rule.prefetch, str)
+                                         and str(getattr(options, rule.prefetch)) == "1")
+    p = replay(work, link, rule.groups(cls, work, link, options), channels, method,
+               codec, nworkers=nworkers, steps=steps, gather=gather, prefetch=prefetch,
+               optimizer_share=optimizer_share)
+    return _periodic(p, work, int(getattr(cls, rule.period)(options))) if rule.period else p
+
+
+def _periodic(synced: Prediction, work: Compute, period: int) -> Prediction:
+    """A periodic method's mean iteration: one step that syncs (``synced``, its messages after
+    the whole step) in every ``period``, the others its compute alone (no communication; CPU
+    interference none there). The events and metrics are the syncing step's."""
+    return replace(synced, iteration_s=(synced.iteration_s + (period - 1) * work.compute_s)
+                   / period)
 
 
 def bytescheduler(work: Compute, link: Link | None, partition: int = None, credit: int = None,
