@@ -28,6 +28,10 @@ its comments and its ``provenance``)::
       latency: 25us
       efficiency: 0.94
     allreduce: ring           # or hierarchical (default ring)
+    backend: gloo             # optional: the collectives' backend; a carrier that runs as
+                              # another collective there (collectives.carried_as: Gloo's
+                              # native reduce-scatter is an all-reduce, the a2a carrier an
+                              # all-to-all) is priced as that one (default: each as itself)
     servers:                  # optional: parameter servers, on hosts of their own
       count: 8                # optional, default one per worker machine (those P spans)
       bandwidth: 10gbit       # a server's NIC; each of bandwidth, latency and efficiency
@@ -131,7 +135,7 @@ from dataclasses import dataclass, replace
 
 from .. import yamlfile
 from . import simulate
-from ..collectives import (LAYOUTS, MACHINE, RING_OPS, WORLD, layout_size,
+from ..collectives import (LAYOUTS, MACHINE, RING_OPS, WORLD, carried_as, layout_size,
                            ring_collective, ring_link, split)
 from ..errors import UsageError, read_json
 from ..planning import PS_CLIENTS
@@ -142,6 +146,7 @@ FOLDER = os.path.join(REPO, "configs", "topology")
 # carrier as comm_bench measures it; a carrier's ring steps are its collective's
 OPS = (*RING_OPS, "reduce_scatter:a2a", "reduce_scatter:native")
 ALGORITHMS = ("ring", "hierarchical")
+BACKENDS = ("gloo", "nccl")
 
 _NUMBER = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _BIT_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
@@ -361,7 +366,7 @@ class Topology(Network):
     ``"intra_node.bandwidth"`` in bytes/s, ``"inter_node.latency"`` in s, ``"servers.efficiency"``)
     replace the file's values: the model with other constants (``variant``)."""
     _KEYS = {"name", "description", "nodes", "devices_per_node", "intra_node", "inter_node",
-             "allreduce", "servers", "provenance"}
+             "allreduce", "backend", "servers", "provenance"}
     _LINK_KEYS = {"bandwidth", "latency", "efficiency"}
     _TOP = ("nodes", "devices_per_node")
 
@@ -388,6 +393,10 @@ class Topology(Network):
         self.intra = (self._link(raw, "intra_node") if self.devices_per_node > 1
                       or raw.get("intra_node") is not None else None)
         self.inter = self._link(raw, "inter_node")
+        self.backend = raw.get("backend")
+        if self.backend not in (None, *BACKENDS):
+            raise UsageError(f"topology file {path}: unknown backend {self.backend!r}; "
+                             f"backend: {' or '.join(BACKENDS)}")
         self.algorithm = raw.get("allreduce", "ring")
         if self.algorithm not in ALGORITHMS:
             raise UsageError(f"topology file {path}: unknown all-reduce algorithm "
@@ -566,12 +575,27 @@ class Topology(Network):
         return max(x.a for x in used), max(x.b for x in used)
 
     # -- the interface ----------------------------------------------------------------------
+    def _priced(self, op: str) -> str:
+        """The collective ``op`` (``name`` or ``name:carrier``) is priced as on this file's
+        backend (``collectives.carried_as``; without a backend, itself)."""
+        name, carrier = split(op)
+        return carried_as(name, carrier, self.backend) if self.backend else name
+
     def link(self, op: str, nworkers: int) -> simulate.Link:
         self._check_op(op)
         n, l = self._shape(nworkers)
         p = nworkers
         if p == 1:
             return _zero()
+        op = self._priced(op)
+        if op == "all_to_all" and n > 1:
+            # every worker sends 1/P of the message to each other worker: l - 1 of those
+            # parts over its intra-node link, P - l over its machine's NIC, which the
+            # machine's l workers share (l x (P - l) / P of a message each way)
+            tiers = [(self.inter.a, self.inter.b * l * (p - l) / p)]
+            if l > 1:
+                tiers.append((self.intra.a, self.intra.b * (l - 1) / p))
+            return simulate.Link((p - 1) * max(a for a, _ in tiers), max(b for _, b in tiers))
         if op == "allreduce" and self.algorithm == "hierarchical":
             alpha = beta = 0.0
             for count, tier in ((l, self.intra), (n, self.inter)):
@@ -579,7 +603,7 @@ class Topology(Network):
                     a, b = ring_collective("allreduce", tier.a, tier.b, count)
                     alpha, beta = alpha + a, beta + b
             return simulate.Link(alpha, beta)
-        return simulate.Link(*ring_collective(split(op)[0], *self._ring(n, l), p))
+        return simulate.Link(*ring_collective(op, *self._ring(n, l), p))
 
     def group_link(self, op: str, nworkers: int, layout: str) -> simulate.Link:
         """``op`` inside a machine (``machine``: a ring of its l devices on the intra-node
@@ -596,7 +620,7 @@ class Topology(Network):
                        else (n, self.inter.a, l * self.inter.b))
         if count == 1:
             return _zero()
-        return simulate.Link(*ring_collective(split(op)[0], a, b, count))
+        return simulate.Link(*ring_collective(self._priced(op), a, b, count))
 
     def group_size(self, layout: str, nworkers: int) -> int:
         """The fullest machine's l (``machine``), the machines spanned n (``across``), or P."""
