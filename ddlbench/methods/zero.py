@@ -141,7 +141,7 @@ class Zero(BucketedAllReduce):
     summary = ("ZeRO-1/2 sharded data parallel: gradients packed in backward order into buckets "
                "of at most `--threshold` bytes, each reduce-scattered as it completes; the "
                "optimizer steps this worker's 1/P shard; the shards all-gathered before (or "
-               "overlapping) the next forward; `--shard-group machine`: HSDP")
+               "overlapping) the next forward (`hsdp`: sharded inside each machine)")
     Options = ZeroOptions
     shard_layout = WORLD   # the group that shares the optimizer state
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
