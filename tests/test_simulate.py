@@ -1237,3 +1237,44 @@ def test_launch_times_are_checked():
         _launch_work(sim.Launch(0.01, [0.001] * 3))
     with pytest.raises(UsageError, match="finite and >= 0"):
         sim.Launch(0.01, [0.001, -1.0])
+
+
+def test_a_sharding_method_gathers_before_the_forward_or_under_it():
+    """Rule.gather in the replay (one resource, no interference): the previous step's
+    all-gathers start with the iteration, the last group first; without prefetch the forward
+    waits for all, with it each group's share of the forward (in proportion to its backward)
+    for its own; each group is reduce-scattered once its backward is done, and the optimizer
+    takes its share. Exact figures by hand."""
+    F, b, n, O = 0.02, [0.004, 0.006], [4_000_000, 1_000_000], 0.008
+    work = sim.Compute(forward_s=F, backward_s=b, nbytes=n, optimizer_s=O)
+    ag, rs = sim.Link(1e-3, 1e-8), sim.Link(2e-3, 2e-9)
+    kw = dict(steps=(("reduce_scatter", 1.0, rs),), gather=(("allgather", 1.0, ag),),
+              optimizer_share=0.25)
+    one = sim.replay(work, LINKS[0], [[0, 1]], **kw)
+    assert one.iteration_s == pytest.approx(ag.time(sum(n)) + F + sum(b) + rs.time(sum(n))
+                                            + O / 4, rel=1e-12)
+    late, early = (sim.replay(work, LINKS[0], [[0], [1]], prefetch=p, **kw) for p in (False, True))
+    a1, a0 = ag.time(n[1]), ag.time(n[0])        # group 1 (the front layer) is gathered first
+    f1, f0 = F * b[1] / sum(b), F * b[0] / sum(b)
+    for p, forward_end in ((late, a1 + a0 + F), (early, max(a1 + f1, a1 + a0) + f0)):
+        t0 = forward_end + b[0]                  # group 0's reduce-scatter starts
+        end = max(forward_end + sum(b), t0 + rs.time(n[0])) + rs.time(n[1])
+        assert p.iteration_s == pytest.approx(end + O / 4, rel=1e-12)
+    waits = [e for e in early.events if e[0] == "allgather wait"]
+    assert [(e[3], e[4]) for e in waits] == [(0.0, pytest.approx(a1 * 1e6))]
+    assert sorted(e[0] for e in early.events if e[1] == timeline.COMM) == \
+        ["allgather", "allgather", "reduce_scatter", "reduce_scatter"]
+
+
+def test_a_periodic_method_is_one_syncing_step_in_h():
+    """Rule.period: H - 1 steps of compute alone and one whose buckets are all-reduced after
+    the step, averaged; H = 1 is the syncing step itself."""
+    work = _work(1)
+    link = LINKS[1]
+    synced = sim.predict("localsgd", work, link, period=1).iteration_s
+    assert synced == sim.replay(work, link, [list(range(len(work.nbytes)))],
+                                method="localsgd").iteration_s
+    for h in (2, 4, 16):
+        got = sim.predict("localsgd", work, link, period=h).iteration_s
+        assert got == pytest.approx((synced + (h - 1) * work.compute_s) / h, rel=1e-12)
+        assert sim.predict("diloco", work, link, period=h).iteration_s == got

@@ -728,3 +728,28 @@ def test_an_extrapolated_measurement_scales_the_rings_steps_rows_included(tmp_pa
         topology.load(str(path)).link("allreduce", 4)
     with pytest.raises(UsageError, match="have no pushpull at 4 workers"):
         topology.load(str(path)).ps(4, None, "machine")
+
+
+@pytest.mark.parametrize("p, n, l", [(4, 1, 4), (8, 2, 4), (12, 3, 4), (3, 1, 3)])
+def test_a_backend_prices_each_carrier_as_the_collective_it_runs_as(tmp_path, p, n, l):
+    """``backend: gloo``: torch's native reduce-scatter costs Gloo's all-reduce, the ``a2a``
+    carrier (Gloo's default) an all-to-all; an all-to-all across machines sends l(P-l)/P of
+    the message over each machine's shared NIC, (l-1)/P over each device's intra-node link, in
+    P - 1 exchanges. Without a backend every carrier is its collective's ring."""
+    gloo, plain = make(tmp_path, backend="gloo"), make(tmp_path)
+    assert gloo.link("reduce_scatter:native", p) == plain.link("allreduce", p)
+    assert gloo.link("reduce_scatter", p) == gloo.link("reduce_scatter:a2a", p) \
+        == gloo.link("all_to_all", p)
+    assert make(tmp_path, backend="nccl").link("reduce_scatter", p) == \
+        plain.link("reduce_scatter", p) == plain.link("reduce_scatter:native", p)
+    a2a = gloo.link("all_to_all", p)
+    if n == 1:   # one machine: a ring of its devices, as without a backend
+        same(a2a, (p - 1) * A_I, (p - 1) / p * B_I)
+    else:
+        same(a2a, (p - 1) * A_E, max(B_E * l * (p - l) / p, B_I * (l - 1) / p))
+        assert a2a.beta > plain.link("reduce_scatter", p).beta   # more than a ring over the NIC
+    # on the groups of the placement, inside one machine: the same rule
+    assert gloo.group_link("reduce_scatter:native", p, "machine") == \
+        plain.group_link("allreduce", p, "machine")
+    with pytest.raises(UsageError, match="unknown backend 'mpi'; backend: gloo or nccl"):
+        make(tmp_path, backend="mpi")
