@@ -415,17 +415,8 @@ def reference_math(comp: str, world: int, dtype, values: dict, engine: str = "to
     declaration names (``reference``, ``module:Class``; the built-ins'
     ``compression.reference.ReferenceMath``), constructed as (id, workers, dtype=, its own
     options resolved from ``values``); ``aggregate(names, per_rank, shapes)`` per bucket."""
-    import importlib
-
     import compression
-    from .errors import UsageError
-    target = compression.reference_of(comp)
-    module, _, attr = target.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except Exception as e:  # ImportError, AttributeError, or the module's own error
-        raise UsageError(f"compressor {comp!r}: cannot load its reference {target!r}: "
-                         f"{type(e).__name__}: {e}") from None
+    cls = _loaded(compression.reference_of(comp), f"compressor {comp!r}")
     options = compression.lookup(comp).Options.resolve(values).as_dict()
     if comp in compression.BUILTIN:
         # Horovod's fp16 casts, sums in half and divides the half sum ("after")
@@ -437,16 +428,22 @@ def method_math(target: str, method, world: int, make_optimizer):
     """The mathematics a method that changes the algorithm names (``target``,
     ``module:Class``, from its ``reference_for``), constructed as (workers, the model's
     parameters, the run's optimizer on other tensors, the method's resolved options)."""
+    cls = _loaded(target, f"method {method.id or type(method).__name__}")
+    return cls(world, method.params, make_optimizer, **method.options.as_dict())
+
+
+def _loaded(target: str, whose: str):
+    """The class ``target`` (``module:Class``) names: ``whose`` reference; one line when it
+    cannot be loaded."""
     import importlib
 
     from .errors import UsageError
     module, _, attr = target.partition(":")
     try:
-        cls = getattr(importlib.import_module(module), attr)
+        return getattr(importlib.import_module(module), attr)
     except Exception as e:  # ImportError, AttributeError, or the module's own error
-        raise UsageError(f"method {method.id or type(method).__name__}: cannot load its "
-                         f"reference {target!r}: {type(e).__name__}: {e}") from None
-    return cls(world, method.params, make_optimizer, **method.options.as_dict())
+        raise UsageError(f"{whose}: cannot load its reference {target!r}: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 def _step(run, reference, compressed: bool, name: str, step: int, ctx) -> bool:

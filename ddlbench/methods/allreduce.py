@@ -362,7 +362,10 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
             self._seen = []  # the order is observed again in the next step
 
     # -- the step ----------------------------------------------------------------------------
-    def step(self) -> None:
+    def _reduce_all(self) -> None:
+        """The step's communication: refuse a gradient replaced before backward; wait until the
+        thread has issued what the hooks handed over, issue the buckets no hook completed, in
+        bucket order, and finish every bucket; refuse one replaced after it was started."""
         if self._foreign is not None:
             self._drain()
             self._refuse_replaced(self._foreign, "before backward")
@@ -374,6 +377,9 @@ class BucketedAllReduce(threads.HandsOver, GradViews, Method):
         self._next = 0
         if replaced is not None:
             self._refuse_replaced(replaced, "after its bucket was started")
+
+    def step(self) -> None:
+        self._reduce_all()
         self.optimizer.step()
         self._steps += 1
         if self._steps == 1 and self.overlap and self.rebuild:

@@ -302,18 +302,8 @@ class Zero(BucketedAllReduce):
 
     # -- the step -------------------------------------------------------------------------------
     def step(self) -> None:
-        if self._foreign is not None:
-            self._drain()
-            self._refuse_replaced(self._foreign, "before backward")
-        self._wait_gathers()
-        self._issued()
-        for b in self.buckets[self._next:]:
-            b.ready = len(b.members)
-        self._launch_in_order()
-        replaced = self._finish_all()
-        self._next = 0
-        if replaced is not None:
-            self._refuse_replaced(replaced, "after its bucket was started")
+        self._wait_gathers()   # (a bucket whose parameters no forward read: its shard's turn)
+        self._reduce_all()
         for b in self.buckets:
             b.grad_shard.div_(self.comm.size)
             b.shard.grad = b.grad_shard
