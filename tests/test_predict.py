@@ -295,8 +295,13 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
     for entry in advice:
         ranked = entry["advice"]
         assert {r["method"] for r in ranked} == set(simulate.METHODS)
-        times = [r["iteration_s"] for r in ranked]
-        assert times == sorted(times)
+        # synchronous SGD first, each class by time; periodic averaging ranked apart
+        apart = [r["changes_algorithm"] is not None for r in ranked]
+        assert apart == sorted(apart) and {r["method"] for r in ranked
+                                           if r["changes_algorithm"]} == {"localsgd", "diloco"}
+        for cls in (False, True):
+            times = [r["iteration_s"] for r, a in zip(ranked, apart) if a == cls]
+            assert times == sorted(times)
         setting = predict.Setting(predict.parse_args(["--profile", str(path), "--topology",
                                                       str(net_file)]), prof, net,
                                   entry["nworkers"])
@@ -309,6 +314,9 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
             assert r["speedup_vs_ddp"] == pytest.approx(ddp.iteration_s / r["iteration_s"])
         assert next(r for r in ranked if r["method"] == "ddp")["speedup_vs_ddp"] >= 1.0
     assert "vs DDP default" in text and "at the best settings" in text
+    # (equal times: the registry's order)
+    assert "changes the algorithm (not synchronous SGD; ranked after the others, nothing " \
+        "claimed of model quality): localsgd, diloco" in text
 
 
 def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_path):

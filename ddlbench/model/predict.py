@@ -551,7 +551,9 @@ def baseline() -> str:
 
 def advise(names, work, setting, codec, batch) -> list[dict]:
     """Per method the best of its settings grid (on its options from the flags); ranked, with
-    the speedup over DDP at its defaults."""
+    the speedup over DDP at its defaults: the synchronous-SGD methods first, then those that
+    change the algorithm (``Method.changes_algorithm``: periodic averaging), ranked apart
+    (nothing here knows what they cost in model quality)."""
     ddp = run_one(baseline(), work, setting, simulate.NO_CODEC,
                   options=simulate.options_for(baseline()))
     rows = []
@@ -565,8 +567,9 @@ def advise(names, work, setting, codec, batch) -> list[dict]:
         rows.append({"method": name, "settings": s, "iteration_s": p.iteration_s,
                      "throughput": p.throughput(batch, setting.nworkers),
                      "speedup_vs_ddp": ddp.iteration_s / p.iteration_s,
-                     "bottleneck": p.bottleneck, "reason": _reason(p)})
-    rows.sort(key=lambda r: r["iteration_s"])
+                     "bottleneck": p.bottleneck, "reason": _reason(p),
+                     "changes_algorithm": simulate.method_class(name).changes_algorithm})
+    rows.sort(key=lambda r: (r["changes_algorithm"] is not None, r["iteration_s"]))
     return rows
 
 
@@ -674,6 +677,10 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
                  f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]] for r in ranked]
         print("\n".join(_table(["method", "best settings", f"{unit}/s total", "vs DDP default",
                                 "bound by", "why"], rows, left=(0, 1, 4, 5))))
+        apart = [r["method"] for r in ranked if r["changes_algorithm"] is not None]
+        if apart:
+            print(f"  changes the algorithm (not synchronous SGD; ranked after the others, "
+                  f"nothing claimed of model quality): {', '.join(apart)}")
         for r in ranked:
             matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
         return [{"nworkers": nworkers, "slowest_rank": slow, "advice": ranked}]
