@@ -24,6 +24,9 @@ DEFAULTS = {
     "sentence_len": 64, "server_schedule": "1", "slots": None, "threads": None,
     "threshold": None, "timeline": None, "timeline_iters": None, "timeout": 300.0,
     "trace_collectives": None, "verify": 0, "vocab_size": None, "weight_decay": 0.0,
+    # the options of today's methods (zero and hsdp, fsdp2, localsgd and diloco)
+    "gather_prefetch": "1", "outer_lr": 0.7, "outer_momentum": 0.9, "period": 4,
+    "reshard_after_forward": "0", "rs_carrier": "auto", "zero_stage": "2",
 }
 
 SEVERAL = ["--model", "resnet18", "--batch-size", "8", "--method", "fusion,ddp", "--nworkers",

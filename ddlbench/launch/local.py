@@ -24,7 +24,8 @@ def machines(nworkers: int, slots: int | None, net) -> int:
     """How many machines the local spawner puts ``nworkers`` workers on: ``slots`` per emulated
     host, else one per process under ``net`` (an emulated network), else one (the loopback)."""
     if slots is not None:
-        return -(-nworkers // slots)
+        # (slots <= 0: the training script's check says so in one line, after this guess)
+        return -(-nworkers // slots) if slots > 0 else 1
     try:
         loopback = netem.resolve(net).loopback
     except UsageError:   # (the training script's check says why, in one line)
