@@ -23,6 +23,7 @@ def _verified(proc, name="zero", steps=3):
 
 
 @pytest.mark.parametrize("workers, flags", [
+    (1, [*MOMENTUM_SGD]),                                     # one worker: stepped in place
     (3, [*MOMENTUM_SGD]),                                     # stage 2, prefetched gathers
     (4, [*ADAMW, "--zero-stage", "1", "--gather-prefetch", "0"]),
 ])

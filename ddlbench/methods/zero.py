@@ -215,6 +215,11 @@ class Zero(BucketedAllReduce):
                     flat.copy_(p.detach().view(-1))
                 for flat, p in zip(b.weights[:b.numel].split(b.sizes), b.params):
                     p.data = flat.view(p.shape)
+            if parts == 1:
+                # a shard group of one: the shard is the bucket, stepped in place (nothing to
+                # reduce-scatter or gather), its gradient the bucket's flat gradient
+                b.shard, b.grad_shard = torch.nn.Parameter(b.weights), None
+                continue
             b.shard = torch.nn.Parameter(
                 b.weights[me * b.shard_len:(me + 1) * b.shard_len].clone())
             b.grad_shard = torch.zeros(b.shard_len, dtype=b.dtype, device=b.device)
@@ -266,7 +271,11 @@ class Zero(BucketedAllReduce):
     def _launch(self, b) -> None:
         b.flat = b.pack()
         with self.comm.about(b.label or self._label(b)):
-            if self.across is None:
+            if self.shards.size == 1:
+                b.grad_shard = b.flat
+                b.pending = (None if self.across is None else
+                             self.comm.allreduce(b.grad_shard, async_op=True, group=self.across))
+            elif self.across is None:
                 b.pending = self.comm.reduce_scatter(b.grad_shard, b.flat, async_op=True,
                                                      carrier=self.carrier, group=self.shards)
             else:
@@ -292,8 +301,9 @@ class Zero(BucketedAllReduce):
                                    f"{type(e).__name__}: {e}") from e
 
     def _finish(self, b) -> int | None:
-        self._wait(b, b.pending, "the reduce-scatter" if self.across is None
-                   else "the reduce-scatter and all-reduce")
+        if b.pending is not None:
+            self._wait(b, b.pending, "the reduce-scatter" if self.across is None
+                       else "the reduce-scatter and all-reduce")
         replaced = b.replaced() if self.keep_grads else None
         b.pending = None
         b.flat = None
@@ -305,8 +315,9 @@ class Zero(BucketedAllReduce):
         self._wait_gathers()   # (a bucket whose parameters no forward read: its shard's turn)
         self._reduce_all()
         for b in self.buckets:
-            b.grad_shard.div_(self.comm.size)
-            b.shard.grad = b.grad_shard
+            if self.comm.size > 1:
+                b.grad_shard.div_(self.comm.size)
+            b.shard.grad = b.grad_shard.view(-1)
         self.optimizer.step()
         self._steps += 1
         self._gather()
@@ -314,6 +325,8 @@ class Zero(BucketedAllReduce):
     def _gather(self) -> None:
         """All-gather every bucket's updated shard into its parameters: in forward order
         (buckets are in backward order), waited for here or by the modules' pre-hooks."""
+        if self.shards.size == 1:   # (the optimizer stepped the parameters themselves)
+            return
         for b in reversed(self.buckets):
             with self.comm.about(b.label or self._label(b)):
                 b.gather = self.comm.allgather(b.weights, b.shard.detach(), async_op=True,
@@ -396,9 +409,11 @@ class Zero(BucketedAllReduce):
         size = self.buckets[0].weights.element_size() if self.buckets else 4
         kept = sum(b.buffer.numel() for b in self.buckets if b.buffer is not None)
         shards = sum(b.shard_len for b in self.buckets)
+        alone = self.shards.size == 1   # the shards are the buckets' own buffers
+        grads = (kept or shards) if alone else kept + shards
         return {"optimizer_state_bytes": optimizer_state_bytes(self.optimizer),
-                "gradient_bytes": (kept + shards) * size,
-                "parameter_shard_bytes": shards * size}
+                "gradient_bytes": grads * size,
+                "parameter_shard_bytes": 0 if alone else shards * size}
 
 
 class HSDP(Zero):
