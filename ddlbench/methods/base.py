@@ -243,6 +243,17 @@ class Method:
             self._handles.append(compat.on_grad_ready(p, lambda _p, i=i: callback(i)))
 
 
+def require_even_machines(method_id: str, comm) -> None:
+    """One line when the job's machines hold different numbers of workers: a method whose
+    shards live on the ``machine`` group needs them to match across machines."""
+    sizes = [len(m) for m in comm.machines()]
+    if len(set(sizes)) > 1:
+        from ..errors import UsageError
+        raise UsageError(f"method {method_id} needs as many workers on every machine (its "
+                         f"shards must match across machines); this job's machines hold "
+                         f"{', '.join(map(str, sizes))}")
+
+
 def optimizer_state_bytes(optimizer) -> int:
     """The bytes of every tensor in a torch optimizer's state (momentum buffers, Adam's
     moments and step counts): what it holds for the parameters it steps."""

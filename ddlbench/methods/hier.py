@@ -20,6 +20,7 @@ from __future__ import annotations
 from ..collectives import ACROSS, MACHINE
 from . import rules
 from .allreduce import BucketedAllReduce, FusionOptions
+from .base import require_even_machines
 
 
 class Hier(BucketedAllReduce):
@@ -48,12 +49,7 @@ class Hier(BucketedAllReduce):
         # (built on every rank, in the constructor: building a group is collective)
         self.machine = self.comm.group_of(MACHINE)
         self.across = self.comm.group_of(ACROSS)
-        sizes = sorted({len(m) for m in self.comm.machines()})
-        if len(sizes) > 1:
-            from ..errors import UsageError
-            raise UsageError(f"method {self.id} needs as many workers on every machine (its "
-                             f"shards must match across machines); this job's machines hold "
-                             f"{', '.join(str(len(m)) for m in self.comm.machines())}")
+        require_even_machines(self.id, self.comm)
 
     def _launch(self, b) -> None:
         from compression import Pending

@@ -51,6 +51,7 @@ from ..options import Options, one_of, option
 from ..planning import HOROVOD_DEFAULT_THRESHOLD
 from . import rules
 from .allreduce import Bucket, BucketedAllReduce, threshold_option, zero_all
+from .base import require_even_machines
 
 STAGES = one_of("2", "1")
 CARRIERS = one_of("auto", "a2a", "native")
@@ -160,16 +161,13 @@ class Zero(BucketedAllReduce):
         return float(options.threshold)
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
-        from ..errors import UsageError
         self._calibrating = False
         hsdp = self.shard_layout != WORLD
         # (built on every rank, in the constructor: building a group is collective)
         self.shards = comm.group_of(self.shard_layout)
         self.across = comm.group_of(ACROSS) if hsdp else None
-        if hsdp and len({len(m) for m in comm.machines()}) > 1:
-            raise UsageError(f"method {self.id} needs as many workers on every machine (its "
-                             f"shards must match across machines); this job's machines hold "
-                             f"{', '.join(str(len(m)) for m in comm.machines())}")
+        if hsdp:
+            require_even_machines(self.id, comm)
         self.keep_grads = (options if options is not None else self.Options()).zero_stage == "1"
         self._group_of_param = {}
         for k, g in enumerate(optimizer.param_groups):
