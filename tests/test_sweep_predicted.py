@@ -330,6 +330,13 @@ logs: {tmp_path / 'logs'}
     assert "## Predicted vs measured" in readme and "Median |error|" in readme
     # what the sweep says names the model's error per group (its figures: the report's own)
     assert readme.count("the model, calibrated before the runs, came within") == 2
+    # the best-method score leads what the sweep says and the section (two groups here)
+    lead = readme[readme.index("## What this sweep says"):].splitlines()[2]
+    assert lead.startswith("The model's answer to the question: best method: the model picks "
+                           "the measured best in ") and "/2 groups exactly" in lead
+    section = readme[readme.index("## Predicted vs measured"):].splitlines()
+    assert section[2].startswith(lead.split(": ", 1)[1].split(" (Predicted")[0])
+    assert readme.count("picked the same best") >= int(lead.split(" in ")[1].split("/")[0])
     assert "plots/predicted_vs_measured.png" in readme
     assert os.path.exists(os.path.join(folder_s, "plots", "predicted_vs_measured.png"))
     header = open(os.path.join(folder_s, "results.csv")).readline().strip()

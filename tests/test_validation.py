@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ddlbench.model import simulate, survey, topology, validation
+from ddlbench.model import score, simulate, survey, topology, validation
 from ddlbench.planning import ORIGINAL_AB_TABLES, merge_groups
 
 from .conftest import REPO
@@ -309,11 +309,18 @@ def test_the_datasheet_figure_first_then_the_shipped_and_each_chosen_constant(
     assert got["rows"] == json.loads(json.dumps(validation.validate("topology", cells)["rows"]))
     # printed first, before the shipped figure, in the text and in the Markdown
     figure = f"{100 * c['datasheet']['summary']['overall']['median_abs_error']:.1f}%"
-    head = text.splitlines()[1]
+    # the best-method score leads, the datasheet figure first, then the median |error|
+    picks = [c["datasheet"]["best_method"], got["best_method"]]
+    assert [b["groups"] for b in picks] == [6, 6]
+    assert text.splitlines()[1:3] == [
+        score.headline(b, "published") + f" ({kind})"
+        for b, kind in zip(picks, ("datasheet values", "shipped constants"))]
+    head = text.splitlines()[3]
     assert head.startswith(f"Median |error| over 12 cells: {figure} with datasheet values")
     assert head.index("with datasheet values") < head.index("with the shipped constants")
     assert text.index("With datasheet values") < text.index("With the shipped constants")
-    assert md.read_text().startswith(f"Median |error| over 12 cells: {figure} with datasheet")
+    assert md.read_text().startswith("best method: the model picks the published best in ")
+    assert f"Median |error| over 12 cells: {figure} with datasheet" in md.read_text()
     # each chosen constant alone at its datasheet value, x 0.75 and x 1.25
     chosen = {g["constant"]: g for g in c["chosen"]}
     assert set(chosen) == {"intra_node latency", "intra_node rate (bandwidth x efficiency)",
@@ -356,3 +363,88 @@ def test_bad_input_is_one_line(argv, words, tmp_path, capsys):
     assert captured.out == ""
     lines = captured.err.splitlines()
     assert len(lines) == 1 and words in lines[0] and lines[0].startswith("ddlbench: error:")
+
+
+# ------------------------------------------------------------------ the best method, scored
+
+def test_best_method_is_scored_per_group_of_the_table(full):
+    """Every (model, network, P) group of the table is scored: the pick is the method of the
+    highest prediction (of those tied for it, the one published slowest), exact when it has
+    the highest published figure, within when its published figure is within 2% of the
+    highest; recomputed here from the rows, with ties broken both ways."""
+    groups = {}
+    for r in full["rows"]:
+        groups.setdefault((r["model"], r["rdma"], r["nworkers"]), []).append(r)
+    counts = {"exact": 0, "within": 0, "exact_tied": 0, "within_tied": 0, "tied_groups": 0}
+    for rows in groups.values():
+        top = max(r["predicted"] for r in rows)
+        tied = [r for r in rows if r["predicted"] >= top * (1 - 1e-9)]
+        best = max(r["published"] for r in rows)
+        for suffix, pick in (("", min(tied, key=lambda r: r["published"])),
+                             ("_tied", max(tied, key=lambda r: r["published"]))):
+            counts["exact" + suffix] += pick["published"] == best
+            counts["within" + suffix] += pick["published"] >= 0.98 * best
+        counts["tied_groups"] += len(tied) > 1
+    got = full["best_method"]
+    assert got["groups"] == len(groups) == 36
+    assert {k: got[k] for k in counts} == counts
+    # every 4-GPU group ties a PS method with its all-reduce analogue (one machine)
+    assert counts["tied_groups"] >= 12
+    assert -1 <= got["tau_median"] <= 1
+
+
+def _mutated(key: str, factor: float) -> dict:
+    """The survey's topology files with one constant times ``factor`` in each."""
+    nets = validation.shipped_networks(survey.cells())
+    return {r: n.variant({**n.overrides, key: n.values[key] * factor}) for r, n in nets.items()}
+
+
+def _passed(result) -> list:
+    return [f["passed"] for f in result["findings"]["predicted"]]
+
+
+def test_a_wrong_constant_fails_findings_1_and_2():
+    """A wrong model can fail (1) and (2): with the intra-node link's latency x 100 every
+    per-tensor message is dear, WFBP falls under BSP and MG-WFBP is no longer the best of the
+    all-to-all methods (ResNet-50 on the fast networks: findings (1) and (2) each on 8 cells,
+    as shipped both pass)."""
+    cells = [c for c in survey.cells() if c["model"] == "resnet50" and c["rdma"] in (1, 2)
+             and c["method"] in survey_methods_a2a()]
+    works = validation.workloads(validation._batches(cells))
+    assert _passed(validation.validate("topology", cells, works=works))[:2] == [True, True]
+    wrong = validation.validate("topology", cells, works=works,
+                                networks=_mutated("intra_node.latency", 100))
+    assert _passed(wrong)[:2] == [False, False]
+
+
+def survey_methods_a2a():
+    return validation.survey_methods(validation.methods.A2A)
+
+
+def test_a_wrong_profile_fails_finding_3():
+    """A wrong model can fail (3): with BERT-Large's gradients a tenth of their bytes it no
+    longer scales worst at 32 GPUs (BSP-A2A, BSP-PS and WFBP-A2A on every network)."""
+    import dataclasses
+    cells = [c for c in survey.cells() if c["nworkers"] == 32
+             and c["method"] in ("bspa2a", "bspps", "wfbp")]
+    works = validation.workloads(validation._batches(cells))
+    assert _passed(validation.validate("topology", cells, works=works))[2] is True
+    work, note = works[("bert", 8)]
+    works[("bert", 8)] = (dataclasses.replace(work, nbytes=[b / 10 for b in work.nbytes]),
+                          note)
+    assert _passed(validation.validate("topology", cells, works=works))[2] is False
+
+
+def test_a_failing_finding_makes_the_command_exit_1(monkeypatch, capsys):
+    """(4) on BSP-PS and BSP-A2A (every cell of both): passes as shipped (exit 0); with the
+    workers' inter-node link 100 times as fast (the servers' as shipped) BSP-PS falls behind
+    BSP-A2A, (4) fails, and the command says so on stderr and exits 1."""
+    cells = [c for c in survey.cells() if c["method"] in ("bspa2a", "bspps")]
+    monkeypatch.setattr(validation.survey, "cells", lambda *a: cells)
+    assert validation.main(["survey", "--no-constants"]) == 0
+    assert "fails" not in capsys.readouterr().err
+    wrong = _mutated("inter_node.bandwidth", 100)
+    monkeypatch.setattr(validation, "shipped_networks", lambda cells: wrong)
+    assert validation.main(["survey", "--no-constants"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("validation: finding (4) fails on the predictions")

@@ -46,7 +46,7 @@ import statistics
 import sys
 
 from . import cell as cell_model
-from . import predict, simulate, topology, validation
+from . import predict, score, simulate, topology, validation
 from .. import yamlfile
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
 from ..measure.profile_file import read_profile
@@ -301,7 +301,19 @@ def compare(predictions: str = PREDICTIONS, reference: str = REFERENCE,
             "source": dict(ref["source"]), "reference": os.path.relpath(reference, REPO),
             "predictions": os.path.relpath(predictions, REPO), "predictions_sha256": digest,
             "topology": saved["topology"]["name"], "rows": rows,
-            "summary": comparison_summary(rows)}
+            "summary": comparison_summary(rows), "best_method": best_framework(rows),
+            "best_method_linear": best_framework(
+                [{**r, "predicted": r["nworkers"] * r["single_gpu"]} for r in rows])}
+
+
+def best_framework(rows: list[dict]) -> dict:
+    """``score.best_method`` with a group per table and worker count, the framework columns
+    as its methods: does the model pick the column that published the highest throughput.
+    (``compare`` also scores linear scaling, P x each column's 1-GPU figure, the same way:
+    what the 1-GPU figures alone would pick.)"""
+    return score.best_method(score.grouped(
+        rows, lambda r: f"{r['table']} P={r['nworkers']}", method="framework",
+        measured="published"))
 
 
 def _stats(rows: list[dict]) -> dict:
@@ -373,7 +385,11 @@ CELL_HEADER = ["table", "column", "method, setting", "P", "published", "predicte
 
 def _headline(result: dict) -> str:
     o = result["summary"]["overall"]
-    return (f"Median |error| over {o['cells']} cells: {validation._pct(o['median_abs_error'])} "
+    lin = result["best_method_linear"]
+    return (score.headline(result["best_method"], "published") + f" (framework columns; "
+            f"linear scaling from each column's 1-GPU figure: {lin['exact']}/{lin['groups']} "
+            f"exactly, {lin['within']}/{lin['groups']} within). "
+            f"Median |error| over {o['cells']} cells: {validation._pct(o['median_abs_error'])} "
             f"(90th percentile {validation._pct(o['p90_abs_error'])}); signed median "
             f"{validation._signed(o['median_error'])}, {o['over_predicted']} of {o['cells']} "
             f"cells over-predicted; issue 45's aim, a median <= 20% with no constant chosen "

@@ -78,7 +78,7 @@ import time
 
 from .. import methods, yamlfile
 from . import cell as cell_model
-from . import predict, simulate, survey, topology
+from . import predict, score, simulate, survey, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
 from ..measure.profile_file import read_profile
 from ..options import BATCHES_PER_ITER
@@ -266,6 +266,14 @@ def summary(rows: list[dict]) -> dict:
             "by_model": group("model"),
             "overall": {"median_abs_error": statistics.median(errors) if errors else None,
                         "p90_abs_error": percentile(errors, 90) if errors else None}}
+
+
+def best_method_score(rows: list[dict]) -> dict:
+    """``score.best_method`` of the rows, a group per (model, network, P): does the model pick
+    the published best method, and does it order the methods as the table does."""
+    return score.best_method(score.grouped(
+        rows, lambda r: f"{r['model']} {SHORT.get(r['rdma'], r['rdma'])} P={r['nworkers']}",
+        measured="published"))
 
 
 def _method_rank(method: str) -> int:
@@ -549,6 +557,7 @@ def validate(source: str = "topology", cells: list[dict] | None = None, tables=N
             "odd_cells": {"note": ODD_NOTE, "rule": {k: list(v) for k, v in survey.odd().items()},
                           "cells": sum(1 for r in rows if r.get("odd"))},
             "rows": rows, "not_modelled": skipped, "summary": summary(rows),
+            "best_method": best_method_score(rows),
             "summary_without_odd": summary([r for r in rows if not r.get("odd")]),
             "findings": {"predicted": findings(predicted, single),
                          "published": findings(published, single)},
@@ -692,17 +701,20 @@ def constant_figures(source: str = "topology", cells: list[dict] | None = None,
     for g in groups:
         medians = {"shipped": base["summary"]["overall"]["median_abs_error"]}
         passed = {"shipped": [f["passed"] for f in base["findings"]["predicted"]]}
+        picks = {"shipped": _picks(base)}
         for point in ("datasheet", *FACTORS):
             name = _point_name(point)
             try:
                 got = run(_variant(networks, g["members"], point))
             except UsageError:           # e.g. an efficiency above 1
-                medians[name], passed[name] = None, None
+                medians[name], passed[name], picks[name] = None, None, None
                 continue
             medians[name] = got["summary"]["overall"]["median_abs_error"]
             passed[name] = [f["passed"] for f in got["findings"]["predicted"]]
+            picks[name] = _picks(got)
         rows.append({**{k: v for k, v in g.items() if k != "members"},
-                     "median_abs_error": medians, "findings_passed": passed})
+                     "median_abs_error": medians, "findings_passed": passed,
+                     "best_method": picks})
     kinds: dict = {}
     for net in networks.values():
         for k in net.values:
@@ -714,13 +726,19 @@ def constant_figures(source: str = "topology", cells: list[dict] | None = None,
                     "x 1.25",
             "kinds": dict(sorted(kinds.items())),
             "datasheet": {"network": [n.describe() for n in ds_nets.values()],
-                          "summary": ds["summary"],
+                          "summary": ds["summary"], "best_method": ds["best_method"],
                           "summary_without_odd": ds["summary_without_odd"],
                           "findings": ds["findings"]["predicted"]},
-            "shipped": {"summary": base["summary"],
+            "shipped": {"summary": base["summary"], "best_method": base["best_method"],
                         "summary_without_odd": base["summary_without_odd"]},
             "chosen": rows, "provenance": provenance_table(networks, sorted(_batches(cells))),
             "runtime_s": time.perf_counter() - began}
+
+
+def _picks(result: dict) -> dict:
+    """A pass's best-method counts: groups, exact, within."""
+    b = result["best_method"]
+    return {k: b[k] for k in ("groups", "exact", "within")}
 
 
 def survey_result(source: str = "topology", constants: bool = True) -> dict:
@@ -783,6 +801,23 @@ def _headline(result: dict) -> str | None:
             f"90th percentile {_pct(ds['overall']['p90_abs_error'])}), "
             f"{_pct(sh['overall']['median_abs_error'])} with the shipped constants (90th "
             f"percentile {_pct(sh['overall']['p90_abs_error'])})")
+
+
+def _best_lines(result: dict) -> list[str]:
+    """The headline: the best-method score with the shipped constants, and with datasheet
+    values when the result has them."""
+    lines = [score.headline(result["best_method"], "published") + " (shipped constants)"]
+    c = result.get("constants")
+    if c:                    # as the median's figures: the datasheet one first
+        lines.insert(0, score.headline(c["datasheet"]["best_method"], "published")
+                     + " (datasheet values)")
+    return lines
+
+
+def _group_rows(b: dict) -> list[list[str]]:
+    return [[str(r["group"]), r["best"], r["pick"] + ("" if r["exact"] else " *"),
+             _pct(r["shortfall"]), "-" if r["tau"] is None else f"{r['tau']:.2f}"]
+            for r in b["rows"]]
 
 
 def _kinds(c: dict) -> str:
@@ -855,6 +890,7 @@ def report(result: dict) -> str:
              r["bottleneck"], _flags(r)] for r in result["rows"]]
     lines = [f"The performance model against the survey's table (network source: "
              f"{result['network_source']}: {result['network']}); {result['compute']}."]
+    lines += _best_lines(result)
     head = _headline(result)
     if head:
         lines.append(head + "; the rows below are the shipped constants'.")
@@ -880,6 +916,11 @@ def report(result: dict) -> str:
     lines.append(f"without the odd cells: median |error| "
                  f"{_pct(w['overall']['median_abs_error'])}, 90th percentile "
                  f"{_pct(w['overall']['p90_abs_error'])}")
+    lines += ["", "Best method per group (the published best, the model's pick, the pick's "
+                  "shortfall from the best's published throughput, Kendall's tau of the "
+                  "group's methods):"]
+    lines += _table(["group", "published best", "model's pick", "shortfall", "tau"],
+                    _group_rows(result["best_method"]), left=(0, 1, 2))
     lines += ["", "The survey's findings (published table | predictions; a finding passes with "
                   "the count and the size stated after 'needs'):"]
     for pub, pre in zip(result["findings"]["published"], result["findings"]["predicted"]):
@@ -899,7 +940,7 @@ def markdown(result: dict) -> str:
     figure first, then the shipped one, and each chosen constant's sensitivity)."""
     s, w = result["summary"], result["summary_without_odd"]
     c = result.get("constants")
-    out = []
+    out = [line + "." for line in _best_lines(result)] + [""]
     if c:
         out += [_headline(result) + ".", ""]
     out += [f"Network source `{result['network_source']}` ({result['network']}); "
@@ -984,7 +1025,19 @@ def run(args) -> int:
     if args.markdown:
         with open_to_write(args.markdown) as f:
             f.write(markdown(result))
-    return 0
+    failed = failing_findings(result)
+    for line in failed:
+        print(f"validation: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def failing_findings(result: dict) -> list[str]:
+    """One line per declared finding that fails on the predictions (shipped constants): the
+    command exits 1 when there is any. (A finding failing on the published table is in the
+    report; on the whole table each passes, ``tests/test_validation.py``.)"""
+    return [f"finding ({f['id']}) fails on the predictions: {f['detail']} (needs "
+            f"{f['threshold']})" for f in result["findings"]["predicted"]
+            if f["passed"] is False]
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,7 @@ import os
 import statistics
 
 from . import store
+from ..model import score
 from .aggregate import (BOOTSTRAP_MIN_TRIES, BOOTSTRAP_RESAMPLES, Stat, Table, alone_the_same,
                         breakdown, build, groups, noise_floor, paced_line, paced_prediction,
                         predicted_vs_measured, ranking, timeline_of, too_wide)
@@ -281,7 +282,10 @@ def conclusion(t: Table) -> list[str]:
             out.append(f"{where}: " + "; ".join(parts) + ".")
     if not out:
         return []
-    return ["## What this sweep says", "",
+    scored = best_method_score(predicted_vs_measured(t)) if t.predictions else None
+    lead = ([f"The model's answer to the question: {score.headline(scored)} (Predicted vs "
+             f"measured, below).", ""] if scored and scored["groups"] else [])
+    return ["## What this sweep says", "", *lead,
             "Made from the data below (medians, 95% intervals, the runs' timelines and, where "
             "calibrated, the model's predictions):", "", *(x for p in out for x in (p, ""))]
 
@@ -658,6 +662,14 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
         out.append(_md([r.dnn, str(r.batch_size), r.connection, r.method, str(n), *cells,
                         bound]))
     out.append("")
+    best = best_method_score(pairs)
+    if best["groups"]:
+        out[2:2] = [score.headline(best) + " (a group: one model, batch, network and worker "
+                    "count; the methods measured in it). Per group: " + "; ".join(
+                        f"{g['group']}: {g['pick']}" + ("" if g["exact"] else
+                                                        f" (best {g['best']}, "
+                                                        f"{100 * g['shortfall']:.1f}% short)")
+                        for g in best["rows"]) + ".", ""]
     if again:
         out += ["(r): predicted again after the tries, from a calibration job run again because "
                 "its probe was off (Calibration check, below); still from no timed run.", ""]
@@ -675,6 +687,15 @@ def prediction_section(t: Table, image: str | None = None) -> list[str]:
     if image:
         out += [f"![predicted vs measured]({image})", ""]
     return out
+
+
+def best_method_score(pairs) -> dict:
+    """``score.best_method`` over ``predicted_vs_measured``'s pairs with a measured figure, a
+    group per model, batch, network and worker count."""
+    rows = [{"group": f"{r.dnn} bs{r.batch_size} {r.connection} P={n}", "method": r.method,
+             "predicted": line.get("throughput"), "measured": measured}
+            for r, n, measured, line in pairs]
+    return score.best_method(score.grouped(rows, lambda x: x["group"]))
 
 
 def _n_workers(counts) -> str:
