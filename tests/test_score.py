@@ -74,3 +74,21 @@ def test_grouped_reads_flat_rows_and_skips_missing_figures():
     got = score.grouped(rows, lambda r: r["g"])
     assert got == {1: ({"a": 2.0, "b": 1.0}, {"a": 1.0, "b": 2.0})}
     assert score.best_method(got)["exact"] == 0
+
+
+def test_the_blind_tests_first_score_is_what_its_committed_files_give(capsys):
+    """configs/reference/blind_ddp: the committed first predictions against the answers read
+    after them score 0/4 exactly, 2/4 within 2% (the figures its README reports)."""
+    import importlib.util
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "blind_score", os.path.join(here, "..", "scripts", "blind_score.py"))
+    blind = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(blind)
+    assert blind.main() == 0
+    out = capsys.readouterr().out
+    assert ("best method: the model picks the published best in 0/4 groups exactly, 2/4 within "
+            "2% of the best's throughput; median Kendall's tau -1.00") in out
+    assert "median |error| 7.2% over 8 cells" in out
+    assert blind.predicted(25)[16] == pytest.approx(5233.5, abs=0.05)
