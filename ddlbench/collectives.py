@@ -40,6 +40,7 @@ from .errors import UsageError
 # the carrier a collective takes when none is asked for, where no backend says otherwise
 NATIVE = "native"
 A2A = "a2a"
+RING = "ring"
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,11 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                                       "order", runs_as={"*": "all_to_all"}),
                          Carrier(NATIVE, "the backend's own (reduce_scatter_single, else "
                                          "reduce_scatter_tensor); on Gloo an all-reduce and "
-                                         "a chunk", runs_as={"gloo": "allreduce"})),
+                                         "a chunk", runs_as={"gloo": "allreduce"}),
+                         Carrier(RING, "P - 1 point-to-point steps of a ring, each rank "
+                                       "sending one shard to the next and adding the one it "
+                                       "receives (NCCL's ring reduce-scatter); on a shared "
+                                       "NIC only the ranks at a machine's edge cross it")),
                defaults={"gloo": A2A, "nccl": NATIVE}),
     Collective("allgather", "every rank's shard gathered into every rank",
                "the gathered output (P x each rank's shard)", _ring, lambda p: p - 1,
@@ -117,6 +122,19 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
 )}
 # the all-reduce family's collectives the model prices with a ring (not push/pull, broadcast)
 RING_OPS = ("allreduce", "reduce_scatter", "allgather", "all_to_all")
+
+
+def operations() -> tuple[str, ...]:
+    """Every operation a network prices and comm_bench measures: each declared collective of
+    the all-reduce family (``RING_OPS``), and, for one with several carriers, each as
+    ``op:carrier``."""
+    out = []
+    for op in RING_OPS:
+        out.append(op)
+        carriers = COLLECTIVES[op].carriers
+        if len(carriers) > 1:
+            out += [f"{op}:{c.name}" for c in carriers]
+    return tuple(out)
 
 
 def declared(op: str) -> Collective:

@@ -6,7 +6,7 @@ transmitted bytes (``/proc/net/dev``) before and after; rank 0 writes, per (coll
 carrier, group size), the kernel's bytes and the bytes ``Comm`` counted from the declarations
 (summed over the group's ranks); and, per group size, whether reduce-scatter's ``a2a`` carrier
 equals the sum of the ranks' shards in rank order bit for bit (as a single process sums), whether
-its ``native`` carrier equals the all-reduce's chunk bit for bit (Gloo's is one), and whether
+its ``ring`` carrier is that sum to rounding, whether its ``native`` carrier equals the all-reduce's chunk bit for bit (Gloo's is one), and whether
 the two carriers agree bit for bit."""
 import json
 import os
@@ -21,6 +21,7 @@ WORLD = 4
 NUMEL = 1 << 20        # 4 MiB of fp32 per message (divisible by 2, 3 x 4, 4)
 REPEAT = 2
 CASES = (("allreduce", None), ("reduce_scatter", "a2a"), ("reduce_scatter", "native"),
+         ("reduce_scatter", "ring"),
          ("allgather", None), ("all_to_all", None), ("broadcast", None))
 
 
@@ -67,7 +68,10 @@ def bitwise(comm, group, x: torch.Tensor, rank: int) -> dict:
     a2a, native = torch.empty(n // size), torch.empty(n // size)
     comm.reduce_scatter(a2a, x, async_op=False, carrier="a2a", group=group)
     comm.reduce_scatter(native, x, async_op=False, carrier="native", group=group)
+    ring = torch.empty(n // size)
+    comm.reduce_scatter(ring, x, async_op=False, carrier="ring", group=group)
     return {"a2a_is_rank_order": torch.equal(a2a, in_order),
+            "ring_close_to_a2a": torch.allclose(ring, a2a, rtol=1e-5, atol=1e-5),
             "native_is_allreduce_chunk": torch.equal(native, summed[shard]),
             "a2a_is_native": torch.equal(a2a, native),
             "a2a_close_to_native": torch.allclose(a2a, native, rtol=1e-5, atol=1e-5)}

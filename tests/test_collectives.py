@@ -41,9 +41,10 @@ def test_carriers_default_per_backend_and_run_as_what_they_move():
     assert C.carried_as("reduce_scatter", "native", "gloo") == "allreduce"
     assert C.carried_as("reduce_scatter", "native", "nccl") == "reduce_scatter"
     assert C.carried_as("allgather", backend="gloo") == "allgather"
-    with pytest.raises(UsageError, match="collective reduce_scatter has no carrier 'ring'; "
-                                         "declared: a2a, native"):
-        rs.carrier("ring")
+    assert C.carried_as("reduce_scatter", "ring", "gloo") == "reduce_scatter"
+    with pytest.raises(UsageError, match="collective reduce_scatter has no carrier 'tree'; "
+                                         "declared: a2a, native, ring"):
+        rs.carrier("tree")
 
 
 def test_ring_steps_invert():
@@ -103,7 +104,7 @@ def test_the_declared_bytes_are_what_gloo_sends(tmp_path):
     assert proc.returncode == 0, describe(proc)
     found = json.loads(out.read_text())
     rows = found["rows"]
-    assert len(rows) == 18
+    assert len(rows) == 21
     for row in rows:
         assert row["declared_bytes"] > 0
         assert row["kernel_bytes"] == pytest.approx(row["declared_bytes"], rel=0.02), row
@@ -112,6 +113,8 @@ def test_the_declared_bytes_are_what_gloo_sends(tmp_path):
         # native on Gloo sends an all-reduce's bytes, twice the a2a carrier's
         assert by[("reduce_scatter", "native", p)] == by[("allreduce", None, p)]
         assert by[("reduce_scatter", "native", p)] == 2 * by[("reduce_scatter", "a2a", p)]
+        # the ring sends what the all-to-all sends, (P-1)/P of the tensor, to one neighbour
+        assert by[("reduce_scatter", "ring", p)] == by[("reduce_scatter", "a2a", p)]
     same = {}
     for rank, sizes in enumerate(found["bitwise"]):
         for size, facts in sizes.items():
@@ -119,7 +122,7 @@ def test_the_declared_bytes_are_what_gloo_sends(tmp_path):
                 assert facts is None
                 continue
             assert facts["a2a_is_rank_order"] and facts["native_is_allreduce_chunk"], facts
-            assert facts["a2a_close_to_native"], facts
+            assert facts["a2a_close_to_native"] and facts["ring_close_to_a2a"], facts
             same.setdefault(int(size), []).append(facts["a2a_is_native"])
     # the two sums differ only in their order: two terms commute exactly; at four ranks Gloo's
     # ring starts rank r's shard at rank r+2, not at rank 0

@@ -186,13 +186,15 @@ def test_reduce_scatter_by_carrier_and_all_to_all(tmp_path, load_json):
     model's reading of the file."""
     out = tmp_path / "cb.json"
     proc = run([sys.executable, "-m", "ddlbench.measure.comm_bench", "--nworkers", "3",
-                "--ops", "reduce_scatter,reduce_scatter:native,all_to_all", "--min-bytes", "4K",
+                "--ops", "reduce_scatter,reduce_scatter:native,reduce_scatter:ring,all_to_all",
+                "--min-bytes", "4K",
                 "--max-bytes", "8K", "--sizes", "1000", "--warmup", "1", "--iters", "2",
                 "--timeout", "60", "--output", str(out)], timeout=300)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     assert [(r["op"], r.get("carrier")) for r in rec["results"]] == [
-        ("reduce_scatter", "a2a"), ("reduce_scatter:native", "native"), ("all_to_all", None)]
+        ("reduce_scatter", "a2a"), ("reduce_scatter:native", "native"),
+        ("reduce_scatter:ring", "ring"), ("all_to_all", None)]
     net = topology.load(str(out))
     for res in rec["results"]:
         assert [r["size_bytes"] for r in res["rows"]] == [996, 4092, 8184]   # 12 B a unit
@@ -208,7 +210,8 @@ def test_reduce_scatter_by_carrier_and_all_to_all(tmp_path, load_json):
         "the backend's own" in proc.stdout
     with pytest.raises(UsageError, match="--ops: unknown collective.s. gather; known: allreduce, "
                                          "reduce_scatter, reduce_scatter:a2a, "
-                                         "reduce_scatter:native, allgather, all_to_all"):
+                                         "reduce_scatter:native, reduce_scatter:ring, "
+                                         "allgather, all_to_all"):
         cb.check(_args(ops="gather"))
 
 
@@ -254,8 +257,8 @@ def test_bad_input_from_the_command_line_is_one_line():
     assert proc.returncode == 2, describe(proc)
     assert proc.stderr.strip().splitlines() == [
         "ddlbench: error: --ops: unknown collective(s) bcast; known: allreduce, "
-        "reduce_scatter, reduce_scatter:a2a, reduce_scatter:native, allgather, all_to_all, "
-        "pushpull, latency, burst"]
+        "reduce_scatter, reduce_scatter:a2a, reduce_scatter:native, reduce_scatter:ring, "
+        "allgather, all_to_all, pushpull, latency, burst"]
 
 
 def test_osu_style_latency_is_a_ping_pong_between_two_ranks(tmp_path, load_json):

@@ -748,8 +748,30 @@ def test_a_backend_prices_each_carrier_as_the_collective_it_runs_as(tmp_path, p,
     else:
         same(a2a, (p - 1) * A_E, max(B_E * l * (p - l) / p, B_I * (l - 1) / p))
         assert a2a.beta > plain.link("reduce_scatter", p).beta   # more than a ring over the NIC
+    # the ring carrier runs as itself on every backend: the ring reduce-scatter
+    assert gloo.link("reduce_scatter:ring", p) == plain.link("reduce_scatter", p)
     # on the groups of the placement, inside one machine: the same rule
     assert gloo.group_link("reduce_scatter:native", p, "machine") == \
         plain.group_link("allreduce", p, "machine")
     with pytest.raises(UsageError, match="unknown backend 'mpi'; backend: gloo or nccl"):
         make(tmp_path, backend="mpi")
+
+
+def test_a_method_option_chooses_the_carrier_the_model_prices(tmp_path):
+    """zero's ``--rs-carrier`` reaches the model (``Step.carrier_option``): on a Gloo topology
+    of 2 machines x 2 the default (a2a) is priced as the all-to-all, ``ring`` as the ring
+    reduce-scatter, cheaper across the shared NIC, ``native`` as Gloo's all-reduce."""
+    from ddlbench.model import cell, simulate
+    net = make(tmp_path, backend="gloo")
+
+    def link(carrier):
+        options = simulate.options_for("zero", None, rs_carrier=carrier)
+        [(op, share, got)] = cell.exchange_links("zero", 8, net, options=options)
+        assert (op, share) == ("reduce_scatter", 1.0)
+        return got
+    assert link("auto") == link("a2a") == net.link("all_to_all", 8)
+    assert link("ring") == net.link("reduce_scatter:ring", 8) != link("a2a")
+    assert link("ring").beta < link("a2a").beta
+    assert link("native") == net.link("allreduce", 8)
+    assert cell.exchange_links("zero", 8, net) == cell.exchange_links(
+        "zero", 8, net, options=simulate.options_for("zero", None))

@@ -25,7 +25,7 @@ def _verified(proc, name="zero", steps=3):
 @pytest.mark.parametrize("workers, flags", [
     (1, [*MOMENTUM_SGD]),                                     # one worker: stepped in place
     (3, [*MOMENTUM_SGD]),                                     # stage 2, prefetched gathers
-    (4, [*ADAMW, "--zero-stage", "1", "--gather-prefetch", "0"]),
+    (4, [*ADAMW, "--zero-stage", "1", "--gather-prefetch", "0", "--rs-carrier", "ring"]),
 ])
 def test_zero_verifies(workers, flags):
     _verified(train(*TINY_BERT, "--nworkers", str(workers), *flags, *BUCKETS, "--verify", "3",
@@ -73,11 +73,11 @@ def test_prefetched_gathers_change_when_not_what(tmp_path):
 
 
 @pytest.mark.parametrize("workers, carrier, beside_ddp", [
-    (2, "a2a", False), (3, "a2a", True), (4, "a2a", False), (2, "native", False)])
+    (2, "a2a", False), (3, "a2a", True), (4, "ring", False), (2, "native", False)])
 def test_zero_bytes_and_optimizer_state_per_worker(workers, carrier, beside_ddp, tmp_path,
                                                    load_json):
-    """Per worker per step: a reduce-scatter of each padded bucket ((P-1)/P G by all-to-all;
-    Gloo's native one is an all-reduce, 2(P-1)/P G) and an all-gather of its shard ((P-1)/P G),
+    """Per worker per step: a reduce-scatter of each padded bucket ((P-1)/P G by all-to-all
+    or by the ring; Gloo's native one is an all-reduce, 2(P-1)/P G) and an all-gather of its shard ((P-1)/P G),
     2(P-1)/P G in all with a2a, where DDP's all-reduce sends as much; Adam's state 1/P of
     DDP's."""
     out = tmp_path / ("{method}.json" if beside_ddp else "zero.json")

@@ -62,7 +62,7 @@ import argparse
 import sys
 import time
 
-from ..collectives import COLLECTIVES, bus_factor, carried_as, declared, ring_link
+from ..collectives import COLLECTIVES, bus_factor, carried_as, declared, operations, ring_link
 from ..collectives import split as split_op
 from ..planning import DEFAULT_MIN_GROUP_ELEMENTS
 from ..errors import ArgumentParser, UsageError, check_writable
@@ -70,8 +70,7 @@ from ..options import add_network_flags, add_ps_flags, check_flags
 
 # the declared collectives (``ddlbench.collectives``), reduce-scatter also by carrier
 # (``reduce_scatter`` alone: the backend's default one), then the point-to-point and PS tests
-OPS = ("allreduce", "reduce_scatter", "reduce_scatter:a2a", "reduce_scatter:native",
-       "allgather", "all_to_all", "pushpull", "latency", "burst")
+OPS = (*operations(), "pushpull", "latency", "burst")
 KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_MIN_BYTES = KIB

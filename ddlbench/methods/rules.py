@@ -33,7 +33,7 @@ runs. Pure: only ``ddlbench.planning`` and ``ddlbench.collectives``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..collectives import LAYOUTS, WORLD, declared
@@ -58,18 +58,29 @@ class Step:
     # the carrier it runs by where its collective declares several (None: the backend's
     # default); a network prices ``op:carrier`` as comm_bench measures it
     carrier: str | None = None
+    # the method's option that names the carrier instead, its value "auto" for the backend's
+    # default (``chosen``: the step a run with those options takes)
+    carrier_option: str | None = None
 
     def __post_init__(self):
         declared(self.op).carrier(self.carrier, None)   # undeclared: one line
+        for layout in (self.layout, self.shard_of or WORLD):
+            if layout not in LAYOUTS:
+                raise TypeError(f"a step's group layout is one of {', '.join(LAYOUTS)}, "
+                                f"not {layout!r}")
 
     @property
     def priced_as(self) -> str:
         """The operation a network prices (``topology.OPS``)."""
         return self.op if self.carrier is None else f"{self.op}:{self.carrier}"
-        for layout in (self.layout, self.shard_of or WORLD):
-            if layout not in LAYOUTS:
-                raise TypeError(f"a step's group layout is one of {', '.join(LAYOUTS)}, "
-                                f"not {layout!r}")
+
+    def chosen(self, options) -> "Step":
+        """This step as a run with the method's ``options`` takes it: the carrier its
+        ``carrier_option`` names ("auto": the declared one)."""
+        if self.carrier_option is None or options is None:
+            return self
+        name = getattr(options, self.carrier_option)
+        return self if name == "auto" else replace(self, carrier=name)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from .allreduce import Bucket, BucketedAllReduce, threshold_option, zero_all
 from .base import require_even_machines
 
 STAGES = one_of("2", "1")
-CARRIERS = one_of("auto", "a2a", "native")
+CARRIERS = one_of("auto", "a2a", "native", "ring")
 SWITCH = one_of("1", "0")
 
 
@@ -69,7 +69,8 @@ class ZeroOptions(Options):
         "once reduce-scattered (both shard the optimizer state)")
     rs_carrier: str = option(
         "auto", CARRIERS, "how gradients are reduce-scattered: a2a (all-to-all + local sum in "
-        "rank order), native (the backend's reduce-scatter), auto (the backend's default)")
+        "rank order), native (the backend's reduce-scatter), ring (P-1 steps to the next rank, "
+        "on the communication thread), auto (the backend's default)")
     gather_prefetch: str = option(
         "1", SWITCH, "1: all-gather the updated shards in forward order after the step, each "
         "waited for by the module that needs it; 0: the step waits for every all-gather")
@@ -146,7 +147,8 @@ class Zero(BucketedAllReduce):
     Options = ZeroOptions
     shard_layout = WORLD   # the group that shares the optimizer state
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
-                      exchange=(rules.Step("reduce_scatter", WORLD),),
+                      exchange=(rules.Step("reduce_scatter", WORLD,
+                                           carrier_option="rs_carrier"),),
                       gather=(rules.Step("allgather", WORLD),), optimizer_shard=WORLD,
                       prefetch="gather_prefetch")
     rebuild = False  # the plan follows the order rank 0 observed in calibrate()
@@ -422,7 +424,8 @@ class HSDP(Zero):
                "all-reduced across machines, the updated shards all-gathered inside the machine")
     shard_layout = MACHINE
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
-                      exchange=(rules.Step("reduce_scatter", MACHINE),
+                      exchange=(rules.Step("reduce_scatter", MACHINE,
+                                           carrier_option="rs_carrier"),
                                 rules.Step("allreduce", ACROSS, shard_of=MACHINE)),
                       gather=(rules.Step("allgather", MACHINE),), optimizer_shard=MACHINE,
                       prefetch="gather_prefetch")

@@ -184,13 +184,13 @@ def priced_on(method: str, network: topology.Network | None) -> bool:
 
 
 def exchange_links(method: str, nworkers: int, network: topology.Network | None,
-                   after_optimizer: bool = False) -> tuple:
+                   after_optimizer: bool = False, options=None) -> tuple:
     """The links of ``method``'s declared exchange (``Rule.exchange``; ``after_optimizer``:
-    its ``Rule.gather``) at ``nworkers``: per step (collective, share of the message, the
-    network's link for the step's group layout); () for a method that all-reduces each
-    message on the whole job."""
+    its ``Rule.gather``) at ``nworkers``, each step's carrier as ``options`` choose it: per
+    step (collective, share of the message, the network's link for the step's group
+    layout); () for a method that all-reduces each message on the whole job."""
     rule = simulate.method_class(method).rule
-    steps = rule.gather if after_optimizer else rule.exchange
+    steps = [s.chosen(options) for s in (rule.gather if after_optimizer else rule.exchange)]
     if not steps:
         return ()
     if network is None:
@@ -201,7 +201,8 @@ def exchange_links(method: str, nworkers: int, network: topology.Network | None,
                   network.group_link(s.priced_as, nworkers, s.layout)) for s in steps)
 
 
-def declared_links(method: str, nworkers: int, network: topology.Network | None) -> dict:
+def declared_links(method: str, nworkers: int, network: topology.Network | None,
+                   options=None) -> dict:
     """``simulate.predict``'s arguments for ``method``'s declared collectives at ``nworkers``
     on ``network``: ``steps`` (its exchange, ``exchange_links``) and, for a sharding method,
     ``gather`` (its collectives after the optimizer) and ``optimizer_share`` (1/s, s the
@@ -210,9 +211,10 @@ def declared_links(method: str, nworkers: int, network: topology.Network | None)
     rule = simulate.method_class(method).rule
     out = {}
     if rule.exchange:
-        out["steps"] = exchange_links(method, nworkers, network)
+        out["steps"] = exchange_links(method, nworkers, network, options=options)
     if rule.gather:
-        out["gather"] = exchange_links(method, nworkers, network, after_optimizer=True)
+        out["gather"] = exchange_links(method, nworkers, network, after_optimizer=True,
+                                       options=options)
         shard = rule.optimizer_shard
         out["optimizer_share"] = 1.0 / network.group_size(shard, nworkers) if shard else 1.0
     return out
@@ -221,7 +223,7 @@ def declared_links(method: str, nworkers: int, network: topology.Network | None)
 def _all_reduce(method, work, nworkers, options, batches_per_iter, network, link, link_source,
                 codec, plan_ab, table_network) -> Answer:
     """An all-reduce cell (or a PS cell's local all-reduce) on the cell's link."""
-    declared = declared_links(method, nworkers, network if link is None else None)
+    declared = declared_links(method, nworkers, network if link is None else None, options)
     steps = declared.get("steps", ())
     if link is None:
         ar, where = network.link("allreduce", nworkers), network.name

@@ -135,8 +135,8 @@ from dataclasses import dataclass, replace
 
 from .. import yamlfile
 from . import simulate
-from ..collectives import (LAYOUTS, MACHINE, RING_OPS, WORLD, carried_as, layout_size,
-                           ring_collective, ring_link, split)
+from ..collectives import (LAYOUTS, MACHINE, WORLD, carried_as, layout_size,
+                           operations, ring_collective, ring_link, split)
 from ..errors import UsageError, read_json
 from ..planning import PS_CLIENTS
 
@@ -144,7 +144,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FOLDER = os.path.join(REPO, "configs", "topology")
 # the declared collectives a network prices (``ddlbench.collectives``), reduce-scatter also by
 # carrier as comm_bench measures it; a carrier's ring steps are its collective's
-OPS = (*RING_OPS, "reduce_scatter:a2a", "reduce_scatter:native")
+OPS = operations()
 ALGORITHMS = ("ring", "hierarchical")
 BACKENDS = ("gloo", "nccl")
 

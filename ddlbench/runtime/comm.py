@@ -37,7 +37,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
-from ..collectives import A2A, WORLD, bus_factor, declared, sent_bytes
+from ..collectives import A2A, RING, WORLD, bus_factor, declared, sent_bytes
 from .groups import Group, Groups
 
 _ITEMSIZE: dict = {}
@@ -122,6 +122,26 @@ class _Then:
             finish, self._finish = self._finish, None
             finish()
         return True
+
+
+def _ring_reduce_scatter(output: torch.Tensor, tensor: torch.Tensor, ranks: list[int],
+                         me: int, handle) -> None:
+    """Reduce-scatter's ``ring`` carrier: P - 1 steps; at step s group rank r sends its
+    running sum of shard (r - s - 1) mod P to rank r + 1 and adds the shard (r - s - 2) mod P
+    it receives from rank r - 1, so after the last step it holds the whole sum of shard r.
+    Each rank sends (P - 1)/P of the tensor, only to its neighbour (``ranks``: the group's
+    global ranks in group order, ``me``: this rank's place in it)."""
+    p = len(ranks)
+    acc = tensor.detach().reshape(-1).clone().view(p, -1)
+    incoming = torch.empty_like(acc[0])
+    after, before = ranks[(me + 1) % p], ranks[(me - 1) % p]
+    for step in range(p - 1):
+        ops = [dist.P2POp(dist.isend, acc[(me - step - 1) % p], after, handle),
+               dist.P2POp(dist.irecv, incoming, before, handle)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        acc[(me - step - 2) % p].add_(incoming)
+    output.view(-1).copy_(acc[me])
 
 
 def _sum_in_rank_order(shards: torch.Tensor, size: int, output: torch.Tensor) -> None:
@@ -336,8 +356,10 @@ class Comm:
                        carrier: str | None = None, group=None):
         """Into ``output``, the sum over the group's ranks of this rank's shard of ``tensor``
         (P equal shards, shard r to group rank r), carried by ``carrier``
-        (``collectives``: ``a2a`` or ``native``; None: the backend's declared default). The
-        ``a2a`` carrier sums the shards in rank order (as a single process would)."""
+        (``collectives``: ``a2a``, ``native`` or ``ring``; None: the backend's declared
+        default). The ``a2a`` carrier sums the shards in rank order (as a single process
+        would); the ``ring`` carrier runs its steps on the calling thread (blocking: with
+        ``async_op`` its work is already complete)."""
         g, handle, size = self._where(group)
         carrier = declared("reduce_scatter").carrier(carrier, self.backend(g)).name
         if tensor.numel() != output.numel() * size:
@@ -348,6 +370,12 @@ class Comm:
         self.count("reduce_scatter", tensor.numel(), tensor.dtype, group=g, carrier=carrier)
         if size == 1:
             output.copy_(tensor.view(-1))
+            return _done(async_op)
+        if carrier == RING:         # its steps run on this thread: done when it returns
+            ranks = list(range(size)) if g is None else list(g.ranks)
+            me = self.rank if g is None else g.rank
+            self._traced("reduce_scatter", tensor, False, lambda: _ring_reduce_scatter(
+                output, tensor, ranks, me, handle), g, carrier=carrier)
             return _done(async_op)
         if carrier != A2A:
             return self._traced("reduce_scatter", tensor, async_op, lambda: reduce_scatter_single(
