@@ -149,7 +149,13 @@ emulated_exec() {
 # a bad value stops the launcher with the registry's one line.
 method_args() {
     local out
-    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@" 2>&1)" || die "${out#ddlbench: error: }"
+    local rc=0
+    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@" 2>&1)" || rc=$?
+    if [ "$rc" != 0 ]; then
+        out="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)"
+        [ "$rc" = 2 ] && [ -n "$out" ] && die "${out#ddlbench: error: }"
+        die "$PY cannot run the suite (python -m ddlbench.methods: exit $rc): ${out:-no output}"
+    fi
     METHOD_ARGS=()
     if [ -n "$out" ]; then mapfile -t METHOD_ARGS <<< "$out"; fi
     return 0
