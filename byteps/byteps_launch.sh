@@ -70,17 +70,9 @@ case "${engine:-torch}" in
     *) die "engine must be torch or byteps, got '$engine'" ;;
 esac
 job_args "$method" --skip nservers --architecture ps
-if [ "${engine:-}" = byteps ]; then
-    # The workers' flags and BytePS's import, checked in the lane's Python before BytePS's
-    # scheduler and servers start (what a worker would refuse, in one line, and not after them)
-    rc=0; out="$(cd "$root" && "$PY" -m ddlbench.flags "${ARGS[@]}" 2>&1)" || rc=$?
-    last="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)"
-    case "$rc" in
-        0) ;;
-        2) die "${last#ddlbench: error: }" ;;
-        *) die "engine=byteps: the lane's Python ${BYTEPS_PY:+(BYTEPS_PY) }$PY cannot check the run (exit $rc): ${last:-no output}" ;;
-    esac
-fi
+# engine=byteps: the workers' flags and BytePS's import, checked in the lane's Python before
+# BytePS's scheduler and servers start (what a worker would refuse, in one line, first)
+[ "${engine:-}" = byteps ] && check_train_args
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
 mpi_options "$rdma"

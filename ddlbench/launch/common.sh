@@ -193,6 +193,20 @@ job_args() {
     return 0
 }
 
+# check_train_args: the training script's own parsing and checks of ARGS (python -m
+# ddlbench.flags), nothing started; a refusal stops the launcher with its one line. For a
+# launcher whose job starts more than the training script (torchrun's agents, BytePS's
+# scheduler and servers): a bad flag is then one line, not one per process and the
+# launcher's own traceback.
+check_train_args() {
+    local rc=0 out last
+    out="$(cd "$root" && "$PY" -m ddlbench.flags "${ARGS[@]}" 2>&1)" || rc=$?
+    [ "$rc" = 0 ] && return 0
+    last="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)"
+    [ "$rc" = 2 ] && [ -n "$last" ] && die "${last#ddlbench: error: }"
+    die "$PY cannot check the run (python -m ddlbench.flags: exit $rc): ${last:-no output}"
+}
+
 # split_words TEXT: fills the array WORDS with TEXT split as a POSIX shell splits a command
 # line's words (quotes and backslashes honoured), with nothing evaluated or expanded: no
 # variables, no globbing, no command substitution. Unbalanced quotes stop the launcher.

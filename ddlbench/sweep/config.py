@@ -1131,6 +1131,15 @@ def _check_combinations(sweep: Sweep, hosts: bool = True) -> list[str]:
                             f"calibrate: true, without extrapolate, and only networks the "
                             f"sweep calibrates (local ones, not rdma)")
             break
+    same: dict[str, str] = {}
+    for m in sweep.methods:
+        # labels apart, the same method and settings: the same cells (one hash, one store key)
+        key = json.dumps({k: v for k, v in m.items() if k not in ("label", "optional")},
+                         sort_keys=True, default=str)
+        if key in same and same[key] != method_label(m):
+            problems.append(f"methods {same[key]!r} and {method_label(m)!r} are the same method "
+                            f"with the same settings (only the labels differ): give it once")
+        same.setdefault(key, method_label(m))
     labels: dict[str, dict] = {}
     for m in sweep.methods:
         label = method_label(m)
