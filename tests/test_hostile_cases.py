@@ -432,3 +432,154 @@ def test_a_sweep_stopped_while_its_run_ignores_sigterm_ends_within_the_bound(tmp
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_second_cluster_up_of_a_name_being_built_is_one_line(tmp_path, monkeypatch, capfd):
+    """13. While one `cluster up --name x` builds (it holds the name's lock), a second one at
+    the same moment is one line, exit 2; nothing of a cluster is made (no real cluster here)."""
+    from ddlbench.netem import cli as netem_cli
+    from ddlbench.netem import standing
+    monkeypatch.setenv("DDLBENCH_NETEM_STATE", str(tmp_path / "netem"))
+    with standing._building("x"):
+        line = one_line(netem_cli.main, ["cluster", "up", "--name", "x", "--hosts", "2",
+                                         "--net", "1gbit"], capfd)
+    assert line == ("ddlbench: error: cluster 'x' is being built by another `cluster up --name "
+                    "x` at this moment; wait for it (cluster status --name x)")
+    assert sorted(os.listdir(tmp_path / "netem" / "clusters")) == [".x.lock"]
+    with standing._building("x"):   # the hold ends with its holder
+        pass
+
+
+def test_a_dead_byteps_jobs_leftovers_are_reaped_and_a_live_jobs_kept(tmp_path):
+    """14. What a BytePS launcher killed outright leaves (shared memory, sockets, a trace
+    folder) is removed by the next launch's reaping; the files of a job whose processes live
+    are kept."""
+    import socket as socketlib
+    from ddlbench.launch import pslaunch
+    dead, live = f"dead{uuid.uuid4().hex[:8]}", f"live{uuid.uuid4().hex[:8]}"
+    made = {}
+    for job in (dead, live):
+        shm = f"/dev/shm/BytePS_ShM_{job}_0_1"
+        open(shm, "w").close()
+        trace = f"/tmp/ddlbench-byteps-trace-{job}-0-x"
+        os.makedirs(os.path.join(trace, "0"))
+        sock = socketlib.socket(socketlib.AF_UNIX)
+        sock.bind(f"/tmp/socket_send_{job}_0_0")
+        sock.close()
+        made[job] = [shm, trace, f"/tmp/socket_send_{job}_0_0"]
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                               "--job-id", live])
+    try:
+        time.sleep(0.2)
+        removed = pslaunch.reap_byteps_leftovers()
+        assert set(made[dead]) <= set(removed), removed
+        assert not any(os.path.exists(p) for p in made[dead])
+        assert all(os.path.exists(p) for p in made[live])
+    finally:
+        holder.kill()
+        holder.wait()
+        for p in made[live] + made[dead]:
+            subprocess.run(["rm", "-rf", p])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tasks", "x;touch pwned;exit 0;:16"], "--tasks takes model:batch pairs (a model name, a "
+                                              "batch from 1 to 65536), got 'x;touch pwned;exit "
+                                              "0;:16'"),
+    (["--tasks", "bert_tiny:$(touch pwned)"], "--tasks takes model:batch pairs"),
+    (["--nworkers", "4;touch pwned"], "--nworkers takes integers from 1 to 1048576"),
+    (["--rdmas", "3"], "--rdmas takes integers from 0 to 2"),
+    (["--tries", "1e3"], "--tries takes integers from 1 to 1000, got '1e3'"),
+])
+def test_the_original_driver_refuses_what_would_reach_its_shell(tmp_path, args, message):
+    """15. Nothing runs: the tasks and numbers the original puts into its shell=True lines are
+    checked first; the original must be one (not '' or this checkout), a broken one one
+    line."""
+    original = tmp_path / "original"
+    original.mkdir()
+    (original / "benchmarks.py").write_text(
+        "nworkers=[4]; rdmas=[0]; tasks=[]; NUM_OF_TRIES=1\n"
+        "def main():\n    open('ran', 'w').close()\n")
+    (original / "plots.py").write_text("")
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "run_original.py"), str(original)]
+    line = _one_line_proc(subprocess.run(cmd + args, cwd=tmp_path, env=env(),
+                                         capture_output=True, text=True, timeout=60))
+    assert line.startswith(f"run_original.py: error: {message}"), line
+    assert sorted(os.listdir(tmp_path)) == ["original"]
+    assert not any(os.path.exists(os.path.join(REPO, f)) for f in ("pwned", "ran"))
+
+
+def test_the_original_driver_knows_the_original(tmp_path):
+    script = os.path.join(REPO, "scripts", "run_original.py")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "benchmarks.py").write_text("import no_such_module_here\n")
+    (broken / "synclog.sh").write_text("")
+    for target, message in (("", "ORIGINAL is empty: give the path of a checkout of "
+                                 "HKBU-HPML/ddl-benchmarks"),
+                            (REPO, f"{REPO} is this suite's checkout, not the original "
+                                   f"(HKBU-HPML/ddl-benchmarks)"),
+                            (str(tmp_path), f"{tmp_path} has no benchmarks.py (a checkout of "
+                                            f"HKBU-HPML/ddl-benchmarks)"),
+                            (str(broken), f"the original's modules in {broken} do not import: "
+                                          f"ModuleNotFoundError: No module named "
+                                          f"'no_such_module_here'")):
+        proc = subprocess.run([sys.executable, script, target], cwd=tmp_path, env=env(),
+                              capture_output=True, text=True, timeout=60)
+        assert _one_line_proc(proc) == f"run_original.py: error: {message}"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "benchmarks.py").write_text("def main(): pass\n")
+    proc = subprocess.run([sys.executable, script, str(tmp_path / "other")], cwd=tmp_path,
+                          env=env(), capture_output=True, text=True, timeout=60)
+    assert "is not a checkout of HKBU-HPML/ddl-benchmarks: it has none of plots.py" in \
+        _one_line_proc(proc)
+
+
+def test_engine_byteps_refuses_a_compressor_before_byteps_starts(tmp_path):
+    """16. engine=byteps with --compressor fp16: one line from the workers' own check, run in
+    the lane's Python before BytePS's scheduler and servers (none of them starts)."""
+    from .test_byteps import SCRIPT as LANE
+    lane = subprocess.run([LANE, "python"], capture_output=True, text=True, timeout=60)
+    if lane.returncode != 0:
+        pytest.skip("real BytePS: the environment is not built here")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=2\n")
+    began = time.monotonic()
+    proc = _launcher("byteps/byteps_launch.sh", nworkers="2", hostfile=str(hosts),
+                     engine="byteps", method="wfbpps", dnn="bert_tiny", bs="4", senlen="16",
+                     iters="1", extra_args="--compressor fp16")
+    line = _one_line_proc(proc)
+    assert line == ("byteps/byteps_launch.sh: error: --engine byteps takes --compressor none, "
+                    "not 'fp16' (the compressors run on --engine torch)")
+    assert "job ID" not in proc.stderr and time.monotonic() - began < 60
+
+
+def test_torchrun_launcher_bad_model_is_one_line_and_leaves_nothing(tmp_path):
+    """17. nworkers=1 and a flag the training script refuses (dnn=x in the issue; a bad --lr
+    here, which is refused without torchvision's import): its one line, before torchrun
+    starts (no torchrun traceback, no torchelastic_* folder)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=1\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = _launcher("torchrun/torchrun_launch.sh", nworkers="1", dnn="bert_tiny", bs="4",
+                     senlen="16", extra_args="--lr nan", hostfile=str(hosts),
+                     TMPDIR=str(scratch))
+    assert _one_line_proc(proc) == "torchrun/torchrun_launch.sh: error: --lr must be positive, " \
+                                   "got nan"
+    assert [f for f in os.listdir(scratch) if f.startswith("torchelastic_")] == []
+
+
+def test_a_killed_parameter_server_is_named_as_a_server():
+    """18. The local spawner names the last nservers processes parameter servers: the line
+    about one killed says so, not "worker 3"."""
+    code = ("import sys; from ddlbench.launch.local import spawn_local; "
+            "sys.exit(spawn_local(3, [], module='tests.killed_rank', nservers=1, pin=False, "
+            "grace_s=1.0))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
+    [named] = [ln for ln in proc.stderr.splitlines() if "was killed" in ln]
+    assert re.fullmatch(r"ddlbench: parameter server 0 \(rank 2\) \(pid \d+\) was killed by "
+                        r"SIGKILL; stopping the others", named), proc.stderr
+    assert "worker 2" not in proc.stderr
