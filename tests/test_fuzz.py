@@ -8,7 +8,6 @@ namespace left behind.
 ``DDLBENCH_FUZZ=N`` runs N cases per test (default 60: 420 cases, about half a minute);
 ``DDLBENCH_FUZZ_SEED`` picks another seed. A failing case prints its command line."""
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -202,28 +201,83 @@ def test_generated_traces_are_a_summary_or_one_line(tmp_path, capfd, left_behind
 
 # -- sweep files ------------------------------------------------------------------------------
 
-def _sweep_value(rng):
-    return rng.choice([None, 0, -1, 1, 2, 1.5, 10 ** 15, float("nan"), "", "x" * 300, "loopback",
-                       "resnet18", "wfbp", [], [1], ["wfbp", "ddp"], [[1]], {}, {"a": 1},
-                       {"name": "r18", "dnn": "resnet18", "bs": 2}, True, "$(touch X)",
-                       [{"name": "lo", "kind": "net"}], "{bogus}"])
+def _sweep_value(rng, key: str | None = None):
+    """A value for a sweep key: one of the generic ones, or (half the time, for the keys that
+    hold lists and mappings) one shaped for that key, so its own checks are reached."""
+    if key in KEY_VALUES and rng.random() < 0.7:
+        return json.loads(json.dumps(rng.choice(KEY_VALUES[key])))
+    return rng.choice([None, 0, -1, 1, 2, 1.5, 10 ** 15, float("nan"), float("inf"), "",
+                       "x" * 300, "loopback", "resnet18", "wfbp", [], [1], ["wfbp", "ddp"],
+                       [[1]], {}, {"a": 1}, {"name": "r18", "dnn": "resnet18", "bs": 2}, True,
+                       "$(touch X)", [{"name": "lo", "kind": "net"}], "{bogus}"])
+
+
+TASK = {"model": "bert_tiny", "batch_size": 4, "sentence_len": 16}
+# Values shaped for the keys whose generic values never pass their first check: labels that file
+# names reduce to the same text or to nothing, tasks that differ only where a cell's name does
+# not look, settings of BytePS and the loader, bounds (issue 61's classes 3, 4, 9, 12)
+KEY_VALUES = {
+    "methods": [[{"method": "wfbp", "label": "\u2603"}, {"method": "ddp", "label": "\u00fc"}],
+                [{"method": "wfbp", "label": "a b"}, {"method": "ddp", "label": "a-b"}],
+                [{"method": "wfbp", "label": "a"}, {"method": "wfbp", "label": "b"}],
+                [{"method": "fusion", "threshold": 0}, {"method": "fusion", "threshold": 1}],
+                ["wfbpps", {"method": "ddp", "label": ""}], ["wfbp", "wfbp"]],
+    "tasks": [[TASK, dict(TASK, num_classes=3)], [TASK, dict(TASK, args="--lr 0.1")],
+              [dict(TASK, args="--lr 0.1"), dict(TASK, args="--lr  0.1")], [TASK, TASK],
+              [dict(TASK, model="x;touch X")], [dict(TASK, batch_size=0)]],
+    "networks": [["loopback"], [{"net": "loopback", "label": "\u2603"}], ["loopback", "lo"],
+                 [{"rdma": 0}], [{"net": "rate=nan"}], ["loopback", "loopback"]],
+    "nworkers": [[1, 2], [2, 1], [0], [10 ** 7], [1, 1], ["2"]],
+    "engines": [["torch"], ["byteps"], ["torch", "horovod"], ["mxnet"], ["torch", "torch"]],
+    "skip": [["nworkers=2"], ["bogus"], ["method=\u2603"], ["model=bert_tiny"], [""]],
+    "env": [{"BYTEPS_SERVER_SCHEDULE_HEAP": "bogus"}, {"BYTEPS_SERVER_SCHEDULE_HEAP": "original"},
+            {"LD_PRELOAD": "x"}, {"OMP_NUM_THREADS": 1}, {"": "x"}, {"A B": "1"}],
+    "timing": [{"warmup": 0, "batches_per_iter": 1, "iters": 1}, {"iters": -1}, {"bogus": 1}],
+    "predict": [{"device_throughput": "survey"}, {"networks": {"loopback": "x"}}, {"x": 1}],
+    "results": ["r", "/proc/x", "a/../../b", "x" * 300],
+    "logs": ["l", "/proc/x", "x" * 300],
+    "kill_grace": [float("inf"), 600, 601, 1e308, 0],
+    "adaptive": [{"target": 0.03, "max_tries": 5}, {"target": float("nan"), "max_tries": 2}],
+}
+
+
+SMALL = {"name": "small", "networks": ["loopback"], "tasks": [TASK], "methods": ["wfbp"],
+         "nworkers": [2], "timeout": 60}
+
+
+def _cells_apart(path: str) -> None:
+    """An accepted sweep's cells have a file name each and a hash each (issue 61, class 3: two
+    cells sharing a name overwrote each other's record and log)."""
+    cells = config.load(path, preflight=False).cells()
+    names, hashes = [c.name for c in cells], [c.hash for c in cells]
+    assert len(set(names)) == len(names), f"cells share a file name: {names}"
+    assert len(set(hashes)) == len(hashes), f"cells share a hash: {names}"
 
 
 def test_generated_sweep_files_are_a_dry_run_or_one_line(tmp_path, capfd, no_runs, left_behind):
     rng = random.Random(f"{SEED}-sweep")
-    keys = {f.name: f.default for f in dataclasses.fields(config.Sweep)
-            if f.default is not dataclasses.MISSING}
+    # the keys the sweep format declares (its names in the file: results, logs, ...), each
+    # with its default
+    keys = {k.name: k.spec.default for k in config.keys()}
+    assert {"networks", "nworkers", "timing", "engines", "skip", "env", "predict", "results",
+            "logs", "methods", "tasks"} <= set(keys)
     base = os.path.join(REPO, "configs", "quick.yaml")
     import yaml
     with open(base) as f:
         quick = yaml.safe_load(f)
     seen = []
     for k in range(CASES):
-        doc = dict(quick) if rng.random() < 0.7 else {}
+        # the quick sweep, a small one (its checks cheap: one task, one method, one count) or
+        # nothing
+        doc = rng.choice([dict(quick), dict(quick), json.loads(json.dumps(SMALL)),
+                          json.loads(json.dumps(SMALL)), {}])
         for key in rng.sample(sorted(keys), rng.randint(0, 3)):
             # a nasty value, or the key's own default (or the quick sweep's)
-            doc[key] = _sweep_value(rng) if rng.random() < 0.6 else \
+            doc[key] = _sweep_value(rng, key) if rng.random() < 0.6 else \
                 quick.get(key, keys[key])
+        if rng.random() < 0.6:   # one of the keys with values of their own shape, often
+            key = rng.choice(sorted(KEY_VALUES) + ["methods", "tasks"] * 3)  # (the cells' own)
+            doc[key] = _sweep_value(rng, key)
         if rng.random() < 0.1:
             doc[rng.choice(["bogus", "", "nworker"])] = 1
         path = tmp_path / f"s{k}.yaml"
@@ -231,6 +285,8 @@ def test_generated_sweep_files_are_a_dry_run_or_one_line(tmp_path, capfd, no_run
         argv = ["--config", str(path), "--dry-run", "--results", str(tmp_path / f"r{k}")]
         try:
             seen.append(outcome(benchmarks.main, argv, capfd))
+            if seen[-1] == "run":
+                _cells_apart(str(path))
         except Exception as e:
             raise AssertionError(f"benchmarks.py {argv} with {doc!r}: {type(e).__name__}: "
                                  f"{e}") from e

@@ -617,8 +617,9 @@ def _worker_count(n, reading: _Reading) -> int | None:
 
 
 def _engine(e, reading: _Reading):
-    if e not in ENGINES:
+    if not isinstance(e, str) or e not in ENGINES:
         reading.problems.append(f"engine {e!r}: use one of {', '.join(ENGINES)}")
+        return None   # (dropped: no cell is made of it)
     return e
 
 
