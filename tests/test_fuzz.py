@@ -24,7 +24,7 @@ from ddlbench.netem import cli as netem_cli
 from ddlbench.sweep import config
 from ddlbench.timeline import cli as timeline_cli
 
-from .conftest import REPO
+from .conftest import REPO, env
 from .test_hostile import NASTY, WouldRun, no_runs, outcome, parser_of  # noqa: F401
 
 CASES = int(os.environ.get("DDLBENCH_FUZZ", "60"))
@@ -291,3 +291,101 @@ def test_generated_sweep_files_are_a_dry_run_or_one_line(tmp_path, capfd, no_run
             raise AssertionError(f"benchmarks.py {argv} with {doc!r}: {type(e).__name__}: "
                                  f"{e}") from e
     assert "line" in seen and "run" in seen
+
+
+# -- the shell launchers' variables (dry runs and refusals only) ------------------------------
+
+LAUNCHERS = ["byteps/byteps_launch.sh", "torchrun/torchrun_launch.sh",
+             "horovod/horovod_mpi_cj.sh"]
+LAUNCHER_VARS = {
+    "nworkers": ["1", "2", "4", "0", "-1", "nan", "1e3", "99999999999"],
+    "dnn": ["bert_tiny", "resnet18", "x;touch X", "$(touch X)", ""],
+    "bs": ["4", "0", "-2", "1e2", "x"], "senlen": ["16", "0", "nan"],
+    "image_size": ["32", "1", "1e9", "x"], "iters": ["1", "0", "nan"],
+    "method": ["wfbpps", "bspps", "byteschedulerps", "wfbp", "fusion", "x;touch X", ""],
+    "threshold": ["0", "536870912", "-1", "1e999", "x"], "rdma": ["0", "1", "3", "x"],
+    "engine": ["torch", "mxnet", "", "byteps"], "compressor": ["none", "fp16", "topk", "bogus"],
+    "nservers": ["1", "0", "x"], "ps_force_servers": ["0", "1", "2"],
+    "bytescheduler": ["0", "1", "2"], "job": ["abc", "x;touch X", "a" * 100],
+    "extra_args": ["--lr nan", "--compressor fp16", "'unbalanced", "--net 1gbit", "--verify 1",
+                   "$(touch X)", "/etc/*"],
+    "BYTEPS_SERVER_SCHEDULE_HEAP": ["original", "bogus"],
+    # (never the BytePS lane's own Python: a check there imports BytePS, seconds a case)
+    "BYTEPS_PY": ["/bin/false", "/bin/true", sys.executable, "/nonexistent/python"],
+    "DMLC_NUM_SERVER": ["2", "abc"], "timeline": ["{tmp}/t.json", "/proc/x.json"],
+}
+
+
+def test_generated_launcher_variables_are_a_dry_run_or_one_line(tmp_path, left_behind):
+    """Each launcher under dry_run=1 with a few variables drawn from LAUNCHER_VARS: the command
+    it would run (exit 0) or one non-empty error line, last, and exit 2 (after the launcher's
+    notes, if any); never a traceback, nothing started, no file made (a `touch X` would land in the checkout's root, where the launchers run)."""
+    rng = random.Random(f"{SEED}-launchers")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=4\n")
+    seen = []
+    for _ in range(max(CASES // 3, 8)):
+        script = rng.choice(LAUNCHERS)
+        chosen = {k: rng.choice(v) for k, v in
+                  rng.sample(sorted(LAUNCHER_VARS.items()), rng.randint(1, 3))}
+        if script.startswith("byteps/") and rng.random() < 0.5:   # the BytePS lane's checks
+            chosen["engine"] = "byteps"
+        if chosen.get("engine") == "byteps" and chosen.get("BYTEPS_PY") in (None, ""):
+            chosen["BYTEPS_PY"] = rng.choice(LAUNCHER_VARS["BYTEPS_PY"])
+        variables = {k: v.replace("{tmp}", str(tmp_path)) for k, v in chosen.items()}
+        e = {k: v for k, v in env().items() if not k.startswith(("BYTEPS_", "DMLC_"))}
+        e.update(hostfile=str(hosts), dry_run="1", **variables)
+        proc = subprocess.run(["bash", os.path.join(REPO, script)], cwd=REPO, env=e,
+                              capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+        # (a launcher's notes may come first: "threshold=0 ignored", ...)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error:" in ln]
+        case = f"{variables} {script}: exit {proc.returncode}, stderr:\n{proc.stderr[-2000:]}"
+        assert "Traceback" not in proc.stderr, case
+        assert (proc.returncode == 0 and not errors) or (
+            proc.returncode == 2 and len(errors) == 1 and errors[0] == lines[-1]
+            and errors[0].split("error:", 1)[1].strip()), case
+        assert not os.path.exists(os.path.join(REPO, "X")), case
+        seen.append(proc.returncode)
+    assert 0 in seen and 2 in seen
+
+
+# -- netem's cluster commands (refusals only: no cluster is built) ----------------------------
+
+CLUSTER_VALUES = {"--name": ["x", "node", "X", "", "a" * 30, "x;touch X", "-1", "n\u00e9"],
+                  "--hosts": ["2", "0", "-1", "65", "1e3", "x", "999999999999"],
+                  "--net": ["1gbit", "loopback", "rate=nan", "bogus", "rate=1kbit", ""],
+                  "--slots": ["1", "0", "4097", "x"], "--host": ["0", "-1", "99", "x"]}
+
+
+def test_generated_cluster_commands_are_a_refusal_or_stop_before_building(
+        tmp_path, capfd, monkeypatch, left_behind):
+    """``netem cluster up/down/status/exec`` with drawn arguments, against a state folder of
+    the test's own (no cluster in it): one line and exit 2, a status, or stopped where a
+    cluster would be built or a command run; never a traceback."""
+    from ddlbench.netem import standing
+
+    def refuse(*_a, **_k):
+        raise WouldRun()
+    monkeypatch.setenv("DDLBENCH_NETEM_STATE", str(tmp_path / "netem"))
+    monkeypatch.setattr(standing, "Cluster", refuse)
+    monkeypatch.setattr(os, "execvpe", refuse)
+    rng = random.Random(f"{SEED}-cluster")
+    seen = []
+    for _ in range(CASES):
+        verb = rng.choice(["up", "up", "down", "status", "exec"])
+        flags = {"up": ["--name", "--hosts", "--net", "--slots"], "down": ["--name"],
+                 "status": ["--name"], "exec": ["--name", "--host"]}[verb]
+        argv = ["cluster", verb]
+        for flag in rng.sample(flags, rng.randint(0, len(flags))):
+            argv += [flag, rng.choice(CLUSTER_VALUES[flag])]
+        if verb == "up" and "--hosts" not in argv and rng.random() < 0.8:
+            argv += ["--hosts", "2"]
+        if verb == "exec":
+            argv += ["--", rng.choice(["true", "touch X", "$(touch X)"])]
+        try:
+            seen.append(outcome(netem_cli.main, argv, capfd))
+        except Exception as e:
+            raise AssertionError(f"netem {argv}: {type(e).__name__}: {e}") from e
+    assert "line" in seen
