@@ -443,11 +443,12 @@ def test_a_second_cluster_up_of_a_name_being_built_is_one_line(tmp_path, monkeyp
     with standing._building("x"):
         line = one_line(netem_cli.main, ["cluster", "up", "--name", "x", "--hosts", "2",
                                          "--net", "1gbit"], capfd)
+        assert sorted(os.listdir(tmp_path / "netem" / "clusters")) == [".x.lock"]
+    with standing._building("x"):   # the hold ends with its holder, its file with it
+        pass
     assert line == ("ddlbench: error: cluster 'x' is being built by another `cluster up --name "
                     "x` at this moment; wait for it (cluster status --name x)")
-    assert sorted(os.listdir(tmp_path / "netem" / "clusters")) == [".x.lock"]
-    with standing._building("x"):   # the hold ends with its holder
-        pass
+    assert os.listdir(tmp_path / "netem" / "clusters") == []
 
 
 def test_a_dead_byteps_jobs_leftovers_are_reaped_and_a_live_jobs_kept(tmp_path):

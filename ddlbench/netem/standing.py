@@ -138,21 +138,30 @@ def up(name: str, nhosts: int, net: str, slots: int = 1, slurm: bool = False,
 @contextlib.contextmanager
 def _building(name: str):
     """This process's hold on building cluster ``name`` (an exclusive ``flock`` of
-    ``clusters/.NAME.lock``, which ends with the process however it ends): a second ``cluster
-    up --name NAME`` at the same moment gets one line instead of a race for the same
-    namespaces."""
+    ``clusters/.NAME.lock``, which ends with the process however it ends; the file is removed
+    as the hold ends): a second ``cluster up --name NAME`` at the same moment gets one line
+    instead of a race for the same namespaces."""
     folder = os.path.join(state_dir(), "clusters")
     os.makedirs(folder, exist_ok=True)
-    fd = os.open(os.path.join(folder, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    path = os.path.join(folder, f".{name}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    held = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            # (a file its holder removed as it let go is no hold: the path names another now)
+            held = os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path))
+        except (BlockingIOError, FileNotFoundError):
+            pass
+        if not held:
             raise UsageError(f"cluster {name!r} is being built by another `cluster up --name "
                              f"{name}` at this moment; wait for it (cluster status --name "
-                             f"{name})") from None
+                             f"{name})")
         yield
     finally:
+        if held:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         os.close(fd)
 
 
