@@ -35,7 +35,9 @@
 # machine, on one machine too), every worker process is a BytePS worker of its own, and
 # BYTEPS_SERVER_ENABLE_SCHEDULE=1 for byteschedulerps, 0 otherwise, as the original. With
 # extra_args="--net PROFILE" on this machine the launcher builds an emulated cluster and runs
-# every worker, server and the scheduler on hosts of it.
+# every worker, server and the scheduler on hosts of it. The workers' flags (and BytePS's
+# import in that Python) are checked before anything starts; BYTEPS_SERVER_SCHEDULE_HEAP is
+# patched (the default) or original.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
@@ -68,6 +70,9 @@ case "${engine:-torch}" in
     *) die "engine must be torch or byteps, got '$engine'" ;;
 esac
 job_args "$method" --skip nservers --architecture ps
+# engine=byteps: the workers' flags and BytePS's import, checked in the lane's Python before
+# BytePS's scheduler and servers start (what a worker would refuse, in one line, first)
+[ "${engine:-}" = byteps ] && check_train_args
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
 mpi_options "$rdma"

@@ -440,3 +440,17 @@ def runs(args) -> list[tuple[str, str]]:
     return methods.pairs(args.method, compressor_list(args), args.engine,
                          with_servers=with_servers(args))
 
+
+
+def main(argv=None) -> int:
+    """``python -m ddlbench.flags ARGS...``: the training script's parsing and checks of ARGS
+    (the engine's import included), nothing started: exit 0, or one line and exit 2. A
+    launcher that starts processes of its own before the workers (byteps/byteps_launch.sh:
+    BytePS's scheduler and servers) checks the workers' flags with it first."""
+    from .errors import run_cli
+    return run_cli(lambda args: check(args) or 0, parse_args, argv)
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

@@ -8,7 +8,6 @@ namespace left behind.
 ``DDLBENCH_FUZZ=N`` runs N cases per test (default 60: 420 cases, about half a minute);
 ``DDLBENCH_FUZZ_SEED`` picks another seed. A failing case prints its command line."""
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -25,7 +24,7 @@ from ddlbench.netem import cli as netem_cli
 from ddlbench.sweep import config
 from ddlbench.timeline import cli as timeline_cli
 
-from .conftest import REPO
+from .conftest import REPO, env
 from .test_hostile import NASTY, WouldRun, no_runs, outcome, parser_of  # noqa: F401
 
 CASES = int(os.environ.get("DDLBENCH_FUZZ", "60"))
@@ -202,28 +201,83 @@ def test_generated_traces_are_a_summary_or_one_line(tmp_path, capfd, left_behind
 
 # -- sweep files ------------------------------------------------------------------------------
 
-def _sweep_value(rng):
-    return rng.choice([None, 0, -1, 1, 2, 1.5, 10 ** 15, float("nan"), "", "x" * 300, "loopback",
-                       "resnet18", "wfbp", [], [1], ["wfbp", "ddp"], [[1]], {}, {"a": 1},
-                       {"name": "r18", "dnn": "resnet18", "bs": 2}, True, "$(touch X)",
-                       [{"name": "lo", "kind": "net"}], "{bogus}"])
+def _sweep_value(rng, key: str | None = None):
+    """A value for a sweep key: one of the generic ones, or (half the time, for the keys that
+    hold lists and mappings) one shaped for that key, so its own checks are reached."""
+    if key in KEY_VALUES and rng.random() < 0.7:
+        return json.loads(json.dumps(rng.choice(KEY_VALUES[key])))
+    return rng.choice([None, 0, -1, 1, 2, 1.5, 10 ** 15, float("nan"), float("inf"), "",
+                       "x" * 300, "loopback", "resnet18", "wfbp", [], [1], ["wfbp", "ddp"],
+                       [[1]], {}, {"a": 1}, {"name": "r18", "dnn": "resnet18", "bs": 2}, True,
+                       "$(touch X)", [{"name": "lo", "kind": "net"}], "{bogus}"])
+
+
+TASK = {"model": "bert_tiny", "batch_size": 4, "sentence_len": 16}
+# Values shaped for the keys whose generic values never pass their first check: labels that file
+# names reduce to the same text or to nothing, tasks that differ only where a cell's name does
+# not look, settings of BytePS and the loader, bounds (issue 61's classes 3, 4, 9, 12)
+KEY_VALUES = {
+    "methods": [[{"method": "wfbp", "label": "\u2603"}, {"method": "ddp", "label": "\u00fc"}],
+                [{"method": "wfbp", "label": "a b"}, {"method": "ddp", "label": "a-b"}],
+                [{"method": "wfbp", "label": "a"}, {"method": "wfbp", "label": "b"}],
+                [{"method": "fusion", "threshold": 0}, {"method": "fusion", "threshold": 1}],
+                ["wfbpps", {"method": "ddp", "label": ""}], ["wfbp", "wfbp"]],
+    "tasks": [[TASK, dict(TASK, num_classes=3)], [TASK, dict(TASK, args="--lr 0.1")],
+              [dict(TASK, args="--lr 0.1"), dict(TASK, args="--lr  0.1")], [TASK, TASK],
+              [dict(TASK, model="x;touch X")], [dict(TASK, batch_size=0)]],
+    "networks": [["loopback"], [{"net": "loopback", "label": "\u2603"}], ["loopback", "lo"],
+                 [{"rdma": 0}], [{"net": "rate=nan"}], ["loopback", "loopback"]],
+    "nworkers": [[1, 2], [2, 1], [0], [10 ** 7], [1, 1], ["2"]],
+    "engines": [["torch"], ["byteps"], ["torch", "horovod"], ["mxnet"], ["torch", "torch"]],
+    "skip": [["nworkers=2"], ["bogus"], ["method=\u2603"], ["model=bert_tiny"], [""]],
+    "env": [{"BYTEPS_SERVER_SCHEDULE_HEAP": "bogus"}, {"BYTEPS_SERVER_SCHEDULE_HEAP": "original"},
+            {"LD_PRELOAD": "x"}, {"OMP_NUM_THREADS": 1}, {"": "x"}, {"A B": "1"}],
+    "timing": [{"warmup": 0, "batches_per_iter": 1, "iters": 1}, {"iters": -1}, {"bogus": 1}],
+    "predict": [{"device_throughput": "survey"}, {"networks": {"loopback": "x"}}, {"x": 1}],
+    "results": ["r", "/proc/x", "a/../../b", "x" * 300],
+    "logs": ["l", "/proc/x", "x" * 300],
+    "kill_grace": [float("inf"), 600, 601, 1e308, 0],
+    "adaptive": [{"target": 0.03, "max_tries": 5}, {"target": float("nan"), "max_tries": 2}],
+}
+
+
+SMALL = {"name": "small", "networks": ["loopback"], "tasks": [TASK], "methods": ["wfbp"],
+         "nworkers": [2], "timeout": 60}
+
+
+def _cells_apart(path: str) -> None:
+    """An accepted sweep's cells have a file name each and a hash each (issue 61, class 3: two
+    cells sharing a name overwrote each other's record and log)."""
+    cells = config.load(path, preflight=False).cells()
+    names, hashes = [c.name for c in cells], [c.hash for c in cells]
+    assert len(set(names)) == len(names), f"cells share a file name: {names}"
+    assert len(set(hashes)) == len(hashes), f"cells share a hash: {names}"
 
 
 def test_generated_sweep_files_are_a_dry_run_or_one_line(tmp_path, capfd, no_runs, left_behind):
     rng = random.Random(f"{SEED}-sweep")
-    keys = {f.name: f.default for f in dataclasses.fields(config.Sweep)
-            if f.default is not dataclasses.MISSING}
+    # the keys the sweep format declares (its names in the file: results, logs, ...), each
+    # with its default
+    keys = {k.name: k.spec.default for k in config.keys()}
+    assert {"networks", "nworkers", "timing", "engines", "skip", "env", "predict", "results",
+            "logs", "methods", "tasks"} <= set(keys)
     base = os.path.join(REPO, "configs", "quick.yaml")
     import yaml
     with open(base) as f:
         quick = yaml.safe_load(f)
     seen = []
     for k in range(CASES):
-        doc = dict(quick) if rng.random() < 0.7 else {}
+        # the quick sweep, a small one (its checks cheap: one task, one method, one count) or
+        # nothing
+        doc = rng.choice([dict(quick), dict(quick), json.loads(json.dumps(SMALL)),
+                          json.loads(json.dumps(SMALL)), {}])
         for key in rng.sample(sorted(keys), rng.randint(0, 3)):
             # a nasty value, or the key's own default (or the quick sweep's)
-            doc[key] = _sweep_value(rng) if rng.random() < 0.6 else \
+            doc[key] = _sweep_value(rng, key) if rng.random() < 0.6 else \
                 quick.get(key, keys[key])
+        if rng.random() < 0.6:   # one of the keys with values of their own shape, often
+            key = rng.choice(sorted(KEY_VALUES) + ["methods", "tasks"] * 3)  # (the cells' own)
+            doc[key] = _sweep_value(rng, key)
         if rng.random() < 0.1:
             doc[rng.choice(["bogus", "", "nworker"])] = 1
         path = tmp_path / f"s{k}.yaml"
@@ -231,7 +285,107 @@ def test_generated_sweep_files_are_a_dry_run_or_one_line(tmp_path, capfd, no_run
         argv = ["--config", str(path), "--dry-run", "--results", str(tmp_path / f"r{k}")]
         try:
             seen.append(outcome(benchmarks.main, argv, capfd))
+            if seen[-1] == "run":
+                _cells_apart(str(path))
         except Exception as e:
             raise AssertionError(f"benchmarks.py {argv} with {doc!r}: {type(e).__name__}: "
                                  f"{e}") from e
     assert "line" in seen and "run" in seen
+
+
+# -- the shell launchers' variables (dry runs and refusals only) ------------------------------
+
+LAUNCHERS = ["byteps/byteps_launch.sh", "torchrun/torchrun_launch.sh",
+             "horovod/horovod_mpi_cj.sh"]
+LAUNCHER_VARS = {
+    "nworkers": ["1", "2", "4", "0", "-1", "nan", "1e3", "99999999999"],
+    "dnn": ["bert_tiny", "resnet18", "x;touch X", "$(touch X)", ""],
+    "bs": ["4", "0", "-2", "1e2", "x"], "senlen": ["16", "0", "nan"],
+    "image_size": ["32", "1", "1e9", "x"], "iters": ["1", "0", "nan"],
+    "method": ["wfbpps", "bspps", "byteschedulerps", "wfbp", "fusion", "x;touch X", ""],
+    "threshold": ["0", "536870912", "-1", "1e999", "x"], "rdma": ["0", "1", "3", "x"],
+    "engine": ["torch", "mxnet", "", "byteps"], "compressor": ["none", "fp16", "topk", "bogus"],
+    "nservers": ["1", "0", "x"], "ps_force_servers": ["0", "1", "2"],
+    "bytescheduler": ["0", "1", "2"], "job": ["abc", "x;touch X", "a" * 100],
+    "extra_args": ["--lr nan", "--compressor fp16", "'unbalanced", "--net 1gbit", "--verify 1",
+                   "$(touch X)", "/etc/*"],
+    "BYTEPS_SERVER_SCHEDULE_HEAP": ["original", "bogus"],
+    # (never the BytePS lane's own Python: a check there imports BytePS, seconds a case)
+    "BYTEPS_PY": ["/bin/false", "/bin/true", sys.executable, "/nonexistent/python"],
+    "DMLC_NUM_SERVER": ["2", "abc"], "timeline": ["{tmp}/t.json", "/proc/x.json"],
+}
+
+
+def test_generated_launcher_variables_are_a_dry_run_or_one_line(tmp_path, left_behind):
+    """Each launcher under dry_run=1 with a few variables drawn from LAUNCHER_VARS: the command
+    it would run (exit 0) or one non-empty error line, last, and exit 2 (after the launcher's
+    notes, if any); never a traceback, nothing started, no file made (a `touch X` would land in the checkout's root, where the launchers run)."""
+    rng = random.Random(f"{SEED}-launchers")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=4\n")
+    seen = []
+    for _ in range(max(CASES // 3, 8)):
+        script = rng.choice(LAUNCHERS)
+        chosen = {k: rng.choice(v) for k, v in
+                  rng.sample(sorted(LAUNCHER_VARS.items()), rng.randint(1, 3))}
+        if script.startswith("byteps/") and rng.random() < 0.5:   # the BytePS lane's checks
+            chosen["engine"] = "byteps"
+        if chosen.get("engine") == "byteps" and chosen.get("BYTEPS_PY") in (None, ""):
+            chosen["BYTEPS_PY"] = rng.choice(LAUNCHER_VARS["BYTEPS_PY"])
+        variables = {k: v.replace("{tmp}", str(tmp_path)) for k, v in chosen.items()}
+        e = {k: v for k, v in env().items() if not k.startswith(("BYTEPS_", "DMLC_"))}
+        e.update(hostfile=str(hosts), dry_run="1", **variables)
+        proc = subprocess.run(["bash", os.path.join(REPO, script)], cwd=REPO, env=e,
+                              capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+        # (a launcher's notes may come first: "threshold=0 ignored", ...)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error:" in ln]
+        case = f"{variables} {script}: exit {proc.returncode}, stderr:\n{proc.stderr[-2000:]}"
+        assert "Traceback" not in proc.stderr, case
+        assert (proc.returncode == 0 and not errors) or (
+            proc.returncode == 2 and len(errors) == 1 and errors[0] == lines[-1]
+            and errors[0].split("error:", 1)[1].strip()), case
+        assert not os.path.exists(os.path.join(REPO, "X")), case
+        seen.append(proc.returncode)
+    assert 0 in seen and 2 in seen
+
+
+# -- netem's cluster commands (refusals only: no cluster is built) ----------------------------
+
+CLUSTER_VALUES = {"--name": ["x", "node", "X", "", "a" * 30, "x;touch X", "-1", "n\u00e9"],
+                  "--hosts": ["2", "0", "-1", "65", "1e3", "x", "999999999999"],
+                  "--net": ["1gbit", "loopback", "rate=nan", "bogus", "rate=1kbit", ""],
+                  "--slots": ["1", "0", "4097", "x"], "--host": ["0", "-1", "99", "x"]}
+
+
+def test_generated_cluster_commands_are_a_refusal_or_stop_before_building(
+        tmp_path, capfd, monkeypatch, left_behind):
+    """``netem cluster up/down/status/exec`` with drawn arguments, against a state folder of
+    the test's own (no cluster in it): one line and exit 2, a status, or stopped where a
+    cluster would be built or a command run; never a traceback."""
+    from ddlbench.netem import standing
+
+    def refuse(*_a, **_k):
+        raise WouldRun()
+    monkeypatch.setenv("DDLBENCH_NETEM_STATE", str(tmp_path / "netem"))
+    monkeypatch.setattr(standing, "Cluster", refuse)
+    monkeypatch.setattr(os, "execvpe", refuse)
+    rng = random.Random(f"{SEED}-cluster")
+    seen = []
+    for _ in range(CASES):
+        verb = rng.choice(["up", "up", "down", "status", "exec"])
+        flags = {"up": ["--name", "--hosts", "--net", "--slots"], "down": ["--name"],
+                 "status": ["--name"], "exec": ["--name", "--host"]}[verb]
+        argv = ["cluster", verb]
+        for flag in rng.sample(flags, rng.randint(0, len(flags))):
+            argv += [flag, rng.choice(CLUSTER_VALUES[flag])]
+        if verb == "up" and "--hosts" not in argv and rng.random() < 0.8:
+            argv += ["--hosts", "2"]
+        if verb == "exec":
+            argv += ["--", rng.choice(["true", "touch X", "$(touch X)"])]
+        try:
+            seen.append(outcome(netem_cli.main, argv, capfd))
+        except Exception as e:
+            raise AssertionError(f"netem {argv}: {type(e).__name__}: {e}") from e
+    assert "line" in seen

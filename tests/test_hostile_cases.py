@@ -5,10 +5,14 @@ naming the flag or key and what is allowed, exit code 2, before anything starts.
 
 Checked in this process (the commands' own ``main``, with spawning and workers replaced by an
 exception), one case end to end in a subprocess."""
+import glob
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -18,7 +22,7 @@ from ddlbench import train, yamlfile
 from ddlbench.errors import ArgumentParser, UsageError, check_writable
 from ddlbench.measure import profiler
 from ddlbench.model import predict
-from ddlbench.sweep import config
+from ddlbench.sweep import aggregate, config, store
 
 from .conftest import REPO, env
 from .test_hostile import WouldRun, no_runs  # noqa: F401 (the fixture)
@@ -262,3 +266,321 @@ def test_each_path_flag_is_named_and_takes_only_the_method_placeholder(tmp_path,
     accepted(train.main, [*TINY, "--method", "wfbp,ddp", "--output",
                           str(tmp_path / "newdir" / "{method}.json")], capfd)
     assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------- issue 61: sweeps, launchers
+
+def _one_line_proc(proc, rc: int = 2) -> str:
+    """The one stderr line of a finished command that exited ``rc``, no traceback."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("+ ")]
+    assert proc.returncode == rc and len(lines) == 1 and "Traceback" not in proc.stderr, \
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return lines[0]
+
+
+def _launcher(script: str, timeout: float = 120, **variables):
+    return subprocess.run(["bash", script], cwd=REPO, env=env(**variables), capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_cells_whose_file_names_would_collide_keep_both_records(tmp_path, monkeypatch):
+    """3. Labels that file names reduce to nothing, tasks that differ only in num_classes or
+    args: each cell its own record and log (a hash appended); a name no other takes is kept."""
+    monkeypatch.setenv(config.PROGRAM_ENV, "tests.fake_train")
+    path = _sweep(tmp_path, f"name: clash\nresults: {tmp_path / 'r'}\nlogs: {tmp_path / 'l'}\n"
+                            "timeout: 60\ntries: 1\nnetworks: [local]\ntasks:\n"
+                            "  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
+                            "  - {model: bert_tiny, batch_size: 4, sentence_len: 16, "
+                            "num_classes: 3}\n"
+                            "methods: [{method: wfbp, label: \"\u2603\"}, "
+                            "{method: ddp, label: \"\u00fc\"}, fusion]\nnworkers: [1]\n")
+    sweep = config.load(path, preflight=False)
+    names = [c.name for c in sweep.cells()]
+    assert len(set(names)) == len(names) == 6, names
+    assert all(re.fullmatch(r"local_bert_tiny-bs4-len16-h[0-9a-f]{8}_(h[0-9a-f]{8}|fusion)_n1",
+                            n) for n in names), names
+    # the names of a sweep without a clash are as they were (a stored sweep resumes)
+    # one method twice under two labels: the same cells (one hash), refused
+    (tmp_path / "twice.yaml").write_text(SWEEP.replace(
+        "[wfbp]", "[{method: wfbp, label: a}, {method: wfbp, label: b}]"))
+    with pytest.raises(UsageError, match="methods 'a' and 'b' are the same method with the same "
+                                         "settings"):
+        config.load(str(tmp_path / "twice.yaml"), preflight=False)
+    (tmp_path / "plain.yaml").write_text(SWEEP)
+    plain = config.load(str(tmp_path / "plain.yaml"), preflight=False)
+    assert [c.name for c in plain.cells()] == ["local_bert_tiny-bs4-len16_wfbp_n1"]
+    assert benchmarks.main(["--config", path, "--quiet"]) == 0
+    [folder] = os.listdir(tmp_path / "r")
+    entries, bad = store.read(str(tmp_path / "r" / folder / "results.jsonl"))
+    tries = [e for e in entries if e["kind"] == "try"]
+    assert bad == 0 and len(tries) == 6 and all(e["status"] == "ok" for e in tries)
+    records = os.listdir(tmp_path / "r" / folder / "records")
+    logs = [f for _, _, fs in os.walk(tmp_path / "l") for f in fs]
+    assert len(records) == 6 and len(logs) == 6, (records, logs)
+    # the report keeps the two tasks apart: six rows of one cell each
+    table = aggregate.load(str(tmp_path / "r" / folder / "results.jsonl"))
+    assert sorted(len(r.cells) for r in table.rows) == [1] * 6
+
+
+def test_inherited_byteps_variables_do_not_reach_a_sweeps_runs():
+    """4. BYTEPS_* of the sweep's environment are dropped (a sweep sets them with env:, then
+    recorded and hashed)."""
+    inherited = {"BYTEPS_SERVER_SCHEDULE_HEAP": "original", "BYTEPS_PY": "/bin/false",
+                 "BYTEPS_PARTITION_BYTES": "7", "PATH": "/bin"}
+    child = config.child_environment({}, inherited)
+    assert child == {"PATH": "/bin"}
+    assert config.child_environment({"BYTEPS_SERVER_SCHEDULE_HEAP": "original"}, inherited) \
+        == {"PATH": "/bin", "BYTEPS_SERVER_SCHEDULE_HEAP": "original"}
+    assert config.inherited_settings(inherited) == {}
+
+
+def test_stop_sh_with_a_job_id_on_a_stock_checkout_stops_the_local_job():
+    """5. The line every launch prints, on a checkout whose configs/cluster8 holds example
+    hosts: this machine's processes of that job stop; another job's live on."""
+    target = f"stock-{uuid.uuid4().hex[:8]}"
+    sleep = "import time; time.sleep(120)"
+    procs = [subprocess.Popen([sys.executable, "-c", sleep, "ddlbench.train", "--job-id", job],
+                              cwd=REPO) for job in (target, target + "x")]
+    try:
+        e = {k: v for k, v in env().items() if k not in ("hostfile", "nworkers")}
+        proc = subprocess.run(["bash", "byteps/stop.sh"], cwd=REPO, env=dict(e, job=target),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stdout == f"stopped the processes of job {target} on localhost\n"
+        assert proc.stderr.endswith("example): job " + target + " on this machine only\n")
+        procs[0].wait(timeout=10)
+        time.sleep(0.3)
+        assert procs[1].poll() is None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_byteps_python_without_byteps_is_one_line_before_anything_starts(tmp_path):
+    """8. BYTEPS_PY naming a Python without BytePS, or no Python at all: one line, before
+    BytePS's scheduler and servers start."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=2\n")
+    common = dict(nworkers="2", hostfile=str(hosts), engine="byteps", method="wfbpps",
+                  dnn="bert_tiny", bs="4", senlen="16", iters="1")
+    line = _one_line_proc(_launcher("byteps/byteps_launch.sh", BYTEPS_PY=sys.executable,
+                                    **common))
+    assert line.startswith("byteps/byteps_launch.sh: error: --engine byteps is unavailable in "
+                           "this Python (ModuleNotFoundError: No module named 'byteps"), line
+    line = _one_line_proc(_launcher("byteps/byteps_launch.sh", BYTEPS_PY="/bin/false", **common))
+    assert line == ("byteps/byteps_launch.sh: error: /bin/false cannot run the suite (python -m "
+                    "ddlbench.methods: exit 1): no output")
+
+
+def test_a_schedule_heap_that_is_neither_is_refused_naming_both(monkeypatch):
+    """9. BYTEPS_SERVER_SCHEDULE_HEAP=bogus (the patch would read it as the patched heap and
+    the record would name the typo): the engine's check refuses it (the launcher runs that
+    check before BytePS starts, and a sweep's preflight with the cell's env)."""
+    from ddlbench import flags
+    from ddlbench.runtime import byteps as bps_runtime
+    assert bps_runtime.schedule_heap_problem({"BYTEPS_SERVER_SCHEDULE_HEAP": "orignal"}) == (
+        "BYTEPS_SERVER_SCHEDULE_HEAP must be patched or original (unset: patched), got "
+        "'orignal'")
+    for fine in ({}, {"BYTEPS_SERVER_SCHEDULE_HEAP": "original"},
+                 {"BYTEPS_SERVER_SCHEDULE_HEAP": "patched"}):
+        assert bps_runtime.schedule_heap_problem(fine) is None
+    monkeypatch.setenv("BYTEPS_SERVER_SCHEDULE_HEAP", "bogus")
+    args = flags.parse_args([*TINY, "--engine", "byteps", "--method", "wfbpps"])
+    with pytest.raises(UsageError, match="must be patched or original .* got 'bogus'"):
+        flags.check(args, probe_engine=False)
+
+
+def test_kill_grace_is_bounded_and_a_stopped_sweep_stops_its_run_briefly(tmp_path, capfd):
+    """12. kill_grace: .inf (or beyond the bound) is refused at the check; the sweep's own
+    stop gives its run at most STOP_GRACE."""
+    for value in (".inf", ".nan", "601", "-1"):
+        path = _sweep(tmp_path, f"kill_grace: {value}\nresults: {tmp_path / 'r'}\n{SWEEP}")
+        line = one_line(benchmarks.main, ["--config", path, "--dry-run"], capfd)
+        assert (": 1 problem(s): kill_grace must be a number of seconds from 0 to "
+                f"{config.MAX_KILL_GRACE}, got ") in line, line
+    config.load(_sweep(tmp_path, f"kill_grace: 600\n{SWEEP}"), preflight=False)
+    assert config.STOP_GRACE <= 10
+
+
+def test_a_sweep_stopped_while_its_run_ignores_sigterm_ends_within_the_bound(tmp_path):
+    """12. A run that ignores SIGTERM, kill_grace at its bound: SIGTERM to the sweep ends it
+    (and the run) within STOP_GRACE and a few seconds, not kill_grace."""
+    path = _sweep(tmp_path, f"name: term\nresults: {tmp_path / 'r'}\nlogs: {tmp_path / 'l'}\n"
+                            f"kill_grace: 600\ntries: 1\ntimeout: 300\nnetworks: [local]\n"
+                            "tasks:\n  - {model: bert_tiny, batch_size: 4, sentence_len: 16}\n"
+                            "methods: ['tests.broken_methods:Hang']\nnworkers: [2]\n")
+    proc = subprocess.Popen([sys.executable, "benchmarks.py", "--config", path, "--quiet"],
+                            cwd=REPO, env=env(**{config.PROGRAM_ENV: "tests.fake_train"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        inflight = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and inflight is None:
+            found = glob.glob(str(tmp_path / "r" / "*" / "inflight.json"))
+            inflight = found[0] if found else None
+            time.sleep(0.2)
+        assert inflight, "the run never started"
+        time.sleep(1.0)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=config.STOP_GRACE + 30)
+        assert time.monotonic() - began < config.STOP_GRACE + 25
+        assert proc.returncode == 143 and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_second_cluster_up_of_a_name_being_built_is_one_line(tmp_path, monkeypatch, capfd):
+    """13. While one `cluster up --name x` builds (it holds the name's lock), a second one at
+    the same moment is one line, exit 2; nothing of a cluster is made (no real cluster here)."""
+    from ddlbench.netem import cli as netem_cli
+    from ddlbench.netem import standing
+    monkeypatch.setenv("DDLBENCH_NETEM_STATE", str(tmp_path / "netem"))
+    with standing._building("x"):
+        line = one_line(netem_cli.main, ["cluster", "up", "--name", "x", "--hosts", "2",
+                                         "--net", "1gbit"], capfd)
+        assert sorted(os.listdir(tmp_path / "netem" / "clusters")) == [".x.lock"]
+    with standing._building("x"):   # the hold ends with its holder, its file with it
+        pass
+    assert line == ("ddlbench: error: cluster 'x' is being built by another `cluster up --name "
+                    "x` at this moment; wait for it (cluster status --name x)")
+    assert os.listdir(tmp_path / "netem" / "clusters") == []
+
+
+def test_a_dead_byteps_jobs_leftovers_are_reaped_and_a_live_jobs_kept(tmp_path):
+    """14. What a BytePS launcher killed outright leaves (shared memory, sockets, a trace
+    folder) is removed by the next launch's reaping; the files of a job whose processes live
+    are kept."""
+    import socket as socketlib
+    from ddlbench.launch import pslaunch
+    dead, live = f"dead{uuid.uuid4().hex[:8]}", f"live{uuid.uuid4().hex[:8]}"
+    made = {}
+    for job in (dead, live):
+        shm = f"/dev/shm/BytePS_ShM_{job}_0_1"
+        open(shm, "w").close()
+        trace = f"/tmp/ddlbench-byteps-trace-{job}-0-x"
+        os.makedirs(os.path.join(trace, "0"))
+        sock = socketlib.socket(socketlib.AF_UNIX)
+        sock.bind(f"/tmp/socket_send_{job}_0_0")
+        sock.close()
+        made[job] = [shm, trace, f"/tmp/socket_send_{job}_0_0"]
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                               "--job-id", live])
+    try:
+        time.sleep(0.2)
+        removed = pslaunch.reap_byteps_leftovers()
+        assert set(made[dead]) <= set(removed), removed
+        assert not any(os.path.exists(p) for p in made[dead])
+        assert all(os.path.exists(p) for p in made[live])
+    finally:
+        holder.kill()
+        holder.wait()
+        for p in made[live] + made[dead]:
+            subprocess.run(["rm", "-rf", p])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tasks", "x;touch pwned;exit 0;:16"], "--tasks takes model:batch pairs (a model name, a "
+                                              "batch from 1 to 65536), got 'x;touch pwned;exit "
+                                              "0;:16'"),
+    (["--tasks", "bert_tiny:$(touch pwned)"], "--tasks takes model:batch pairs"),
+    (["--nworkers", "4;touch pwned"], "--nworkers takes integers from 1 to 1048576"),
+    (["--rdmas", "3"], "--rdmas takes integers from 0 to 2"),
+    (["--tries", "1e3"], "--tries takes integers from 1 to 1000, got '1e3'"),
+])
+def test_the_original_driver_refuses_what_would_reach_its_shell(tmp_path, args, message):
+    """15. Nothing runs: the tasks and numbers the original puts into its shell=True lines are
+    checked first; the original must be one (not '' or this checkout), a broken one one
+    line."""
+    original = tmp_path / "original"
+    original.mkdir()
+    (original / "benchmarks.py").write_text(
+        "nworkers=[4]; rdmas=[0]; tasks=[]; NUM_OF_TRIES=1\n"
+        "def main():\n    open('ran', 'w').close()\n")
+    (original / "plots.py").write_text("")
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "run_original.py"), str(original)]
+    line = _one_line_proc(subprocess.run(cmd + args, cwd=tmp_path, env=env(),
+                                         capture_output=True, text=True, timeout=60))
+    assert line.startswith(f"run_original.py: error: {message}"), line
+    assert sorted(os.listdir(tmp_path)) == ["original"]
+    assert not any(os.path.exists(os.path.join(REPO, f)) for f in ("pwned", "ran"))
+
+
+def test_the_original_driver_knows_the_original(tmp_path):
+    script = os.path.join(REPO, "scripts", "run_original.py")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "benchmarks.py").write_text("import no_such_module_here\n")
+    (broken / "synclog.sh").write_text("")
+    for target, message in (("", "ORIGINAL is empty: give the path of a checkout of "
+                                 "HKBU-HPML/ddl-benchmarks"),
+                            (REPO, f"{REPO} is this suite's checkout, not the original "
+                                   f"(HKBU-HPML/ddl-benchmarks)"),
+                            (str(tmp_path), f"{tmp_path} has no benchmarks.py (a checkout of "
+                                            f"HKBU-HPML/ddl-benchmarks)"),
+                            (str(broken), f"the original's modules in {broken} do not import: "
+                                          f"ModuleNotFoundError: No module named "
+                                          f"'no_such_module_here'")):
+        proc = subprocess.run([sys.executable, script, target], cwd=tmp_path, env=env(),
+                              capture_output=True, text=True, timeout=60)
+        assert _one_line_proc(proc) == f"run_original.py: error: {message}"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "benchmarks.py").write_text("def main(): pass\n")
+    proc = subprocess.run([sys.executable, script, str(tmp_path / "other")], cwd=tmp_path,
+                          env=env(), capture_output=True, text=True, timeout=60)
+    assert "is not a checkout of HKBU-HPML/ddl-benchmarks: it has none of plots.py" in \
+        _one_line_proc(proc)
+
+
+def test_engine_byteps_refuses_a_compressor_before_byteps_starts(tmp_path):
+    """16. engine=byteps with --compressor fp16: one line from the workers' own check, run in
+    the lane's Python before BytePS's scheduler and servers (none of them starts)."""
+    from .test_byteps import SCRIPT as LANE
+    lane = subprocess.run([LANE, "python"], capture_output=True, text=True, timeout=60)
+    if lane.returncode != 0:
+        pytest.skip("real BytePS: the environment is not built here")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=2\n")
+    began = time.monotonic()
+    proc = _launcher("byteps/byteps_launch.sh", nworkers="2", hostfile=str(hosts),
+                     engine="byteps", method="wfbpps", dnn="bert_tiny", bs="4", senlen="16",
+                     iters="1", extra_args="--compressor fp16")
+    line = _one_line_proc(proc)
+    assert line == ("byteps/byteps_launch.sh: error: --engine byteps takes --compressor none, "
+                    "not 'fp16' (the compressors run on --engine torch)")
+    assert "job ID" not in proc.stderr and time.monotonic() - began < 60
+
+
+def test_torchrun_launcher_bad_model_is_one_line_and_leaves_nothing(tmp_path):
+    """17. nworkers=1 and a flag the training script refuses (dnn=x in the issue; a bad --lr
+    here, which is refused without torchvision's import): its one line, before torchrun
+    starts (no torchrun traceback, no torchelastic_* folder)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=1\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = _launcher("torchrun/torchrun_launch.sh", nworkers="1", dnn="bert_tiny", bs="4",
+                     senlen="16", extra_args="--lr nan", hostfile=str(hosts),
+                     TMPDIR=str(scratch))
+    assert _one_line_proc(proc) == "torchrun/torchrun_launch.sh: error: --lr must be positive, " \
+                                   "got nan"
+    assert [f for f in os.listdir(scratch) if f.startswith("torchelastic_")] == []
+
+
+def test_a_killed_parameter_server_is_named_as_a_server():
+    """18. The local spawner names the last nservers processes parameter servers: the line
+    about one killed says so, not "worker 3"."""
+    code = ("import sys; from ddlbench.launch.local import spawn_local; "
+            "sys.exit(spawn_local(3, [], module='tests.killed_rank', nservers=1, pin=False, "
+            "grace_s=1.0))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
+    [named] = [ln for ln in proc.stderr.splitlines() if "was killed" in ln]
+    assert re.fullmatch(r"ddlbench: parameter server 0 \(rank 2\) \(pid \d+\) was killed by "
+                        r"SIGKILL; stopping the others", named), proc.stderr
+    assert "worker 2" not in proc.stderr

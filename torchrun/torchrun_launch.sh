@@ -13,7 +13,8 @@
 # extra_args, timeline and dry_run as for horovod/horovod_mpi_cj.sh; job=ID names the job
 # (python -m ddlbench.launch.torchrun_hosts --hostfile F --stop --job-id ID stops it).
 # A failing process or Ctrl-C stops every host's processes. For Slurm, srun starts the
-# training script directly (README); for one host, torchrun --standalone.
+# training script directly (README); for one host, torchrun --standalone. The training flags
+# are checked (python -m ddlbench.flags) before any torchrun starts.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
@@ -22,6 +23,7 @@ defaults nworkers=8 rdma=0 method=fusion
 defaults "hostfile=$root/configs/cluster$nworkers"
 positive nworkers "$nworkers"
 job_args "$method"
+check_train_args   # a bad flag: one line here, not one per worker and torchrun's traceback
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
 mpi_options "$rdma"

@@ -149,7 +149,13 @@ emulated_exec() {
 # a bad value stops the launcher with the registry's one line.
 method_args() {
     local out
-    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@" 2>&1)" || die "${out#ddlbench: error: }"
+    local rc=0
+    out="$(cd "$root" && "$PY" -m ddlbench.methods args "$@" 2>&1)" || rc=$?
+    if [ "$rc" != 0 ]; then
+        out="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)"
+        [ "$rc" = 2 ] && [ -n "$out" ] && die "${out#ddlbench: error: }"
+        die "$PY cannot run the suite (python -m ddlbench.methods: exit $rc): ${out:-no output}"
+    fi
     METHOD_ARGS=()
     if [ -n "$out" ]; then mapfile -t METHOD_ARGS <<< "$out"; fi
     return 0
@@ -185,6 +191,20 @@ job_args() {
     if [ -n "${timeline_iters:-}" ]; then ARGS+=(--timeline-iters "$timeline_iters"); fi
     if [ -n "$extra_args" ]; then split_words "$extra_args"; ARGS+=("${WORDS[@]}"); fi
     return 0
+}
+
+# check_train_args: the training script's own parsing and checks of ARGS (python -m
+# ddlbench.flags), nothing started; a refusal stops the launcher with its one line. For a
+# launcher whose job starts more than the training script (torchrun's agents, BytePS's
+# scheduler and servers): a bad flag is then one line, not one per process and the
+# launcher's own traceback.
+check_train_args() {
+    local rc=0 out last
+    out="$(cd "$root" && "$PY" -m ddlbench.flags "${ARGS[@]}" 2>&1)" || rc=$?
+    [ "$rc" = 0 ] && return 0
+    last="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)"
+    [ "$rc" = 2 ] && [ -n "$last" ] && die "${last#ddlbench: error: }"
+    die "$PY cannot check the run (python -m ddlbench.flags: exit $rc): ${last:-no output}"
 }
 
 # split_words TEXT: fills the array WORDS with TEXT split as a POSIX shell splits a command

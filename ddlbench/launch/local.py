@@ -72,6 +72,14 @@ def hosts_of(nprocs: int, nservers: int = 0, slots: int | None = None) -> list[i
     return [r // per if r < nworkers else worker_hosts + (r - nworkers) for r in range(nprocs)]
 
 
+def process_names(nprocs: int, nservers: int = 0) -> list[str]:
+    """How each process of a local job is named in a line about it: ``worker R`` for the
+    workers, ``parameter server S (rank R)`` for the last ``nservers`` processes."""
+    first = nprocs - nservers
+    return [f"worker {r}" if r < first else f"parameter server {r - first} (rank {r})"
+            for r in range(nprocs)]
+
+
 def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 grace_s: float = 5.0, module: str = "ddlbench.train",
                 net: str | None = None, slots: int | None = None, nservers: int = 0,
@@ -133,7 +141,7 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                     store.handed()
             # Workers that fail together (a failed verification) exit within moments of each
             # other: only the ones still running after grace_s are stopped, and named.
-            return supervise(procs, [f"worker {r}" for r in range(nworkers)], stopping,
+            return supervise(procs, process_names(nworkers, nservers), stopping,
                              settle_s=grace_s)
         finally:
             terminate(procs, grace_s)

@@ -44,7 +44,9 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import uuid
@@ -287,6 +289,7 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
     nservers = args.nservers if args.nservers is not None else len(set(workers))
     if nservers <= 0:
         raise UsageError(f"nservers must be positive, got {nservers}")
+    reap_byteps_leftovers()   # of jobs gone without cleaning up (their launcher SIGKILLed)
     if args.nworkers == 1:
         print("ddlbench: note: one BytePS worker alone synchronises with nobody: no scheduler "
               "and no server are started", file=sys.stderr, flush=True)
@@ -384,6 +387,56 @@ def byteps_files(job: str) -> str:
     (``runtime.byteps.start`` with --timeline), as a shell glob."""
     return (f"/dev/shm/BytePS_ShM_{job}_* /tmp/socket_send_{job}_* /tmp/socket_recv_{job}_* "
             f"/tmp/ddlbench-byteps-trace-{job}-*")
+
+
+# Where a BytePS worker leaves its files (``byteps_files``): folder, and the names' start before
+# the job id
+# (a shared-memory file, a socket, a folder) and the separator after the id
+BYTEPS_LEFTOVERS = (("/dev/shm", "BytePS_ShM_", stat.S_ISREG, "_"),
+                    ("/tmp", "socket_send_", stat.S_ISSOCK, "_"),
+                    ("/tmp", "socket_recv_", stat.S_ISSOCK, "_"),
+                    ("/tmp", "ddlbench-byteps-trace-", stat.S_ISDIR, "-"))
+
+
+def live_job_ids() -> set[str]:
+    """The job ids on this machine's command lines (``--job-id ID`` of any process)."""
+    ids = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        ids.update(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--job-id")
+    return ids
+
+
+def reap_byteps_leftovers() -> list[str]:
+    """Remove this user's BytePS files on this machine (shared memory, sockets, traces) of
+    jobs none of whose processes is left (a launcher killed with SIGKILL leaves them: nothing
+    of it runs to remove them); a file that may be a running job's (its name starts with a
+    live job's id) is kept. Returns what was removed."""
+    live, me, removed = live_job_ids(), os.getuid(), []
+    for folder, head, kind, sep in BYTEPS_LEFTOVERS:
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith(head)]
+        except OSError:
+            continue
+        for name in names:
+            path, rest = os.path.join(folder, name), name[len(head):]
+            try:
+                st = os.lstat(path)
+                if st.st_uid != me or not kind(st.st_mode) or any(
+                        rest.startswith(j + sep) for j in live):
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def remove_byteps_files(hosts: list[str], job: str) -> None:

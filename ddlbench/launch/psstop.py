@@ -116,7 +116,9 @@ def find(root: str = ROOT, ps_methods: frozenset = frozenset(), uid: int | None 
 
 def stop_here(grace: float, ps_methods: frozenset, root: str = ROOT) -> dict[str, int]:
     """Stop this machine's PS-job processes of ``root`` (SIGTERM; SIGKILL to the ones still
-    there, as the same job, after ``grace`` seconds): {job id: processes stopped}."""
+    there, as the same job, after ``grace`` seconds), then remove this user's BytePS files of
+    jobs with no process left (``pslaunch.reap_byteps_leftovers``): {job id: processes
+    stopped}."""
     found = find(root, ps_methods)
     for pid in found:
         _signal(pid, signal.SIGTERM)
@@ -127,6 +129,8 @@ def stop_here(grace: float, ps_methods: frozenset, root: str = ROOT) -> dict[str
         left = {p: j for p, j in left.items() if find_one(p, ps_methods, root) == j}
     for pid in left:
         _signal(pid, signal.SIGKILL)
+    from .pslaunch import reap_byteps_leftovers
+    reap_byteps_leftovers()   # the BytePS files of jobs now gone (a SIGKILLed launcher's too)
     counts: dict[str, int] = {}
     for job in found.values():
         counts[job] = counts.get(job, 0) + 1

@@ -38,6 +38,10 @@ def _bps():
 
 def check(args, methods: list[str], compressors: list[str], under_launcher: bool) -> None:
     """The input checks of an --engine byteps run, each a clear line."""
+    from ..runtime.byteps import schedule_heap_problem
+    heap = schedule_heap_problem()
+    if heap:
+        raise UsageError(heap)
     if len(methods) > 1:
         raise UsageError("--engine byteps runs one method per job: BytePS reads its settings "
                          "once, at bps.init()")

@@ -33,6 +33,8 @@ too), killing what runs on the hosts. An ``up`` that fails or is killed removes 
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -128,7 +130,43 @@ def up(name: str, nhosts: int, net: str, slots: int = 1, slurm: bool = False,
     if profile.loopback:
         raise UsageError("a standing cluster needs an emulated network (--net 1gbit, "
                          "rate=R, ...), not loopback")
-    require_all(slurm)
+    with _building(name):
+        require_all(slurm)
+        return _up(name, nhosts, profile, slots, slurm, log)
+
+
+@contextlib.contextmanager
+def _building(name: str):
+    """This process's hold on building cluster ``name`` (an exclusive ``flock`` of
+    ``clusters/.NAME.lock``, which ends with the process however it ends; the file is removed
+    as the hold ends): a second ``cluster up --name NAME`` at the same moment gets one line
+    instead of a race for the same namespaces."""
+    folder = os.path.join(state_dir(), "clusters")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f".{name}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    held = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # (a file its holder removed as it let go is no hold: the path names another now)
+            held = os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path))
+        except (BlockingIOError, FileNotFoundError):
+            pass
+        if not held:
+            raise UsageError(f"cluster {name!r} is being built by another `cluster up --name "
+                             f"{name}` at this moment; wait for it (cluster status --name "
+                             f"{name})")
+        yield
+    finally:
+        if held:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        os.close(fd)
+
+
+def _up(name: str, nhosts: int, profile, slots: int, slurm: bool, log) -> dict:
+    """``up``, its arguments checked, with the hold on the name."""
     where = directory(name)
     if os.path.exists(os.path.join(where, "cluster.json")):
         raise UsageError(f"cluster {name!r} is up already (python -m ddlbench.netem cluster "

@@ -33,6 +33,8 @@ from ..errors import UsageError
 CPU_ONLY = "BYTEPS_CPU_ONLY"
 # =original: the servers keep BytePS 0.2.5's stale scheduling heap (byteps/cpu_only.patch)
 SCHEDULE_HEAP = "BYTEPS_SERVER_SCHEDULE_HEAP"
+# its values: the patch's heap (the default, also when unset) or 0.2.5's
+SCHEDULE_HEAPS = ("patched", "original")
 TRACE_ON, TRACE_DIR = "BYTEPS_TRACE_ON", "BYTEPS_TRACE_DIR"
 TRACE_START, TRACE_END = "BYTEPS_TRACE_START_STEP", "BYTEPS_TRACE_END_STEP"
 # The environment's description, written by byteps/legacy_env.sh beside its Python
@@ -62,6 +64,16 @@ def start(placement, settings: dict[str, str], cpu: bool) -> dict[str, str]:
         raise UsageError(f"BytePS says rank {bps.rank()} of {bps.size()}, the launcher "
                          f"{placement.rank} of {placement.world_size}")
     return recorded_settings()
+
+
+def schedule_heap_problem(environ=None) -> str | None:
+    """A BYTEPS_SERVER_SCHEDULE_HEAP that is neither unset nor one of ``SCHEDULE_HEAPS`` (the
+    patch reads any other value as the patched heap: a typo would run it and be recorded)."""
+    value = (os.environ if environ is None else environ).get(SCHEDULE_HEAP)
+    if value and value not in SCHEDULE_HEAPS:
+        return (f"{SCHEDULE_HEAP} must be {' or '.join(SCHEDULE_HEAPS)} (unset: patched), "
+                f"got {value[:40]!r}")
+    return None
 
 
 def recorded_settings() -> dict[str, str]:

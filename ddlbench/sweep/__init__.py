@@ -45,12 +45,13 @@ class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal
     threads: 1                 # CPU threads per worker in every run and profile (default: the
                                #   cores it is pinned to, so 1 worker on 2 cores gets 2)
     timeout: 1800              # seconds per run; then the whole process group is killed
-    kill_grace: 15             # seconds between SIGTERM and SIGKILL of a timed-out run
+    kill_grace: 15             # seconds between SIGTERM and SIGKILL of a timed-out run (at most
+                               #   600)
     hostfile: configs/cluster{nworkers}  # rdma networks: the host file of each worker count
     extra_args: ""             # passed through to the training script
     env: {OMP_NUM_THREADS: 1}  # variables for every run; inherited suite settings (DDLBENCH_*,
-                               #   DMLC_*, BYTESCHEDULER_*, HOROVOD_*) are dropped, the rest that
-                               #   matters (OMP_*, NCCL_*, GLOO_*) recorded and hashed
+                               #   DMLC_*, BYTESCHEDULER_*, BYTEPS_*, HOROVOD_*) are dropped, the
+                               #   rest that matters (OMP_*, NCCL_*, GLOO_*) recorded and hashed
     results: results           # results/<date>-<name>/ (the store and the reports)
     logs: logs                 # logs/<date>-<name>/<cell>_try<N>.log
     estimate_s: 60             # --dry-run's guess for a run with no history in the store

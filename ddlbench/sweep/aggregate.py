@@ -19,6 +19,7 @@ worker, where they all do the same work.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import statistics
@@ -450,8 +451,10 @@ def predicted_vs_measured(t: Table) -> list[tuple]:
 
 def _position(e: dict) -> tuple:
     cfg = e["config"]
-    return (cfg["network"]["name"], task_key(cfg["task"]), e.get("label") or
-            method_label(cfg["method"]), cfg.get("engine", "torch"), int(cfg["nworkers"]))
+    # the whole task: two tasks one task_key names (other args, num_classes) are two rows
+    return (cfg["network"]["name"], json.dumps(cfg["task"], sort_keys=True, default=str),
+            e.get("label") or method_label(cfg["method"]), cfg.get("engine", "torch"),
+            int(cfg["nworkers"]))
 
 
 def _prefer(h: str, other: str, current: set, order_seen: dict) -> bool:

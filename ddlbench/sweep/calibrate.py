@@ -111,6 +111,7 @@ class Job:
     tag: str | None = None               # pace: the job and try it runs before
     of: "Job | None" = None              # check: the profile or comm job it times again
     gather: bool = False                 # comm: the all-gather too (a compressor gathers)
+    task_name: str | None = None         # the task in file names (the sweep's task_name)
 
     @property
     def _networked(self) -> bool:
@@ -131,7 +132,7 @@ class Job:
             return f"{self.of.name}.check"
         parts = [self.network.name] if self._networked else []
         if self.task is not None:
-            parts.append(task_key(self.task))
+            parts.append(self.task_name or task_key(self.task))
         parts.append(f"n{self.nworkers}")
         if self.kind == "comm" and self.gather:
             parts.append("allgather")
@@ -307,10 +308,10 @@ def profile_job(cell) -> Job:
     profile has none either."""
     if cell.architecture != "ps" or cell.nworkers < 2 or cell.one_machine:
         return Job("profile", cell.network, cell.nworkers, task=cell.task,
-                   threads=cell.sweep.threads)
+                   task_name=cell.sweep.task_name(cell.task), threads=cell.sweep.threads)
     m = cell.method
     return Job("profile", cell.network, cell.nworkers, task=cell.task,
-               threads=cell.sweep.threads,
+               task_name=cell.sweep.task_name(cell.task), threads=cell.sweep.threads,
                nservers=m.get("nservers") or default_nservers(cell.nworkers),
                ps_clients=m.get("ps_clients", PS_CLIENTS[0]),
                partition_bytes=m.get("partition_bytes"))
@@ -326,7 +327,8 @@ def profile_file(cell, folder: str | None) -> str:
 
 def burst_job(cell) -> Job:
     """The burst of the cell's model on its network and worker count."""
-    return Job("burst", cell.network, cell.nworkers, task=cell.task)
+    return Job("burst", cell.network, cell.nworkers, task=cell.task,
+               task_name=cell.sweep.task_name(cell.task))
 
 
 def codec_job(cell) -> Job | None:
@@ -337,7 +339,8 @@ def codec_job(cell) -> Job | None:
     # what its codec's time depends on: the compressor's own options, as the cell sets them;
     # timed as its declared codec class (its own id unless it declares another's)
     declared = compression.lookup(compressor)
-    return Job("codec", cell.network, cell.nworkers, task=cell.task, threads=cell.sweep.threads,
+    return Job("codec", cell.network, cell.nworkers, task=cell.task,
+               task_name=cell.sweep.task_name(cell.task), threads=cell.sweep.threads,
                compressor=declared.codec_class or compressor, codec_options=tuple(
                    (s.name, cell.method[s.name]) for s in declared.Options.specs()
                    if s.name in cell.method))
@@ -401,7 +404,8 @@ def pace_job(job_cells: list, try_index: int, attempt: int = 1) -> Job:
     (named as the job's log is)."""
     from .config import job_name
     cell = job_cells[0]
-    return Job("pace", cell.network, cell.nworkers, task=cell.task, threads=cell.sweep.threads,
+    return Job("pace", cell.network, cell.nworkers, task=cell.task,
+               task_name=cell.sweep.task_name(cell.task), threads=cell.sweep.threads,
                tag=f"{job_name(job_cells)}_try{try_index}"
                + (f"_attempt{attempt}" if attempt > 1 else ""))
 

@@ -10,6 +10,7 @@ reads the keys from those declarations; describe() writes the package docstring'
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -56,6 +57,11 @@ CHECK_TOLERANCE = 0.2
 MAX_TRIES = 1000
 MAX_CELLS = 10_000
 MAX_RUNS = 100_000
+# kill_grace's bound (seconds): a run that ignores SIGTERM is SIGKILLed this long after it at the
+# latest (an unbounded grace hung the sweep on such a run); a sweep stopped itself (SIGTERM,
+# Ctrl-C) gives its run at most STOP_GRACE.
+MAX_KILL_GRACE = 600
+STOP_GRACE = 10.0
 # A file name's limit in bytes (NAME_MAX of Linux's file systems, macOS's and Windows'). A sweep
 # names folders after itself, <results>/<date>.<n>-<name>-predicted the longest (n: the day's
 # n-th folder of that name, up to 9999), and files after its cells,
@@ -80,8 +86,8 @@ TRAIN_MODULE = "ddlbench.train"
 # Horovod's, a launcher's placement (a sweep started under mpirun or torchrun), and the shell
 # launchers' own lower-case variables (dnn, iters, extra_args, timeline, a method's threshold,
 # ...: every lower-case name but the proxies'), which the sweep sets for each run itself.
-DROPPED_PREFIXES = ("DDLBENCH_", "DMLC_", "BYTESCHEDULER_", "HOROVOD_", "TORCHELASTIC_",
-                    "OMPI_COMM_WORLD_")
+DROPPED_PREFIXES = ("DDLBENCH_", "DMLC_", "BYTESCHEDULER_", "BYTEPS_", "HOROVOD_",
+                    "TORCHELASTIC_", "OMPI_COMM_WORLD_")
 DROPPED_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"}
 # ... except where things are (caches, state files, which Horovod build) and test hooks:
@@ -159,7 +165,8 @@ class Cell:
 
     @property
     def name(self) -> str:
-        parts = [self.network.name, task_key(self.task), _safe(self.label)]
+        parts = [self.network.name, self.sweep.task_name(self.task),
+                 self.sweep.label_name(self.method)]
         if self.engine != "torch":
             parts.append(self.engine)
         parts.append(f"n{self.nworkers}")
@@ -250,10 +257,11 @@ def job_name(cells: list[Cell]) -> str:
     if len(cells) == 1:
         return cells[0].name
     c = cells[0]
-    labels = "+".join(_safe(x.label) for x in cells)
+    labels = "+".join(c.sweep.label_name(x.method) for x in cells)
     if len(labels) > 120:
         labels = hashlib.sha256(labels.encode()).hexdigest()[:12]
-    return "_".join([c.network.name, task_key(c.task), f"job-{labels}", f"n{c.nworkers}"])
+    return "_".join([c.network.name, c.sweep.task_name(c.task), f"job-{labels}",
+                     f"n{c.nworkers}"])
 
 
 def cell_hash(config: dict, version: str | None = None) -> str:
@@ -264,6 +272,24 @@ def cell_hash(config: dict, version: str | None = None) -> str:
 
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=+-]+", "-", text).strip("-")
+
+
+def identity_hash(value) -> str:
+    """8 hex digits of a task's or method's identity (its JSON, keys sorted)."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def unique_names(values: list, name_of: Callable[[Any], str]) -> dict[str, str]:
+    """Each value's name in file names (by its identity's JSON): ``name_of(value)``, and where
+    that is empty or shared by another value, a short hash of the value appended (``-h`` and
+    8 hex digits), so that no two cells' records or logs share a file; a name no other value
+    takes stays as it was (a stored sweep resumes under it)."""
+    ids = {json.dumps(v, sort_keys=True, default=str): v for v in values}
+    plain = {k: name_of(v) for k, v in ids.items()}
+    taken = collections.Counter(plain.values())
+    return {k: n if n and taken[n] == 1 else "-".join(filter(None, [n, "h" + identity_hash(v)]))
+            for (k, v), n in zip(ids.items(), plain.values())}
 
 
 def task_key(task: dict) -> str:
@@ -341,7 +367,8 @@ def _words(items, last: str = "and") -> str:
 ANY = _kind("any", lambda v: True, "anything")   # checked by the key's own check or elsewhere
 BOOL = _kind("bool", lambda v: isinstance(v, bool), "true or false")
 SECONDS = _kind("seconds", lambda v: _is_num(v) and v > 0, "a positive number of seconds")
-GRACE = _kind("seconds>=0", lambda v: _is_num(v) and v >= 0, "a number of seconds >= 0")
+GRACE = _kind("grace", lambda v: _is_num(v) and 0 <= v <= MAX_KILL_GRACE,
+              f"a number of seconds from 0 to {MAX_KILL_GRACE}")
 FLAGS = _kind("flags", lambda v: not v or isinstance(v, str), "a string of training-script flags")
 HOSTFILE = _kind("hostfile", lambda v: isinstance(v, str), "a path (may contain {nworkers})")
 FOLDER = _kind("folder", lambda v: isinstance(v, str), "a folder path")
@@ -590,8 +617,9 @@ def _worker_count(n, reading: _Reading) -> int | None:
 
 
 def _engine(e, reading: _Reading):
-    if e not in ENGINES:
+    if not isinstance(e, str) or e not in ENGINES:
         reading.problems.append(f"engine {e!r}: use one of {', '.join(ENGINES)}")
+        return None   # (dropped: no cell is made of it)
     return e
 
 
@@ -766,14 +794,14 @@ class Sweep:
     timeout: float = key(1800, SECONDS, "seconds per run; then the whole process group is "
                                         "killed", convert=lambda v, r: float(v))
     kill_grace: float = key(15, GRACE, "seconds between SIGTERM and SIGKILL of a timed-out "
-                                       "run", convert=lambda v, r: float(v), header=False)
+                                       f"run (at most {MAX_KILL_GRACE})", convert=lambda v, r: float(v), header=False)
     hostfile: str = key("configs/cluster{nworkers}", HOSTFILE,
                         "rdma networks: the host file of each worker count", header=False)
     extra_args: str = key("", FLAGS, "passed through to the training script",
                           convert=lambda v, r: v or "")
     env: dict = key(
         {}, None, "variables for every run; inherited suite settings (DDLBENCH_*, DMLC_*, "
-                  "BYTESCHEDULER_*, HOROVOD_*) are dropped, the rest that matters (OMP_*, "
+                  "BYTESCHEDULER_*, BYTEPS_*, HOROVOD_*) are dropped, the rest that matters (OMP_*, "
                   "NCCL_*, GLOO_*) recorded and hashed", example="{OMP_NUM_THREADS: 1}",
         read=_env)
     results_root: str = key("results", FOLDER, "results/<date>-<name>/ (the store and the "
@@ -836,6 +864,26 @@ class Sweep:
         example="\n  target: 0.03\n  max_tries: 5", read=_adaptive)
     path: str = ""
     notes: list = field(default_factory=list)
+
+    def _unique(self) -> tuple[dict, dict]:
+        """The tasks' and methods' names in file names (``unique_names``), kept while the
+        lists are the same objects."""
+        key = (tuple(map(id, self.tasks)), tuple(map(id, self.methods)))
+        if getattr(self, "_names_key", None) != key:
+            self._names = (unique_names(self.tasks, task_key),
+                           unique_names(self.methods, lambda m: _safe(method_label(m))))
+            self._names_key = key
+        return self._names
+
+    def task_name(self, task: dict) -> str:
+        """``task_key``, unless another task shares it (then a hash of the task appended)."""
+        key = json.dumps(task, sort_keys=True, default=str)
+        return self._unique()[0].get(key) or task_key(task)
+
+    def label_name(self, method: dict) -> str:
+        """The method's label as file names take it; made unique as ``task_name``."""
+        key = json.dumps(method, sort_keys=True, default=str)
+        return self._unique()[1].get(key) or _safe(method_label(method))
 
     def cells(self) -> list[Cell]:
         drop = [select.parse(e, "skip") for e in self.skip]
@@ -1011,7 +1059,8 @@ def _file_name_problems(sweep: Sweep) -> list[str]:
     for cell in sweep.cells():
         names = [cell.name]
         if cell.shares:  # a shared job's longest name: its labels shortened to 120 characters
-            names.append("_".join([cell.network.name, task_key(cell.task), "job-" + "x" * 120,
+            names.append("_".join([cell.network.name, sweep.task_name(cell.task),
+                                   "job-" + "x" * 120,
                                    f"n{cell.nworkers}"]))
         longest = max(len(LONGEST_CELL_FILE.format(cell=n).encode()) for n in names)
         if longest > NAME_MAX:
@@ -1083,6 +1132,15 @@ def _check_combinations(sweep: Sweep, hosts: bool = True) -> list[str]:
                             f"calibrate: true, without extrapolate, and only networks the "
                             f"sweep calibrates (local ones, not rdma)")
             break
+    same: dict[str, str] = {}
+    for m in sweep.methods:
+        # labels apart, the same method and settings: the same cells (one hash, one store key)
+        key = json.dumps({k: v for k, v in m.items() if k not in ("label", "optional")},
+                         sort_keys=True, default=str)
+        if key in same and same[key] != method_label(m):
+            problems.append(f"methods {same[key]!r} and {method_label(m)!r} are the same method "
+                            f"with the same settings (only the labels differ): give it once")
+        same.setdefault(key, method_label(m))
     labels: dict[str, dict] = {}
     for m in sweep.methods:
         label = method_label(m)

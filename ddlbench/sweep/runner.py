@@ -6,7 +6,8 @@ local launcher; ``--net PROFILE`` for an emulated network) or the shell launcher
 cluster's ``rdma`` profile. The child starts a new session (``start_new_session``), so the whole
 run - launcher, workers, servers, mpirun - is one process group and one session: a timeout
 sends SIGTERM to the group (launchers then tear down what they made, e.g. network namespaces),
-waits ``kill_grace`` seconds, then SIGKILLs whatever is left of the session. The child also gets
+waits ``kill_grace`` seconds (at most 600; at most 10 when the sweep itself is stopped), then
+SIGKILLs whatever is left of the session. The child also gets
 SIGTERM if the sweep itself dies (PR_SET_PDEATHSIG), and the sweep writes the running group to
 ``inflight.json`` so that a restart after kill -9 finishes off any survivor first.
 """
@@ -27,8 +28,8 @@ import psutil
 from .. import methods
 from ..flags import LANE_ENVIRONMENTS
 from ..hosts.procs import die_with_parent
-from .config import (PROGRAM_ENV, REPO, TRAIN_MODULE, Cell, Sweep, child_environment,
-                     format_value, job_args, job_name, settings, shell_launcher, trace_path)
+from .config import (PROGRAM_ENV, REPO, STOP_GRACE, TRAIN_MODULE, Cell, Sweep,
+                     child_environment, format_value, job_args, job_name, settings, shell_launcher, trace_path)
 
 LOG_TAIL_LINES = 20
 TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
@@ -339,8 +340,9 @@ def _run(sweep: Sweep, cmd: list[str], extra_env: dict, logfile: str, inflight: 
                 status = "ok" if code == 0 else "failed"
                 if code != 0:
                     reason = (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
-        except BaseException:
-            kill_session(proc.pid, sweep.kill_grace, since=started_epoch, leader=proc)
+        except BaseException:   # the sweep stopped (SIGTERM, Ctrl-C): its run, briefly
+            kill_session(proc.pid, min(sweep.kill_grace, STOP_GRACE), since=started_epoch,
+                         leader=proc)
             inflight.clear()
             raise
     inflight.clear()
