@@ -230,3 +230,109 @@ def test_the_clis_plan_flags_are_checked_before_any_output(args, message, capsys
     assert predict.main(argv if "--nworkers" in args else [*argv, "--nworkers", "4"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err and captured.err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ extrapolation (issue 62)
+
+EXTRA_METHODS = ("bspa2a", "wfbp", "fusion", "mgwfbp", "wfbpps")
+
+
+def _calibration(tmp_path):
+    """A calibrated store's files at 2 workers on this 2-core machine (as the profiler and
+    comm_bench write them): a CPU profile of 2 ranks (each step's passes, its CPU
+    interference, the host's issue time, the machine it ran on) and a comm_bench file (the
+    all-reduce with each size's rounds, push/pull through one server)."""
+    prof = {"format": "ddlbench-mgwfbp-profile", "version": 1, "model": "resnet18",
+            "workload": {"batch_size": 8, "image_size": 32}, "device": "cpu",
+            "backend": "gloo", "network": "1gbit", "nworkers": 2,
+            "tensors": [{"name": f"layer{i}.weight", "shape": [n // 4], "bytes": n}
+                        for i, n in enumerate([4096, 1 << 20, 65536, 4 << 20])],
+            "backward_s": [0.002, 0.004, 0.001, 0.006], "forward_s": 0.01,
+            "optimizer_s": 0.003, "alpha_s": 1e-3, "beta_s_per_byte": 1e-9,
+            "interference": {"compute_slowdown": 0.3, "comm_slowdown": 0.2},
+            "host": {"issue_s": 4e-5, "copy_s_per_byte": 1e-10},
+            "machine": {"cores": 2, "threads": 1},
+            "rank_passes_s": [[0.023, 0.025, 0.021, 0.024], [0.024, 0.022, 0.026, 0.023]]}
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps(prof))
+    rows = [{"size_bytes": m, "time_s": 2e-4 + 8e-9 * m,
+             "time_stats_s": {"min": 0.9 * (2e-4 + 8e-9 * m), "max": 1.2 * (2e-4 + 8e-9 * m)}}
+            for m in (1 << 12, 1 << 16, 1 << 20)]
+    ab = tmp_path / "ab.json"
+    ab.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
+        {"op": "allreduce", "nworkers": 2, "rows": rows,
+         "fit": {"alpha_s": 2e-4, "beta_s_per_byte": 8e-9}},
+        {"op": "pushpull", "nworkers": 2, "nservers": 1, "ps_clients": "machine",
+         "pushers": 2, "fit": {"alpha_s": 3e-4, "beta_s_per_byte": 1e-8}}]}))
+    return str(path), str(ab)
+
+
+def test_predict_extrapolate_is_the_calibrated_sweeps_prediction(tmp_path, monkeypatch):
+    """``predict --extrapolate`` from a calibration at 2 workers and the sweep extrapolating
+    the same files (``extrapolate: true``) give the same iteration, throughput and interval at
+    2, 3 and 4 workers: the cores' sharing (1.5 and 2 times the compute at 3 and 4 workers on
+    2 cores), the slowest rank, the communication thread's share and its GIL are applied in
+    ``cell.predict`` for both. Before issue 62 the command line skipped the sharing and the
+    slowest rank (1.6-2.1 times the sweep's throughput at 3-4 workers)."""
+    from ddlbench.hosts import pinning
+    monkeypatch.setattr(pinning, "available_cores", lambda: [0, 1])
+    prof, ab = _calibration(tmp_path)
+    sweep = _sweep(tmp_path, "name: ext\nnetworks: [{net: 1gbit}]\ntasks: [{model: resnet18, "
+                             "batch_size: 8, image_size: 32}]\nmethods: [" +
+                   ", ".join(EXTRA_METHODS) + "]\nnworkers: [2, 3, 4]\nthreads: 1\n")
+    predictor = Predictor(sweep, profile=prof, network=ab, calibrated_at=2)
+    swept = {(c.method["method"], c.nworkers): predictor.predict(c) for c in sweep.cells()}
+    rounds = int(sweep.timing.get("batches_per_iter", 10))
+    out = tmp_path / "cli.json"
+    assert predict.main(["--profile", prof, "--topology", ab, "--extrapolate", "--nworkers",
+                         "2,3,4", "--method", ",".join(EXTRA_METHODS),
+                         "--num-batches-per-iter", str(rounds), "--output", str(out)]) == 0
+    cli = {(e["method"], e["nworkers"]): e for e in json.loads(out.read_text())["predictions"]}
+    assert sorted(swept) == sorted(cli) and len(cli) == 15
+    for key, line in swept.items():
+        assert line["throughput"] == cli[key]["throughput"], key
+        assert line["predicted"]["iteration_s"] == cli[key]["iteration_s"], key
+        assert line["interval"] == cli[key]["interval"], key
+        assert line["predicted"]["notes"] == cli[key]["notes"], key
+    # what was applied: the sharing of 2 cores, the slowest of 2 ranks (each step's), the GIL
+    slow = sum(max(a, b) for a, b in zip(*json.loads(open(prof).read())["rank_passes_s"])) \
+        / (0.023 + 0.025 + 0.021 + 0.024)
+    for (method, n), e in cli.items():
+        assert e["machine"]["sharing"] == {2: 1.0, 3: 1.5, 4: 2.0}[n]
+        assert e["machine"]["compute"] == pytest.approx(slow * {2: 1, 3: 1.5, 4: 2}[n])
+        # the thread's issues held the GIL (WFBP issues each of the 4 tensors on its thread)
+        if method == "wfbp":
+            assert e["machine"]["gil_s"] == pytest.approx(4 * 4e-5 * e["machine"]["compute"])
+    # the compute at 4 workers is twice that at 2 (both of 2 cores' sharing): the replay's
+    assert cli[("bspa2a", 4)]["metrics"]["compute_s"] > 1.9 * cli[("bspa2a", 2)]["metrics"][
+        "compute_s"]
+
+
+def test_the_machines_factors():
+    """The communication thread's share of the cores (docs/DESIGN.md section 3): 16 cores, 4
+    threads a worker, calibrated at 2 workers. At 4 the 16 training threads fit but with the 4
+    communication threads they are 20 on 16 cores: compute beside communication and
+    communication beside compute both 1.25 times what was measured; at 8 the compute shares the
+    cores twice over (32 threads), and beside communication 1.25 times more (40), the
+    communication thread 2.5 times (40 threads against the 8 communication threads alone).
+    On 2 cores with 1 thread a worker, already shared at 2 workers, the share stays."""
+    m = cell.Machine(cores=16, threads=4, calibrated_at=2, pace=1.5, slowest_rank=1.1)
+    assert m.factors(2) == {"compute": 1.5 * 1.1, "sharing": 1.0, "slowest_rank": 1.1,
+                            "kappa": 1.0, "mu": 1.0}
+    four, eight = m.factors(4), m.factors(8)
+    assert (four["sharing"], four["kappa"], four["mu"]) == (1.0, 1.25, 1.25)
+    assert (eight["sharing"], eight["kappa"], eight["mu"]) == (2.0, 1.25, 2.5)
+    assert eight["compute"] == pytest.approx(1.5 * 1.1 * 2)
+    small = cell.Machine(cores=2, threads=1, calibrated_at=2)
+    assert [(small.factors(n)["sharing"], small.factors(n)["kappa"], small.factors(n)["mu"])
+            for n in (3, 4)] == [(1.5, 1.0, 1.0), (2.0, 1.0, 1.0)]
+    # applied to a workload: its measured slowdowns (1 + s) times the factors, less 1
+    work = dataclasses.replace(_work(), compute_slowdown=0.3, comm_slowdown=0.2)
+    out, _ = cell.adjusted(work, simulate.NO_CODEC, eight)
+    assert out.compute_slowdown == pytest.approx(1.3 * 1.25 - 1)
+    assert out.comm_slowdown == pytest.approx(1.2 * 2.5 - 1)
+    assert out.forward_s == pytest.approx(work.forward_s * 1.5 * 1.1 * 2)
+    # cores not known (a cluster's GPUs): nothing shared
+    assert cell.Machine(calibrated_at=2).factors(8)["compute"] == 1.0
+    with pytest.raises(UsageError, match="the machine's cores must be a whole number >= 1"):
+        cell.Machine(cores=0)

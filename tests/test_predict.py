@@ -14,6 +14,8 @@ from ddlbench.measure.profile_file import PROFILE_FORMAT, PROFILE_VERSION
 
 from .conftest import REPO
 
+PROFILE_H200 = os.path.join(REPO, "configs", "profiles", "h200_resnet50_bs64.json")
+
 
 def _profile(tmp_path, **change):
     prof = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "model": "hand-made",
@@ -345,6 +347,8 @@ def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_p
     (["--alpha", "1e-3"], "--alpha and --beta go together"),
     (["--nworkers", "0"], "--nworkers takes positive worker counts"),
     (["--num-batches-per-iter", "0"], "--num-batches-per-iter must be positive, got 0"),
+    (["--cores", "-1"], "--cores must be >= 0, got -1"),
+    (["--threads", "0"], "--threads must be positive, got 0"),
     (["--profile", "/nonexistent.json"], "cannot read MG-WFBP profile /nonexistent.json"),
     (["--model", "resnet50"], "is of model hand-made, not resnet50"),
     (["--method", "bspps"], "bspps need(s) --topology"),
@@ -517,3 +521,118 @@ def test_the_method_flags_are_the_training_scripts():
     for name in names:
         assert model[name] == train[name], name
     assert not {"min_group", "network"} & set(model)
+
+
+# ------------------------------------------------------------------ uncertainty (issue 62)
+
+RECORDED = os.path.join(REPO, "docs", "predictions")
+# docs/RESULTS.md, "today's methods on 2 emulated machines": the measured means (ResNet-18 of
+# 2 runs, BERT-Tiny of 4) at 4 workers on 2 emulated machines, 1 Gbit/s between them
+MEASURED = {
+    "resnet18-64px-bs16": {"zero": 45.6, "fsdp2": 40.7, "ddp": 65.5, "hier": 59.9,
+                           "fusion": 58.4, "localsgd": 104.2, "hsdp": 58.5, "diloco": 98.0,
+                           "ddp_zero1": 37.2},
+    "bert-tiny-bs8": {"zero": 30.9, "fsdp2": 26.1, "ddp": 30.0, "hier": 31.2, "fusion": 29.6,
+                      "localsgd": 35.0, "hsdp": 30.8, "diloco": 34.5, "ddp_zero1": 24.9}}
+# the methods whose interval (the recorded profile's fastest and slowest steps) holds it
+CONTAINED = {"resnet18-64px-bs16": {"fusion", "localsgd", "diloco"},
+             "bert-tiny-bs8": {"zero", "ddp", "hier", "fusion", "localsgd", "hsdp", "diloco"}}
+
+
+@pytest.mark.parametrize("name", sorted(MEASURED))
+def test_an_interval_from_a_recorded_profile_holds_the_measured_figure(name, tmp_path):
+    """The profile recorded before the runs (50 steps of 4 ranks): each prediction's interval
+    spans its compute at the fastest and the slowest recorded step; the measured figure lies
+    inside it for the methods of CONTAINED (outside for the others: the model's own error,
+    not the compute's spread)."""
+    prof = os.path.join(RECORDED, f"today-profile-{name}-4w.json")
+    out = tmp_path / "p.json"
+    methods = sorted(MEASURED[name])
+    assert predict.main(["--profile", prof, "--topology",
+                         os.path.join(RECORDED, "emulated-2x2-1gbit.yaml"), "--nworkers", "4",
+                         "--method", ",".join(methods), "--output", str(out)]) == 0
+    got = {e["method"]: e for e in json.loads(out.read_text())["predictions"]}
+    passes = json.loads(open(prof).read())["rank_passes_s"]
+    steps = [max(p[i] for p in passes) for i in range(len(passes[0]))]
+    mean = sum(steps) / len(steps)
+    spread = predict.spread_of(json.loads(open(prof).read()))
+    assert spread.compute == (min(steps) / mean, max(steps) / mean) and spread.link == (1, 1)
+    inside = set()
+    for m, e in got.items():
+        lo, hi = e["interval"]
+        assert lo < e["throughput"] < hi, m
+        assert e["interval_from"].startswith("compute x[")
+        if lo <= MEASURED[name][m] <= hi:
+            inside.add(m)
+    assert inside == CONTAINED[name]
+
+
+def test_the_interval_is_the_point_without_a_recorded_spread(tmp_path, capsys):
+    path, _ = _profile(tmp_path)
+    out = tmp_path / "p.json"
+    assert predict.main(["--profile", str(path), "--method", "wfbp", "--output", str(out)]) == 0
+    [e] = json.loads(out.read_text())["predictions"]
+    assert e["interval"] == [e["throughput"], e["throughput"]]
+    assert e["interval_from"] == cell.NO_SPREAD
+    assert "no recorded spread: the interval is the point" in capsys.readouterr().out
+
+
+def _row(method, lo, hi, apart=None):
+    return {"method": method, "interval": [lo, hi], "iteration_s": 1 / hi,
+            "changes_algorithm": apart}
+
+
+def test_the_advisor_ties_methods_whose_intervals_overlap_the_bests():
+    """A constructed ranking: b's interval reaches into a's (tied), c's stops below a's low
+    end (not), d touches it exactly (tied); the methods that change the algorithm are
+    marked among themselves."""
+    rows = predict.tied([_row("a", 90, 110), _row("b", 85, 95), _row("c", 70, 89.9),
+                         _row("d", 60, 90), _row("e", 50, 60, "x"), _row("f", 10, 20, "x")])
+    assert [(r["method"], r["standing"]) for r in rows] == [
+        ("a", "(best)"), ("b", "(tied)"), ("c", ""), ("d", "(tied)"), ("e", "(best)"),
+        ("f", "")]
+    # points (no spread): equal figures tie, any difference does not
+    assert [r["standing"] for r in predict.tied([_row("a", 5, 5), _row("b", 5, 5),
+                                                 _row("c", 4.99, 4.99)])] == \
+        ["(best)", "(tied)", ""]
+
+
+@pytest.mark.parametrize("passes, standing", [
+    # each step's slowest 25-30 ms against a mean of 27.7: bspa2a's interval (4% slower)
+    # reaches WFBP's
+    ([[0.02, 0.03, 0.025], [0.021, 0.028, 0.03]], "(tied)"),
+    # within 0.3%: it does not
+    ([[0.0245, 0.025, 0.0248], [0.025, 0.0246, 0.0249]], "")])
+def test_the_advisor_marks_ties_and_says_when_it_is_beyond_its_validation(
+        passes, standing, tmp_path, capsys):
+    """--advise on a profile of 2 ranks' recorded steps: WFBP, fusion and MG-WFBP predict the
+    same (WFBP best, the others tied), bspa2a 4-6% slower: tied under the wide spread, not
+    under the narrow; extrapolated from a comm_bench of 2 workers to 8 it says the 8 lie
+    beyond the 2 measured; on the survey's topology within its 32 workers nothing; on
+    cloud-100g (no validated count) that none is stated."""
+    path, prof = _profile(tmp_path, rank_passes_s=passes)
+    ab = tmp_path / "ab2.json"
+    ab.write_text(json.dumps({"kind": "comm_bench", "nworkers": 2, "results": [
+        {"op": "allreduce", "nworkers": 2, "fit": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}]}))
+    out = tmp_path / "a.json"
+    assert predict.main(["--profile", str(path), "--topology", str(ab), "--extrapolate",
+                         "--nworkers", "2,8", "--method", "bspa2a,wfbp,fusion,mgwfbp",
+                         "--advise", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    got = {a["nworkers"]: a for a in json.loads(out.read_text())["advice"]}
+    assert got[2]["beyond"] is None
+    assert got[8]["beyond"] == ("8 workers lies beyond the 2 workers measured:ab2 was "
+                                "measured at: an extrapolation, its ranking unchecked")
+    assert got[8]["beyond"] in text and "(tied): its interval overlaps the best's" in text
+    for entry in got.values():
+        assert [(r["method"], r["standing"]) for r in entry["advice"]] == [
+            ("wfbp", "(best)"), ("fusion", "(tied)"), ("mgwfbp", "(tied)"),
+            ("bspa2a", standing)]
+    assert f"bspa2a {standing}".strip() + " " in text
+    for topo, n, line in (("survey-10gbe", "32", None), ("cloud-100g", "1024",
+                          "cloud-100g states no worker count its constants were validated at")):
+        assert predict.main(["--profile", PROFILE_H200, "--topology", topo, "--nworkers", n,
+                             "--method", "wfbp,bspa2a", "--advise", "--output", str(out)]) == 0
+        [entry] = json.loads(out.read_text())["advice"]
+        assert (entry["beyond"] or "").startswith(line or "") and \
+            (entry["beyond"] is None) == (line is None)

@@ -227,6 +227,7 @@ def test_too_many_or_too_few_workers_name_the_file_and_the_maximum(tmp_path):
     (dict(switches=2), "unknown key 'switches'"),
     (dict(servers={"count": 0}), "servers: count"),
     (dict(servers={"bandwidth": "lots"}), "servers: bandwidth"),
+    (dict(validated_workers=0), "validated_workers must be a whole number >= 1, got 0"),
 ])
 def test_bad_topology_files_are_one_line(tmp_path, changes, message):
     with pytest.raises(UsageError) as e:

@@ -962,6 +962,12 @@ def worker(args, placement) -> int:
                     "partition_bytes": args.partition_bytes}
         # The methods' own copies and divides, every rank at once, as in training
         prof["host"] = measure_host(work.model, forward_backward, device=ctx.device)
+        # The machine the ranks shared (the model's core sharing when extrapolating:
+        # ddlbench.model.cell.Machine): this rank's cores and torch threads
+        import torch
+        from ..hosts import pinning
+        prof["machine"] = {"cores": len(pinning.available_cores()),
+                           "threads": torch.get_num_threads()}
         # Last, as it changes the parameters: the optimizer's step, for the performance model
         # (python -m ddlbench.model.predict). Every rank steps at once, as in training.
         opt = OptimizerSpec.of(args)

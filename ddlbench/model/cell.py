@@ -40,12 +40,23 @@ the network the parameter servers). Decided here, and nowhere else (docs/DESIGN.
 - **One worker.** A network's links cost nothing at P = 1 (``topology``); a bare link is the
   caller's and costs what it says at every P.
 
+- **The machine** (``Machine``; docs/DESIGN.md section 3, "One machine's cores"): the
+  workload is scaled by the machine's pace times the slowest rank's (the profile's, at the worker
+  count it was measured at) and, extrapolated from ``calibrated_at`` workers, by how much more
+  the cell's workers share the cores (``Machine.sharing``); the communication thread's share
+  of the cores rescales the CPU interference, and the time it holds the GIL to issue is the
+  training thread's too. Every caller (the command line, the sweep) gives its machine here.
+- **The interval** (``Spread``): the cell predicted again at the low and high ends of its
+  inputs' spread (compute and link cost; the model is monotone in both), ``Answer.interval``;
+  without a spread the interval is the point (``Answer.spread_note`` says so).
+
 Torch-free; the result is the ``simulate.Prediction`` with where its network came from and
 notes (``Answer``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import copy
+from dataclasses import dataclass, fields, replace
 
 import compression
 
@@ -60,18 +71,105 @@ TABLE_NOTE = ("planned with the original's {table} alpha-beta table at P = {p} (
               "{alpha:.3g} s, beta {beta:.3g} s/B)")
 
 
+NO_SPREAD = "no recorded spread: the interval is the point"
+GIL_NOTE = ("GIL: the communication thread's {n} issue(s) ({ms:.2f} ms) held the training "
+            "thread too")
+
+
 @dataclass(frozen=True)
 class Answer:
     """One cell's prediction: the replay, where its network came from (in words), what was
-    decided on the way (``notes``), and the all-reduce method a PS cell ran as on one machine
-    (``ps_local``, else None)."""
+    decided on the way (``notes``), the all-reduce method a PS cell ran as on one machine
+    (``ps_local``, else None), the machine's factors (``machine``: compute, sharing, the
+    slowest rank, the GIL's seconds) and the iteration at the low and high ends of the
+    inputs' spread (``iteration_range``, fastest first; ``spread_note`` where from)."""
     prediction: simulate.Prediction
     network: str
     notes: tuple[str, ...] = ()
     ps_local: str | None = None
+    machine: dict | None = None
+    iteration_range: tuple[float, float] | None = None
+    spread_note: str = NO_SPREAD
 
     def throughput(self, batch: int, nworkers: int) -> float:
         return self.prediction.throughput(batch, nworkers)
+
+    def interval(self, batch: int, nworkers: int) -> tuple[float, float]:
+        """[low, high] throughput: at the slow and the fast ends of the inputs' spread (the
+        point twice without one)."""
+        fast, slow = self.iteration_range or (self.prediction.iteration_s,) * 2
+        return batch * nworkers / slow, batch * nworkers / fast
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine a cell's workers run on, as its caller knows it: ``cores`` (None: not
+    known, a cluster's GPUs: no sharing modelled), torch ``threads`` per worker, the worker
+    count the workload was measured at (``calibrated_at``; None: the cell's own), the
+    machine's ``pace`` (its compute over the profile's) and the profile's ``slowest_rank``
+    at ``calibrated_at`` (``predict.slowest_rank``)."""
+    cores: int | None = None
+    threads: int = 1
+    calibrated_at: int | None = None
+    pace: float = 1.0
+    slowest_rank: float = 1.0
+
+    def __post_init__(self):
+        if not 0 < self.pace < float("inf"):
+            raise UsageError(f"a pace must be a positive number, got {self.pace!r}")
+        for name in ("cores", "threads", "calibrated_at"):
+            x = getattr(self, name)
+            if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
+                raise UsageError(f"the machine's {name} must be a whole number >= 1, got {x!r}")
+
+    def sharing(self, nworkers: int, comm: bool = False) -> float:
+        """How many times its time alone a worker's thread takes when ``nworkers`` workers of
+        ``threads`` threads (``comm``: and each its communication thread) run at once on the
+        cores: 1 while they fit, else their threads over the cores (the kernel shares them
+        evenly); 1 where the cores are not known."""
+        if self.cores is None:
+            return 1.0
+        return max(1.0, nworkers * (self.threads + (1 if comm else 0)) / self.cores)
+
+    def factors(self, nworkers: int) -> dict:
+        """The cell's adjustments at ``nworkers``: ``compute`` (pace x slowest rank x
+        ``sharing``), ``sharing`` (the compute's, ``sharing(P) / sharing(P0)``, P0 the
+        calibrated count; 1 at P0), and the CPU interference's factors (``kappa``: compute
+        beside communication, ``mu``: communication beside compute; each the comm thread's
+        share at P over its share at P0, so 1 at P0, where the profile measured them)."""
+        at = self.calibrated_at or nworkers
+        same = at == nworkers or nworkers < 2
+        shared = 1.0 if same else self.sharing(nworkers) / self.sharing(at)
+
+        def beside(n):       # compute beside communication over compute alone
+            return self.sharing(n, True) / self.sharing(n)
+
+        def alone(n):        # communication beside compute over communication alone
+            return self.sharing(n, True) / max(1.0, n / self.cores) if self.cores else 1.0
+        return {"compute": self.pace * self.slowest_rank * shared, "sharing": shared,
+                "slowest_rank": self.slowest_rank,
+                "kappa": 1.0 if same else beside(nworkers) / beside(at),
+                "mu": 1.0 if same else alone(nworkers) / alone(at)}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A cell's inputs' spread, as factors on the point: ``compute`` (low, high) on every
+    compute time, ``link`` (low, high) on every link cost, and where each came from
+    (``sources``, words)."""
+    compute: tuple[float, float] = (1.0, 1.0)
+    link: tuple[float, float] = (1.0, 1.0)
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for lo, hi in (self.compute, self.link):
+            if not 0 < lo <= 1.0 <= hi < float("inf"):
+                raise UsageError(f"a spread is (low <= 1 <= high), both positive, got "
+                                 f"({lo!r}, {hi!r})")
+
+    @property
+    def empty(self) -> bool:
+        return self.compute == (1.0, 1.0) and self.link == (1.0, 1.0)
 
 
 def is_one_machine(nworkers: int, network: topology.Network | None,
@@ -96,15 +194,121 @@ def local_method(method: str, nworkers: int, network: topology.Network | None,
 
 
 def predict(method: str, work: simulate.Compute, nworkers: int, options=None, *,
-            batches_per_iter: int | None = None, network: topology.Network | None = None,
-            link: simulate.Link | None = None, link_source: str | None = None,
-            codec: simulate.Codec = simulate.NO_CODEC, ps_clients: str | None = None,
-            nservers: int | None = None, force_servers: bool = False,
-            ps_interference: dict | None = None, one_machine: bool | None = None,
-            table_network: str | None = None) -> Answer:
+            machine: Machine | None = None, spread: Spread | None = None,
+            codec: simulate.Codec = simulate.NO_CODEC, network: topology.Network | None = None,
+            link: simulate.Link | None = None, ps_interference: dict | None = None,
+            **given) -> Answer:
     """``method``'s iteration at ``nworkers`` with ``options`` (an instance of its
-    ``Options``; None: its defaults) and ByteScheduler's timing round ``batches_per_iter``
-    (the module's docstring says what is decided here); every problem one UsageError."""
+    ``Options``; None: its defaults) on ``machine`` (None: the workload as given, nothing
+    shared), with the interval of ``spread`` (None: the point); ``given``: ``point``'s other
+    arguments (the module's docstring says what is decided here); every problem one
+    UsageError."""
+    whole = isinstance(nworkers, int) and not isinstance(nworkers, bool) and nworkers >= 1
+    facts = machine.factors(nworkers) if machine is not None and whole else None
+    if facts is not None:
+        work, codec = adjusted(work, codec, facts)
+        if ps_interference:
+            ps_interference = _interference(ps_interference, facts)
+    kw = dict(given, network=network, link=link, ps_interference=ps_interference)
+    answer = point(method, work, nworkers, options, codec=codec, **kw)
+    gil = _gil_s(answer, work) if machine is not None and machine.cores else 0.0
+    if gil:
+        held = replace(work, backward_s=[x * (1 + gil / sum(work.backward_s))
+                                         for x in work.backward_s]) if sum(work.backward_s) \
+            else replace(work, forward_s=work.forward_s + gil)
+        n = round(gil / work.host.issue_s)
+        answer = point(method, held, nworkers, options, codec=codec, **kw)
+        answer = replace(answer, notes=answer.notes + (GIL_NOTE.format(n=n, ms=gil * 1e3),))
+        work = held
+    if facts is not None:
+        answer = replace(answer, machine={**facts, "gil_s": gil})
+    if spread is None or spread.empty:
+        return answer
+    ends = []
+    for i in (0, 1):
+        w, c = adjusted(work, codec, {"compute": spread.compute[i], "kappa": 1.0, "mu": 1.0})
+        k = dict(kw, network=_scaled_network(network, spread.link[i]),
+                 link=_scaled_link(link, spread.link[i]))
+        ends.append(point(method, w, nworkers, options, codec=c, **k).prediction.iteration_s)
+    return replace(answer, iteration_range=(ends[0], ends[1]),
+                   spread_note="; ".join(spread.sources) or "the given spread")
+
+
+def adjusted(work: simulate.Compute, codec: simulate.Codec, facts: dict) -> tuple:
+    """``work`` and ``codec`` with every compute, host and codec time ``facts["compute"]``
+    times as long, and the CPU interference's (1 + kappa) and (1 + mu) times ``facts``'s."""
+    f = facts["compute"]
+    if f != 1.0:
+        shares = work.forward_tensor_s
+        h, la = work.host, work.launch
+        work = replace(
+            work, forward_s=work.forward_s * f, backward_s=[x * f for x in work.backward_s],
+            optimizer_s=work.optimizer_s * f,
+            forward_tensor_s=None if shares is None else [x * f for x in shares],
+            host=simulate.Host(*(getattr(h, x.name) * f for x in fields(h))),
+            launch=None if la is None else simulate.Launch(
+                la.forward_s * f, [x * f for x in la.backward_s], la.optimizer_s * f,
+                la.hook_s * f))
+        codec = replace(codec, encode_s_per_element=codec.encode_s_per_element * f,
+                        decode_s_per_element=codec.decode_s_per_element * f,
+                        encode_at_wait_s_per_element=codec.encode_at_wait_s_per_element * f)
+    if facts["kappa"] != 1.0 or facts["mu"] != 1.0:
+        work = replace(work, **_interference({"compute_slowdown": work.compute_slowdown,
+                                              "comm_slowdown": work.comm_slowdown}, facts))
+    return work, codec
+
+
+def _interference(slowdowns: dict, facts: dict) -> dict:
+    """CPU interference slowdowns (``Compute``'s) with the comm thread's share at the cell's
+    workers: (1 + kappa) x facts' kappa - 1, and mu alike (at least 0)."""
+    out = dict(slowdowns)
+    for key, f in (("compute_slowdown", facts["kappa"]), ("comm_slowdown", facts["mu"])):
+        if key in out and f != 1.0:
+            out[key] = max(0.0, (1 + out[key]) * f - 1)
+    return out
+
+
+def _gil_s(answer: Answer, work: simulate.Compute) -> float:
+    """Seconds an iteration's communication thread holds the GIL: its issues (``issue_s``
+    each; Gloo releases the GIL inside a collective, so only the issue holds it), each span on
+    the thread's row one issue."""
+    issue = work.host.issue_s
+    if not issue:
+        return 0.0
+    n = sum(1 for e in answer.prediction.events if e[2] == simulate.ISSUER_ROW)
+    return n * issue
+
+
+def _scaled_link(link, f: float):
+    """A link (``simulate.Link`` or ``ServerLinks``) with every cost ``f`` times as much."""
+    if link is None or f == 1.0:
+        return link
+    return replace(link, **{x.name: getattr(link, x.name) * f for x in fields(link)
+                            if x.type in ("float", float)})
+
+
+def _scaled_network(network, f: float):
+    """``network`` with every link it prices ``f`` times as costly (the same class, so its
+    placement checks hold)."""
+    if network is None or f == 1.0:
+        return network
+    net = copy.copy(network)
+    for name in ("link", "group_link", "local_reduce", "ps"):
+        if hasattr(network, name):
+            setattr(net, name, lambda *a, _f=getattr(network, name), **k:
+                    _scaled_link(_f(*a, **k), f))
+    return net
+
+
+def point(method: str, work: simulate.Compute, nworkers: int, options=None, *,
+          batches_per_iter: int | None = None, network: topology.Network | None = None,
+          link: simulate.Link | None = None, link_source: str | None = None,
+          codec: simulate.Codec = simulate.NO_CODEC, ps_clients: str | None = None,
+          nservers: int | None = None, force_servers: bool = False,
+          ps_interference: dict | None = None, one_machine: bool | None = None,
+          table_network: str | None = None) -> Answer:
+    """``method``'s iteration at ``nworkers`` on the workload as given (``predict``'s
+    point, the machine's adjustments made)."""
     cls = simulate.method_class(method)
     options = simulate.options_for(method, options)
     if ps_clients is None:

@@ -44,6 +44,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from dataclasses import fields, replace
@@ -87,7 +88,14 @@ def parse_args(argv=None):
     p.add_argument("--network", dest="old_network", default=None, help=argparse.SUPPRESS)
     p.add_argument("--extrapolate", action="store_true",
                    help="comm_bench files: cost worker counts they lack with the ring's "
-                        "per-step alpha and beta of the nearest measured count")
+                        "per-step alpha and beta of the nearest measured count; the profile's "
+                        "compute: the workers sharing the cores at more workers than it was "
+                        "measured at (as a calibrated sweep's extrapolation)")
+    p.add_argument("--cores", type=int, default=None,
+                   help="the cores all the workers share, on one machine (default: the "
+                        "profile's machine, as the profiler records it; 0: not shared)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per worker (default: the profile's, else 1)")
     p.add_argument("--alpha", type=float, default=None, help="seconds per message")
     p.add_argument("--beta", type=float, default=None, help="seconds per byte")
     p.add_argument("--nworkers", default=None,
@@ -173,14 +181,16 @@ def check(args) -> list[str]:
     if args.alpha is not None and args.topology:
         raise UsageError("--alpha/--beta or --topology, not both")
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta),
-                        ("--optimizer-ms", args.optimizer_ms), ("--issue-us", args.issue_us)):
+                        ("--optimizer-ms", args.optimizer_ms), ("--issue-us", args.issue_us),
+                        ("--cores", args.cores)):
         _finite(flag, value)
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
     _check_method_options(args)
     for flag, value in (("--batch-size", args.batch_size), ("--nservers", args.nservers),
                         ("--num-batches-per-iter", args.num_batches_per_iter),
-                        ("--device-throughput", args.device_throughput)):
+                        ("--device-throughput", args.device_throughput),
+                        ("--threads", args.threads)):
         _finite(flag, value)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
@@ -351,6 +361,62 @@ def slowest_rank(prof: dict, nworkers: int) -> float:
     return max(1.0, max(ranks) / ranks[0])
 
 
+def machine_of(prof: dict, nworkers: int, *, cores: int | None = None,
+               threads: int | None = None, calibrated_at: int | None = None,
+               pace: float = 1.0) -> cell.Machine:
+    """The machine ``cell.predict`` adjusts a cell of ``nworkers`` for (the one rule the
+    command line and the sweep share): ``cores`` and ``threads`` as given, else the profile's
+    (``machine``: the profiler records them), else cores not known (nothing shared; ``cores``
+    0: the same, said) and 1 thread; the slowest rank of the profile at the worker count it
+    was measured at (``calibrated_at``, else the cell's own)."""
+    rec = prof.get("machine") or {}
+    if not isinstance(rec, dict):
+        raise UsageError(f"the profile's machine must be an object or null, got {rec!r}")
+    if cores is None:
+        cores = rec.get("cores")
+    cores = cores or None        # 0: not one machine's (each worker a machine of its own)
+    threads = threads or rec.get("threads") or 1
+    at = calibrated_at or nworkers
+    return cell.Machine(cores=cores, threads=int(threads), calibrated_at=calibrated_at,
+                        pace=pace, slowest_rank=slowest_rank(prof, at))
+
+
+def spread_of(prof: dict, network: str | None = None) -> cell.Spread:
+    """The inputs' spread (``cell.Spread``): the compute's from the profile's repeated passes
+    (``rank_passes_s``: each step's slowest rank, its fastest and slowest step over their
+    mean: the ends of what was recorded, since a run's pace moves between runs more than the
+    steps' mean says), the links' from comm_bench files (``network``, comma-separated: each
+    all-reduce size's fastest and slowest round over its time, the median over the sizes);
+    a topology file states no spread (its provenance gives none): factor 1, said so."""
+    sources, compute, link = [], (1.0, 1.0), (1.0, 1.0)
+    passes = prof.get("rank_passes_s")
+    if passes and all(isinstance(p, list) and p for p in passes):
+        n = min(len(p) for p in passes)
+        steps = [max(float(p[i]) for p in passes) for i in range(n)]
+        mean = sum(steps) / n
+        if n >= 2 and mean > 0:
+            compute = (min(1.0, min(steps) / mean), max(1.0, max(steps) / mean))
+            sources.append(f"compute x[{compute[0]:.3f}, {compute[1]:.3f}]: the profile's "
+                           f"{n} steps (fastest, slowest)")
+    files = [f for f in (network or "").split(",") if f.endswith(".json")]
+    ratios = []
+    for path in files:
+        body = read_json(path, f"comm_bench file {path}")
+        for res in body.get("results", []) if isinstance(body, dict) else []:
+            for r in res.get("rows", []) if res.get("op") == "allreduce" else []:
+                st, t = r.get("time_stats_s") or {}, r.get("time_s")
+                if t and st.get("min") and st.get("max"):
+                    ratios.append((st["min"] / t, st["max"] / t))
+    if ratios:
+        link = (min(1.0, statistics.median(r[0] for r in ratios)),
+                max(1.0, statistics.median(r[1] for r in ratios)))
+        sources.append(f"links x[{link[0]:.3f}, {link[1]:.3f}]: comm_bench's rounds "
+                       f"(fastest and slowest, median over {len(ratios)} sizes)")
+    else:
+        sources.append("links: no recorded spread (a topology's constants state none)")
+    return cell.Spread(compute, link, tuple(sources))
+
+
 def _step_passes(prof: dict, nworkers: int) -> list | None:
     """Every rank's passes (``rank_passes_s``) in a profile of ``nworkers`` ranks, else None."""
     passes = prof.get("rank_passes_s")
@@ -366,32 +432,15 @@ def rescaled(work: simulate.Compute, batch: int, throughput: float) -> simulate.
 
 def scaled(work: simulate.Compute, f: float, host: bool = False) -> simulate.Compute:
     """``work`` with every compute time ``f`` times as long (and, with ``host``, its host
-    copies, divides and issues too: the whole machine's pace, as a sweep's pace probe measures
-    it); the shape of the profile and the interference slowdowns are kept."""
+    copies, divides, issues and launches too: the whole machine's pace, ``cell.adjusted``);
+    the shape of the profile and the interference slowdowns are kept."""
+    if host:
+        return cell.adjusted(work, simulate.NO_CODEC, {"compute": f, "kappa": 1.0,
+                                                       "mu": 1.0})[0]
     shares = work.forward_tensor_s
-    h = work.host
     return replace(work, forward_s=work.forward_s * f, backward_s=[x * f for x in work.backward_s],
                    optimizer_s=work.optimizer_s * f,
-                   forward_tensor_s=None if shares is None else [x * f for x in shares],
-                   host=simulate.Host(*(getattr(h, x.name) * f for x in fields(h)))
-                   if host else h,
-                   launch=_scaled_launch(work.launch, f) if host else work.launch)
-
-
-def _scaled_launch(launch: simulate.Launch | None, f: float) -> simulate.Launch | None:
-    """The host's side of the step ``f`` times as long (the machine's pace)."""
-    if launch is None:
-        return None
-    return simulate.Launch(launch.forward_s * f, [x * f for x in launch.backward_s],
-                           launch.optimizer_s * f, launch.hook_s * f)
-
-
-def _scaled_codec(codec: simulate.Codec, f: float) -> simulate.Codec:
-    """``codec`` with its encode and decode ``f`` times as long."""
-    from dataclasses import replace
-    return replace(codec, encode_s_per_element=codec.encode_s_per_element * f,
-                   decode_s_per_element=codec.decode_s_per_element * f,
-                   encode_at_wait_s_per_element=codec.encode_at_wait_s_per_element * f)
+                   forward_tensor_s=None if shares is None else [x * f for x in shares])
 
 
 def compressor_options(args) -> dict:
@@ -442,6 +491,17 @@ class Setting:
         # the PS methods' CPU interference (``interference_of``), where the profile has one
         self.ps_interference = ({} if getattr(args, "no_interference", False)
                                 else interference_of(prof, ps=True))
+        # the machine (cores, threads, the slowest rank; with --extrapolate the workers
+        # sharing the cores beyond the profile's count) and the inputs' spread
+        self.machine = machine_of(
+            prof, nworkers, cores=getattr(args, "cores", None),
+            threads=getattr(args, "threads", None),
+            calibrated_at=int(prof.get("nworkers") or 1) if args.extrapolate else None)
+        self.spread = spread_of(prof, args.topology)
+
+    def spread_note(self) -> str:
+        """Where the intervals come from, in words."""
+        return "; ".join(self.spread.sources) if not self.spread.empty else cell.NO_SPREAD
 
     def allgather(self):
         return self.network.link("allgather", self.nworkers) if self.network else self.link
@@ -467,12 +527,12 @@ def _plans_on_table(args, method: str) -> bool:
 
 def run_one(method: str, work, setting: Setting, codec, values: dict | None = None,
             options=None):
-    """``method``'s prediction at ``setting`` (``run_cell``'s)."""
-    return run_cell(method, work, setting, codec, values, options).prediction
+    """``method``'s prediction at ``setting`` (``run_cell``'s, without its interval)."""
+    return run_cell(method, work, setting, codec, values, options, spread=False).prediction
 
 
 def run_cell(method: str, work, setting: Setting, codec, values: dict | None = None,
-             options=None) -> cell.Answer:
+             options=None, spread: bool = True) -> cell.Answer:
     """``method`` at ``setting`` by ``ddlbench.model.cell.predict``, the one path the sweep
     and the validation take too: the prediction, where its network came from, notes. Its
     options: ``options`` (default: the flags', ``options_of``) with ``values`` (option name
@@ -481,7 +541,8 @@ def run_cell(method: str, work, setting: Setting, codec, values: dict | None = N
     if options is None:
         options = options_of(args, method)
     options = simulate.options_for(method, options, **(values or {}))
-    return cell.predict(method, work, setting.nworkers, options,
+    return cell.predict(method, work, setting.nworkers, options, machine=setting.machine,
+                        spread=setting.spread if spread else None,
                         batches_per_iter=args.num_batches_per_iter, network=setting.network,
                         link=setting.given, link_source=setting.source, codec=codec,
                         force_servers=args.ps_force_servers,
@@ -564,13 +625,57 @@ def advise(names, work, setting, codec, batch) -> list[dict]:
             if best is None or p.iteration_s < best[1].iteration_s:
                 best = (s, p)
         s, p = best
+        answer = run_cell(name, work, setting, codec, s)     # its interval too
         rows.append({"method": name, "settings": s, "iteration_s": p.iteration_s,
                      "throughput": p.throughput(batch, setting.nworkers),
+                     "interval": list(answer.interval(batch, setting.nworkers)),
                      "speedup_vs_ddp": ddp.iteration_s / p.iteration_s,
                      "bottleneck": p.bottleneck, "reason": _reason(p),
                      "changes_algorithm": simulate.method_class(name).changes_algorithm})
     rows.sort(key=lambda r: (r["changes_algorithm"] is not None, r["iteration_s"]))
+    return tied(rows)
+
+
+BEST, TIED = "(best)", "(tied)"     # as the sweep's report marks measurements
+
+
+def tied(rows: list[dict]) -> list[dict]:
+    """``rows`` (ranked, fastest first) with each one's ``standing``: BEST for the fastest
+    synchronous-SGD method, TIED for each other one whose [low, high] interval overlaps the
+    best's (the model cannot tell them apart), else ""; the methods that change the algorithm
+    are ranked apart and marked among themselves alike."""
+    for apart in (False, True):
+        group = [r for r in rows if (r["changes_algorithm"] is not None) == apart]
+        if not group:
+            continue
+        lo, hi = group[0]["interval"]
+        group[0]["standing"] = BEST
+        for r in group[1:]:
+            overlap = r["interval"][0] <= hi and lo <= r["interval"][1]
+            r["standing"] = TIED if overlap else ""
     return rows
+
+
+def beyond(setting, prof: dict) -> str | None:
+    """A line when ``setting``'s worker count lies beyond the counts its constants were
+    validated or measured at (a topology's ``validated_workers``, comm_bench files' largest
+    count, the profile's own all-reduce fit's workers), or when none is stated; else None."""
+    net, n = setting.network, setting.nworkers
+    if isinstance(net, topology.Topology):
+        limit, what = net.validated_workers, f"{net.name}'s constants were validated at"
+        if limit is None:
+            return (f"{net.name} states no worker count its constants were validated at "
+                    f"(validated_workers): {n} workers is a prediction nothing has checked")
+    elif net is not None:
+        limit, what = net.max_workers, f"{net.name} was measured at"
+    elif setting.source == "the profile's alpha-beta":
+        limit, what = int(prof.get("nworkers") or 1), "the profile's alpha-beta was fitted at"
+    else:
+        return None
+    if n <= limit:
+        return None
+    return (f"{n} workers lies beyond the {limit} workers {what}: an extrapolation, "
+            f"its ranking unchecked")
 
 
 # --------------------------------------------------------------------------- output
@@ -665,48 +770,65 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
     nworkers = setting.nworkers
     print(f"\n{nworkers} worker(s): all-reduce alpha {setting.link.alpha * 1e6:.2f} us, "
           f"beta {setting.link.beta * 1e9:.4f} ns/B")
-    slow = slowest_rank(prof, nworkers)
+    machine = setting.machine
+    slow, at = machine.slowest_rank, machine.calibrated_at or nworkers
     if slow != 1.0:
-        work, codec = scaled(work, slow, host=True), _scaled_codec(codec, slow)
-        who = "each step's slowest" if _step_passes(prof, nworkers) else "the slowest"
-        print(f"{who} of the profile's {nworkers} ranks computes x{slow:.3f} rank 0's: the "
+        who = "each step's slowest" if _step_passes(prof, at) else "the slowest"
+        print(f"{who} of the profile's {at} ranks computes x{slow:.3f} rank 0's: the "
               f"replay takes its pace")
+    shared = machine.factors(nworkers)["sharing"]
+    if shared != 1.0:
+        print(f"extrapolated from the profile's {at} workers: {nworkers} workers of "
+              f"{machine.threads} thread(s) share {machine.cores} cores, compute x{shared:.3f}")
     if args.advise:
         ranked = advise(names, work, setting, codec, batch)
-        rows = [[r["method"], _describe(r["settings"]), f"{r['throughput']:.1f}",
+        rows = [[f"{r['method']} {r['standing']}".strip(), _describe(r["settings"]),
+                 f"{r['throughput']:.1f}", "[{:.1f},{:.1f}]".format(*r["interval"]),
                  f"{r['speedup_vs_ddp']:.2f}x", r["bottleneck"], r["reason"]] for r in ranked]
-        print("\n".join(_table(["method", "best settings", f"{unit}/s total", "vs DDP default",
-                                "bound by", "why"], rows, left=(0, 1, 4, 5))))
+        print(f"[low,high] {unit}/s: {setting.spread_note()}; (tied): its interval overlaps "
+              f"the best's, the model cannot tell them apart")
+        print("\n".join(_table(["method", "best settings", f"{unit}/s total", "[low,high]",
+                                "vs DDP default", "bound by", "why"], rows,
+                               left=(0, 1, 5, 6))))
+        far = beyond(setting, prof)
+        if far:
+            print(f"  {far}")
         apart = [r["method"] for r in ranked if r["changes_algorithm"] is not None]
         if apart:
             print(f"  changes the algorithm (not synchronous SGD; ranked after the others, "
                   f"nothing claimed of model quality): {', '.join(apart)}")
         for r in ranked:
             matrix.setdefault(r["method"], {})[nworkers] = r["throughput"]
-        return [{"nworkers": nworkers, "slowest_rank": slow, "advice": ranked}]
+        return [{"nworkers": nworkers, "slowest_rank": slow, "beyond": far,
+                 "interval_from": setting.spread_note(), "advice": ranked}]
     rows, out, notes = [], [], []
     for name in names:
         answer = run_cell(name, work, setting, codec)
         p, m = answer.prediction, answer.prediction.metrics
         notes += [f"{name}: {note}" for note in answer.notes]
+        lo, hi = answer.interval(batch, nworkers)
         rows.append([name, str(len(p.message_bytes)), f"{p.iteration_s * 1e3:.2f}",
                      f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
                      f"{m['exposed_s'] * 1e3:.2f}",
-                     "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}", p.bottleneck])
+                     "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}", p.bottleneck,
+                     *([] if setting.spread.empty else [f"[{lo:.1f},{hi:.1f}]"])])
         matrix.setdefault(name, {})[nworkers] = p.throughput(batch, nworkers)
         out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
                     "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
                     "iteration_s": p.iteration_s, "slowest_rank": slow,
-                    "throughput": p.throughput(batch, nworkers), "metrics": m,
-                    "bottleneck": p.bottleneck, "ps_local": answer.ps_local,
+                    "throughput": p.throughput(batch, nworkers), "interval": [lo, hi],
+                    "interval_from": answer.spread_note, "machine": answer.machine,
+                    "metrics": m, "bottleneck": p.bottleneck, "ps_local": answer.ps_local,
                     "notes": list(answer.notes)})
         if args.traces:
             os.makedirs(args.traces, exist_ok=True)
             timeline.write(os.path.join(args.traces, f"{name}_{nworkers}.trace.json"),
                            simulate.trace(p, {"model": prof["model"], "nworkers": nworkers}))
+    print(f"[low,high] {unit}/s: {setting.spread_note()}")
     print("\n".join(_table(["method", "messages", "iteration ms", f"{unit}/s total",
-                            "compute ms", "exposed ms", "overlap %", "bound by"], rows,
-                           left=(0, 7))))
+                            "compute ms", "exposed ms", "overlap %", "bound by",
+                            *([] if setting.spread.empty else ["[low,high]"])],
+                           rows, left=(0, 7))))
     print("".join(f"  {note}\n" for note in notes), end="")
     return out
 

@@ -38,6 +38,10 @@ its comments and its ``provenance``)::
       latency: 25us           # defaults to inter_node's
       efficiency: 0.94
 
+**Validated workers** (optional): ``validated_workers: 32``, the largest worker count at which
+the model on these constants was compared with published or measured figures; the advisor
+(``predict --advise``) says when a prediction lies beyond it (a file without it: not stated).
+
 **Provenance** (optional; every shipped file has it for every number): a ``provenance``
 mapping at the top level (for ``nodes``, ``devices_per_node``) and inside ``intra_node``,
 ``inter_node`` and ``servers`` (for their ``bandwidth``, ``latency``, ``efficiency``,
@@ -366,7 +370,7 @@ class Topology(Network):
     ``"intra_node.bandwidth"`` in bytes/s, ``"inter_node.latency"`` in s, ``"servers.efficiency"``)
     replace the file's values: the model with other constants (``variant``)."""
     _KEYS = {"name", "description", "nodes", "devices_per_node", "intra_node", "inter_node",
-             "allreduce", "backend", "servers", "provenance"}
+             "allreduce", "backend", "servers", "provenance", "validated_workers"}
     _LINK_KEYS = {"bandwidth", "latency", "efficiency"}
     _TOP = ("nodes", "devices_per_node")
 
@@ -390,6 +394,13 @@ class Topology(Network):
         self.nodes = self._count(raw, "nodes")
         self.devices_per_node = self._count(raw, "devices_per_node")
         self._read_provenance(raw, "", self._TOP)
+        # the largest worker count the model on these constants was compared with published
+        # or measured figures at (None: not stated); beyond it a prediction is an extrapolation
+        v = raw.get("validated_workers")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise UsageError(f"topology file {path}: validated_workers must be a whole number "
+                             f">= 1, got {v!r}")
+        self.validated_workers = v
         self.intra = (self._link(raw, "intra_node") if self.devices_per_node > 1
                       or raw.get("intra_node") is not None else None)
         self.inter = self._link(raw, "inter_node")

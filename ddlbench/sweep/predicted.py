@@ -131,19 +131,19 @@ class Predictor:
         spec, net = self.network(cell)
         m = cell.method
         batch, P = int(cell.task["batch_size"]), cell.nworkers
-        work, rate, slow, shared = self.workload(cell, prof)
+        work, rate, machine = self.workload(cell, prof)
         compressor = m.get("compressor", "none")
         codec_file = self.given_codec or (_path(self.conf["codec"]) if self.conf.get("codec")
                                           else None)
-        enc, dec, enc_wait = (x * self.pace * slow * shared for x in predict._codec_times(
-            codec_file, prof["model"], compressor))
+        enc, dec, enc_wait = predict._codec_times(codec_file, prof["model"], compressor)
         # the cell's options as its run resolves them (the rule reads them)
         options = simulate.method_class(m["method"]).Options.resolve(m)
         # the run's timing round (a method whose next forward overlaps the last step's tail,
         # ByteScheduler's, loses that at the synchronize ending it; the others ignore it)
         rounds = int(self.sweep.timing.get("batches_per_iter", BATCHES_PER_ITER))
         answer = cell_model.predict(
-            m["method"], work, P, options, batches_per_iter=rounds, network=net,
+            m["method"], work, P, options, machine=machine,
+            spread=predict.spread_of(prof, spec), batches_per_iter=rounds, network=net,
             codec=simulate.Codec(compressor, P, m, enc, dec,
                                  encode_at_wait_s_per_element=enc_wait),
             ps_interference=predict.interference_of(prof, ps=True),
@@ -157,14 +157,19 @@ class Predictor:
                 "try": 0, "attempt": 1, "config": cell.config(), "label": cell.label,
                 "architecture": cell.architecture, "status": "ok",
                 "throughput": p.throughput(batch, P), "throughput_std": 0.0, "unit": unit,
+                "interval": list(answer.interval(batch, P)),
                 "noun": "GPU" if device.startswith("cuda") else "CPU",
                 "predicted": {"profile": os.path.relpath(path, REPO) if path.startswith(REPO)
                               else path, "network": spec,
                               "codec": codec_file if compressor != "none" else None,
                               "device_throughput": rate, "pace": self.pace,
-                              "slowest_rank": slow,
-                              **({"calibrated_at": self.calibrated_at, "sharing": shared}
+                              "slowest_rank": machine.slowest_rank,
+                              **({"calibrated_at": self.calibrated_at,
+                                  "sharing": answer.machine["sharing"]}
                                  if self.calibrated_at not in (None, P) else {}),
+                              "cores": machine.cores, "threads": machine.threads,
+                              "gil_s": answer.machine["gil_s"],
+                              "interval_from": answer.spread_note,
                               "iteration_s": p.iteration_s,
                               "messages": len(p.message_bytes), "bottleneck": p.bottleneck,
                               "ps_local": answer.ps_local, "notes": list(answer.notes)},
@@ -172,34 +177,27 @@ class Predictor:
 
     def workload(self, cell, prof: dict) -> tuple:
         """(the cell's ``simulate.Compute``, the device throughput it was rescaled to or None,
-        the profile's slowest rank, the cores' sharing): the profile's compute with its
+        the ``cell.Machine`` the model adjusts it for): the profile's compute with its
         all-reduce interference (the PS cells' beside push/pulls is the model's to swap in),
-        rescaled to the device, at the machine's pace times the slowest rank's; extrapolated
-        from fewer workers (``calibrated_at``), times how much more the cell's workers share
-        the cores (``sharing``)."""
-        batch, P = int(cell.task["batch_size"]), cell.nworkers
+        rescaled to the device; the machine's pace, the slowest rank's and, extrapolated from
+        fewer workers (``calibrated_at``), the workers sharing the cores are the model's
+        (``ddlbench.model.cell.predict``, the one path: ``predict.machine_of``'s machine,
+        this sweep's threads per worker, a local cell's cores this machine's)."""
+        batch = int(cell.task["batch_size"])
         work = predict.workload_of(prof, float(prof.get("optimizer_s") or 0.0))
         rate = self.device_throughput(cell)
         if rate:
             work = predict.rescaled(work, batch, rate)
-        # the machine's pace, and the slowest rank's, whose compute the others wait for
-        at = P if self.calibrated_at is None else self.calibrated_at
-        slow = predict.slowest_rank(prof, at)
-        threads = int(self.sweep.threads or 1)
-        shared = sharing(P, threads) / sharing(at, threads) if at != P and P > 1 else 1.0
-        if self.pace * slow * shared != 1.0:
-            work = predict.scaled(work, self.pace * slow * shared, host=True)
-        return work, rate, slow, shared
-
-
-def sharing(nworkers: int, threads: int, cores: int | None = None) -> float:
-    """How many times its compute alone a worker's compute takes when ``nworkers`` workers of
-    ``threads`` threads each run at once on ``cores`` cores (this process's, by default): 1
-    while they fit, else their threads over the cores (the kernel shares the cores evenly;
-    a local job's workers that do not fit are not pinned: ddlbench/hosts/pinning.py)."""
-    from ..hosts import pinning
-    cores = len(pinning.available_cores()) if cores is None else cores
-    return max(1.0, nworkers * threads / max(1, cores))
+        # a local cell's workers share this machine's cores, whatever device the profile
+        # names; a cluster's (rdma) cells the profile's machine
+        cores = None
+        if cell.network.kind == "net":
+            from ..hosts import pinning
+            cores = len(pinning.available_cores())
+        machine = predict.machine_of(prof, cell.nworkers, cores=cores,
+                                     threads=int(self.sweep.threads or 1),
+                                     calibrated_at=self.calibrated_at, pace=self.pace)
+        return work, rate, machine
 
 
 def run(sweep, cells: list, folder: str) -> tuple[int, list[str]]:
