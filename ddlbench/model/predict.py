@@ -54,7 +54,7 @@ from .. import methods, timeline
 from . import cell, simulate, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
 from ..options import LIMITS, add_flags
-from ..measure.profile_file import read_profile
+from ..measure.profile_file import MAX_BETA, MAX_TIME_S, read_profile
 from ..methods import PS
 from ..methods.rules import MIB
 from ..planning import DEFAULT_PARTITION_BYTES, original_alpha_beta
@@ -69,7 +69,14 @@ BOUNDS = {"--batch-size": LIMITS["--batch-size"],
 BOUND_WHY = {"--batch-size": "the training script's bound",
              "--num-batches-per-iter": "the training script's bound",
              "--nservers": "the training script's bound",
-             "--device-throughput": "samples/s of one worker"}
+             "--device-throughput": "samples/s of one worker",
+             "--alpha": "seconds a message's start costs", "--beta": "seconds per byte",
+             "--optimizer-ms": "a day", "--issue-us": "a day"}
+# The upper bounds of the figures of the model (a profile's bounds, profile_file), and the
+# slowest device: beyond them a prediction is inf, nan or a number of hundreds of digits.
+BOUNDS.update({"--alpha": 10.0, "--beta": MAX_BETA, "--optimizer-ms": MAX_TIME_S * 1e3,
+               "--issue-us": MAX_TIME_S * 1e6})
+LEAST = {"--device-throughput": (1e-3, "a sample in 1000 s")}
 
 
 def parse_args(argv=None):
@@ -163,6 +170,17 @@ def _finite(flag: str, value) -> None:
         raise UsageError(f"{flag} must be a finite number, got {value}")
 
 
+def _bounded(flag: str, value) -> None:
+    """One line for a number beyond its flag's bounds (``BOUNDS``, ``LEAST``)."""
+    if value is not None and value > BOUNDS.get(flag, math.inf):
+        raise UsageError(f"{flag} must be at most {_shown(BOUNDS[flag])} "
+                         f"({BOUND_WHY[flag]}), got {_shown(value)}")
+    least, why = LEAST.get(flag, (None, ""))
+    if value is not None and least is not None and value < least:
+        raise UsageError(f"{flag} must be at least {_shown(least)} ({why}), got "
+                         f"{_shown(value)}")
+
+
 def check(args) -> list[str]:
     """The methods to predict; every problem one UsageError."""
     if args.old_network is not None:
@@ -177,6 +195,7 @@ def check(args) -> list[str]:
         _finite(flag, value)
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
+        _bounded(flag, value)
     _check_method_options(args)
     for flag, value in (("--batch-size", args.batch_size), ("--nservers", args.nservers),
                         ("--num-batches-per-iter", args.num_batches_per_iter),
@@ -184,9 +203,7 @@ def check(args) -> list[str]:
         _finite(flag, value)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
-        if value is not None and value > BOUNDS.get(flag, math.inf):
-            raise UsageError(f"{flag} must be at most {_shown(BOUNDS[flag])} "
-                             f"({BOUND_WHY[flag]}), got {_shown(value)}")
+        _bounded(flag, value)
     if args.ab_network is not None and args.mgwfbp_ab != "table":
         raise UsageError("--ab-network names the original's table: it goes with --mgwfbp-ab "
                          "table")
