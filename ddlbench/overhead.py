@@ -66,7 +66,8 @@ import time
 
 from . import methods
 from .errors import ArgumentParser, UsageError, check_writable
-from .measure.workload import OPTIMIZERS, check_workload
+from .measure import workload
+from .measure.workload import OPTIMIZERS
 from .options import add_flags
 from .stats import median_interval
 
@@ -108,8 +109,8 @@ def parse_args(argv=None):
 
 def check(args) -> None:
     """Bad input, before any worker starts: one line (``UsageError``)."""
-    check_workload(args, positive=("--rounds", "--batches", "--nworkers", "--threads"),
-                   nonneg=("--warmup", "--momentum"))
+    workload.check_workload(args, positive=("--rounds", "--batches", "--nworkers", "--threads"),
+                            nonneg=("--warmup", "--momentum"))
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
         raise UsageError(f"--methods {args.methods!r} names no method; give one or more, "

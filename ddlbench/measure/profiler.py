@@ -84,7 +84,8 @@ import time
 from contextlib import contextmanager
 
 from ..errors import ArgumentParser, UsageError, check_writable
-from .workload import OPTIMIZERS, check_workload
+from . import workload as workloads
+from .workload import OPTIMIZERS
 from ..options import add_network_flags, add_ps_flags
 from ..planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
 from .profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
@@ -904,10 +905,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def check(args) -> None:
-    check_workload(args, positive=("--iters", "--comm-iters", "--timeout", "--nworkers",
-                                   "--threads", "--interference-iters", "--partition-bytes"),
-                   nonneg=("--nservers", "--warmup", "--comm-warmup", "--min-group", "--alpha",
-                           "--beta", "--seed", "--momentum", "--weight-decay", "--lr"))
+    workloads.check_workload(args, positive=("--iters", "--comm-iters", "--timeout",
+                                             "--nworkers", "--threads", "--interference-iters",
+                                             "--partition-bytes"),
+                             nonneg=("--nservers", "--warmup", "--comm-warmup", "--min-group",
+                                     "--alpha", "--beta", "--seed", "--momentum",
+                                     "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
     from .. import netem
