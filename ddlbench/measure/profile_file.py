@@ -50,6 +50,7 @@ def read_profile(path: str) -> dict:
             and _finite(prof["beta_s_per_byte"]) and 0 <= prof["beta_s_per_byte"] <= MAX_BETA):
         raise UsageError(f"{where}: times, alpha and beta must be finite numbers >= 0 (a time "
                          f"at most {MAX_TIME_S:g} s, beta at most {MAX_BETA:g} s/B)")
+    _check_job(prof, where)
     shares = prof.get("forward_tensor_s")
     if shares is not None and not (
             _times(shares, zero=True) and len(shares) == len(tensors)
@@ -83,8 +84,33 @@ MAX_TIME_S = 86400.0
 MAX_BETA = 1.0
 
 
+def _check_job(prof: dict, where: str) -> None:
+    """The job the profile was taken of, where given: its workers and per-worker batch
+    (integers within the training script's bounds) and its optimizer step (a time)."""
+    from ..options import LIMITS
+    nworkers, job = prof.get("nworkers"), prof.get("workload")
+    batch = job.get("batch_size") if isinstance(job, dict) else None
+    for key, value, most in (("nworkers", nworkers, LIMITS["--nworkers"]),
+                             ("workload.batch_size", batch, LIMITS["--batch-size"])):
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and 1 <= value <= most):
+            raise UsageError(f"{where}: {key} must be an integer from 1 to {most}, got "
+                             f"{value!r}")
+    if job is not None and not isinstance(job, dict):
+        raise UsageError(f"{where}: workload must be an object, got {job!r}")
+    if prof.get("optimizer_s") is not None and not _times([prof["optimizer_s"]], zero=True):
+        raise UsageError(f"{where}: optimizer_s must be a time >= 0 (at most {MAX_TIME_S:g} "
+                         f"s), got {prof['optimizer_s']!r}")
+
+
 def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A number (not a boolean) a float holds, finite (JSON's 1e400 integer is none)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _times(xs, zero: bool = False) -> bool:

@@ -315,8 +315,10 @@ def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
         raise UsageError(f"the profile's host must be an object or null, got {host!r}")
     rates = {f.name: (host or {}).get(f.name) for f in fields(simulate.Host)}
     for k, x in rates.items():
-        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
-            raise UsageError(f"the profile's host {k} must be a number, got {x!r}")
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))
+                              or not 0 <= x <= MAX_TIME_S):
+            raise UsageError(f"the profile's host {k} must be a number from 0 to "
+                             f"{MAX_TIME_S:g}, got {x!r}")
     return simulate.Compute(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],
