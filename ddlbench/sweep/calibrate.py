@@ -66,7 +66,6 @@ the measured throughput (README, results.csv, ``plots/predicted_vs_measured.png`
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
