@@ -15,7 +15,31 @@ EXIT_USAGE = 2
 
 
 class UsageError(Exception):
-    """Bad input (an unknown model, a batch size <= 0, a missing host file, ...)."""
+    """Bad input (an unknown model, a batch size <= 0, a missing host file, ...). Its message
+    is ``shortened``: a value the user gave is echoed, but not 20,000 characters of it."""
+
+    def __init__(self, message="", *args):
+        super().__init__(shortened(str(message)), *args)
+
+
+# An error line's bounds: a word (a run without spaces: a value, a path) longer than WORD is
+# shown as its head and tail; a line still longer than LINE keeps its head and tail.
+WORD, LINE = 400, 4000
+_LONG_WORD = re.compile(r"\S{%d,}" % (WORD + 1))
+
+
+def shortened(text: str) -> str:
+    """``text`` with each word longer than ``WORD`` characters cut to its first 160 and last
+    60 and the number left out, and the whole cut in its middle beyond ``LINE``: the one place
+    that bounds what an error line echoes."""
+    def cut(m):
+        w = m.group(0)
+        return f"{w[:160]}...[{len(w) - 220} characters]...{w[-60:]}"
+    text = _LONG_WORD.sub(cut, text)
+    if len(text) > LINE:
+        text = (f"{text[:LINE * 3 // 4]} ...[{len(text) - LINE} characters]... "
+                f"{text[-LINE // 4:]}")
+    return text
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -51,7 +75,7 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         if self.raise_errors:
             raise UsageError(message)
-        say(f"{self.prog}: error: {message}")
+        say(f"{self.prog}: error: {shortened(message)}")
         sys.exit(EXIT_USAGE)
 
 
@@ -124,14 +148,30 @@ def _check_name_lengths(made: str, directory: str, what: str, path: str) -> None
 
 
 def read_json(path: str, what: str):
-    """The JSON document in file ``path``; a file that cannot be read or parsed is one
-    UsageError naming ``what`` (e.g. "comm_bench file x.json")."""
-    import json
+    """The JSON document in file ``path``; a file that cannot be read (a device or pipe such as
+    /dev/zero is refused unread: its read need not end) or parsed (nested too deeply
+    included) is one UsageError naming ``what`` (e.g. "comm_bench file x.json")."""
+    import stat
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise UsageError(f"cannot read {what}: not a regular file (a device, pipe or "
+                                 f"socket)")
+            data = f.read()
     except OSError as e:
         raise UsageError(f"cannot read {what}: {e.strerror or e}") from None
+    return parse_json(data, what)
+
+
+def parse_json(text, what: str):
+    """``json.loads(text)`` (str or bytes); text that is not JSON, or is nested deeper than the
+    decoder goes (a RecursionError otherwise), is one UsageError naming ``what``. Every reader
+    of a user's JSON goes through here (or ``read_json``)."""
+    import json
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{what} is not valid JSON: nested too deeply to read") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"{what} is not valid JSON: {first_line(e)}") from None
 

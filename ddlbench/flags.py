@@ -18,7 +18,7 @@ from .methods import PS
 from .errors import ArgumentParser, UsageError, check_writable, say
 from .hosts.placement import dmlc_workers, launcher_rank
 from .measure import workload
-from .options import BATCHES_PER_ITER, add_flags, add_network_flags, check_flags
+from .options import BATCHES_PER_ITER, add_flags, add_network_flags
 
 ENGINES = methods.ENGINES
 PROG = "python -m ddlbench.train"
@@ -231,13 +231,16 @@ def _is_ps(method: str) -> bool:
 NOT_WITH_VERIFY = ("num_warmup_batches", "num_batches_per_iter", "num_iters", "output")
 
 
-def check(args, probe_engine: bool = True) -> None:
-    """Reject bad input before any process is spawned."""
-    check_flags(args, positive=("--batch-size", "--sentence-len", "--num-batches-per-iter",
-                                "--num-iters", "--num-classes", "--timeout", "--image-size",
-                                "--nworkers", "--lr", "--threads", "--slots"),
-                nonneg=("--num-warmup-batches", "--verify", "--momentum", "--weight-decay",
-                        "--rtol", "--atol", "--seed", "--timeline-iters"))
+def check(args, probe_engine: bool = True, read_profile: bool = True) -> None:
+    """Reject bad input before any process is spawned. ``read_profile`` False: the
+    ``--mgwfbp-profile`` file is not read (a sweep's preflight of a run planning from its
+    calibration's profile, made only before the tries)."""
+    workload.check_workload(args, positive=("--num-batches-per-iter", "--num-iters",
+                                            "--timeout", "--nworkers", "--lr", "--threads",
+                                            "--slots"),
+                            nonneg=("--num-warmup-batches", "--verify", "--momentum",
+                                    "--weight-decay", "--rtol", "--atol", "--seed",
+                                    "--timeline-iters"))
     from . import netem
     from .hosts import placement
     if args.slots is not None and placement.detect() is not None:
@@ -252,6 +255,9 @@ def check(args, probe_engine: bool = True) -> None:
                 raise UsageError(problem)
     _check_ignored(args)
     _check_paths(args)
+    if getattr(args, "mgwfbp_profile", None) and read_profile and _plans_from_profile(args):
+        from .measure.profile_file import check_profile
+        check_profile(args.mgwfbp_profile, args.model)  # not after the workers' start-up
     if args.engine in LANE_ENVIRONMENTS:
         _check_lane(args, probe_engine)
     names = method_list(args)
@@ -274,12 +280,14 @@ def check(args, probe_engine: bool = True) -> None:
             if name != "none":
                 compression.reference_of(name)  # one line for one that declares none
     runs(args)  # methods that cannot take a compressor
-    import models
-    models.check(args.model)
-    if args.vocab_size is not None:
-        models.check_vocab(args.model, args.vocab_size)
-    models.check_input(args.model, args.image_size, args.batch_size)
     _check_optimizer(args)
+
+
+def _plans_from_profile(args) -> bool:
+    """Whether a chosen method reads ``--mgwfbp-profile`` (a verification of others ignores
+    it)."""
+    owners = methods.option_owners().get("mgwfbp_profile", (None, []))[1]
+    return bool({owner for owner, _ in owners} & set(method_list(args)))
 
 
 def _check_servers(args, names: list[str]) -> None:

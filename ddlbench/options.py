@@ -217,7 +217,8 @@ LIMITS = {"--batch-size": 1 << 16, "--sentence-len": 1 << 14, "--image-size": 1 
           "--num-warmup-batches": 1 << 20, "--verify": 1 << 20, "--warmup": 1 << 20,
           "--iters": 1 << 20, "--comm-warmup": 1 << 20, "--comm-iters": 1 << 20,
           "--nworkers": 1 << 20, "--nservers": 1 << 20, "--threads": 4096,
-          "--seed": (1 << 32) - 1, "--timeout": 1e7}
+          "--seed": (1 << 32) - 1, "--timeout": 1e7, "--rounds": 1 << 20, "--batches": 1 << 20,
+          "--vocab-size": 1 << 20}
 
 
 def add_network_flags(parser, *, label: str = "label of the network, for the record",

@@ -66,6 +66,7 @@ import time
 
 from . import methods
 from .errors import ArgumentParser, UsageError, check_writable
+from .measure import workload
 from .measure.workload import OPTIMIZERS
 from .options import add_flags
 from .stats import median_interval
@@ -108,15 +109,13 @@ def parse_args(argv=None):
 
 def check(args) -> None:
     """Bad input, before any worker starts: one line (``UsageError``)."""
-    if args.batch_size <= 0 or args.rounds <= 0 or args.batches <= 0:
-        raise UsageError("--batch-size, --rounds and --batches must be positive")
-    if (args.nworkers is not None and args.nworkers <= 0) or \
-            (args.threads is not None and args.threads <= 0):
-        raise UsageError("--nworkers and --threads must be positive")
-    if args.vocab_size is not None:
-        import models
-        models.check_vocab(args.model, args.vocab_size)
-    for name in [m for m in args.methods.split(",") if m]:
+    workload.check_workload(args, positive=("--rounds", "--batches", "--nworkers", "--threads"),
+                            nonneg=("--warmup", "--momentum"))
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not names:
+        raise UsageError(f"--methods {args.methods!r} names no method; give one or more, "
+                         f"comma-separated ({', '.join(methods.names())})")
+    for name in names:
         methods.lookup(name).Options.resolve(vars(args))
     if args.json:
         check_writable(args.json, "--json")
@@ -147,7 +146,7 @@ def run(args, ctx) -> int:
 
     from .runtime.comm import Comm
 
-    names = [m for m in args.methods.split(",") if m]
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
     args.device = ctx.device
     where = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" \
         else f"threads {torch.get_num_threads()}"

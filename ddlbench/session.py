@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import compression
 
 from . import methods
+from .errors import open_to_write
 from .runtime.comm import Comm
 from .measure import workload
 from .timeline import COMPUTE, WAIT
@@ -94,7 +95,7 @@ class Run:
         """``--trace-collectives PREFIX``: this rank's sequence of collectives, as JSON."""
         if prefix and self.comm.trace is not None:
             path = f"{prefix}.{name.replace(':', '_')}.{self.comm.rank}.json"
-            with open(path, "w") as f:
+            with open_to_write(path) as f:     # its folders made, as --output's
                 json.dump(self.comm.trace, f)
 
 

@@ -522,5 +522,6 @@ def _save_params(path: str, named) -> None:
     import numpy as np
     arrays = {n: p.detach().cpu().double().numpy() for n, p in named}
     tmp = path + ".tmp.npz"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # as --output's
     np.savez(tmp, **arrays)
     os.replace(tmp, path)

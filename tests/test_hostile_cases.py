@@ -584,3 +584,299 @@ def test_a_killed_parameter_server_is_named_as_a_server():
     assert re.fullmatch(r"ddlbench: parameter server 0 \(rank 2\) \(pid \d+\) was killed by "
                         r"SIGKILL; stopping the others", named), proc.stderr
     assert "worker 2" not in proc.stderr
+
+
+# ------------------------------------------------- issue 61: the input checks of the new surfaces
+
+SQUEEZE = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "2", "--methods",
+           "wfbp", "--rounds", "1", "--batches", "1", "--warmup", "0"]
+
+
+@pytest.fixture
+def no_overhead_runs(monkeypatch, no_runs):  # noqa: F811 (the fixture)
+    """The overhead command, too, stopped where its worker would start."""
+    from ddlbench import overhead
+
+    def refuse(*_a, **_k):
+        raise WouldRun()
+    monkeypatch.setattr(overhead, "worker", refuse)
+    return overhead
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--image-size", "1"], "--image-size 1 is too small for squeezenet1_1: the smallest image "
+                            "it accepts is 17 px"),
+    (["--image-size", "100000"], "--image-size must be at most 8192, got 100000"),
+    (["--warmup", "-5"], "--warmup must be a finite number >= 0, got -5"),
+    (["--momentum", "nan"], "--momentum must be a finite number >= 0, got nan"),
+    (["--batches", "1000000000000"], "--batches must be at most 1048576, got 1000000000000"),
+    (["--rounds", "0"], "--rounds must be positive, got 0"),
+    (["--threads", "0"], "--threads must be positive, got 0"),
+    (["--vocab-size", "1000"], "--vocab-size applies to the BERT models, not squeezenet1_1"),
+])
+def test_the_overhead_command_takes_the_training_scripts_checks(extra, message, capfd,
+                                                                 no_overhead_runs):
+    """Defect 1: one checker (``measure.workload.check_workload``) for the three commands."""
+    line = one_line(no_overhead_runs.main, [*SQUEEZE, *extra], capfd)
+    assert line == f"ddlbench: error: {message}"
+
+
+def test_the_overhead_command_refuses_an_empty_method_list(capfd, no_overhead_runs):
+    for methods in ("", ",", " , "):
+        line = one_line(no_overhead_runs.main, [*SQUEEZE, "--methods", methods], capfd)
+        assert line.startswith(f"ddlbench: error: --methods {methods!r} names no method; give "
+                               f"one or more, comma-separated (wfbp, "), line
+    accepted(no_overhead_runs.main, [*SQUEEZE, "--methods", " wfbp, ddp"], capfd)
+    accepted(no_overhead_runs.main, [*SQUEEZE, "--batches", "1048576"], capfd)  # at the bound
+
+
+def test_the_three_commands_share_one_workload_checker(monkeypatch, no_overhead_runs):
+    from ddlbench.measure import workload
+    called = []
+
+    def spy(args, positive=(), nonneg=()):
+        called.append(args.model)
+        raise UsageError("stop")
+    monkeypatch.setattr(workload, "check_workload", spy)
+    for check, parse, argv in (
+            (train.check, train.parse_args, ["--model", "a"]),
+            (profiler.check, profiler.parse_args, ["--model", "b"]),
+            (no_overhead_runs.check, no_overhead_runs.parse_args, ["--model", "c"])):
+        with pytest.raises(UsageError, match="^stop$"):
+            check(parse(argv))
+    assert called == ["a", "b", "c"]
+
+
+def test_trace_params_and_collective_files_make_their_folders(tmp_path):
+    """Defect 2: --timeline into a folder that does not exist yet is made, as --output's
+    (the check lets the path through: ``check_writable``)."""
+    from ddlbench import timeline, verify
+    path = tmp_path / "nodir" / "deeper" / "x.json"
+    check_writable(str(path), "--timeline")
+    timeline.write(str(path), {"traceEvents": []})
+    assert timeline.load(str(path)) == {"traceEvents": []}
+    import torch
+    verify._save_params(str(tmp_path / "p" / "x.npz"), [("w", torch.ones(2))])
+    assert os.listdir(tmp_path / "p") == ["x.npz"]
+    from ddlbench.session import Run
+
+    class Comm:
+        trace, rank = [["all_reduce", 4]], 0
+    Run.write_trace(type("R", (), {"comm": Comm})(), str(tmp_path / "c" / "t"), "wfbp")
+    assert os.listdir(tmp_path / "c") == ["t.wfbp.0.json"]
+
+
+DEEP = "[" * 200000 + "]" * 200000
+
+
+def test_deeply_nested_json_is_one_line_in_every_reader(tmp_path, capfd, no_runs):
+    """Defect 6: the profile readers (predict --profile, --mgwfbp-profile: before any worker
+    starts) give one line; a results.jsonl line is skipped with a warning, the others kept."""
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    line = one_line(predict.main, ["--profile", str(deep), "--method", "wfbp"], capfd)
+    assert line == f"ddlbench: error: MG-WFBP profile {deep} is not valid JSON: nested too " \
+                   f"deeply to read"
+    line = one_line(train.main, [*TINY, "--method", "mgwfbp", "--mgwfbp-profile", str(deep)],
+                    capfd)
+    assert line.endswith("is not valid JSON: nested too deeply to read"), line
+    from ddlbench.errors import read_json
+    with pytest.raises(UsageError, match="^comm_bench file x is not valid JSON: nested too "):
+        read_json(str(deep), "comm_bench file x")
+    folder = _store(tmp_path, [_TRY, DEEP, dict(_TRY, **{"try": 1, "throughput": 7.0})])
+    from ddlbench.sweep import store
+    entries, bad = store.read(store.store_path(folder))
+    assert [e["throughput"] for e in entries] == [5.0, 7.0] and bad == 1
+    assert benchmarks.main(["report", folder, "--quiet", "--no-plots"]) == 0
+    err = capfd.readouterr().err
+    assert err == f"benchmarks.py: 1 unreadable line(s) in {folder}/results.jsonl skipped\n"
+    assert "6.0" in open(os.path.join(folder, "README.md")).read()  # both tries' median
+
+
+_TRY = {"kind": "try", "hash": "h", "try": 0, "status": "ok", "throughput": 5.0,
+        "unit": "img/sec", "config": {"network": {"name": "local", "kind": "net",
+                                                  "profile": "loopback"},
+                                      "task": {"model": "resnet18", "batch_size": 2},
+                                      "method": {"method": "wfbp"}, "nworkers": 1}}
+
+
+def _store(tmp_path, lines) -> str:
+    import json
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text("".join(
+        (x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return str(folder)
+
+
+def test_a_nan_throughput_in_the_store_is_skipped_not_a_crash(tmp_path, capfd):
+    """Defect 7: NaN and Infinity (which Python's JSON reader takes) are unreadable lines; a
+    record's per-round NaN leaves that cell's interval to its tries."""
+    folder = _store(tmp_path, [_TRY, dict(_TRY, **{"try": 1, "throughput": float("nan")}),
+                               dict(_TRY, **{"try": 2, "throughput": float("inf")}),
+                               dict(_TRY, **{"try": 3, "throughput": 7.0, "record": {
+                                   "result": {"total_throughput": [7.0, float("nan")]}}})])
+    assert benchmarks.main(["report", folder, "--quiet", "--no-plots"]) == 0
+    err = capfd.readouterr().err
+    assert err == f"benchmarks.py: 2 unreadable line(s) in {folder}/results.jsonl skipped\n"
+    from ddlbench.sweep import aggregate
+    (row,) = aggregate.load(folder).rows
+    assert sorted(row.cells[1].values) == [5.0, 7.0]
+
+
+def _profile(tmp_path, **changes) -> str:
+    import json
+    with open(PROFILE) as f:
+        prof = json.load(f)
+    prof.update(changes)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(prof))
+    return str(path)
+
+
+R50 = ["--no-cuda", "--model", "resnet50", "--batch-size", "2", "--image-size", "64",
+       "--method", "mgwfbp"]
+
+
+@pytest.mark.parametrize("changes", [{"alpha_s": float("nan")}, {"beta_s_per_byte": float("inf")},
+                                     {"forward_s": 1e308}, {"backward_s": [1e308] * 161}],
+                         ids=["alpha nan", "beta inf", "forward 1e308", "backward 1e308"])
+def test_a_profile_with_figures_no_run_has_is_refused_by_both_readers(changes, tmp_path, capfd,
+                                                                      no_runs):
+    """Defect 10: the same checker (``read_profile``) for predict and --mgwfbp-profile."""
+    path = _profile(tmp_path, **changes)
+    message = (f"ddlbench: error: MG-WFBP profile {path}: times, alpha and beta must be finite "
+               f"numbers >= 0 (a time at most 86400 s, beta at most 1 s/B)")
+    assert one_line(predict.main, ["--profile", path, "--method", "wfbp"], capfd) == message
+    assert one_line(train.main, [*R50, "--mgwfbp-profile", path], capfd) == message
+
+
+def test_a_missing_or_foreign_mgwfbp_profile_is_found_at_the_argument_check(tmp_path, capfd,
+                                                                            no_runs):
+    began = time.monotonic()
+    missing = str(tmp_path / "missing.json")
+    line = one_line(train.main, [*R50, "--mgwfbp-profile", missing], capfd)
+    assert line == f"ddlbench: error: cannot read MG-WFBP profile {missing}: No such file or " \
+                   f"directory"
+    line = one_line(train.main, [*TINY, "--method", "mgwfbp", "--mgwfbp-profile", PROFILE], capfd)
+    assert line.startswith(f"ddlbench: error: MG-WFBP profile {PROFILE} is for model resnet50, "
+                           f"but this run trains bert_tiny"), line
+    assert time.monotonic() - began < 20
+    accepted(train.main, [*R50, "--mgwfbp-profile", PROFILE], capfd)
+    # a verification of other methods ignores the flag (a note), and does not read the file
+    accepted(train.main, [*TINY, "--method", "wfbp", "--verify", "1", "--mgwfbp-profile",
+                          missing], capfd)
+
+
+@pytest.mark.parametrize("profile,message", [
+    ("/nonexistent.json", "cannot read MG-WFBP profile /nonexistent.json: No such file or "
+                          "directory"),
+    (PROFILE, f"MG-WFBP profile {PROFILE} is for model resnet50, but this run trains "
+              f"bert_tiny"),
+    ("configs/profiles/h200_bert_bs8.json", "MG-WFBP profile configs/profiles/h200_bert_bs8.json "
+                                            "is for model bert, but this run trains bert_tiny"),
+])
+def test_a_sweeps_mgwfbp_profile_is_checked_before_any_try(profile, message, tmp_path, capfd,
+                                                           no_runs, monkeypatch):
+    """Defect 11: the preflight reads it (a relative path from the repository, where the runs
+    start), before any try."""
+    monkeypatch.chdir(tmp_path)
+    text = SWEEP.replace("methods: [wfbp]", "methods: [{method: mgwfbp, mgwfbp_profile: "
+                                            f"{profile}}}]")
+    path = _sweep(tmp_path, f"results: {tmp_path / 'r'}\n{text}")
+    line = one_line(benchmarks.main, ["--config", path, "--dry-run"], capfd)
+    assert re.search(r": 1 problem\(s\): the training script refuses cell local_bert_tiny\S+"
+                     r"_mgwfbp\S+_n1: " + re.escape(message), line), line
+    assert not (tmp_path / "r").exists()
+
+
+def _synthetic_trace(ranks: int) -> dict:
+    """``ranks`` processes, each named, with one named row and two spans."""
+    events = []
+    for r in range(ranks):
+        events += [{"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
+                   {"ph": "M", "name": "thread_name", "pid": r, "tid": 0,
+                    "args": {"name": "training"}},
+                   {"ph": "X", "name": "it", "cat": "iteration", "pid": r, "tid": 0,
+                    "ts": 0.0, "dur": 10.0},
+                   {"ph": "X", "name": "ar", "cat": "comm", "pid": r, "tid": 0, "ts": 1.0,
+                    "dur": 5.0}]
+    return {"traceEvents": events}
+
+
+def test_the_timeline_tool_is_linear_in_the_ranks():
+    """Defect 19: 30,000 ranks read and compared rank by rank in seconds (each rank's rows
+    were found by a pass over every rank's, and compare looked each rank up in a list: 9e8
+    steps, minutes)."""
+    from ddlbench import timeline
+    from ddlbench.timeline import cli
+    trace = _synthetic_trace(30000)
+    began = time.monotonic()
+    ranks = timeline.read(trace)
+    assert len(ranks) == 30000 and ranks[-1]["rank"] == 29999
+    assert {e[2] for e in ranks[7]["events"]} == {"training"}
+    summary = cli.summarize(trace, top=1, what="t")
+    both = cli.compare(summary, summary, per_rank=True)
+    assert len(both["per_rank"]) == 30000
+    assert time.monotonic() - began < 30
+
+
+def test_the_timeline_tool_refuses_a_device(tmp_path):
+    """Defect 20: /dev/zero is refused unread (it read without bound: a MemoryError)."""
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.timeline", "/dev/zero"], cwd=REPO,
+                          env=env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("ddlbench.timeline: error: /dev/zero is not a regular file (a "
+                           "device, pipe or socket); give a trace file\n"), proc.stderr
+    from ddlbench.errors import read_json
+    with pytest.raises(UsageError, match="^cannot read x: not a regular file"):
+        read_json("/dev/zero", "x")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--device-throughput", "1e-300"],
+     "--device-throughput must be at least 0.001 (a sample in 1000 s), got 1e-300"),
+    (["--advise", "--alpha", "1e-5", "--beta", "1e300"],
+     "--beta must be at most 1 (seconds per byte), got 1e+300"),
+    (["--alpha", "1e300", "--beta", "1e-9"],
+     "--alpha must be at most 10 (seconds a message's start costs), got 1e+300"),
+    (["--optimizer-ms", "1e300"], "--optimizer-ms must be at most 8.64e+07 (a day), got 1e+300"),
+])
+def test_the_performance_model_prints_no_inf_or_nan(args, message, capfd):
+    """Defect 21: out of range is one line; at the bounds every figure is finite."""
+    line = one_line(predict.main, ["--profile", PROFILE, "--method", "ddp", *args], capfd)
+    assert line == f"ddlbench: error: {message}"
+
+
+def test_the_performance_model_at_its_bounds_prints_finite_figures(capfd):
+    assert predict.main(["--profile", PROFILE, "--method", "wfbp,ddp,mgwfbp", "--advise",
+                         "--alpha", "10", "--beta", "1", "--device-throughput", "1e-3",
+                         "--optimizer-ms", "86400000", "--nworkers", "1,64"]) == 0
+    out = capfd.readouterr().out
+    assert "ms of communication" in out
+    assert not re.search(r"\b(inf|nan)\b", out, re.I), out
+
+
+def test_an_echoed_value_is_bounded(tmp_path, capfd, no_runs):
+    """Defect 22: a 20,000-character value is echoed as its head and tail (one place:
+    ``UsageError``, and the parser's own line)."""
+    value = "x" * 20000
+    line = one_line(train.main, ["--method", value], capfd)
+    assert line.startswith("ddlbench: error: unknown method 'xxx") and len(line) < 700, line
+    assert "x...[19783 characters]...x" in line and line.endswith("zero, hsdp"), line
+    line = one_line(predict.main, ["--profile", value], capfd)
+    assert len(line) < 700, line
+    big = " ".join(["word"] * 3000)  # 14,999 characters with spaces: the line is cut instead
+    assert len(str(UsageError(big))) < 4100
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_AUDIT"])
+def test_a_sweep_may_not_set_the_loaders_variables(name, tmp_path, capfd):
+    path = _sweep(tmp_path, f"results: {tmp_path / 'r'}\n{SWEEP}env: {{{name}: /tmp/x.so, "
+                            f"LD_LIBRARY_PATH: /opt/lib}}\n")
+    line = one_line(benchmarks.main, ["--config", path, "--dry-run"], capfd)
+    assert line.endswith(f": 1 problem(s): env: {name} is refused: it loads code of its own "
+                         f"into every process of every run (set it in the shell that starts "
+                         f"the sweep, if it is meant)"), line
+    path = _sweep(tmp_path, f"results: {tmp_path / 'r'}\n{SWEEP}env: {{LD_LIBRARY_PATH: /x}}\n")
+    assert config.load(path, preflight=False).env == {"LD_LIBRARY_PATH": "/x"}

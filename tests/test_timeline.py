@@ -230,7 +230,7 @@ def test_overhead_benchmark_on_two_workers(tmp_path):
     assert lines[2].split()[5] == lines[2].split()[10] == lines[2].split()[13] == "-"
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--nworkers", "0"], timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "ddlbench: error: --nworkers and --threads must be positive"], describe(proc)
+        "ddlbench: error: --nworkers must be positive, got 0"], describe(proc)
     proc = run([sys.executable, "-m", "ddlbench.overhead", "--vocab-size", "1000"], timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "ddlbench: error: --vocab-size applies to the BERT models, not resnet18"], describe(proc)

@@ -46,9 +46,11 @@ def read_profile(path: str) -> dict:
         if not (isinstance(t, dict) and isinstance(t.get("name"), str)
                 and isinstance(t.get("shape"), list) and isinstance(t.get("bytes"), int)):
             raise UsageError(f"{where}: every tensor needs a name, a shape and bytes")
-    if any(not isinstance(x, (int, float)) or x < 0 for x in times) or prof["forward_s"] < 0 \
-            or prof["alpha_s"] < 0 or prof["beta_s_per_byte"] < 0:
-        raise UsageError(f"{where}: times, alpha and beta must be numbers >= 0")
+    if not (_times(times, zero=True) and _times([prof["forward_s"], prof["alpha_s"]], zero=True)
+            and _finite(prof["beta_s_per_byte"]) and 0 <= prof["beta_s_per_byte"] <= MAX_BETA):
+        raise UsageError(f"{where}: times, alpha and beta must be finite numbers >= 0 (a time "
+                         f"at most {MAX_TIME_S:g} s, beta at most {MAX_BETA:g} s/B)")
+    _check_job(prof, where)
     shares = prof.get("forward_tensor_s")
     if shares is not None and not (
             _times(shares, zero=True) and len(shares) == len(tensors)
@@ -75,22 +77,72 @@ def read_profile(path: str) -> dict:
     return prof
 
 
+# The largest time (seconds) and per-byte time a profile may hold: a day of compute for one
+# tensor or message, a byte per second; beyond them a figure is a broken file, and the plans and
+# predictions made of it would be inf or nan.
+MAX_TIME_S = 86400.0
+MAX_BETA = 1.0
+
+
+def _check_job(prof: dict, where: str) -> None:
+    """The job the profile was taken of, where given: its workers and per-worker batch
+    (integers within the training script's bounds) and its optimizer step (a time)."""
+    from ..options import LIMITS
+    nworkers, job = prof.get("nworkers"), prof.get("workload")
+    batch = job.get("batch_size") if isinstance(job, dict) else None
+    for key, value, most in (("nworkers", nworkers, LIMITS["--nworkers"]),
+                             ("workload.batch_size", batch, LIMITS["--batch-size"])):
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and 1 <= value <= most):
+            raise UsageError(f"{where}: {key} must be an integer from 1 to {most}, got "
+                             f"{value!r}")
+    if job is not None and not isinstance(job, dict):
+        raise UsageError(f"{where}: workload must be an object, got {job!r}")
+    if prof.get("optimizer_s") is not None and not _times([prof["optimizer_s"]], zero=True):
+        raise UsageError(f"{where}: optimizer_s must be a time >= 0 (at most {MAX_TIME_S:g} "
+                         f"s), got {prof['optimizer_s']!r}")
+
+
+def _finite(x) -> bool:
+    """A number (not a boolean) a float holds, finite (JSON's 1e400 integer is none)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def _times(xs, zero: bool = False) -> bool:
     """Whether ``xs`` is a list of finite numbers (not booleans), each > 0 (>= 0 with
-    ``zero``)."""
+    ``zero``) and at most ``MAX_TIME_S``."""
     return isinstance(xs, list) and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-        and (x > 0 or (zero and x == 0)) for x in xs)
+        _finite(x) and (x > 0 or (zero and x == 0)) and x <= MAX_TIME_S for x in xs)
+
+
+def check_profile(path: str, model_name: str) -> dict:
+    """The profile in file ``path`` (``read_profile``'s checks: a missing file, bad JSON, NaN,
+    inf or absurd figures are one line) made for model ``model_name``: what the training script
+    checks of ``--mgwfbp-profile`` before any worker starts (whether its tensors are the
+    model's, ``match_profile``, needs the model built)."""
+    prof = read_profile(path)
+    _same_model(prof, model_name, f"MG-WFBP profile {path}")
+    return prof
+
+
+def _same_model(prof: dict, model_name: str, where: str) -> None:
+    if prof["model"] != model_name:
+        raise UsageError(f"{where} is for model {prof['model']}, but this run trains "
+                         f"{model_name}; write one for it with python -m ddlbench.measure.profiler "
+                         f"--model {model_name} --output FILE")
 
 
 def match_profile(prof: dict, model, model_name: str | None, path: str) -> list[int]:
     """The profile's tensor order as indices of ``model``'s trainable parameters; a profile
     made for another model is refused with one line."""
     where = f"MG-WFBP profile {path}"
-    if model_name is not None and prof["model"] != model_name:
-        raise UsageError(f"{where} is for model {prof['model']}, but this run trains "
-                         f"{model_name}; write one for it with python -m ddlbench.measure.profiler "
-                         f"--model {model_name} --output FILE")
+    if model_name is not None:
+        _same_model(prof, model_name, where)
     named = trainable(model)
     index = {name: i for i, (name, _) in enumerate(named)}
     seen = [t["name"] for t in prof["tensors"]]

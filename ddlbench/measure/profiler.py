@@ -84,8 +84,9 @@ import time
 from contextlib import contextmanager
 
 from ..errors import ArgumentParser, UsageError, check_writable
+from . import workload as workloads
 from .workload import OPTIMIZERS
-from ..options import add_network_flags, add_ps_flags, check_flags
+from ..options import add_network_flags, add_ps_flags
 from ..planning import DDP_DEFAULT_BUCKET_MB, DEFAULT_MIN_GROUP_ELEMENTS
 from .profile_file import PROFILE_FORMAT, PROFILE_VERSION, trainable, write_profile
 
@@ -904,22 +905,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def check(args) -> None:
-    check_flags(args, positive=("--batch-size", "--iters", "--comm-iters", "--sentence-len",
-                                "--num-classes", "--timeout", "--image-size", "--nworkers",
-                                "--threads", "--interference-iters", "--partition-bytes"),
-                nonneg=("--nservers", "--warmup", "--comm-warmup", "--min-group", "--alpha",
-                        "--beta", "--seed", "--momentum", "--weight-decay", "--lr"))
+    workloads.check_workload(args, positive=("--iters", "--comm-iters", "--timeout",
+                                             "--nworkers", "--threads", "--interference-iters",
+                                             "--partition-bytes"),
+                             nonneg=("--nservers", "--warmup", "--comm-warmup", "--min-group",
+                                     "--alpha", "--beta", "--seed", "--momentum",
+                                     "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
     from .. import netem
     netem.check(args.net)
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
-    import models
-    models.check(args.model)
-    if args.vocab_size is not None:
-        models.check_vocab(args.model, args.vocab_size)
-    models.check_input(args.model, args.image_size, args.batch_size)
 
 
 def main(argv=None) -> int:

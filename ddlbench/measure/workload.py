@@ -141,3 +141,27 @@ def optimizer_info(spec: OptimizerSpec, optimizer) -> dict:
             "auto": spec.flag == "auto", "lr": group["lr"], "lr_given": spec.lr is not None,
             "momentum": group.get("momentum"), "betas": list(betas) if betas else None,
             "eps": group.get("eps"), "weight_decay": group["weight_decay"]}
+
+
+# The workload's flags, as every command that builds a replica names them (those a command has:
+# the overhead command has no --num-classes).
+WORKLOAD_FLAGS = ("--batch-size", "--sentence-len", "--image-size", "--num-classes",
+                  "--vocab-size")
+
+
+def check_workload(args, positive=(), nonneg=()) -> None:
+    """The input checks the training script, the profiler and the overhead command share,
+    before any worker starts (one ``UsageError`` line): the workload's flags (``WORKLOAD_FLAGS``
+    the command has) and the command's own ``positive`` and ``nonneg`` ones finite, in range
+    and within ``options.LIMITS``; the model known, ``--vocab-size`` a BERT's, the image one the
+    model takes at that batch."""
+    import models
+
+    from ..options import check_flags as check_numbers
+    own = tuple(f for f in WORKLOAD_FLAGS if hasattr(args, f[2:].replace("-", "_")))
+    check_numbers(args, positive=own + tuple(f for f in positive if f not in own),
+                  nonneg=nonneg)
+    models.check(args.model)
+    if getattr(args, "vocab_size", None) is not None:
+        models.check_vocab(args.model, args.vocab_size)
+    models.check_input(args.model, args.image_size, args.batch_size)

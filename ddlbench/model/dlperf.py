@@ -48,7 +48,8 @@ import sys
 from . import cell as cell_model
 from . import predict, score, simulate, topology, validation
 from .. import yamlfile
-from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, run_cli
+from ..errors import (ArgumentParser, UsageError, check_writable, open_to_write, read_json,
+                      run_cli)
 from ..measure.profile_file import read_profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -219,8 +220,7 @@ def network_constants(net: topology.Topology) -> dict:
 
 def written(path: str = PREDICTIONS) -> dict:
     """The committed predictions file."""
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, f"predictions file {path}")
 
 
 def stale(result: dict, path: str = PREDICTIONS) -> list[str]:

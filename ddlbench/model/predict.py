@@ -55,7 +55,7 @@ from .. import methods, timeline
 from . import cell, simulate, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
 from ..options import LIMITS, add_flags
-from ..measure.profile_file import read_profile
+from ..measure.profile_file import MAX_BETA, MAX_TIME_S, read_profile
 from ..methods import PS
 from ..methods.rules import MIB
 from ..planning import DEFAULT_PARTITION_BYTES, original_alpha_beta
@@ -70,7 +70,14 @@ BOUNDS = {"--batch-size": LIMITS["--batch-size"],
 BOUND_WHY = {"--batch-size": "the training script's bound",
              "--num-batches-per-iter": "the training script's bound",
              "--nservers": "the training script's bound",
-             "--device-throughput": "samples/s of one worker"}
+             "--device-throughput": "samples/s of one worker",
+             "--alpha": "seconds a message's start costs", "--beta": "seconds per byte",
+             "--optimizer-ms": "a day", "--issue-us": "a day"}
+# The upper bounds of the figures of the model (a profile's bounds, profile_file), and the
+# slowest device: beyond them a prediction is inf, nan or a number of hundreds of digits.
+BOUNDS.update({"--alpha": 10.0, "--beta": MAX_BETA, "--optimizer-ms": MAX_TIME_S * 1e3,
+               "--issue-us": MAX_TIME_S * 1e6})
+LEAST = {"--device-throughput": (1e-3, "a sample in 1000 s")}
 
 
 def parse_args(argv=None):
@@ -171,6 +178,17 @@ def _finite(flag: str, value) -> None:
         raise UsageError(f"{flag} must be a finite number, got {value}")
 
 
+def _bounded(flag: str, value) -> None:
+    """One line for a number beyond its flag's bounds (``BOUNDS``, ``LEAST``)."""
+    if value is not None and value > BOUNDS.get(flag, math.inf):
+        raise UsageError(f"{flag} must be at most {_shown(BOUNDS[flag])} "
+                         f"({BOUND_WHY[flag]}), got {_shown(value)}")
+    least, why = LEAST.get(flag, (None, ""))
+    if value is not None and least is not None and value < least:
+        raise UsageError(f"{flag} must be at least {_shown(least)} ({why}), got "
+                         f"{_shown(value)}")
+
+
 def check(args) -> list[str]:
     """The methods to predict; every problem one UsageError."""
     if args.old_network is not None:
@@ -186,6 +204,7 @@ def check(args) -> list[str]:
         _finite(flag, value)
         if value is not None and not value >= 0:
             raise UsageError(f"{flag} must be >= 0, got {value}")
+        _bounded(flag, value)
     _check_method_options(args)
     for flag, value in (("--batch-size", args.batch_size), ("--nservers", args.nservers),
                         ("--num-batches-per-iter", args.num_batches_per_iter),
@@ -194,9 +213,7 @@ def check(args) -> list[str]:
         _finite(flag, value)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} must be positive, got {value}")
-        if value is not None and value > BOUNDS.get(flag, math.inf):
-            raise UsageError(f"{flag} must be at most {_shown(BOUNDS[flag])} "
-                             f"({BOUND_WHY[flag]}), got {_shown(value)}")
+        _bounded(flag, value)
     if args.ab_network is not None and args.mgwfbp_ab != "table":
         raise UsageError("--ab-network names the original's table: it goes with --mgwfbp-ab "
                          "table")
@@ -308,8 +325,10 @@ def workload_of(prof: dict, optimizer_s: float = 0.0, interference: bool = True,
         raise UsageError(f"the profile's host must be an object or null, got {host!r}")
     rates = {f.name: (host or {}).get(f.name) for f in fields(simulate.Host)}
     for k, x in rates.items():
-        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
-            raise UsageError(f"the profile's host {k} must be a number, got {x!r}")
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))
+                              or not 0 <= x <= MAX_TIME_S):
+            raise UsageError(f"the profile's host {k} must be a number from 0 to "
+                             f"{MAX_TIME_S:g}, got {x!r}")
     return simulate.Compute(forward_s=float(prof["forward_s"]),
                              backward_s=[float(x) for x in prof["backward_s"]],
                              nbytes=[t["bytes"] for t in prof["tensors"]],

@@ -122,7 +122,7 @@ def read_trace(window: tuple[float, float] | None, timeout_s: float = 30.0) -> l
         try:
             with open(path) as f:
                 trace = json.load(f)
-        except (OSError, ValueError):   # not there yet, or half written
+        except (OSError, ValueError, RecursionError):   # not there yet, or half written
             time.sleep(0.05)
     shutil.rmtree(where, ignore_errors=True)
     if trace is None:

@@ -51,7 +51,8 @@ class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal
     extra_args: ""             # passed through to the training script
     env: {OMP_NUM_THREADS: 1}  # variables for every run; inherited suite settings (DDLBENCH_*,
                                #   DMLC_*, BYTESCHEDULER_*, BYTEPS_*, HOROVOD_*) are dropped, the
-                               #   rest that matters (OMP_*, NCCL_*, GLOO_*) recorded and hashed
+                               #   rest that matters (OMP_*, NCCL_*, GLOO_*) recorded and hashed;
+                               #   LD_PRELOAD and LD_AUDIT are refused
     results: results           # results/<date>-<name>/ (the store and the reports)
     logs: logs                 # logs/<date>-<name>/<cell>_try<N>.log
     estimate_s: 60             # --dry-run's guess for a run with no history in the store

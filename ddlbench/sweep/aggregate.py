@@ -157,8 +157,9 @@ def _rounds(lines: list[dict]) -> list[list[float]] | None:
             continue
         rounds = ((e.get("record") or {}).get("result") or {}).get("total_throughput")
         if not (isinstance(rounds, list) and len(rounds) >= 2 and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in rounds)):
-            return None
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in rounds)):
+            return None     # (a NaN round too: the tries' throughputs give the interval)
         out.append([float(v) for v in rounds])
     return out
 

@@ -66,7 +66,6 @@ the measured throughput (README, results.csv, ``plots/predicted_vs_measured.png`
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -456,11 +455,13 @@ def pace(sweep, cells: list, job_cells: list, try_index: int, attempt: int, fold
 
 def link_s(path: str) -> dict[int, float]:
     """A comm_bench file's all-reduce: size in bytes -> its time, seconds."""
-    from ..errors import UsageError
-    with open(path) as f:
-        body = json.load(f)
-    out = {int(r["size_bytes"]): float(r["time_s"]) for res in body.get("results", [])
-           if res.get("op") == "allreduce" for r in res.get("rows", [])}
+    from ..errors import UsageError, read_json
+    body = read_json(path, f"comm_bench file {path}")
+    try:
+        out = {int(r["size_bytes"]): float(r["time_s"]) for res in body.get("results", [])
+               if res.get("op") == "allreduce" for r in res.get("rows", [])}
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
+        out = {}     # not a comm_bench record's form
     if not out or not all(math.isfinite(t) and t > 0 for t in out.values()):
         raise UsageError(f"{path}: no all-reduce times (each > 0)")
     return out

@@ -99,6 +99,12 @@ RECORDED_PREFIXES = ("OMP_", "MKL_", "KMP_", "NCCL_", "GLOO_")
 RECORDED_NAMES = {"DDLBENCH_METHODS", "DDLBENCH_COMPRESSORS", "DDLBENCH_NETWORKS"}
 
 
+# What a sweep file's env: may not set: the dynamic loader's variables that load a library into
+# every process (a shared sweep file would run its code). LD_LIBRARY_PATH (where libraries are
+# found) and PYTHONPATH stay settable: recorded in the cell like every env: value.
+LOADER_NAMES = {"LD_PRELOAD", "LD_AUDIT"}
+
+
 def _dropped(name: str) -> bool:
     return name not in PASSED_NAMES and name not in RECORDED_NAMES and (
         name.startswith(DROPPED_PREFIXES) or name in DROPPED_NAMES or
@@ -597,6 +603,10 @@ def _env(value, reading: _Reading) -> dict[str, str]:
     for k, v in value.items():
         if not (isinstance(k, str) and ENV_NAME.fullmatch(k)):
             reading.problems.append(f"env: {k!r} is not a variable name")
+        elif k in LOADER_NAMES:
+            reading.problems.append(f"env: {k} is refused: it loads code of its own into "
+                                    f"every process of every run (set it in the shell that "
+                                    f"starts the sweep, if it is meant)")
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)) or \
                 (isinstance(v, float) and not math.isfinite(v)) or "\0" in str(v):
             reading.problems.append(f"env: {k} must be a string or a number, got {v!r}")
@@ -794,15 +804,17 @@ class Sweep:
     timeout: float = key(1800, SECONDS, "seconds per run; then the whole process group is "
                                         "killed", convert=lambda v, r: float(v))
     kill_grace: float = key(15, GRACE, "seconds between SIGTERM and SIGKILL of a timed-out "
-                                       f"run (at most {MAX_KILL_GRACE})", convert=lambda v, r: float(v), header=False)
+                                       f"run (at most {MAX_KILL_GRACE})",
+                            convert=lambda v, r: float(v), header=False)
     hostfile: str = key("configs/cluster{nworkers}", HOSTFILE,
                         "rdma networks: the host file of each worker count", header=False)
     extra_args: str = key("", FLAGS, "passed through to the training script",
                           convert=lambda v, r: v or "")
     env: dict = key(
         {}, None, "variables for every run; inherited suite settings (DDLBENCH_*, DMLC_*, "
-                  "BYTESCHEDULER_*, BYTEPS_*, HOROVOD_*) are dropped, the rest that matters (OMP_*, "
-                  "NCCL_*, GLOO_*) recorded and hashed", example="{OMP_NUM_THREADS: 1}",
+                  "BYTESCHEDULER_*, BYTEPS_*, HOROVOD_*) are dropped, the rest that matters "
+                  "(OMP_*, NCCL_*, GLOO_*) recorded and hashed; LD_PRELOAD and LD_AUDIT are "
+                  "refused", example="{OMP_NUM_THREADS: 1}",
         read=_env)
     results_root: str = key("results", FOLDER, "results/<date>-<name>/ (the store and the "
                                                "reports)", name="results", header=False,
@@ -1294,10 +1306,13 @@ def _preflight(sweep: Sweep) -> list[str]:
         seen.add(key)
         err = io.StringIO()
         try:
-            with contextlib.redirect_stderr(err), _environment(run_environment):
+            # in the runs' folder (a relative mgwfbp_profile is the repository's)
+            with contextlib.redirect_stderr(err), _environment(run_environment), \
+                    contextlib.chdir(REPO):
                 # Horovod's engine imports only in its own environment: checked apart.
                 parsed = flags.parse_args(args)
-                flags.check(parsed, probe_engine=cell.engine == "torch")
+                flags.check(parsed, probe_engine=cell.engine == "torch",
+                            read_profile=cell.method.get("mgwfbp_profile") != FROM_CALIBRATION)
                 if cell.network.kind == "net" and cell.engine == "torch":
                     from ..launch.local import check_capacity
                     check_capacity(cell.nworkers + parsed.nservers)

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import UsageError, say
 from . import aggregate, calibrate, runner, store
 from .config import PROGRAM_ENV, Cell, Sweep, suite_version, task_key
 
@@ -409,7 +409,9 @@ def execute(sweep: Sweep, p: Plan, mode: str, argv: list[str] | None = None) -> 
         inflight = runner.Inflight(p.folder)
         _reap(sweep, inflight, mode)
         # The plan was made before taking the lock: read the store again.
-        entries, _ = store.read(path)
+        entries, unreadable = store.read(path)
+        if unreadable:  # left in the file as they are: a resume rewrites nothing
+            say(f"benchmarks.py: {unreadable} unreadable line(s) in {path} skipped")
         seed, source = order_seed(sweep, entries, p.folder)
         todo, skipped = pending(p.cells, sweep.tries, entries, p.rerun_failed, seed)
         store.append(path, _header(sweep, seed, source, argv))

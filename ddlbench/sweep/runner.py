@@ -171,7 +171,7 @@ class Inflight:
         try:
             with open(self.path) as f:
                 info = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             self.clear()
             return None
         killed = kill_session(int(info["sid"]), grace_s, since=float(info["started_epoch"]))
@@ -272,7 +272,7 @@ def _entry(sweep: Sweep, cell: Cell, try_index: int, attempt: int, folder: str, 
             entry["throughput_std"] = res["throughput"]["std"]
             entry["unit"] = res["unit"]
             entry["noun"] = _noun(record.get("environment", {}))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             if log_total is not None:
                 # The original suite's parsing rule: the last 'Total' line of the log.
                 entry["throughput"] = log_total["value"]

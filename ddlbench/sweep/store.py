@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 
-from ..errors import UsageError
+from ..errors import UsageError, parse_json
 
 STORE = "results.jsonl"
 
@@ -59,8 +60,8 @@ def read(path: str) -> tuple[list[dict], int]:
             if not line:
                 continue
             try:
-                e = json.loads(line)
-            except ValueError:
+                e = parse_json(line, "a line")   # nested too deeply too: that line alone
+            except UsageError:
                 bad += 1
                 continue
             if not isinstance(e, dict):
@@ -89,6 +90,12 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _is_rate(v) -> bool:
+    """A throughput the report can aggregate: a finite number >= 0 (JSON's NaN or Infinity, which
+    Python's reader takes, would break every mean and interval of its cell)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
 def _well_formed(e: dict) -> bool:
     """A line the report can read: a try with its hash, try index and cell configuration (and
     a number as its throughput, if any), or a sweep header with lists where lists belong."""
@@ -105,8 +112,7 @@ def _well_formed(e: dict) -> bool:
     throughput = e.get("throughput")
     return (isinstance(e.get("hash"), str) and _is_int(e.get("try"))
             and _is_int(e.get("attempt", 1))
-            and (throughput is None or (isinstance(throughput, (int, float))
-                                        and not isinstance(throughput, bool)))
+            and (throughput is None or _is_rate(throughput))
             and all(isinstance(e.get(k, ""), str) for k in ("label", "status", "unit"))
             and ("config" not in e or has_cell(e)))
 
@@ -119,7 +125,7 @@ def _well_formed_model(e: dict) -> bool:
     throughput = e.get("throughput")
     pace = e.get("pace", 1.0)
     return isinstance(e.get("hash"), str) and (
-        (isinstance(throughput, (int, float)) and not isinstance(throughput, bool))
+        _is_rate(throughput)
         or (throughput is None and isinstance(e.get("reason"), str))) and (
         # a try's paced prediction (calibrate.pace): its try, attempt and pace
         "try" not in e or (_is_int(e["try"]) and _is_int(e.get("attempt", 1))

@@ -71,6 +71,7 @@ import json
 import math
 import os
 import re
+import stat
 import statistics
 import threading
 import time
@@ -526,6 +527,9 @@ def lanes(events) -> list:
 
 
 def write(path: str, obj: dict) -> None:
+    """The trace file ``path``, whole or not at all; its missing folders made (as ``--output``
+    makes a record's: the command's check let the path through, ``errors.check_writable``)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(obj, f)
@@ -546,9 +550,13 @@ def load(path) -> dict:
 
 
 def _text(path) -> str:
-    """File ``path`` as JSON decodes bytes (UTF-8, -16 or -32)."""
+    """File ``path`` as JSON decodes bytes (UTF-8, -16 or -32). A device, pipe or socket
+    (``/dev/zero``) is refused before anything is read: its read need not end."""
     try:
         with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise UsageError(f"{path} is not a regular file (a device, pipe or socket); "
+                                 "give a trace file")
             data = f.read()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
@@ -700,11 +708,15 @@ class _Reader:
         for pid in self.procs:
             order.setdefault(pid, [])
         out = []
+        names_of: dict = {}         # pid -> its rows' names (one pass: linear in the ranks)
+        for (p, _), name in rows.items():
+            names_of.setdefault(p, set()).add(name)
         numeric = [p for p in order if isinstance(p, int)]
-        for pid in sorted(numeric) + sorted((p for p in order if p not in numeric), key=str):
+        others = [p for p in order if not isinstance(p, int)]
+        for pid in sorted(numeric) + sorted(others, key=str):
             if pid in self.failed:
                 raise self.failed[pid]
-            names = {name for (p, _), name in rows.items() if p == pid}
+            names = names_of.get(pid, set())
             threads: dict = {}      # (type, tid) -> row: 1 and 1.0 are the same key, not name
             events = order[pid]
             for k, (name, cat, tid, t0, t1, args) in enumerate(events):

@@ -80,16 +80,21 @@ def compare(a: dict, b: dict, labels=("A", "B"), per_rank: bool = False) -> dict
     """Two summaries side by side: each metric of each one's slowest rank (and, with
     ``per_rank``, of each rank of either) in A, in B, B-A and B/A (None where a side has no
     value, or A is 0)."""
+    by_rank = [{}, {}]      # each side's first row of each rank (a look-up: linear in ranks)
+    for side, s in zip(by_rank, (a, b)):
+        for r in s["ranks"]:
+            side.setdefault(r["rank"], r)
+
     def row(s, rank):
-        return next((r for r in s["ranks"] if r["rank"] == rank), None)
+        return by_rank[s is b].get(rank)
 
     out = {"labels": list(labels), "traces": [a["trace"], b["trace"]],
            "slowest": {"ranks": [a["slowest_rank"], b["slowest_rank"]],
                        "metrics": _side_by_side(row(a, a["slowest_rank"]),
                                                 row(b, b["slowest_rank"]))}}
     if per_rank:
-        ranks = [r["rank"] for r in a["ranks"]]
-        ranks += [r["rank"] for r in b["ranks"] if r["rank"] not in ranks]
+        ranks = list(dict.fromkeys([r["rank"] for r in a["ranks"]] +
+                                   [r["rank"] for r in b["ranks"]]))
         out["per_rank"] = [{"rank": k, "metrics": _side_by_side(row(a, k), row(b, k))}
                            for k in ranks]
     return out
