@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -397,6 +398,44 @@ def test_missing_debian_packages_skip_only_where_they_are_missing(monkeypatch):
     monkeypatch.setattr(os.path, "exists", lambda path: True)
     with pytest.raises(AssertionError, match="are here"):
         byteps_skip_reason(proc)
+
+
+APT_OFFLINE = ("W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
+               "Temporary failure resolving 'deb.debian.org'")
+APT_NO_PACKAGE = "E: Unable to locate package slurm-client"
+
+
+@pytest.mark.parametrize("uid,update,install,code,last", [
+    ("0", APT_OFFLINE, APT_OFFLINE, 0, "system-deps: the package registry cannot be reached"),
+    ("0", "", APT_NO_PACKAGE, 1, "system-deps: error: apt-get could not install "
+                                 "openssh-client slurm-client util-linux: " + APT_NO_PACKAGE),
+    ("1000", "", "", 0, "system-deps: not root: cannot install openssh-client"),
+])
+def test_system_deps_skips_only_for_a_reason_it_names(tmp_path, uid, update, install, code,
+                                                      last):
+    """scripts/system-deps.sh --optional (as `make test` runs it) with ssh, srun, unshare out
+    of PATH, `id` and `apt-get` fakes: an unreachable registry or no root skips (exit 0, the
+    reason said); apt-get failing otherwise is an error (exit 1), --optional or not."""
+    if not os.path.exists("/etc/debian_version"):
+        pytest.skip("not a Debian machine: scripts/system-deps.sh stops before apt-get")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("sort", "grep", "mktemp", "tail", "rm", "chmod", "cat"):
+        os.symlink(shutil.which(tool), bin_ / tool)
+    (bin_ / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (bin_ / "apt-get").write_text(
+        '#!/bin/sh\nif [ "$1" = update ]; then out="$UPDATE"; else out="$INSTALL"; fi\n'
+        '[ -z "$out" ] && exit 0\necho "$out"; exit 100\n')
+    for fake in ("id", "apt-get"):
+        (bin_ / fake).chmod(0o755)
+    e = dict(os.environ, PATH=str(bin_), UPDATE=update, INSTALL=install)
+    for args, want in ((["--optional"], code), ([], 2 if code == 0 else code)):
+        proc = subprocess.run(["/bin/bash", os.path.join(REPO, "scripts", "system-deps.sh"),
+                               *args], env=e, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == want, (args, proc.stderr)
+        for log in set(re.findall(r"/tmp/ddlbench-system-deps\.\w+\.log", proc.stderr)):
+            os.remove(log)
+        assert proc.stderr.strip().splitlines()[-1].startswith(last), proc.stderr
 
 
 # -- the launcher's side (no BytePS needed) -------------------------------------------------------
