@@ -286,9 +286,9 @@ print(json.dumps([horovod_skip_reason(h), byteps_skip_reason(ask("byteps/legacy_
 def test_make_test_without_a_cuda_toolkit_reaches_pytest(tmp_path):
     """`make test`'s set-up on a machine without a CUDA toolkit: no nvcc on PATH, CUDA_HOME
     pointing nowhere and /usr/local/cuda hidden (an empty folder mounted over it in a mount
-    namespace of the test's own). Each step exits 0; the Horovod lane and BytePS's, built on
-    it, are skipped with that reason, which the tests' skip code accepts here; nothing is built
-    or downloaded (the decision comes before either)."""
+    namespace of the test's own), and no package registry for apt-get. Each step exits 0; the
+    Horovod lane and BytePS's, built on it, are skipped with that reason, which the tests' skip
+    code accepts here; nothing is built or downloaded (the decision comes before either)."""
     cuda = "/usr/local/cuda"
     hide = os.access(os.path.join(cuda, "bin", "nvcc"), os.X_OK)
     if hide and (os.geteuid() != 0 or shutil.which("unshare") is None):
@@ -298,7 +298,14 @@ def test_make_test_without_a_cuda_toolkit_reaches_pytest(tmp_path):
     cache = tmp_path / "cache"
     e = env(DDLBENCH_CACHE=cache, CUDA_HOME=tmp_path / "nowhere", PYTHONPATH=REPO)
     e.pop("CUDAToolkit_ROOT", None)
-    e["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), *path])
+    # an apt-get that finds no registry: system-deps.sh, where it lacks a package, skips at
+    # once (installing is not this test's; scripts/system-deps.sh's own test is in test_byteps)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text("#!/bin/sh\necho \"W: Failed to fetch http://deb.debian.org/ "
+                                  "Temporary failure resolving 'deb.debian.org'\"\nexit 100\n")
+    (fake / "apt-get").chmod(0o755)
+    e["PATH"] = os.pathsep.join([str(fake), os.path.dirname(sys.executable), *path])
     (tmp_path / "empty").mkdir()
     script = "set -e\n" + "".join(f"{line}\necho \"exit $? {line}\" >&2\n"
                                    for line in make_test_setup())
