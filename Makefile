@@ -5,7 +5,8 @@
 # The real-Horovod lane has its own environment outside the clone (horovod/legacy_env.sh):
 #   make horovod-env        build it (torch 2.0.1 + Horovod 0.28.1; reused while unchanged)
 #   make clean-horovod-env  remove it
-# `make test` builds it first; its tests skip only when the registry cannot be reached.
+# `make test` builds it first; its tests skip only when the registry cannot be reached or the
+# machine has no CUDA toolkit (nvcc) for Horovod's build (most CPU machines).
 # The real-BytePS lane's environment (byteps/legacy_env.sh: BytePS 0.2.5 with the project's CPU
 # patch, byteps/cpu_only.patch, built on the Horovod environment): make byteps-env /
 # clean-byteps-env. `make test` builds it after the Horovod one; its tests skip only when the

@@ -56,7 +56,8 @@ metrics computed after the round, outside its time; each collective's completion
 at the recorder's next event), and a trace file's full recording (the same plus a hook per
 parameter for the gradient-ready instants, registered for the round only, and each collective's
 completion stamped by a callback on its future).
-Prints the throughput ratios counters / nothing and full / nothing, medians over the rounds.
+Prints the throughput ratios counters / nothing and full / nothing, medians over the rounds
+(``--json`` also keeps every round's seconds per mode).
 """
 from __future__ import annotations
 
@@ -261,14 +262,21 @@ def _timeline_cost(args, name, cls, comm, say=print) -> dict:
                     raise RuntimeError(f"the {mode} rounds recorded {recorded}")
                 for h in handles:
                     h.remove()
-        times = _slowest(comm, times)
-        counters = [n / c for n, c in zip(times["none"], times["counters"])]
-        full = [n / f for n, f in zip(times["none"], times["full"])]
-        say(f"{name:>10} {statistics.median(times['none']):13.4f} "
-            f"{statistics.median(counters):14.3f} {statistics.median(full):10.3f}",
-            flush=True)
-    return {"none_s_per_round": statistics.median(times["none"]),
-            "counters/none": statistics.median(counters), "full/none": statistics.median(full)}
+        fig = _timeline_figures(_slowest(comm, times))
+        say(f"{name:>10} {fig['none_s_per_round']:13.4f} {fig['counters/none']:14.3f} "
+            f"{fig['full/none']:10.3f}", flush=True)
+    return fig
+
+
+def _timeline_figures(times: dict) -> dict:
+    """Each mode's throughput over the unrecorded rounds' (time of the round without the
+    timeline / time of the round with it: below 1 where recording costs), the median over the
+    rounds, and every mode's seconds per round (``round_s``, in the rounds' order)."""
+    med = statistics.median
+    return {"none_s_per_round": med(times["none"]),
+            "counters/none": med(n / c for n, c in zip(times["none"], times["counters"])),
+            "full/none": med(n / f for n, f in zip(times["none"], times["full"])),
+            "round_s": times}
 
 
 MIB = 1024 * 1024

@@ -10,13 +10,13 @@
 # is built beside torch 2.0.1 in a venv of its own, under $DDLBENCH_CACHE (default
 # ~/.cache/ddlbench), named by a hash of horovod/requirements-legacy.txt and the build flags.
 #
-# Exit status: 0 done; 2 a prerequisite is missing (Python 3.11, a CUDA toolkit); 3 the
-# package registry cannot be reached (pip says why: no route, a DNS failure, a refused or
-# timed-out connection; NETWORK_ERROR below); 1 the build itself failed (its log is named), or
-# pip failed for another reason (no such version, a bad index or option, an SSL error).
-# With --optional an unreachable registry is not an error: the reason is written to
-# $DDLBENCH_CACHE/horovod-env.unavailable, which the tests report as their skip reason. Any
-# other failure is one, --optional or not.
+# Exit status: 0 done (or skipped, below); 2 a prerequisite is missing (Python 3.11, a CUDA
+# toolkit); 3 the package registry cannot be reached (pip says why: no route, a DNS failure, a
+# refused or timed-out connection; NETWORK_ERROR below); 1 the build itself failed (its log
+# is named), or pip failed for another reason (no such version, a bad index or option, an SSL error).
+# With --optional an unreachable registry or a machine without a CUDA toolkit is not an
+# error (exit 0): the reason is written to $DDLBENCH_CACHE/horovod-env.unavailable, which the
+# tests report as their skip reason. Any other failure is one, --optional or not.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 reqs="$here/requirements-legacy.txt"
@@ -54,6 +54,10 @@ network_error() {
 }
 fail() { local code="$1"; shift; echo "horovod-env: error: $*" >&2; exit "$code"; }
 
+# The start of the reason for a machine without a CUDA toolkit (tests/skip_conditions.py reads
+# this line and checks that no toolkit is found where find_cuda looks).
+NO_CUDA='no CUDA toolkit'
+
 python_of_env() { echo "$env_dir/bin/python"; }
 
 find_cuda() {
@@ -77,6 +81,7 @@ cmd_build() {
     fi
     local t0=$SECONDS
     mkdir -p "$cache"
+    rm -f "$unavailable"    # an older reason may no longer hold; a skip below writes its own
 
     # Prerequisites, each failing with one line.
     command -v "$PYTHON" >/dev/null 2>&1 || fail 2 "$PYTHON not found (Python 3.11 is required)"
@@ -85,7 +90,13 @@ cmd_build() {
     [ "$pyver" = "3.11" ] || [ "$pyver" = "3.10" ] || [ "$pyver" = "3.9" ] ||
         fail 2 "$PYTHON is Python $pyver; torch 2.0.1 has wheels for Python 3.8-3.11 only"
     local cuda
-    cuda="$(find_cuda)" || fail 2 "no CUDA toolkit (nvcc) found: Horovod's build needs one beside the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME"
+    if ! cuda="$(find_cuda)"; then
+        # Most CPU machines: with --optional the lane (and BytePS's, built on it) is skipped,
+        # the reason recorded as for an unreachable registry.
+        local msg="$NO_CUDA (nvcc) found: Horovod's build needs one beside the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME"
+        if [ "$optional" = 1 ]; then echo "$msg" > "$unavailable"; say "skipped: $msg"; return 0; fi
+        fail 2 "$msg"
+    fi
 
     # The registry check: fetch Horovod's source, which the build needs anyway.
     local src="$cache/src"
@@ -105,9 +116,7 @@ cmd_build() {
                 fi
                 fail 3 "$msg"
             fi
-            # Not the network: a failure, --optional or not (and an older record of an
-            # unreachable registry no longer holds).
-            rm -f "$unavailable"
+            # Not the network: a failure, --optional or not.
             why="$(grep -m1 -iE 'error' <<<"$out" || true)"
             fail 1 "pip download horovod==$HOROVOD_VERSION failed, not for a network error: ${why:-$(tail -1 <<<"$out")}"
         fi

@@ -7,9 +7,11 @@
 #
 # Installs what is missing with apt-get, on Debian, as root; never starts the system's own ssh
 # service (a policy-rc.d denies it while installing, unless the machine has one already).
-# Prints one line saying what it did. Where it cannot install (not root, not Debian, the
-# package registry unreachable) it says why and exits 2; with --optional it exits 0 instead
-# (the cluster's tests then skip, naming what is missing).
+# Prints one line saying what it did. Where it cannot install for one of three reasons (not
+# root, not Debian, the package registry unreachable: apt's words for a network failure in its
+# log, APT_NETWORK_ERROR below) it says why and exits 2; with --optional it exits 0 instead
+# (the cluster's tests then skip, naming what is missing). Any other apt-get failure (no such
+# package, a held lock, a broken dpkg) is an error, exit 1, --optional or not.
 set -uo pipefail
 optional=0
 case "${1:-}" in
@@ -23,6 +25,9 @@ give_up() {
     [ "$optional" = 1 ] && exit 0
     exit 2
 }
+fail() { say "error: $*"; exit 1; }
+# What apt prints when the network fails it (resolving, connecting, a route, a timeout).
+APT_NETWORK_ERROR='Temporary failure resolving|Could not resolve|Could not connect|Unable to connect|Failed to connect|Connection failed|Connection timed out|Network is unreachable|No route to host|Connection refused'
 
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
@@ -65,10 +70,14 @@ say "installing ${need[*]} (apt-get; log $log)"
 if ! install; then
     # A fresh machine may have no package lists yet.
     if ! { DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$log" 2>&1 && install; }; then
-        give_up "apt-get could not install ${need[*]}: $(grep -E '^(E|W):' "$log" | tail -1)"
+        why="$(grep -m1 -E "$APT_NETWORK_ERROR" "$log")" &&
+            give_up "the package registry cannot be reached: apt-get could not install" \
+                    "${need[*]} (${why:0:300}; log $log)"
+        fail "apt-get could not install ${need[*]}: $(grep -E '^(E|W):' "$log" | tail -1)" \
+             "(log $log)"
     fi
 fi
 for f in /usr/sbin/sshd /usr/sbin/slurmd /usr/sbin/munged; do
-    [ -x "$f" ] || give_up "apt-get ran but $f is missing (log $log)"
+    [ -x "$f" ] || fail "apt-get ran but $f is missing (log $log)"
 done
 say "installed ${need[*]}"

@@ -1,29 +1,42 @@
 """When the optional lanes' tests may skip: each condition checked, not trusted.
 
 A skip names a condition that is really absent here (a package registry that the network does
-not reach; Debian packages not installed), never an error of the suite's own
+not reach; a CUDA toolkit for Horovod's build; Debian packages not installed), never an error of the suite's own
 scripts: an environment that should have been built and is not is a failure, and so is a
 recorded reason that does not hold. Each function returns None when the environment is there,
 the skip reason when it may be missing, and raises AssertionError otherwise
 (tests/test_horovod.py and tests/test_byteps.py test each with injected answers)."""
 import os
 import re
+import shutil
 import subprocess
 
 from .conftest import REPO
 
 
-def _network_error_pattern() -> "re.Pattern":
-    """pip's words for a network failure: the NETWORK_ERROR line of horovod/legacy_env.sh,
-    which tells them from its other failures with the same words."""
+def _legacy_env_line(name: str) -> str:
+    """The value of horovod/legacy_env.sh's line NAME='...'."""
     with open(os.path.join(REPO, "horovod", "legacy_env.sh")) as f:
-        found = re.search(r"^NETWORK_ERROR='([^']+)'$", f.read(), re.M)
-    assert found, "horovod/legacy_env.sh has no NETWORK_ERROR='...' line"
-    return re.compile(found.group(1), re.I)
+        found = re.search(rf"^{name}='([^']+)'$", f.read(), re.M)
+    assert found, f"horovod/legacy_env.sh has no {name}='...' line"
+    return found.group(1)
 
 
-NETWORK_ERROR = _network_error_pattern()
+# pip's words for a network failure, which the script tells from its other failures
+NETWORK_ERROR = re.compile(_legacy_env_line("NETWORK_ERROR"), re.I)
 UNREACHABLE = "the package registry cannot be reached"
+# the start of the script's reason for a machine without a CUDA toolkit
+NO_CUDA = _legacy_env_line("NO_CUDA")
+
+
+def cuda_toolkit() -> str | None:
+    """Where horovod/legacy_env.sh's find_cuda finds an nvcc here (CUDA_HOME, CUDAToolkit_ROOT,
+    /usr/local/cuda, then PATH), or None."""
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDAToolkit_ROOT"),
+                 "/usr/local/cuda"):
+        if home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
+            return home
+    return shutil.which("nvcc")
 
 
 def registry_unreachable(reason: str) -> bool:
@@ -32,14 +45,24 @@ def registry_unreachable(reason: str) -> bool:
     return UNREACHABLE in reason and NETWORK_ERROR.search(reason) is not None
 
 
-def horovod_skip_reason(proc: subprocess.CompletedProcess) -> str | None:
-    """``horovod/legacy_env.sh python``'s answer, after ``build --optional`` passed."""
+def horovod_skip_reason(proc: subprocess.CompletedProcess,
+                        toolkit: str | None = "look") -> str | None:
+    """``horovod/legacy_env.sh python``'s answer, after ``build --optional`` passed.
+    ``toolkit``: where a CUDA toolkit is here (None: nowhere; "look": cuda_toolkit())."""
     if proc.returncode == 0:
         return None
     reason = proc.stderr.strip()
-    assert proc.returncode == 3 and registry_unreachable(reason), (
-        f"the Horovod environment is missing, and not for an unreachable registry "
-        f"(exit {proc.returncode}): {reason}")
+    assert proc.returncode == 3, (
+        f"the Horovod environment is missing, and not for an unreachable registry or a "
+        f"missing CUDA toolkit (exit {proc.returncode}): {reason}")
+    if reason.removeprefix("horovod-env: error: ").startswith(NO_CUDA):
+        toolkit = cuda_toolkit() if toolkit == "look" else toolkit
+        assert toolkit is None, (
+            f"the Horovod build recorded '{reason}', but a CUDA toolkit is here: {toolkit}")
+        return reason
+    assert registry_unreachable(reason), (
+        f"the Horovod environment is missing, and not for an unreachable registry or a "
+        f"missing CUDA toolkit (exit {proc.returncode}): {reason}")
     return reason
 
 

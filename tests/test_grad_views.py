@@ -283,15 +283,25 @@ def _two_worker(rank, world, store, out):
     for name, values in (("bspa2a", {}), ("fusion", {"threshold": 300}), ("wfbp", {})):
         model, twin = _mlp(layers), _mlp(layers)
         comm = Comm(rank, world, trace=True)
+        reduced = []     # the memory each all-reduce ran on
+        allreduce = comm.allreduce
+        comm.allreduce = lambda t, *a, **k: (reduced.append(t.data_ptr()),
+                                             allreduce(t, *a, **k))[1]
         s = create(name, model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), comm,
                    values)
         twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
         for step in range(3):
             xs = [_batch(layers, 10 * step + r) for r in range(world)]
+            reduced.clear()
             _loss(model, xs[rank]).backward()
             s.step()
             views = all(p.grad is v for b in s.buckets if b.views is not None
                         for p, v in zip(b.params, b.views))
+            # in place: each bucket's all-reduce ran on its buffer, or on a lone tensor's
+            # gradient itself (wfbp: every bucket; no view to check there)
+            in_place = sorted(reduced) == sorted(
+                b.buffer.data_ptr() if b.buffer is not None else b.params[0].grad.data_ptr()
+                for b in s.buckets)
             s.zero_grad()
             # one process, plain SGD on the average of the workers' gradients
             _loss(twin, torch.cat(xs)).backward()
@@ -299,7 +309,8 @@ def _two_worker(rank, world, store, out):
             twin_opt.zero_grad()
         worst = max(float(((p - q).abs() / (1e-6 + 1e-5 * q.abs())).max())
                     for p, q in zip(model.parameters(), twin.parameters()))
-        results[name] = {"worst": worst, "views": views,
+        results[name] = {"worst": worst, "views": views, "in_place": in_place,
+                         "lone": sum(b.buffer is None for b in s.buckets),
                          "averages": comm.average_op() is not None,
                          "ops": sorted({op for op, _, _ in comm.trace})}
         s.close()
@@ -320,7 +331,10 @@ def test_two_workers_average_in_place_through_the_views(tmp_path):
     results = torch.load(out)
     for name, r in results.items():
         assert r["worst"] <= 1.0, (name, r)
-        assert r["views"], name
+        assert r["views"] and r["in_place"], (name, r)
+        # wfbp reduces every one of the 6 tensors alone, in its own gradient; the others have
+        # a buffer for some
+        assert (r["lone"] == 2 * 3) == (name == "wfbp"), (name, r)
         # bspa2a does not re-plan: no broadcast of rank 0's order
         assert r["ops"] == (["allreduce"] if name == "bspa2a" else ["allreduce", "broadcast"]), r
         assert r["averages"] == (TORCH_VERSION >= (2, 8)), r

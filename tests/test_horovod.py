@@ -13,7 +13,11 @@ float64 the same ulp differences stay near 1e-12, and any real difference (a mis
 average, a stale or doubled gradient, a wrong group) is many orders above the bound. Each
 engine's fp32 run is also checked by --verify against the float64 reference, step by step.
 """
+import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +26,7 @@ import numpy as np
 import pytest
 
 from .conftest import MOMENTUM_SGD, REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
-from .skip_conditions import horovod_skip_reason
+from .skip_conditions import HOROVOD_MISSING, NO_CUDA, horovod_skip_reason
 
 LEGACY = os.path.join(REPO, "horovod", "legacy_env.sh")
 LAUNCHER = os.path.join(REPO, "horovod", "horovod_mpi_cj.sh")
@@ -208,9 +212,19 @@ def test_main_environment_says_how_to_get_horovod():
     assert "make horovod-env" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def fake_toolkit(tmp_path) -> str:
+    """A CUDA_HOME whose bin/nvcc the build's prerequisite check finds (it runs no nvcc before
+    the registry check), so that check is reached on a machine without a toolkit too."""
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\nexit 1\n")
+    nvcc.chmod(0o755)
+    return str(tmp_path / "cuda")
+
+
 def test_legacy_env_not_built_and_unreachable_registry(tmp_path):
     cache = tmp_path / "cache"
-    e = env(DDLBENCH_CACHE=cache)
+    e = env(DDLBENCH_CACHE=cache, CUDA_HOME=fake_toolkit(tmp_path))
     proc = subprocess.run([LEGACY, "python"], env=e, capture_output=True, text=True)
     assert proc.returncode == 1 and "make horovod-env" in proc.stderr, proc.stderr
     # No registry: an index on a closed port, no local wheels or indexes.
@@ -234,7 +248,7 @@ def test_a_pip_failure_that_is_not_the_network_is_a_failure(tmp_path):
     exit 1 with its own message, --optional too, nothing recorded, and the tests' skip code
     fails on what `python` then says."""
     cache = tmp_path / "cache"
-    e = env(DDLBENCH_CACHE=cache, PIP_NO_INDEX="1", PIP_INDEX_URL="", PIP_EXTRA_INDEX_URL="",
+    e = env(DDLBENCH_CACHE=cache, CUDA_HOME=fake_toolkit(tmp_path), PIP_NO_INDEX="1", PIP_INDEX_URL="", PIP_EXTRA_INDEX_URL="",
             PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
     for args in (["build"], ["build", "--optional"]):
         proc = subprocess.run([LEGACY, *args], env=e, capture_output=True, text=True,
@@ -248,6 +262,78 @@ def test_a_pip_failure_that_is_not_the_network_is_a_failure(tmp_path):
     assert proc.returncode == 1, describe(proc)
     with pytest.raises(AssertionError, match="not for an unreachable registry"):
         horovod_skip_reason(proc)
+
+
+def make_test_setup() -> list[str]:
+    """The set-up lines of the Makefile's `test` recipe: all but its last, pytest."""
+    with open(os.path.join(REPO, "Makefile")) as f:
+        recipe = re.search(r"^test: setup\n((?:\t.*\n)+)", f.read(), re.M)
+    lines = [line.strip() for line in recipe.group(1).splitlines()]
+    assert lines[-1].startswith("$(RUN) $(PY) -m pytest"), lines
+    return lines[:-1]
+
+
+# After the set-up: the skip reasons the tests' fixtures would give, checked where they run.
+SKIPS = """
+import json, subprocess
+from tests.skip_conditions import byteps_skip_reason, horovod_skip_reason
+ask = lambda s: subprocess.run([s, "python"], capture_output=True, text=True)
+h = ask("horovod/legacy_env.sh")
+print(json.dumps([horovod_skip_reason(h), byteps_skip_reason(ask("byteps/legacy_env.sh"), h)]))
+"""
+
+
+def test_make_test_without_a_cuda_toolkit_reaches_pytest(tmp_path):
+    """`make test`'s set-up on a machine without a CUDA toolkit: no nvcc on PATH, CUDA_HOME
+    pointing nowhere and /usr/local/cuda hidden (an empty folder mounted over it in a mount
+    namespace of the test's own), and no package registry for apt-get. Each step exits 0; the
+    Horovod lane and BytePS's, built on it, are skipped with that reason, which the tests' skip
+    code accepts here; nothing is built or downloaded (the decision comes before either)."""
+    cuda = "/usr/local/cuda"
+    hide = os.access(os.path.join(cuda, "bin", "nvcc"), os.X_OK)
+    if hide and (os.geteuid() != 0 or shutil.which("unshare") is None):
+        pytest.skip(f"{cuda} holds a CUDA toolkit, which only root can hide (unshare -m)")
+    path = [d for d in os.environ["PATH"].split(os.pathsep)
+            if d and not os.access(os.path.join(d, "nvcc"), os.X_OK)]
+    cache = tmp_path / "cache"
+    e = env(DDLBENCH_CACHE=cache, CUDA_HOME=tmp_path / "nowhere", PYTHONPATH=REPO)
+    e.pop("CUDAToolkit_ROOT", None)
+    # an apt-get that finds no registry: system-deps.sh, where it lacks a package, skips at
+    # once (installing is not this test's; scripts/system-deps.sh's own test is in test_byteps)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text("#!/bin/sh\necho \"W: Failed to fetch http://deb.debian.org/ "
+                                  "Temporary failure resolving 'deb.debian.org'\"\nexit 100\n")
+    (fake / "apt-get").chmod(0o755)
+    e["PATH"] = os.pathsep.join([str(fake), os.path.dirname(sys.executable), *path])
+    (tmp_path / "empty").mkdir()
+    script = "set -e\n" + "".join(f"{line}\necho \"exit $? {line}\" >&2\n"
+                                   for line in make_test_setup())
+    script += f"{shlex.quote(sys.executable)} -c {shlex.quote(SKIPS)}\n"
+    if hide:
+        script = f"mount --bind {tmp_path / 'empty'} {cuda}\n" + script
+    cmd = ["unshare", "-m", "bash", "-c", script] if hide else ["bash", "-c", script]
+    proc = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    for line in make_test_setup():
+        assert f"exit 0 {line}" in proc.stderr, describe(proc)
+    horovod, byteps = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert horovod == f"horovod-env: error: {NO_CUDA} (nvcc) found: Horovod's build needs one " \
+        "beside the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME", horovod
+    assert byteps.startswith(HOROVOD_MISSING + NO_CUDA) and "make horovod-env" in byteps, byteps
+    assert sorted(p.name for p in cache.iterdir()) == ["byteps-env.unavailable",
+                                                       "horovod-env.unavailable"]
+
+
+def test_a_missing_cuda_toolkit_skips_only_where_none_is_found():
+    reason = (f"horovod-env: error: {NO_CUDA} (nvcc) found: Horovod's build needs one beside "
+              "the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME")
+    proc = subprocess.CompletedProcess([LEGACY, "python"], 3, "", reason + "\n")
+    assert horovod_skip_reason(proc, toolkit=None) == reason
+    with pytest.raises(AssertionError, match="but a CUDA toolkit is here: /usr/local/cuda"):
+        horovod_skip_reason(proc, toolkit="/usr/local/cuda")
+    with pytest.raises(AssertionError, match="not for an unreachable registry or a missing"):
+        horovod_skip_reason(subprocess.CompletedProcess([LEGACY, "python"], 2, "", reason))
 
 
 NOT_NETWORK = ("the package registry cannot be reached (pip download horovod==0.28.1: ERROR: "

@@ -89,14 +89,17 @@ def _step(method, model, seed=0):
 @pytest.mark.parametrize("name,values", [("wfbp", {}), ("fusion", {"threshold": 200})])
 def test_the_hooks_buckets_are_issued_by_the_thread_in_bucket_order(name, values):
     """Every bucket a hook completes is issued on the method's thread, in bucket order; the
-    parameters equal one worker's SGD."""
+    parameters equal one worker's SGD. The thread's first issue waits until backward has
+    handed every bucket over, so the order checked is the queue's too, not only the hooks'."""
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     comm = Comm(0, 1)
     issued = []
     allreduce = comm.allreduce
+    backward_done = threading.Event()
 
     def traced(tensor, *a, **k):
+        backward_done.wait(30)
         issued.append((tensor.numel(), threading.current_thread().name))
         return allreduce(tensor, *a, **k)
     comm.allreduce = traced
@@ -105,14 +108,20 @@ def test_the_hooks_buckets_are_issued_by_the_thread_in_bucket_order(name, values
     with create(name, model, opt, comm, values) as method:
         for s in range(3):
             issued.clear()
-            _step(method, model, s)
+            backward_done.clear()
             x = torch.randn(5, 6, generator=torch.Generator().manual_seed(s))
+            model(x).pow(2).mean().backward()
+            backward_done.set()
+            order = [b.numel for b in method.buckets]   # the plan the step issued
+            method.step()
+            method.zero_grad()
             ref(x).pow(2).mean().backward()
             ref_opt.step()
             ref_opt.zero_grad()
             assert {t for _, t in issued} == {f"{name}-issue"}, issued
             if s > 0:  # the plan is stable after the first step's re-plan
-                assert len(issued) == len(method.buckets) > 1
+                assert len(order) == len(set(order)) > 1, order   # sizes tell buckets apart
+                assert [n for n, _ in issued] == order, (issued, order)
     for p, q in zip(model.parameters(), ref.parameters()):
         assert torch.allclose(p, q, rtol=0, atol=1e-7)
 

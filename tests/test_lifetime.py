@@ -94,6 +94,8 @@ def _fail_after(steps):
     ("bytescheduler", "topk"),
     ("ddp", "fp16"),             # DDP's exchange thread
     ("fusion", "eftopk"),
+    ("wfbpps", "none"),          # BucketedPS: hooks, its issue thread, the PS transport
+    ("byteschedulerps", "none"),  # and its credit thread
 ])
 def test_an_exception_in_the_loop_leaves_no_thread_no_hook_and_no_group(clean_world, monkeypatch,
                                                                         methods_made, method,

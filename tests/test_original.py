@@ -152,6 +152,37 @@ def test_an_original_command_means_the_original_experiment(name, folder, line, m
         assert proc.stderr.startswith("byteps/launch.sh: debug=1 (the original's default)")
 
 
+# What the original's rdma switch set on top of rdma=0's experiment (its launchers; gen_cmd swept
+# rdmas=[0, 1, 2]): NCCL over InfiniBand for rdma=1, NCCL over TCP with GPUDirect off on the
+# fabric for rdma=2; the network label the training script reads (DDLBENCH_NETWORK), by which
+# MG-WFBP plans with the original's 56Gbps alpha-beta table (its --rdma) on both.
+RDMA_EXPORTS = {1: {"NCCL_IB_DISABLE=0", "DDLBENCH_NETWORK=rdma1"},
+                2: {"NCCL_IB_DISABLE=1", "NCCL_NET_GDR_LEVEL=0", "NCCL_NET_GDR_READ=0",
+                    "NCCL_IB_CUDA_SUPPORT=0", "DDLBENCH_NETWORK=rdma2"}}
+
+
+@pytest.mark.parametrize("rdma", [1, 2])
+def test_an_original_command_on_the_fast_networks(rdma):
+    """The original's MG-WFBP command with rdma=1 and rdma=2: the same training command as at
+    rdma=0, mpirun given the network's settings, and the 56Gbps table chosen for it."""
+    from ddlbench import planning
+    line = A2A.format(c="none", t=0, m=1)
+    procs = {r: run(["bash", "-c", f"cd mgwfbp; rdma={r} dnn=resnet50 bs=64 nworkers=4 {line}"],
+                    timeout=120, dry_run="1") for r in (0, rdma)}
+    for proc in procs.values():
+        assert proc.returncode == 0, describe(proc)
+    assert _train_flags(procs[rdma].stdout) == _train_flags(procs[0].stdout)
+    words = shlex.split(procs[rdma].stdout.strip().splitlines()[-1])
+    mpirun = words[:words.index("-m")]
+    exported = {mpirun[i + 1] for i, w in enumerate(mpirun) if w == "-x"}
+    nccl = {w for w in exported if w.startswith(("NCCL_IB", "NCCL_NET", "DDLBENCH_NETWORK"))}
+    assert nccl == RDMA_EXPORTS[rdma], mpirun
+    # rdma=1: one line says which MPI transport stands in for the original's openib BTL
+    assert ("rdma=1: MPI over" in procs[rdma].stderr) == (rdma == 1), describe(procs[rdma])
+    assert planning.original_ab_table(f"rdma{rdma}") == "56Gbps"
+    assert planning.original_ab_table("rdma0") == "10Gbps"
+
+
 @pytest.mark.parametrize("launcher,env,ab", [
     ("mgwfbp/horovod_mpi_cj.sh", {}, "table"),  # the original planned with its tables
     ("mgwfbp/horovod_mpi_cj.sh", dict(mgwfbp_ab="measured"), "measured"),

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -109,11 +110,31 @@ def test_cost_benchmark_rotates_the_three_modes(tmp_path):
         rec = json.load(f)
     assert rec["mode"] == "timeline" and list(rec["methods"]) == ["wfbp"], rec
     fig = rec["methods"]["wfbp"]
-    assert name == "wfbp" and set(fig) == {"none_s_per_round", "counters/none", "full/none"}
+    assert name == "wfbp" and set(fig) == {"none_s_per_round", "counters/none", "full/none",
+                                           "round_s"}
     for printed, key, places in ((seconds, "none_s_per_round", 4), (counters, "counters/none", 3),
                                  (full, "full/none", 3)):
         assert math.isfinite(fig[key]) and fig[key] > 0, (key, fig)
         assert float(printed) == pytest.approx(fig[key], abs=0.6 * 10 ** -places), (key, lines)
+    # the figures from the recorded rounds, computed here: throughput of each mode over the
+    # unrecorded rounds' (the unrecorded round's time over the recorded one's), round by round
+    rounds = fig["round_s"]
+    assert {mode: len(t) for mode, t in rounds.items()} == {"none": 6, "counters": 6, "full": 6}
+    assert fig["none_s_per_round"] == pytest.approx(statistics.median(rounds["none"]))
+    for mode in ("counters", "full"):
+        mine = statistics.median(n / t for n, t in zip(rounds["none"], rounds[mode]))
+        assert fig[f"{mode}/none"] == pytest.approx(mine, rel=1e-12), (mode, rounds)
+
+
+def test_cost_benchmark_figures_from_known_rounds():
+    """The timeline's cost from known seconds per round: each ratio the median of the rounds'
+    quotients none / mode (a throughput ratio: 0.8 where recording costs 25%), not inverted and
+    not the quotient of the medians."""
+    from ddlbench import overhead
+    times = {"none": [1.0, 2.0, 4.0], "counters": [2.0, 2.0, 5.0], "full": [1.0, 4.0, 8.0]}
+    assert overhead._timeline_figures(times) == {
+        "none_s_per_round": 2.0, "counters/none": 0.8,   # 0.5, 1.0, 0.8 (medians: 2/2 = 1.0)
+        "full/none": 0.5, "round_s": times}               # 1.0, 0.5, 0.5 (inverted: 2.0)
 
 
 def test_overhead_figures_are_medians_of_the_rounds():
