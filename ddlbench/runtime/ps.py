@@ -800,7 +800,8 @@ class PrioritySummer:
         self._load = [0] * self.nthreads
         self._thread_of: dict[int, int] = {}
         self._done = False
-        self._cv = threading.Condition()
+        self._cv = threading.Lock()            # guards the queues; each thread waits on its own
+        self._wake = [threading.Condition(self._cv) for _ in range(self.nthreads)]
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
                                           name=f"ps-priority-sum-{i}")
                          for i in range(self.nthreads)]
@@ -819,14 +820,14 @@ class PrioritySummer:
                                                key=lambda j: (self._load[j], j))
                 self._load[i] += data.numel() * data.element_size()
             self._queues[i].put(key, (peer, data))
-            self._cv.notify_all()
+            self._wake[i].notify()
 
     def _next(self, i: int):
         """Thread ``i``'s next push to sum, (key, peer, data); None once finished and empty."""
         q = self._queues[i]
         with self._cv:
             while not len(q) and not self._done:
-                self._cv.wait()
+                self._wake[i].wait()
             if not len(q):
                 return None
             key, (peer, data) = q.pop()
@@ -858,7 +859,8 @@ class PrioritySummer:
         """Every receiving thread has ended: sum what is pending, then stop."""
         with self._cv:
             self._done = True
-            self._cv.notify_all()
+            for wake in self._wake:
+                wake.notify()
         for t in self._threads:
             t.join()
 
