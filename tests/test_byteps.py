@@ -515,6 +515,9 @@ def test_launcher_bad_engine_input(tmp_path, variables, message):
                              "bspps, wfbpps, byteschedulerps"),
     (["--method", "wfbpps", "--threshold", "1000"], "BytePS 0.2.5 fuses nothing"),
     (["--method", "wfbpps", "--compressor", "fp16"], "--engine byteps takes --compressor none"),
+    (["--method", "byteschedulerps", "--server-rule", "lowest-key"],
+     "--engine byteps runs BytePS's own server rule (fewest-pushes); --server-rule lowest-key "
+     "runs on --engine torch"),
 ])
 def test_byteps_bad_input(byteps_python, args, message):
     proc = subprocess.run([byteps_python, "-m", "ddlbench.train", "--engine", "byteps",
