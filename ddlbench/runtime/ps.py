@@ -41,7 +41,8 @@ Protocol, per *session* (one method object's lifetime):
 The server's timeline (``--timeline PATH`` only; off otherwise, costing one attribute test per
 push): per push a ``receive`` span (the header's arrival to the data's, on the row ``receive
 from worker P`` of that peer's thread) and a ``sum`` span (the push added into its key's
-accumulator, on the thread that sums: the peer's, or ``priority sum`` with server-side scheduling);
+accumulator, on the thread that sums: the peer's, or ``priority sum`` with server-side scheduling,
+``priority sum I`` with several summing threads);
 per completed round a ``send`` span (the sum's sends to every pusher, from issue until all have
 completed: Gloo's sends have no future, so a watcher thread waits for them in issue order).
 
