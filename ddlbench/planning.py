@@ -79,6 +79,56 @@ def original_alpha_beta(nworkers: int, network: str | None) -> tuple[str, float,
 PS_CLIENTS = ("machine", "process")
 DEFAULT_PS_CLIENTS = PS_CLIENTS[0]
 
+# Which server holds a partition (docs/DESIGN.md section 6): ``least-loaded`` (the default),
+# each key in key order on the server with the fewest bytes so far (ties: the lowest server);
+# ``key-mod``, server ``key mod S``, the original suite's and BytePS's kind of rule (BytePS
+# hashes the key, djb2), kept for comparison.
+PS_PLACEMENTS = ("least-loaded", "key-mod")
+DEFAULT_PS_PLACEMENT = PS_PLACEMENTS[0]
+
+# How a scheduling server picks the next pending push (docs/DESIGN.md section 6):
+# ``fewest-pushes`` is BytePS 0.2.x's (server/queue.h): the key with the fewest pushes received
+# in its current round first (a round's last push zeroes the count), ties by arrival;
+# ``lowest-key`` the suite's earlier rule: the lowest key first, ties by arrival.
+SERVER_RULES = ("fewest-pushes", "lowest-key")
+DEFAULT_SERVER_RULE = SERVER_RULES[0]
+# A scheduling server's summing threads (BYTEPS_SERVER_ENGINE_THREAD; the original's
+# launch.sh set 8, BytePS's own default is 4), each with its own queue.
+DEFAULT_ENGINE_THREADS = 8
+
+
+class Placer:
+    """Places keys on ``nservers`` servers by ``rule`` (``PS_PLACEMENTS``) as they come:
+    ``server(key, nbytes)`` at a key's first sight, the same server after. Torch-free: the
+    engine's plan and the model's push/pull use it alike."""
+
+    def __init__(self, nservers: int, rule: str = DEFAULT_PS_PLACEMENT):
+        if rule not in PS_PLACEMENTS:
+            raise UsageError(f"parameter-server placement must be {' or '.join(PS_PLACEMENTS)}, "
+                             f"got {rule!r}")
+        if nservers < 1:
+            raise UsageError(f"placement needs at least one server, got {nservers}")
+        self.rule = rule
+        self.load = [0] * nservers       # bytes placed on each server so far
+        self.of: dict[int, int] = {}     # key -> server
+
+    def server(self, key: int, nbytes: int) -> int:
+        s = self.of.get(key)
+        if s is None:
+            if self.rule == "key-mod":
+                s = key % len(self.load)
+            else:
+                s = min(range(len(self.load)), key=lambda i: (self.load[i], i))
+            self.of[key] = s
+            self.load[s] += int(nbytes)
+        return s
+
+
+def place(nbytes: list[int], nservers: int, rule: str = DEFAULT_PS_PLACEMENT) -> list[int]:
+    """The server of each key 0..n-1 of ``nbytes`` bytes, placed in key order."""
+    placer = Placer(nservers, rule)
+    return [placer.server(k, b) for k, b in enumerate(nbytes)]
+
 
 def default_nservers(nworkers: int, hosts: int = 1) -> int:
     """One server per worker machine; on one machine one per 4 workers, at least 1."""

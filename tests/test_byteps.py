@@ -569,6 +569,9 @@ def test_launcher_bad_engine_input(tmp_path, variables, message):
                              "bspps, wfbpps, byteschedulerps"),
     (["--method", "wfbpps", "--threshold", "1000"], "BytePS 0.2.5 fuses nothing"),
     (["--method", "wfbpps", "--compressor", "fp16"], "--engine byteps takes --compressor none"),
+    (["--method", "byteschedulerps", "--server-rule", "lowest-key"],
+     "--engine byteps runs BytePS's own server rule (fewest-pushes); --server-rule lowest-key "
+     "runs on --engine torch"),
 ])
 def test_byteps_bad_input(byteps_python, args, message):
     proc = subprocess.run([byteps_python, "-m", "ddlbench.train", "--engine", "byteps",
@@ -590,3 +593,110 @@ def test_byteps_over_an_emulated_network(byteps_python, tmp_path):
     runs = sorted(set(re.findall(r"run ([0-9a-f]{6})", proc.stderr)))
     assert len(runs) == 1, proc.stderr          # the cluster's summary names its run
     assert [ns for ns in netem.list_namespaces() if runs[0] in ns] == [], "namespaces left"
+
+
+# A program that drives the built BytePS server's own scheduling queue (byteps/server/queue.h
+# as installed, the patch's heap included): "push ID KEY", "clear KEY" (ClearCounter) and "pop"
+# (WaitAndPop, the popped message's id printed). The message carries only what the queue reads.
+_QUEUE_DRIVER = r"""
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <unordered_map>
+namespace byteps { namespace server {
+struct BytePSEngineMessage { uint64_t id; uint64_t key; };
+} }
+#include "queue.h"
+int main() {
+  byteps::server::PriorityQueue queue(true);
+  std::string op;
+  while (std::cin >> op) {
+    byteps::server::BytePSEngineMessage m;
+    if (op == "push") { std::cin >> m.id >> m.key; queue.Push(m); }
+    else if (op == "clear") { std::cin >> m.key; queue.ClearCounter(m.key); }
+    else { queue.WaitAndPop(&m); std::cout << m.id << "\n"; }
+  }
+}
+"""
+
+
+def _server_script(seed: int, pushers: int, nkeys: int, rounds: int):
+    """A server's arrivals as BytePS's request handler queues them: per round every pusher's
+    push of every key in a random order, pops in between at random and the rest at the round's
+    end; a round's last push of a key also queues its ALL_RECV message and clears the key's
+    count. (ops for the driver, ops for the suite's queue, ALL_RECV ids.)"""
+    import random
+    rng = random.Random(seed)
+    ops, ours, done, ids = [], [], set(), iter(range(1 << 20))
+    queued = 0
+    for _ in range(rounds):
+        arrivals = [k for k in range(nkeys) for _ in range(pushers)]
+        rng.shuffle(arrivals)
+        seen: dict = {}
+        for key in arrivals:
+            i = next(ids)
+            ops.append(f"push {i} {key}")
+            ours.append(("put", key, i))
+            queued += 1
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] == pushers:
+                j = next(ids)
+                done.add(j)
+                ops += [f"push {j} {key}", f"clear {key}"]
+                queued += 1
+            while queued and rng.random() < 0.4:
+                ops.append("pop")
+                ours.append(("pop",))
+                queued -= 1
+        ops += ["pop"] * queued
+        ours += [("pop",)] * queued
+        queued = 0
+    return ops, ours, done
+
+
+def test_the_server_queue_pops_as_bytepss(byteps_python, tmp_path):
+    """The suite's fewest-pushes queue (ddlbench.runtime.ps.ServerQueue) pops a server's pushes
+    in the order the built BytePS server's own queue does, on the issue's example (pushes of
+    keys 2, 2, 1, 0 pop as 1, 0, 2, 2) and on recorded sequences of 3 pushers x 6 keys x 4
+    rounds with pops in between (BytePS's ALL_RECV messages take pops of their own; the
+    suite's queue has none, the round's last push completing it)."""
+    from ddlbench.runtime import ps
+    env_dir = os.path.dirname(os.path.dirname(byteps_python))
+    headers = glob.glob(os.path.join(env_dir, "lib", "python*", "site-packages", "byteps",
+                                     "server", "queue.h"))
+    assert len(headers) == 1, env_dir
+    with open(headers[0]) as f:
+        assert "ddl-benchmarks" in f.read()          # the patched queue the servers run
+    (tmp_path / "driver.cc").write_text(_QUEUE_DRIVER)
+    build = subprocess.run(["g++", "-std=c++14", "-O1", "-pthread", "-I",
+                            os.path.dirname(headers[0]), str(tmp_path / "driver.cc"), "-o",
+                            str(tmp_path / "driver")], capture_output=True, text=True,
+                           timeout=120)
+    assert build.returncode == 0, build.stderr
+
+    def byteps_pops(ops):
+        proc = subprocess.run([str(tmp_path / "driver")], input="\n".join(ops) + "\n",
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return [int(x) for x in proc.stdout.split()]
+    example = ["push 0 2", "push 1 2", "push 2 1", "push 3 0"] + ["pop"] * 4
+    assert byteps_pops(example) == [2, 3, 0, 1]            # keys 1, 0, 2, 2
+    q = ps.ServerQueue("fewest-pushes", expected=4)
+    for i, key in enumerate((2, 2, 1, 0)):
+        q.put(key, i)
+    assert [q.pop()[1] for _ in range(4)] == [2, 3, 0, 1]
+    for seed in range(5):
+        ops, ours, all_recv = _server_script(seed, pushers=3, nkeys=6, rounds=4)
+        theirs = iter(byteps_pops(ops))
+        q = ps.ServerQueue("fewest-pushes", expected=3)
+        popped, expected = [], []
+        for op in ours:
+            if op[0] == "put":
+                q.put(op[1], op[2])
+                continue
+            got = next(theirs)
+            if got not in all_recv:            # BytePS's pop took a push: so must the suite's
+                expected.append(got)
+                popped.append(q.pop()[1])
+        assert popped == expected and len(popped) == 3 * 6 * 4, seed
+        assert next(theirs, None) is None

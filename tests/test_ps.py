@@ -36,13 +36,29 @@ BERT_PS = [*TINY_BERT, "--partition-bytes", "65536", "--credit", "50000"]
 # ------------------------------------------------------------------------ the partition plan
 
 def test_plan_cuts_units_and_spreads_keys_round_robin():
-    # fp32: 40 bytes = 10 elements per partition; 3 servers.
-    parts = ps.plan([(25, torch.float32), (10, torch.float32), (3, torch.float64)], 40, 3)
+    # fp32: 40 bytes = 10 elements per partition; 3 servers; key-mod placement.
+    parts = ps.plan([(25, torch.float32), (10, torch.float32), (3, torch.float64)], 40, 3,
+                    "key-mod")
     got = [[(p.key, p.start, p.end, p.server) for p in unit] for unit in parts]
     assert got == [[(0, 0, 10, 0), (1, 10, 20, 1), (2, 20, 25, 2)],
                    [(3, 0, 10, 0)],
                    [(4, 0, 3, 1)]]          # float64: 5 elements per partition, 3 fit in one
     assert [p.unit for unit in parts for p in unit] == [0, 0, 0, 1, 2]
+
+
+def test_plan_places_each_key_on_the_least_loaded_server():
+    """The default: keys in key order, each on the server with the fewest bytes so far (ties:
+    the lowest). Partitions of 40, 40, 20, 40 and 24 bytes on 3 servers: key 3 goes to server
+    2 (20 bytes there, 40 on the others), key 4 to server 0 (40, 40, 60)."""
+    units = [(25, torch.float32), (10, torch.float32), (3, torch.float64)]
+    parts = ps.plan(units, 40, 3)
+    assert [(p.key, p.server) for unit in parts for p in unit] == [
+        (0, 0), (1, 1), (2, 2), (3, 2), (4, 0)]
+    assert parts == ps.plan(units, 40, 3, "least-loaded")
+    assert planning.place([40, 40, 20, 40, 24], 3) == [0, 1, 2, 2, 0]
+    assert planning.place([40, 40, 20, 40, 24], 3, "key-mod") == [0, 1, 2, 0, 1]
+    with pytest.raises(UsageError, match="placement must be least-loaded or key-mod"):
+        planning.place([1], 2, "hash")
 
 
 def test_more_servers_than_partitions_leaves_some_idle():
@@ -140,12 +156,15 @@ class _ScriptedGroup:
         return _Work()
 
 
-@pytest.mark.parametrize("schedule,expected", [(True, [5, 0, 1, 2, 3, 4]),
-                                               (False, [5, 4, 3, 2, 1, 0])])
+@pytest.mark.parametrize("schedule,expected", [("lowest-key", [5, 0, 1, 2, 3, 4]),
+                                               ("fewest-pushes", [5, 4, 3, 2, 1, 0]),
+                                               (None, [5, 4, 3, 2, 1, 0])])
 def test_server_sums_pending_pushes_in_priority_order(schedule, expected):
     """Pushes arrive in reverse priority order (key 5 first). The first is summed at once and
-    its sum held on the wire while keys 4..0 queue up: with scheduling the server then serves
-    them lowest key (front layer) first, without it in arrival order."""
+    its sum held on the wire while keys 4..0 queue up: with the lowest-key rule the server
+    then serves them lowest key (front layer) first; with BytePS's fewest-pushes rule one
+    pusher's push completes its key's round on arrival (the count back to 0), so every key
+    ties and they go in arrival order, as without scheduling."""
     import threading
     import time
     group = _ScriptedGroup()
@@ -210,7 +229,7 @@ def _wait_for(cond, what):
         time.sleep(0.005)
 
 
-@pytest.mark.parametrize("schedule", [False, True])
+@pytest.mark.parametrize("schedule", [None, "fewest-pushes"])
 def test_a_server_posts_its_receives_before_the_pushes_come(schedule):
     """Session 1 of a server (its second), 2 pushers, 3 keys, 2 rounds. At the start a header
     receive per key + SPARE_HEADERS for each pusher, on the session's own header tag; a
@@ -274,6 +293,93 @@ def test_a_server_refuses_a_round_pushed_wrong(monkeypatch, second, message):
     assert not session.is_alive() and died == [message]
 
 
+# ------------------------------------------------------------ the scheduling server's rule
+
+@pytest.mark.parametrize("rule,popped", [("fewest-pushes", [1, 0, 2, 2]),
+                                         ("lowest-key", [0, 1, 2, 2])])
+def test_the_server_queue_pops_as_its_rule_says(rule, popped):
+    """The issue's example: pushes of keys 2, 2, 1, 0 pending (4 pushers, no round
+    complete). BytePS's rule pops the keys with the fewest pushes first (1 and 0, one push
+    each, by arrival), then key 2's two; the lowest-key rule 0, 1, 2, 2."""
+    q = ps.ServerQueue(rule, expected=4)
+    for n, key in enumerate((2, 2, 1, 0)):
+        q.put(key, n)
+    assert len(q) == 4
+    got = [q.pop() for _ in range(4)]
+    assert [k for k, _ in got] == popped
+    assert [n for k, n in got if k == 2] == [0, 1]          # a key's own: by arrival
+    assert len(q) == 0
+
+
+def test_a_rounds_last_push_zeroes_its_keys_count():
+    """2 pushers: key 5's second push completes its round (count back to 0, as BytePS's
+    ClearCounter), so its pending pushes go before key 1's (one push so far), and key 5's
+    next round counts from 0 again."""
+    q = ps.ServerQueue("fewest-pushes", expected=2)
+    for key in (1, 5, 5):
+        q.put(key, key)
+    assert [q.pop()[0] for _ in range(3)] == [5, 5, 1]
+    q.put(5, "next")        # key 1 still has 1 push this round; key 5 now has 1 too: by arrival
+    q.put(1, "second")       # key 1's round complete: 0
+    assert [q.pop() for _ in range(2)] == [(1, "second"), (5, "next")]
+
+
+def test_a_scheduling_server_sums_by_bytepss_rule():
+    """A server with 3 pushers and BytePS's rule on one summing thread, held while it sums the
+    first push (key 3 from worker 0); then pushes of keys 2 (workers 0 and 1), 1 and 0
+    (worker 0) queue up. Released, it sums 1, 0, 2, 2 (fewest pushes of the round first, ties
+    by arrival); every round's sum is right."""
+    group = _PostingGroup()
+    server = ps.Server(group, rank=3, nworkers=3, nservers=1, timeout_s=30)
+    gate, first = threading.Event(), threading.Event()
+    add = server._add
+
+    def held(*args, **kw):
+        if not first.is_set():
+            first.set()
+            assert gate.wait(30)
+        return add(*args, **kw)
+    server._add = held
+    keys = {k: ps._Key(4, torch.float32) for k in range(4)}
+    tag = ps.header_tag(0)
+    session = threading.Thread(target=server._session,
+                               args=(keys, [0, 1, 2], "fewest-pushes", 0, 1))
+    session.start()
+
+    def push(peer, key):
+        group.deliver(peer, tag, torch.tensor([ps.OP_PUSH, key]))
+        group.deliver(peer, ps.TAG_DATA + key, torch.full((4,), 10.0 * peer + key))
+    push(0, 3)
+    assert first.wait(30)
+    for n, (peer, key) in enumerate([(0, 2), (1, 2), (0, 1), (0, 0)]):
+        push(peer, key)
+        _wait_for(lambda: server.scheduler.pending() == n + 1, "the pushes queued")
+    gate.set()
+    _wait_for(lambda: len(server.served) == 5, "the queued pushes summed")
+    assert list(server.served) == [(3, 0), (1, 0), (0, 0), (2, 0), (2, 1)]
+    for peer, key in [(1, 3), (1, 1), (1, 0), (2, 3), (2, 2), (2, 1), (2, 0)]:
+        push(peer, key)
+    for peer in range(3):
+        group.deliver(peer, tag, torch.tensor([ps.OP_END, -1]))
+    session.join(30)
+    assert not session.is_alive()
+    sums = {(p, key): t for p, key, t in group.sent}
+    assert sorted(sums) == [(p, k) for p in range(3) for k in range(4)]
+    assert all(torch.equal(t, torch.full((4,), 30.0 + 3 * key)) for (_, key), t in sums.items())
+
+
+def test_a_server_spreads_its_keys_over_its_summing_threads_by_bytes():
+    """4 summing threads: each key, at its first push, goes to the thread with the fewest bytes
+    so far (ties: the lowest), as BytePS's server assigns its engine threads; a key stays on
+    its thread."""
+    summer = ps.PrioritySummer(ps._Summer(None, 30, "test"), {}, 2, None, "fewest-pushes", 4)
+    summer.finish()                                   # (no thread sums: the queues are kept)
+    for key, numel in [(0, 100), (1, 10), (2, 10), (3, 10), (4, 5), (1, 10), (5, 1)]:
+        summer.put(0, key, torch.zeros(numel))
+    assert summer._thread_of == {0: 0, 1: 1, 2: 2, 3: 3, 4: 1, 5: 2}
+    assert summer.pending() == 7
+
+
 # ------------------------------------------------------------- correctness, 1-4 workers
 
 # Model x worker count (1-4) x server count (1, 2) x who pushes, pairwise for the suite's time
@@ -284,7 +390,12 @@ def test_a_server_refuses_a_round_pushed_wrong(monkeypatch, second, message):
 # each worker). Clients per machine (the default) on one machine (one pusher summing 2-3
 # workers) and on 2 logical machines of 2 workers (--slots 2: two pushers, each summing two);
 # clients per process with 3 workers on 2 servers.
-MATRIX = [("cnn", 2, 1, [FORCE]), ("cnn", 3, 2, ["--ps-clients", "process", FORCE]),
+# The 3-worker CNN row also runs the other placement and byteschedulerps's other server rule
+# (the suite's lowest-key, on one summing thread); the 2 machines of the BERT row byteschedulerps
+# with BytePS's rule (the default) over 8 summing threads.
+MATRIX = [("cnn", 2, 1, [FORCE]),
+          ("cnn", 3, 2, ["--ps-clients", "process", FORCE, "--ps-placement", "key-mod",
+                         "--server-rule", "lowest-key", "--engine-threads", "1"]),
           ("bert", 1, 2, [FORCE]), ("bert", 3, 1, [FORCE]), ("bert", 4, 2, ["--slots", "2"])]
 
 
@@ -372,6 +483,12 @@ def _check_ps_record(proc, rec, extra, nworkers, pushers):
     assert sum(s["bytes_received"] for s in servers) == len(pushers) * grad * steps
     assert sum(s["bytes_sent"] for s in servers) == len(pushers) * grad * steps
     assert all(s["pushers"] == len(pushers) for s in servers)
+    # and each server carried what the plan put on it (method.bytes_per_server, its
+    # --ps-placement), per pusher and step
+    per_server = rec["method"]["bytes_per_server"]
+    assert sum(per_server) == grad and rec["method"]["ps_placement"] == "least-loaded"
+    assert [s["bytes_received"] for s in servers] == [len(pushers) * b * steps
+                                                      for b in per_server]
     assert all(s["rss_bytes"] >= s["rss_bytes_at_start"] > 0 for s in servers)
     assert "Parameter servers: 2, partition 65536 bytes" in proc.stdout
 
@@ -643,42 +760,63 @@ def test_the_one_machine_rule():
     assert not pslaunch.one_machine(local, [], ["--slots", "2"], 4)
 
 
-def test_the_original_byteschedulerps_pushes_from_hooks_for_a_priority_server():
+# (rule, the keys of parameters 0..5 of b.weight b.bias c.weight c.bias a.weight a.bias)
+@pytest.mark.parametrize("rule,keys", [
+    # BytePS's: keys in sorted parameter-name order, as the original declared them
+    ("fewest-pushes", [3, 2, 5, 4, 1, 0]),
+    # the suite's earlier rule: keys front layers first
+    ("lowest-key", [0, 1, 2, 3, 4, 5])])
+def test_the_original_byteschedulerps_pushes_from_hooks_for_a_priority_server(rule, keys):
     """byteschedulerps (the original's): one push per tensor, each from its gradient hook,
-    all before step() (no credit window holds any back), in backward order, keys numbered
-    front layers first and the session opened with server-side scheduling. Those pushes
-    arriving in that order (key 5 first), a scheduling server serves them lowest key first:
-    test_server_sums_pending_pushes_in_priority_order."""
+    all before step() (no credit window holds any back), in backward order, the session
+    opened with the server rule and its engine threads, keys numbered as the rule wants
+    them: sorted parameter names (a.bias, a.weight, b.bias, ...) for BytePS's fewest-pushes,
+    front layers first for lowest-key. The record names rule, threads, order and placement.
+    (The servers' order: test_server_sums_pending_pushes_in_priority_order and
+    test_the_server_queue_pops_as_bytepss.)"""
+    from collections import OrderedDict
+
     from torch import nn
 
     from ddlbench import methods
     from ddlbench.runtime.comm import Comm
     client = _RecordingClient()
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    method = methods.create("byteschedulerps", model, opt, Comm(0, 1, ps=client))
+    model = nn.Sequential(OrderedDict(b=nn.Linear(4, 8), c=nn.Linear(8, 8), a=nn.Linear(8, 2)))
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.1)
+    method = methods.create("byteschedulerps", model, opt, Comm(0, 1, ps=client),
+                            {"server_rule": rule, "engine_threads": 3})
     with method:
-        assert client.schedule is True
-        assert client.units == [(p.numel(), p.dtype) for p in model.parameters()]
+        assert (client.schedule, client.engine_threads) == (rule, 3)
+        assert client.placement == "least-loaded"
+        by_key = sorted(range(6), key=lambda i: keys[i])
+        assert client.units == [(params[i].numel(), params[i].dtype) for i in by_key]
         model(torch.randn(3, 4)).sum().backward()
         _wait_for(lambda: len(client.pushed) == 6, "six pushes before step()")
-        assert client.pushed == [5, 4, 3, 2, 1, 0]
+        assert client.pushed == [keys[i] for i in (5, 4, 3, 2, 1, 0)]
         method.step()
-        assert method.describe()["algorithm"] == {
+        d = method.describe()
+        assert d["algorithm"] == {
             "worker_schedule": "from_hooks", "server_schedule": "priority", "servers": 1,
             "threshold_bytes": 0}
+        assert d["server_rule"].startswith(rule + ": ") and d["engine_threads"] == 3
+        assert d["ps_placement"] == "least-loaded"
+        assert d["key_order"].startswith("sorted parameter names" if rule == "fewest-pushes"
+                                         else "model.parameters() order")
 
 
 class _RecordingClient:
-    """A worker's end of one server that records the session and the pushes."""
-    nservers, partition_bytes, clients, pushers = 1, 4096000, "machine", [0]
+    """A worker's end of ``nservers`` servers that records the session and the pushes."""
+    partition_bytes, clients, pushers = 4096000, "machine", [0]
 
-    def __init__(self):
+    def __init__(self, nservers=1):
+        self.nservers = nservers
         self.pushed, self.units, self.schedule = [], None, None
 
-    def open(self, units, schedule=False):
+    def open(self, units, schedule=None, placement="least-loaded", engine_threads=1):
         self.units, self.schedule = list(units), schedule
-        return ps.plan(units, self.partition_bytes, 1)
+        self.placement, self.engine_threads = placement, engine_threads
+        return ps.plan(units, self.partition_bytes, self.nservers, placement)
 
     def push_pull(self, part, data):
         self.pushed.append(part.key)
@@ -686,6 +824,56 @@ class _RecordingClient:
 
     def close(self):
         pass
+
+
+# Bytes per server per worker-step with 2 servers and BytePS's 4,096,000-byte partitions, as
+# each method plans them for the model (method.bytes_per_server): byteschedulerps keys its
+# tensors in sorted parameter-name order (BytePS's rule), wfbpps in push order (backward).
+# Least-loaded: SqueezeNet 1.1 2.34/2.60 MB and ResNet-18 23.46/23.30 MB for byteschedulerps
+# (the issue's figures); key-mod puts every bias on one server and every weight on the other
+# for SqueezeNet (0.02/4.93 MB for wfbpps, as the issue measured).
+PLACED = [("squeezenet1_1", "byteschedulerps", "least-loaded", [2342944, 2599040]),
+          ("squeezenet1_1", "wfbpps", "least-loaded", [2473312, 2468672]),
+          ("squeezenet1_1", "wfbpps", "key-mod", [15776, 4926208]),
+          ("squeezenet1_1", "byteschedulerps", "key-mod", [15776, 4926208]),
+          ("resnet18", "byteschedulerps", "least-loaded", [23459840, 23298208]),
+          ("resnet18", "wfbpps", "least-loaded", [23329952, 23428096]),
+          ("resnet18", "wfbpps", "key-mod", [23358880, 23399168]),
+          ("resnet18", "byteschedulerps", "key-mod", [21929472, 24828576])]
+
+
+@pytest.mark.parametrize("model_name,method_id,placement,per_server", PLACED)
+def test_bytes_per_server_as_placed(model_name, method_id, placement, per_server):
+    """The method's own plan (its units opened on a recording client of 2 servers) and the
+    record's bytes_per_server; every gradient byte on exactly one server; the model prices
+    the same bytes on each server (its pushes of one iteration, from the parameters' sizes
+    and names in backward order)."""
+    import models
+    from ddlbench import methods
+    from ddlbench.runtime.comm import Comm
+    model = models.build(model_name).model
+    grad = sum(p.numel() * p.element_size() for p in model.parameters())
+    client = _RecordingClient(nservers=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    method = methods.create(method_id, model, opt, Comm(0, 1, ps=client),
+                            {"ps_placement": placement})
+    with method:
+        d = method.describe()
+    assert client.placement == placement
+    assert d["bytes_per_server"] == per_server and sum(per_server) == grad
+    assert d["ps_placement"] == placement
+    from ddlbench.model import simulate
+    named = list(model.named_parameters())[::-1]
+    work = simulate.Compute(0.01, [1e-4] * len(named),
+                            [p.numel() * p.element_size() for _, p in named],
+                            names=[n for n, _ in named])
+    links = simulate.ServerLinks(1e-5, 1e-9, 0.0, nservers=2, pushers=1)
+    prediction = simulate.predict(method_id, work, None, servers=links, ps_placement=placement)
+    priced = [0, 0]
+    for name, _, _, _, _, args in prediction.events:
+        if name == "push":
+            priced[args["server"]] += args["bytes"]
+    assert priced == per_server
 
 
 @pytest.mark.timeout(300)

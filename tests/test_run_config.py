@@ -27,6 +27,8 @@ DEFAULTS = {
     # the options of today's methods (zero and hsdp, fsdp2, localsgd and diloco)
     "gather_prefetch": "1", "outer_lr": 0.7, "outer_momentum": 0.9, "period": 4,
     "reshard_after_forward": "0", "rs_carrier": "auto", "zero_stage": "2",
+    # the PS methods' placement and byteschedulerps's server rule and summing threads
+    "ps_placement": "least-loaded", "server_rule": "fewest-pushes", "engine_threads": 8,
 }
 
 SEVERAL = ["--model", "resnet18", "--batch-size", "8", "--method", "fusion,ddp", "--nworkers",

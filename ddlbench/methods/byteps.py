@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError, say
+from ..planning import DEFAULT_SERVER_RULE
 from .base import BucketPlan, LaneMethod
 from .ps import (BSPPS, WFBPPS, ByteSchedulerPS, FROM_HOOKS, AFTER_BACKWARD, algorithm,
                  servers_line)
@@ -118,6 +119,8 @@ class _BytePSMethod(LaneMethod):
         d["nservers"] = nservers
         d["ps_clients"] = "process"
         d["partition_bytes"] = int(self.options.partition_bytes)
+        # BytePS places keys by its own hash (BYTEPS_KEY_HASH_FN), whatever --ps-placement says
+        d["ps_placement"] = "BytePS's hash (BYTEPS_KEY_HASH_FN, djb2 by default)"
         d["byteps"] = {**byteps.environment(), "torch": torch.__version__,
                        "settings": byteps.recorded_settings()}
         return d
@@ -226,6 +229,14 @@ class BytePSByteSchedulerPS(BytePSWFBPPS):
     implements = ByteSchedulerPS
     display = "ByteScheduler-PS (BytePS server scheduling)"
     server_schedule = True
+
+    @classmethod
+    def check_options(cls, options) -> None:
+        super().check_options(options)
+        if options.server_rule != DEFAULT_SERVER_RULE:
+            raise UsageError(f"--engine byteps runs BytePS's own server rule "
+                             f"({DEFAULT_SERVER_RULE}); --server-rule {options.server_rule} "
+                             f"runs on --engine torch")
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         super().__init__(model, optimizer, comm, options, compressor, model_name)

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..options import COUNT, Options, count_at_least, one_of, option
-from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS, PS_CLIENTS
+from ..planning import (DEFAULT_ENGINE_THREADS, DEFAULT_PARTITION_BYTES, DEFAULT_PS_CLIENTS,
+                        DEFAULT_PS_PLACEMENT, DEFAULT_SERVER_RULE, PS_CLIENTS, PS_PLACEMENTS,
+                        SERVER_RULES)
 from ..timeline import tensors_label
 from . import rules, threads
 from .allreduce import BSPA2A, WFBP, Bucket, GradViews, threshold_option
@@ -50,6 +52,30 @@ def ps_clients_option():
 
 
 PS_CLIENTS_KIND = one_of(*PS_CLIENTS)
+PS_PLACEMENT_KIND = one_of(*PS_PLACEMENTS)
+SERVER_RULE_KIND = one_of(*SERVER_RULES)
+
+
+def ps_placement_option():
+    return option(DEFAULT_PS_PLACEMENT, PS_PLACEMENT_KIND, "which server holds a partition: "
+                  "least-loaded (each key, in key order, on the server with the fewest bytes "
+                  "so far) or key-mod (server key mod S, the original's kind of rule; BytePS "
+                  "hashes the key); the torch engine's (BytePS places by its own hash)",
+                  env="DDLBENCH_PS_PLACEMENT")
+
+
+def server_rule_option():
+    return option(DEFAULT_SERVER_RULE, SERVER_RULE_KIND, "how a server picks the next pending "
+                  "push: fewest-pushes (BytePS 0.2.x's: the key with the fewest pushes of its "
+                  "round received first, ties by arrival; keys in sorted parameter-name order, "
+                  "as the original declared them) or lowest-key (the suite's earlier rule: keys "
+                  "front layers first, the lowest first)", env="DDLBENCH_SERVER_RULE")
+
+
+def engine_threads_option():
+    return option(DEFAULT_ENGINE_THREADS, COUNT, "a scheduling server's summing threads, each "
+                  "with its own queue (BytePS's engine threads; the original set 8)",
+                  env="BYTEPS_SERVER_ENGINE_THREAD")
 
 
 # Below this every push is a handful of elements: the run crawls (messages per iteration =
@@ -69,6 +95,7 @@ class BSPPSOptions(Options):
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
     ps_clients: str = ps_clients_option()
+    ps_placement: str = ps_placement_option()
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,13 @@ class WFBPPSOptions(Options):
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
     ps_clients: str = ps_clients_option()
+    ps_placement: str = ps_placement_option()
+
+
+@dataclass(frozen=True)
+class ByteSchedulerPSOptions(WFBPPSOptions):
+    server_rule: str = server_rule_option()
+    engine_threads: int = engine_threads_option()
 
 
 SWITCH = one_of("1", "0")
@@ -86,13 +120,14 @@ SWITCH = one_of("1", "0")
 @dataclass(frozen=True)
 class ByteSchedulerWorkerOptions(Options):
     server_schedule: str = option(
-        "1", SWITCH, "1: servers sum pending pushes in priority order, front layers first "
-        "(BytePS's server scheduling); 0: in arrival order, only the workers' credit window "
-        "schedules", env="BYTEPS_SERVER_ENABLE_SCHEDULE")
+        "1", SWITCH, "1: servers sum pending pushes in priority order, the lowest key "
+        "(front layers) first (the suite's lowest-key rule, switched as BytePS's server "
+        "scheduling); 0: in arrival order, only the workers' credit window schedules", env="BYTEPS_SERVER_ENABLE_SCHEDULE")
     credit: int = credit_option()
     nservers: int | None = nservers_option()
     partition_bytes: int = partition_bytes_option()
     ps_clients: str = ps_clients_option()
+    ps_placement: str = ps_placement_option()
 
 
 # The record's ``algorithm`` (what a PS run did, in the terms the original's runs are compared
@@ -117,6 +152,24 @@ def algorithm(worker_schedule: str, server_schedule: bool, nservers: int,
                                 "priority" if server_schedule else "arrival"),
             "servers": nservers,
             "threshold_bytes": None if threshold is None else int(threshold)}
+
+
+# What the record says of a scheduling server's rule and of the keys' order under it.
+RULE_WORDS = {
+    "fewest-pushes": "fewest-pushes: the key with the fewest pushes of its round received "
+                     "first, ties by arrival (BytePS 0.2.x's server/queue.h)",
+    "lowest-key": "lowest-key: the lowest key first, ties by arrival (the suite's own rule)"}
+KEY_ORDER_WORDS = {"fewest-pushes": "sorted parameter names (as the original declared them "
+                                    "to BytePS)",
+                   "lowest-key": "model.parameters() order, front layers first"}
+
+
+def per_server_bytes(parts, params, nservers: int) -> list[int]:
+    """The bytes of each server's partitions (``parts``' ``unit`` indexes ``params``)."""
+    out = [0] * nservers
+    for p in parts if nservers else ():
+        out[p.server] += p.numel * params[p.unit].element_size()
+    return out
 
 
 def servers_line(nservers: int) -> str:
@@ -145,9 +198,10 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
     (``threads.Issuer``), which posts its pushes and pulls; the step waits for it, then
     pushes what no hook completed (all of BSP-PS's units).
 
-    ``server_schedule``: the servers sum pending pushes in priority order (BytePS's
-    ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``); the units' keys are then numbered front layers first
-    (the lowest key is served first), else in the order the units are pushed."""
+    ``server_schedule``: the servers sum pending pushes by a rule (BytePS's
+    ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``; the rule is the options' ``server_rule``); the
+    units' keys are then numbered as that rule wants them (``key_order``), else in the order
+    the units are pushed. The keys are placed on the servers by ``--ps-placement``."""
     architecture = PS
     launcher = "byteps/byteps_launch.sh"
     overlap = True
@@ -187,13 +241,48 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
             self._register_ready_hooks(self._on_ready)
 
     def _open(self, client) -> list:
-        """The session's partitions of each unit (in ``self.buckets``' order). With server
-        scheduling the keys are numbered front layers first: the units (planned in backward
-        order) are opened in reverse."""
+        """The session's partitions of each unit (in ``self.buckets``' order), the units
+        opened (so keyed and placed) in ``key_order``."""
+        from dataclasses import replace
         units = [(b.numel, b.params[0].dtype) for b in self.buckets]
-        if not self.server_schedule:
-            return client.open(units)
-        return client.open(units[::-1], schedule=True)[::-1]
+        names = [[self.param_names[i] for i in b.members] for b in self.buckets]
+        order = self.key_order(self.options, names)
+        rule = self.server_rule(self.options)
+        extra = {} if rule is None else {"schedule": rule,
+                                         "engine_threads": self.engine_threads(self.options)}
+        opened = client.open([units[u] for u in order], placement=self.options.ps_placement,
+                             **extra)
+        parts: list = [None] * len(units)
+        for pos, u in enumerate(order):
+            parts[u] = [replace(p, unit=u) for p in opened[pos]]
+        return parts
+
+    @classmethod
+    def server_rule(cls, options) -> str | None:
+        """The servers' rule (``planning.SERVER_RULES``); None: they sum in arrival order."""
+        if not cls.server_schedule:
+            return None
+        return getattr(options, "server_rule", DEFAULT_SERVER_RULE)
+
+    @classmethod
+    def engine_threads(cls, options) -> int:
+        return int(getattr(options, "engine_threads", 1))
+
+    @classmethod
+    def key_order(cls, options, names: list[list[str]]) -> list[int]:
+        """The units (given in push order, backward: their tensors' ``names`` each) in the
+        order their keys are numbered: push order without server scheduling; with it, as the
+        rule wants them: ``lowest-key``, front layers first (the reverse); ``fewest-pushes``,
+        BytePS's, the sorted parameter names, as the original declared its tensors to BytePS
+        (``for name in sorted(...)``; a fused unit by its first name). Torch-free: the model
+        numbers its keys with it."""
+        n = len(names)
+        rule = cls.server_rule(options)
+        if rule is None:
+            return list(range(n))
+        if rule == SERVER_RULES[1]:
+            return list(range(n))[::-1]
+        return sorted(range(n), key=lambda u: min(names[u]) if names[u] else "")
 
     @classmethod
     def algorithm(cls, options, nservers: int) -> dict:
@@ -266,8 +355,14 @@ class BucketedPS(threads.HandsOver, GradViews, Method):
             "partition_bytes": self.comm.ps.partition_bytes,
             "partitions": len(parts),
             "bytes_per_server": per_server,
+            "ps_placement": self.options.ps_placement,
             "compressor": "none",
         })
+        rule = self.server_rule(self.options)
+        if rule is not None and nservers:
+            d.update({"server_rule": RULE_WORDS[rule],
+                      "engine_threads": self.engine_threads(self.options),
+                      "key_order": KEY_ORDER_WORDS[rule]})
         return d
 
     def close(self) -> None:
@@ -309,15 +404,19 @@ class ByteSchedulerPS(WFBPPS):
     only set ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``, and its workers ran the WFBP-PS script. So
     the workers are WFBP-PS's (one push per tensor from its hook, ``step()`` waits for every
     pull: no credit window, no worker-side partitioning or priority, no next forward
-    overlapping the pulls), and the servers sum pending pushes in priority order, front layers
-    first (``ddlbench.runtime.ps.PrioritySummer``). On one machine (no server) it is WFBP-PS.
+    overlapping the pulls), and the servers sum pending pushes by BytePS 0.2.x's rule
+    (``--server-rule fewest-pushes``, the default: the key with the fewest pushes of its round
+    received first, ties by arrival, over ``--engine-threads`` summing threads; keys in sorted
+    parameter-name order) or the suite's earlier one (``lowest-key``: front layers first)
+    (``ddlbench.runtime.ps.PrioritySummer``). On one machine (no server) it is WFBP-PS.
     The worker-side ByteScheduler over push/pull is ``byteschedulerps-worker``."""
     id = "byteschedulerps"
     display = "ByteScheduler-PS"
     summary = ("the original's: WFBP-PS workers (each gradient pushed from its hook, no "
-               "credit window) and servers that sum pending pushes front layers first "
-               "(BytePS's server-side scheduling)")
-    launcher_vars = {"bytescheduler": "1"}   # (its options: WFBP-PS's)
+               "credit window) and servers that sum pending pushes by BytePS's rule, fewest "
+               "pushes first (`--server-rule`; BytePS's server-side scheduling)")
+    Options = ByteSchedulerPSOptions
+    launcher_vars = {"bytescheduler": "1"}   # (its options: WFBP-PS's and the servers')
     server_schedule = True
     # The model has no server-side priority: it replays the workers' schedule (WFBP-PS's
     # rule, inherited).
@@ -376,9 +475,12 @@ class ByteSchedulerPSWorker(ByteScheduler):
         return ps.partition_elements(self.comm.ps.partition_bytes, size)
 
     def _chunk_table(self) -> list[tuple[int, int, int]]:
-        # Keys in registration order, front layers first: the servers' priority order.
+        # Keys in registration order, front layers first: the servers' priority order (the
+        # suite's lowest-key rule, on one summing thread).
+        scheduled = self.options.server_schedule == "1"
         self.parts = self.comm.ps.open([(p.numel(), p.dtype) for p in self.params],
-                                       schedule=self.options.server_schedule == "1")
+                                       schedule=SERVER_RULES[1] if scheduled else None,
+                                       placement=self.options.ps_placement, engine_threads=1)
         self._part_of = [p for unit in self.parts for p in unit]
         return [(p.unit, p.start, p.end) for p in self._part_of]
 
@@ -415,10 +517,14 @@ class ByteSchedulerPSWorker(ByteScheduler):
             "server_schedule": ("pending pushes summed in priority order (lowest key: front "
                                 "layers first)" if self.options.server_schedule == "1"
                                 else "arrival order") if nservers else None,
+            "server_rule": (RULE_WORDS[SERVER_RULES[1]] if nservers
+                            and self.options.server_schedule == "1" else None),
+            "ps_placement": self.options.ps_placement,
             **ps_clients(self.comm.ps),
             "nservers": nservers,
             "partition_bytes": self.comm.ps.partition_bytes,
             "partitions": len(self._part_of),
+            "bytes_per_server": per_server_bytes(self._part_of, self.params, nservers),
         })
         return d
 

@@ -43,9 +43,11 @@ only inside ``wait()``
 the step, message by message; DDP's and ByteScheduler's threads right after the P.
 
 **Parameter servers** (``ServerLinks``; the methods of architecture ``ps``): units
-(fusion by ``threshold``) cut into ``partition_bytes`` partitions, keys round-robin on the
-servers; each partition's push holds the pusher's uplink and its server's downlink (all pushers'
-copies), its pull the reverse (``_PushPull``), so partitions pipeline and a server shared by n
+(fusion by ``threshold``) cut into ``partition_bytes`` partitions, keys numbered as the
+method numbers them (``key_order``) and placed as its ``--ps-placement`` says (least-loaded by
+bytes in key order, or key mod S; ``planning.Placer``, the engine's own); each partition's
+push holds the pusher's uplink and its server's downlink (all pushers' copies), its pull the
+reverse (``_PushPull``), so partitions pipeline and a server shared by n
 pushers costs n times its bytes (incast); ByteScheduler-PS's credit returns when a chunk is
 pushed. Not modelled: the servers' summing time, server-side priority.
 
@@ -89,7 +91,7 @@ from .. import timeline
 from ..errors import UsageError
 from ..planning import BYTESCHEDULER_CREDIT as BS_CREDIT
 from ..planning import BYTESCHEDULER_PARTITION as BS_PARTITION
-from ..planning import DEFAULT_PARTITION_BYTES, chunk_table
+from ..planning import DEFAULT_PARTITION_BYTES, DEFAULT_PS_PLACEMENT, Placer, chunk_table
 from ..methods.rules import MIB, Rule  # noqa: F401 (the model's names)
 
 
@@ -250,7 +252,8 @@ class Link:
 class ServerLinks:
     """Push and pull through parameter servers (docs/DESIGN.md section 6): ``pushers`` clients
     (workers, or machines under one client per machine) each push every partition to its
-    server and pull the sum back; partitions go round-robin over ``nservers`` servers. A push
+    server and pull the sum back; partitions are placed on ``nservers`` servers by the
+    method's placement (``_PushPull``). A push
     of m bytes occupies its pusher's uplink ``worker_beta * m`` and its server's downlink
     ``server_beta * m`` for each of the ``pushers`` copies; a pull the reverse; each costs
     ``alpha`` on top. From a comm_bench push/pull fit (``alpha_f + beta_f * M`` for push and
@@ -489,7 +492,8 @@ class _AllReduce:
 
 class _PushPull:
     """Push and pull through parameter servers (``ServerLinks``). Per partition of m bytes on
-    server s = key mod k: the push holds the pusher's uplink ``worker_beta * m`` (in push
+    its server s (``placement``: ``planning.Placer``, keys placed as ``declare`` gives them,
+    else at their first push): the push holds the pusher's uplink ``worker_beta * m`` (in push
     order) and server s's downlink ``server_beta * m * pushers`` (every pusher's copy), then
     costs ``alpha``; the pull then holds s's uplink and the pusher's downlink likewise. Under
     one client per machine, ``local`` (``topology.local_reduce``) is one way through the
@@ -502,10 +506,12 @@ class _PushPull:
     sum in arrival order (FIFO); their summing time and server-side priority scheduling are
     not modelled."""
 
-    def __init__(self, servers: ServerLinks, partition_bytes: int, local: Link | None):
+    def __init__(self, servers: ServerLinks, partition_bytes: int, local: Link | None,
+                 placement: str = DEFAULT_PS_PLACEMENT):
         if partition_bytes <= 0:
             raise UsageError(f"partition bytes must be positive, got {partition_bytes}")
         self.s, self.partition, self.local = servers, int(partition_bytes), local
+        self.placer = Placer(servers.nservers, placement)
         self.up = self.down = 0.0
         self.last_push = -math.inf             # when the last push took the uplink
         self.sdown = [0.0] * servers.nservers
@@ -523,6 +529,11 @@ class _PushPull:
         self.leader[way] = max(t, self.leader[way]) + busy
         return self.leader[way] + self.local.alpha
 
+    def declare(self, parts) -> None:
+        """Place the (key, bytes) ``parts`` in this order (the engine's key order)."""
+        for key, m in parts:
+            self.placer.server(key, m)
+
     def parts(self, nbytes: int, first_key: int) -> list[tuple[int, int]]:
         """(key, bytes) of a unit of ``nbytes`` cut into partitions, keys from ``first_key``."""
         out, off, key = [], 0, first_key
@@ -538,7 +549,7 @@ class _PushPull:
         taken = done = ready
         tensor = {"tensor": label} if label is not None else {}
         for key, m in parts:
-            srv = key % s.nservers
+            srv = self.placer.server(key, m)
             t0 = self._local("in", ready, m)          # the machine's workers hand it in
             up0 = max(t0, self.up)
             behind = self.up > t0 or self.last_push >= t0   # waits behind another's push
@@ -886,12 +897,14 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
            method: str = "groups", codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
            bsp: bool | None = None, nworkers: int = 1, steps: tuple = (), gather: tuple = (),
-           prefetch: bool = False, optimizer_share: float = 1.0) -> Prediction:
+           prefetch: bool = False, optimizer_share: float = 1.0,
+           placement: str = DEFAULT_PS_PLACEMENT, key_order: list | None = None) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
-    ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered in group
-    order). ``bsp``: the groups wait for the whole backward (default: the rule's
-    ``after_backward``, BSP's, which packs, encodes and sends them in the step).
+    ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered over the
+    groups in ``key_order``, None: theirs, placed by ``placement``: ``_declare``). ``bsp``:
+    the groups wait for the whole backward (default: the rule's ``after_backward``, BSP's,
+    which packs, encodes and sends them in the step).
     ``method``: a registered id, whose rule says BSP or not and whose host work is DDP's or the
     bucketed methods'; any other name (the default): groups given by hand, bucketed.
     One event simulator runs it (``_CoSim``, with ``work``'s CPU interference; none: the
@@ -910,14 +923,14 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     host = _HostWork(bool(rule and rule.reducer), work, codec, nworkers,
                      issues=servers is None, averages=servers is None)
     if servers is not None:
-        transport = _PushPull(servers, partition_bytes, local)
+        transport = _PushPull(servers, partition_bytes, local, placement)
     elif link is None:
         raise UsageError("an all-reduce method needs a link")
     else:
         transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
                                average_s_per_byte=host.average, steps=steps, gather=gather)
     wait_all = bool(rule and rule.after_backward) if bsp is None else bsp
-    key, sizes = 0, []
+    sizes, first_key = [], (_declare(transport, work, groups, key_order) if servers else {})
 
     def label_of(g):
         return (timeline.tensors_label([work.names[b] for b in g])
@@ -925,11 +938,9 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
 
     def send(g, start):
         """(when taken, when done) of group ``g`` handed over at ``start``; its size noted."""
-        nonlocal key
         nbytes = sum(work.nbytes[b] for b in g)
         if servers is not None:
-            parts = transport.parts(nbytes, key)
-            key += len(parts)
+            parts = transport.parts(nbytes, first_key[tuple(g)])
             taken, end, size = transport.send(start, parts, label_of(g))
         else:
             taken, end, size = transport.send(start, [s for b in g for s in _shapes(work, b)],
@@ -1227,6 +1238,20 @@ class _Schedule:
             [(name, cat, dev, a, b) for name, cat, _, a, b in waited]
 
 
+def _declare(transport: _PushPull, work: Compute, groups: list[list[int]],
+             key_order: list[int] | None) -> dict:
+    """Each group's first key (by the group's tuple): the groups' partitions numbered with
+    the groups taken in ``key_order`` (None: in order) and placed on the servers in that
+    order, as the engine plans a session."""
+    out, key = {}, 0
+    for i in range(len(groups)) if key_order is None else key_order:
+        parts = transport.parts(sum(work.nbytes[b] for b in groups[i]), key)
+        transport.declare(parts)
+        out[tuple(groups[i])] = key
+        key += len(parts)
+    return out
+
+
 def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
             local: Link | None = None, nworkers: int = 1, options=None,
@@ -1259,14 +1284,17 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
         if servers is None:
             raise UsageError(f"method {method} needs the parameter servers' links")
         partition_bytes = int(getattr(options, "partition_bytes", DEFAULT_PARTITION_BYTES))
+        placement = getattr(options, "ps_placement", DEFAULT_PS_PLACEMENT)
         if rule.scheduler:
             return bytescheduler(work, link, credit=int(getattr(options, "credit", BS_CREDIT)),
                                  servers=servers, partition_bytes=partition_bytes,
                                  local=local, nworkers=nworkers,
-                                 batches_per_iter=batches_per_iter, method=method)
-        return replay(work, None, rule.groups(cls, work, None, options), method=method,
-                      servers=servers, partition_bytes=partition_bytes, local=local,
-                      nworkers=nworkers)
+                                 batches_per_iter=batches_per_iter, method=method,
+                                 placement=placement)
+        groups = rule.groups(cls, work, None, options)
+        return replay(work, None, groups, method=method, servers=servers,
+                      partition_bytes=partition_bytes, local=local, nworkers=nworkers,
+                      placement=placement, key_order=_key_order(cls, options, work, groups))
     if link is None:
         raise UsageError(f"method {method} needs an all-reduce link")
     if rule.scheduler:
@@ -1288,6 +1316,14 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     return _periodic(p, work, int(getattr(cls, rule.period)(options))) if rule.period else p
 
 
+def _key_order(cls, options, work: Compute, groups: list[list[int]]) -> list[int] | None:
+    """The order in which a PS method numbers its units' keys (``BucketedPS.key_order``, by
+    their tensors' names); None: in push order (also where the profile has no names)."""
+    if work.names is None or not hasattr(cls, "key_order"):
+        return None
+    return cls.key_order(options, [[work.names[b] for b in g] for g in groups])
+
+
 def _periodic(synced: Prediction, work: Compute, period: int) -> Prediction:
     """A periodic method's mean iteration: one step that syncs (``synced``, its messages after
     the whole step) in every ``period``, the others its compute alone (no communication; CPU
@@ -1302,7 +1338,8 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
                   partition_bytes: int = DEFAULT_PARTITION_BYTES,
                   local: Link | None = None,
                   nworkers: int = 1, batches_per_iter: int | None = None,
-                  method: str | None = None) -> Prediction:
+                  method: str | None = None,
+                  placement: str = DEFAULT_PS_PLACEMENT) -> Prediction:
     """ByteScheduler (docs/DESIGN.md section 5) in steady state: ``iterations`` iterations
     replayed, the last full one reported (from one forward's start to the next's). With
     ``batches_per_iter`` B, one timing round of the measurement protocol (docs/DESIGN.md
@@ -1347,8 +1384,9 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
     chunks_of: dict = {}
     for c, (l, _, _) in enumerate(table):
         chunks_of.setdefault(l, []).append(c)
-    if ps:
-        transport = _PushPull(servers, partition * element_bytes, local)
+    if ps:   # keys: the chunks in registration order, placed in that order (the engine's)
+        transport = _PushPull(servers, partition * element_bytes, local, placement)
+        transport.declare([(c, (e - b) * element_bytes) for c, (_, b, e) in enumerate(table)])
     elif link is None:
         raise UsageError("bytescheduler needs an all-reduce link")
     else:

@@ -10,8 +10,11 @@ sends and receives); the workers also form their own default group for everythin
 Protocol, per *session* (one method object's lifetime):
 
 - **Plan.** Every worker cuts the same list of units (a tensor, or a fused group of tensors)
-  into partitions of ``partition_bytes`` and numbers them: the key. Partition ``key`` lives on
-  server ``key mod S`` (round-robin by key). Worker 0 sends each server the keys it owns (key,
+  into partitions of ``partition_bytes`` and numbers them: the key. The keys are placed on the
+  servers in key order, each on the server with the fewest bytes so far (``least-loaded``, the
+  default; ties: the lowest server), or on server ``key mod S`` (``key-mod``, for comparison:
+  the original's and, by its hash, BytePS's kind of rule); every worker plans alike, so the
+  placement is the same on each. Worker 0 sends each server the keys it owns (key,
   elements, dtype); a server allocates one accumulator per key and, as pushes come, one
   receive buffer per worker and key (its memory: the keys' bytes times 1 + the pushers).
 - **Push.** A worker sends a small header ``[PUSH, key]`` (on the session's header tag) then
@@ -38,7 +41,8 @@ Protocol, per *session* (one method object's lifetime):
 The server's timeline (``--timeline PATH`` only; off otherwise, costing one attribute test per
 push): per push a ``receive`` span (the header's arrival to the data's, on the row ``receive
 from worker P`` of that peer's thread) and a ``sum`` span (the push added into its key's
-accumulator, on the thread that sums: the peer's, or ``priority sum`` with server-side scheduling);
+accumulator, on the thread that sums: the peer's, or ``priority sum`` with server-side scheduling,
+``priority sum I`` with several summing threads);
 per completed round a ``send`` span (the sum's sends to every pusher, from issue until all have
 completed: Gloo's sends have no future, so a watcher thread waits for them in issue order).
 
@@ -59,12 +63,15 @@ No server (``LocalReduce``): a job whose workers are all on one machine runs as 
 one worker machine, a local reduce and broadcast: the ``machine`` protocol with no server
 behind the leader (worker 0), whose sum of a key is then the total it sends back.
 
-Server-side scheduling (``schedule=True`` in the plan; BytePS's
-``BYTEPS_SERVER_ENABLE_SCHEDULE=1``, what the original's ``bytescheduler=1`` switched on): the
-receiving threads only take pushes in; one summing thread sums them, always the pending push
-of the highest priority first, the lowest key (keys are numbered front layers first by the
-scheduled method), so when pushes queue up at a server, the front layers' sums go back first.
-Without it a push is summed by the thread that received it, in arrival order.
+Server-side scheduling (a rule in the plan; BytePS's ``BYTEPS_SERVER_ENABLE_SCHEDULE=1``,
+what the original's ``bytescheduler=1`` switched on): the receiving threads only take pushes
+in; ``engine_threads`` summing threads (BytePS's ``BYTEPS_SERVER_ENGINE_THREAD``) sum them, a
+key always on the same thread (the one with the fewest bytes so far at the key's first push,
+as BytePS's server assigns its engine threads), each thread popping its pending pushes by the
+rule (``ServerQueue``): ``fewest-pushes``, BytePS 0.2.x's, the key with the fewest pushes
+received in its current round first (a round's last push zeroes its count), ties by arrival;
+or ``lowest-key``, the suite's earlier rule, the lowest key first, ties by arrival. Without
+scheduling a push is summed by the thread that received it, in arrival order.
 
 Failure: a peer that dies closes its sockets, and the pending receive of whoever waits on it
 fails at once. A server prints one line naming the worker and exits 1; a worker raises
@@ -77,7 +84,6 @@ BytePS's summation servers do).
 from __future__ import annotations
 
 import datetime
-import heapq
 import json
 from collections import deque
 import os
@@ -89,7 +95,8 @@ import torch
 import torch.distributed as dist
 
 from ..errors import PSError, first_line, say
-from ..planning import PS_CLIENTS
+from ..planning import (DEFAULT_ENGINE_THREADS, DEFAULT_PS_PLACEMENT, PS_CLIENTS, SERVER_RULES,
+                        Placer)
 from ..timeline import COMM, COMPUTE, NULL, Timeline, now_us
 
 # Message kinds, first word of a header.
@@ -133,19 +140,34 @@ def partition_elements(partition_bytes: int, element_size: int) -> int:
     return max(1, int(partition_bytes) // element_size)
 
 
-def plan(units: list[tuple[int, torch.dtype]], partition_bytes: int,
-         nservers: int) -> list[list[Partition]]:
+def plan(units: list[tuple[int, torch.dtype]], partition_bytes: int, nservers: int,
+         placement: str = DEFAULT_PS_PLACEMENT) -> list[list[Partition]]:
     """Partitions of every unit ``(numel, dtype)``: consecutive slices of at most
-    ``partition_bytes``, numbered in unit order, server ``key mod nservers``."""
-    out, key = [], 0
+    ``partition_bytes``, numbered in unit order, placed on the servers in key order by
+    ``placement`` (``planning.PS_PLACEMENTS``: the least-loaded server by bytes, or
+    ``key mod nservers``)."""
+    cuts, key = [], 0
     for u, (numel, dtype) in enumerate(units):
-        step = partition_elements(partition_bytes, _element_size(dtype))
+        size = _element_size(dtype)
+        step = partition_elements(partition_bytes, size)
         parts = []
         for start in range(0, max(numel, 1), step):
-            parts.append(Partition(key, u, start, min(numel, start + step), key % nservers))
+            end = min(numel, start + step)
+            parts.append((key, u, start, end, (end - start) * size))
             key += 1
-        out.append(parts)
-    return out
+        cuts.append(parts)
+    placer = Placer(nservers, placement)
+    return [[Partition(k, u, a, b, placer.server(k, nbytes)) for k, u, a, b, nbytes in parts]
+            for parts in cuts]
+
+
+def _rule_code(schedule: str | None) -> int:
+    """A server rule as the plan's control message carries it (0: no scheduling)."""
+    if schedule is None:
+        return 0
+    if schedule not in SERVER_RULES:
+        raise ValueError(f"unknown server rule {schedule!r} (one of {', '.join(SERVER_RULES)})")
+    return 1 + SERVER_RULES.index(schedule)
 
 
 def _element_size(dtype: torch.dtype) -> int:
@@ -266,13 +288,16 @@ class PSClient:
                           f"{first_line(e)}") from None
 
     # -- sessions -------------------------------------------------------------------------------
-    def open(self, units: list[tuple[int, torch.dtype]],
-             schedule: bool = False) -> list[list[Partition]]:
-        """Start a session for these units; worker 0 tells each server its keys (and whether
-        to serve pending pushes in priority order, lowest key first)."""
+    def open(self, units: list[tuple[int, torch.dtype]], schedule: str | None = None,
+             placement: str = DEFAULT_PS_PLACEMENT,
+             engine_threads: int = DEFAULT_ENGINE_THREADS) -> list[list[Partition]]:
+        """Start a session for these units, placed by ``placement``; worker 0 tells each
+        server its keys (and ``schedule``, the rule by which its ``engine_threads`` summing
+        threads serve pending pushes, ``SERVER_RULES``; None: in arrival order)."""
         if self._open:
             raise RuntimeError("a parameter-server session is already open on this worker")
-        parts = plan(units, self.partition_bytes, self.nservers)
+        rule = _rule_code(schedule)
+        parts = plan(units, self.partition_bytes, self.nservers, placement)
         self.session += 1
         if self.rank == 0:
             owned: list[list[list[int]]] = [[] for _ in range(self.nservers)]
@@ -284,7 +309,8 @@ class PSClient:
             pushers = torch.tensor(self.pushers, dtype=torch.int64)
             for s in range(self.nservers):
                 ctrl = torch.tensor([OP_PLAN, len(owned[s]), len(self.pushers),
-                                     int(schedule), self.session], dtype=torch.int64)
+                                     rule, self.session, max(1, int(engine_threads))],
+                                    dtype=torch.int64)
                 works.append((s, self._send(ctrl, s, TAG_CONTROL), ctrl))
                 works.append((s, self._send(pushers, s, TAG_PUSHERS), pushers))
                 if owned[s]:
@@ -715,47 +741,112 @@ class _Sent:
 SERVED_KEPT = 1 << 16
 
 
-class PrioritySummer:
-    """Server-side scheduling: pending pushes summed one at a time by one thread, the highest
-    priority (lowest key) first; ties in arrival order. ``served`` lists the (key, peer) of
-    the last ``SERVED_KEPT`` pushes in the order they were summed."""
+class ServerQueue:
+    """One summing thread's pending pushes, popped by ``rule`` (``SERVER_RULES``; facts of
+    BytePS 0.2.x's ``server/queue.h`` with the suite's heap fix, docs/DESIGN.md section 6):
 
-    def __init__(self, summer: "_Summer", keys: dict[int, _Key], expected: int, on_complete):
+    - ``fewest-pushes``: each key counts the pushes received in its current round (a push
+      raises the count when it is queued; the round's ``expected``-th push zeroes it, as
+      BytePS's ``ClearCounter``); the pending push of the key with the lowest count comes
+      first, ties by arrival (a key's own pushes in arrival order);
+    - ``lowest-key``: the pending push of the lowest key first, ties by arrival.
+
+    Not thread-safe: its owner locks. ``put(key, item)``, ``pop() -> (key, item)``."""
+
+    def __init__(self, rule: str, expected: int):
+        if rule not in SERVER_RULES:
+            raise ValueError(f"unknown server rule {rule!r}")
+        self.rule, self.expected = rule, int(expected)
+        self.count: dict[int, int] = {}
+        self.waiting: dict[int, deque] = {}     # key -> its pending (arrival, item)
+        self.arrivals = 0
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.waiting.values())
+
+    def put(self, key: int, item) -> None:
+        n = self.count.get(key, 0) + 1
+        self.count[key] = 0 if n >= self.expected else n
+        self.waiting.setdefault(key, deque()).append((self.arrivals, item))
+        self.arrivals += 1
+
+    def pop(self):
+        if self.rule == SERVER_RULES[0]:
+            rank = lambda k: (self.count.get(k, 0), self.waiting[k][0][0])
+        else:
+            rank = lambda k: (k, self.waiting[k][0][0])
+        key = min(self.waiting, key=rank)
+        q = self.waiting[key]
+        _, item = q.popleft()
+        if not q:
+            del self.waiting[key]
+        return key, item
+
+
+class PrioritySummer:
+    """Server-side scheduling: pending pushes summed by ``threads`` summing threads (BytePS's
+    engine threads), each popping its own ``ServerQueue`` by ``rule``. A key is summed always
+    by one thread, the one with the fewest bytes so far at the key's first push (as BytePS's
+    server assigns its engine threads), so a key's pushes are summed in its queue's order.
+    ``served`` lists the (key, peer) of the last ``SERVED_KEPT`` pushes in the order they were
+    popped."""
+
+    def __init__(self, summer: "_Summer", keys: dict[int, _Key], expected: int, on_complete,
+                 rule: str = SERVER_RULES[0], threads: int = 1):
         self.summer, self.keys, self.expected, self.on_complete = (summer, keys, expected,
                                                                    on_complete)
+        self.rule, self.nthreads = rule, max(1, int(threads))
         self.served: deque = deque(maxlen=SERVED_KEPT)
-        self._heap: list = []
-        self._seq = 0
+        self._queues = [ServerQueue(rule, expected) for _ in range(self.nthreads)]
+        self._load = [0] * self.nthreads
+        self._thread_of: dict[int, int] = {}
         self._done = False
-        self._cv = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="ps-priority-sum", daemon=True)
-        self._thread.start()
+        self._cv = threading.Lock()            # guards the queues; each thread waits on its own
+        self._wake = [threading.Condition(self._cv) for _ in range(self.nthreads)]
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
+                                          name=f"ps-priority-sum-{i}")
+                         for i in range(self.nthreads)]
+        for t in self._threads:
+            t.start()
 
     def pending(self) -> int:
         with self._cv:
-            return len(self._heap)
+            return sum(len(q) for q in self._queues)
 
     def put(self, peer: int, key: int, data: torch.Tensor) -> None:
         with self._cv:
-            heapq.heappush(self._heap, (key, self._seq, peer, data))
-            self._seq += 1
-            self._cv.notify()
+            i = self._thread_of.get(key)
+            if i is None:
+                i = self._thread_of[key] = min(range(self.nthreads),
+                                               key=lambda j: (self._load[j], j))
+                self._load[i] += data.numel() * data.element_size()
+            self._queues[i].put(key, (peer, data))
+            self._wake[i].notify()
 
-    def _run(self) -> None:
+    def _next(self, i: int):
+        """Thread ``i``'s next push to sum, (key, peer, data); None once finished and empty."""
+        q = self._queues[i]
+        with self._cv:
+            while not len(q) and not self._done:
+                self._wake[i].wait()
+            if not len(q):
+                return None
+            key, (peer, data) = q.pop()
+            self.served.append((key, peer))
+        return key, peer, data
+
+    def _run(self, i: int) -> None:
+        row = "priority sum" if self.nthreads == 1 else f"priority sum {i}"
         try:
             while True:
-                with self._cv:
-                    while not self._heap and not self._done:
-                        self._cv.wait()
-                    if not self._heap:
-                        return
-                    key, _, peer, data = heapq.heappop(self._heap)
-                self.served.append((key, peer))
+                item = self._next(i)
+                if item is None:
+                    return
+                key, peer, data = item
                 tl = self.summer.timeline
                 if tl.enabled:
-                    complete, rnd = self.summer._summed(tl, "priority sum", key,
-                                                        self.keys[key], data, self.expected,
-                                                        peer)
+                    complete, rnd = self.summer._summed(tl, row, key, self.keys[key], data,
+                                                        self.expected, peer)
                 else:
                     complete, rnd = self.summer._add(key, self.keys[key], data, self.expected)
                 if complete:
@@ -769,8 +860,10 @@ class PrioritySummer:
         """Every receiving thread has ended: sum what is pending, then stop."""
         with self._cv:
             self._done = True
-            self._cv.notify()
-        self._thread.join()
+            for wake in self._wake:
+                wake.notify()
+        for t in self._threads:
+            t.join()
 
 
 class Server(_Summer):
@@ -796,12 +889,13 @@ class Server(_Summer):
     def run(self) -> int:
         torch.set_num_threads(1)
         while True:
-            ctrl = torch.zeros(5, dtype=torch.int64)
+            ctrl = torch.zeros(6, dtype=torch.int64)
             self._recv(ctrl, 0, TAG_CONTROL, "control message", _IDLE)
-            op, n, npushers, schedule, session = (int(x) for x in ctrl)
+            op, n, npushers, rule, session, threads = (int(x) for x in ctrl)
             if op == OP_SHUTDOWN:
                 return 0
-            if op != OP_PLAN or not 1 <= npushers <= self.nworkers:
+            if op != OP_PLAN or not 1 <= npushers <= self.nworkers or not (
+                    0 <= rule <= len(SERVER_RULES)):
                 self._die(f"protocol error: control message {op} from worker 0")
             pushers = torch.zeros(npushers, dtype=torch.int64)
             self._recv(pushers, 0, TAG_PUSHERS, "plan")
@@ -809,17 +903,19 @@ class Server(_Summer):
             if n:
                 self._recv(table, 0, TAG_PLAN, "plan")
             keys = {int(k): _Key(int(numel), _DTYPES[int(code)]) for k, numel, code in table}
-            self._session(keys, [int(p) for p in pushers], bool(schedule), session)
+            schedule = SERVER_RULES[rule - 1] if rule else None
+            self._session(keys, [int(p) for p in pushers], schedule, session, threads)
 
-    def _session(self, keys: dict[int, _Key], pushers: list[int],
-                 schedule: bool = False, session: int = 0) -> None:
+    def _session(self, keys: dict[int, _Key], pushers: list[int], schedule: str | None = None,
+                 session: int = 0, threads: int = 1) -> None:
         """Every pusher's pushes of every key summed; each round's sum sent to every pusher.
-        With ``schedule`` the sums are made by one thread, pending pushes in priority order
-        (``PrioritySummer``)."""
+        With ``schedule`` (a rule of ``SERVER_RULES``) the sums are made by ``threads``
+        summing threads, pending pushes in the rule's order (``PrioritySummer``)."""
         def complete(key, k, _round):
             self._send_sum(key, k, pushers)
 
-        self.scheduler = scheduler = (PrioritySummer(self, keys, len(pushers), complete)
+        self.scheduler = scheduler = (PrioritySummer(self, keys, len(pushers), complete,
+                                                     schedule, threads)
                                       if schedule else None)
         for t in self._serve_all(pushers, keys, len(pushers), complete, session, self._answer,
                                  scheduler):
@@ -934,16 +1030,17 @@ class MachineClient(_Summer):
                           f"(a worker of this machine or a server is stuck)")
 
     # -- sessions -------------------------------------------------------------------------------
-    def open(self, units: list[tuple[int, torch.dtype]],
-             schedule: bool = False) -> list[list[Partition]]:
+    def open(self, units: list[tuple[int, torch.dtype]], schedule: str | None = None,
+             placement: str = DEFAULT_PS_PLACEMENT,
+             engine_threads: int = DEFAULT_ENGINE_THREADS) -> list[list[Partition]]:
         if self._open:
             raise RuntimeError("a parameter-server session is already open on this worker")
         self._open = True
         self._staging.clear()
         self.session += 1
         if not self.is_leader:
-            return plan(units, self.partition_bytes, max(1, self.nservers))
-        parts = self._open_servers(units, schedule)
+            return plan(units, self.partition_bytes, max(1, self.nservers), placement)
+        parts = self._open_servers(units, schedule, placement, engine_threads)
         self._parts = {p.key: p for unit in parts for p in unit}
         self._keys = {p.key: _Key(p.numel, units[p.unit][1]) for p in self._parts.values()}
         self._pulls: "queue.Queue" = queue.Queue()
@@ -954,9 +1051,9 @@ class MachineClient(_Summer):
         self._returner.start()
         return parts
 
-    def _open_servers(self, units, schedule: bool) -> list[list[Partition]]:
+    def _open_servers(self, units, schedule, placement, engine_threads) -> list[list[Partition]]:
         """The leader opens the session on the servers: the partitions."""
-        return self.client.open(units, schedule)
+        return self.client.open(units, schedule, placement, engine_threads)
 
     def push_pull(self, part: Partition, data: torch.Tensor):
         if not self.is_leader:
@@ -1056,7 +1153,7 @@ class LocalReduce(MachineClient):
     def pushers(self) -> list[int]:
         return []   # nobody pushes to a server
 
-    def _open_servers(self, units, schedule: bool) -> list[list[Partition]]:
+    def _open_servers(self, units, schedule, placement, engine_threads) -> list[list[Partition]]:
         return plan(units, self.partition_bytes, 1)   # (schedule: there is no server)
 
     def _forward(self, key: int, k: _Key, rnd: _Round) -> None:
