@@ -36,6 +36,9 @@
 # BYTEPS_SERVER_ENABLE_SCHEDULE=1 for byteschedulerps, 0 otherwise, as the original. With
 # extra_args="--net PROFILE" on this machine the launcher builds an emulated cluster and runs
 # every worker, server and the scheduler on hosts of it.
+# As the original's byteps/ scripts: optimizer=original (default) trains every model, CNNs and
+# BERT, with SGD at lr 0.01, not scaled by the workers (optimizer=auto: the training script's
+# own choice; sgd, adam, adamw), and cudnn_benchmark=1 (default) sets cudnn.benchmark = True.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
@@ -67,6 +70,9 @@ case "${engine:-torch}" in
         export BYTEPS_SERVER_ENABLE_SCHEDULE="$schedule" ;;
     *) die "engine must be torch or byteps, got '$engine'" ;;
 esac
+# The original's PS scripts: SGD at lr 0.01 for every model, cudnn.benchmark = True.
+original_optimizer
+defaults cudnn_benchmark=1
 job_args "$method" --skip nservers --architecture ps
 
 # The network profile's interfaces for Gloo/NCCL (no mpirun here: exported to every process).
