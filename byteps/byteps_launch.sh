@@ -35,7 +35,10 @@
 # machine, on one machine too), every worker process is a BytePS worker of its own, and
 # BYTEPS_SERVER_ENABLE_SCHEDULE=1 for byteschedulerps, 0 otherwise, as the original. With
 # extra_args="--net PROFILE" on this machine the launcher builds an emulated cluster and runs
-# every worker, server and the scheduler on hosts of it.
+# every worker, server and the scheduler on hosts of it. As a BytePS user on a small machine,
+# the lane sets BYTEPS_SERVER_ENGINE_THREAD=1, BYTEPS_OMP_THREAD_PER_GPU=1, BYTEPS_ZMQ_NTHREADS=1
+# and OMP_WAIT_POLICY=PASSIVE (each kept where set; recorded) and pins BytePS's processes as the
+# suite's are; DDLBENCH_BYTEPS_FAIR=0 runs the lane as shipped before (none of that).
 # As the original's byteps/ scripts: optimizer=original (default) trains every model, CNNs and
 # BERT, with SGD at lr 0.01, not scaled by the workers (optimizer=auto: the training script's
 # own choice; sgd, adam, adamw), and cudnn_benchmark=1 (default) sets cudnn.benchmark = True.
