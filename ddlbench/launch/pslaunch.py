@@ -336,7 +336,8 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
         common, roles, names = byteps_roles(workers, servers, uri, port, store, local)
         common["BYTEPS_JOB_ID"] = job     # the patch names the workers' shared memory with it
         common.update(settings)
-        setups = byteps_pinning(common, roles, len(workers), len(servers), pin) if local else None
+        fair = local and settings[FAIR_ENV] == "1"   # (as shipped: no plan, nothing pinned)
+        setups = byteps_pinning(common, roles, len(workers), len(servers), pin) if fair else None
         argvs = [train if role["DMLC_ROLE"] == "worker" else BYTEPS_SERVER + ["--job-id", job]
                  for _, role in roles]
         prefixes = None
