@@ -37,7 +37,13 @@
 # extra_args="--net PROFILE" on this machine the launcher builds an emulated cluster and runs
 # every worker, server and the scheduler on hosts of it. The workers' flags (and BytePS's
 # import in that Python) are checked before anything starts; BYTEPS_SERVER_SCHEDULE_HEAP is
-# patched (the default) or original.
+# patched (the default) or original. As a BytePS user on a small machine,
+# the lane sets BYTEPS_SERVER_ENGINE_THREAD=1, BYTEPS_OMP_THREAD_PER_GPU=1, BYTEPS_ZMQ_NTHREADS=1
+# and OMP_WAIT_POLICY=PASSIVE (each kept where set; recorded) and pins BytePS's processes as the
+# suite's are; DDLBENCH_BYTEPS_FAIR=0 runs the lane as shipped before (none of that).
+# As the original's byteps/ scripts: optimizer=original (default) trains every model, CNNs and
+# BERT, with SGD at lr 0.01, not scaled by the workers (optimizer=auto: the training script's
+# own choice; sgd, adam, adamw), and cudnn_benchmark=1 (default) sets cudnn.benchmark = True.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"
@@ -69,6 +75,9 @@ case "${engine:-torch}" in
         export BYTEPS_SERVER_ENABLE_SCHEDULE="$schedule" ;;
     *) die "engine must be torch or byteps, got '$engine'" ;;
 esac
+# The original's PS scripts: SGD at lr 0.01 for every model, cudnn.benchmark = True.
+original_optimizer
+defaults cudnn_benchmark=1
 job_args "$method" --skip nservers --architecture ps
 # engine=byteps: the workers' flags and BytePS's import, checked in the lane's Python before
 # BytePS's scheduler and servers start (what a worker would refuse, in one line, first)

@@ -14,7 +14,8 @@
 #   priority scheduling (BYTEPS_SERVER_ENABLE_SCHEDULE=1), method byteschedulerps;
 # - threshold counts ELEMENTS (the original's optimizer summed numel against it): 536870912,
 #   its BSP-PS setting, is 2 GiB of fp32; byteps_launch.sh, the suite's own, counts bytes.
-# Every other variable (rdma, bytescheduler, hostfile, image_size, iters, extra_args, job, ...)
+# Every other variable (rdma, bytescheduler, hostfile, image_size, iters, extra_args, job,
+# optimizer (default: the original's SGD 0.01), cudnn_benchmark (default 1), ...)
 # is byteps_launch.sh's.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

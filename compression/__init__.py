@@ -38,10 +38,15 @@ The compressors (pure torch, CPU or CUDA, no compiled extension):
   SignCompressor through its optimizer's all-gather path): the same bits as ``signum``, but
   the result is the mean of the P workers' signs, (ayes - noes) / P, in {-1, -1 + 2/P, ..., 1},
   not their vote.
-- ``efsignum``: EF-signSGD (Karimireddy et al. 2019): corrected c = g + residual; each tensor
-  of the bucket is sent as its sign bits and one scale, mean |c| over that tensor; the residual
-  is c - scale * sign(c); the result is the average over workers of scale * sign (no vote: the
-  scales differ per worker, and averaging them is what the error-feedback analysis assumes).
+- ``efsignum``: signSGD with error feedback as the original suite ran it (its
+  ``mgwfbp/compression.py`` EFSignCompressor): corrected c = g + residual; the sign bits of c
+  are sent, unscaled (a zero sends +1, as ``signum``); the residual is c - sign(c) (torch's
+  sign: 0 where c is 0); the result is the mean of the P workers' signs, as ``signavg``.
+- ``efsignum_scaled``: EF-signSGD (Karimireddy et al. 2019): corrected c = g + residual; each
+  tensor of the bucket is sent as its sign bits and one scale, mean |c| over that tensor; the
+  residual is c - scale * sign(c); the result is the average over workers of scale * sign (no
+  vote: the scales differ per worker, and averaging them is what the error-feedback analysis
+  assumes).
 - ``powersgd``: PowerSGD (Vogels et al. 2019), rank r (``powersgd_rank``). Every gradient of
   two or more dimensions is viewed as a matrix M (rows = first dimension) plus its error
   feedback; P = M Q is all-reduced (summed), orthonormalised (Gram-Schmidt in float64; a column
@@ -56,7 +61,7 @@ The compressors (pure torch, CPU or CUDA, no compiled extension):
   waits for any (the bucketed methods do), so every rank issues the same collectives in the
   same order.
 
-On CUDA, TopK's tie check and EF-signSGD's scales read one number back to the host per bucket.
+On CUDA, TopK's tie check and efsignum_scaled's scales read one number back to the host per bucket.
 
 Compressors count through the ``Comm`` they exchange with, as methods do (one count of bytes per
 run): every collective they start, the dense fp32 figures of each gradient they exchange
@@ -577,10 +582,31 @@ class SignAverage(Signum):
         return average_signs(words, n)
 
 
-class EFSignum(Compressor):
-    """EF-signSGD: scaled signs of the error-corrected gradient, averaged over workers."""
+class EFSignum(SignAverage):
+    """The original's EFSignCompressor: the unscaled signs of the error-corrected gradient,
+    averaged over the workers; the residual c - sign(c)."""
 
     id = "efsignum"
+    sends = ("sign bits of the gradient plus residual, 32 per int32 word, all-gathered "
+             "(unscaled, averaged: the original's); the residual stays local")
+
+    def __init__(self, options: NoOptions | None = None):
+        super().__init__(options)
+        self._residual = _FlatResidual()
+
+    def encode(self, key, tensor, shapes=None):
+        """The packed sign words of c = g + residual; the residual becomes c - sign(c)."""
+        corrected = tensor + self._residual.get(key, tensor, shapes)
+        words = pack_signs(corrected)
+        corrected.sub_(corrected.sign())  # the original's: torch.sign, 0 where c is 0
+        self._residual.put(key, corrected)
+        return (words,)
+
+
+class EFSignumScaled(Compressor):
+    """EF-signSGD: scaled signs of the error-corrected gradient, averaged over workers."""
+
+    id = "efsignum_scaled"
     sends = "sign bits and one scale per tensor, all-gathered; the residual stays local"
     issues = (ALLGATHER,)
 
@@ -798,7 +824,7 @@ class PowerSGD(Compressor):
 
 BUILTIN: dict[str, type[Compressor]] = {
     cls.id: cls for cls in (NoCompression, FP16, TopK, EFTopK, Signum, SignAverage, EFSignum,
-                            PowerSGD, BF16)}
+                            EFSignumScaled, PowerSGD, BF16)}
 # the built-ins' mathematics written again (--verify)
 BUILTIN_REFERENCE = "compression.reference:ReferenceMath"
 

@@ -26,7 +26,7 @@ the decoding and the averaging are float64. Bounds:
 - bf16: the same derivation with bfloat16's unit roundoff, 2^-8 (8 significant bits), and half
   its subnormal spacing, 2^-134: bound (P-1) * (2^-8 * sum_i |b_i| + 2^-134), b_i = g_i/P rounded
   to bfloat16 (once, from the gradient's dtype, as the encoder does).
-- topk, eftopk, signum, signavg, efsignum: None. The same entries are selected and the same values sent;
+- topk, eftopk, signum, signavg, efsignum, efsignum_scaled: None. The same entries are selected and the same values sent;
   the only difference is fp32 vs float64 summation of P values, as for dense.
 - powersgd: None is not possible. PowerSGD is computed here twice, in float64 and, with its
   own state, in the compressor's precision (the "shadow", the same definition in the gradient's
@@ -88,7 +88,8 @@ def _orthonormal_basis(p: torch.Tensor, drop: float = 1e-4):
     return basis, kappa
 
 
-NAMES = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd", "bf16")
+NAMES = ("none", "fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "efsignum_scaled",
+         "powersgd", "bf16")
 
 
 # the options each reference needs (the compressors' own; their defaults are declared there)
@@ -207,6 +208,16 @@ class ReferenceMath:
         return signs / self.world, None
 
     def _efsignum(self, names, xs, shapes, sizes):
+        """The original's EFSignCompressor: the signs of c = g + residual (a zero sends +1),
+        averaged; the residual c - sign(c), 0 where c is 0."""
+        total = torch.zeros(sum(sizes), dtype=torch.float64, device=xs[0].device)
+        for worker, x in enumerate(xs):
+            c = self._corrected(worker, names, x, sizes)
+            total += torch.where(c >= 0, 1.0, -1.0).double()
+            self._keep(worker, names, c - torch.sign(c), sizes)
+        return total / self.world, None
+
+    def _efsignum_scaled(self, names, xs, shapes, sizes):
         total = torch.zeros_like(xs[0])
         for worker, x in enumerate(xs):
             c = self._corrected(worker, names, x, sizes)

@@ -105,6 +105,11 @@ def _run_flags(r) -> None:
     r.add_argument("--nworkers", type=int, default=dmlc_workers(),
                    help="local workers to spawn (default 1; under a launcher: its world size)")
     r.add_argument("--no-cuda", action="store_true", help="run on the CPU even if CUDA exists")
+    r.add_argument("--cudnn-benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True (cuDNN picks each "
+                        "convolution's fastest algorithm), as the original's scripts and "
+                        "Horovod's synthetic benchmark; its launchers set it (no effect on "
+                        "the CPU)")
     r.add_argument("--seed", type=int, default=42)
     r.add_argument("--output", default=None, help="write the JSON run record here (rank 0)")
     add_network_flags(r, label="label of the network this run uses, for the record and tables")

@@ -95,7 +95,8 @@ def _benchmark(config: RunConfig, ctx) -> None:
         result = timing.run(ctx, run.train_step, method.synchronize,
                             batch_size=config.spec.batch_size, warmup=config.warmup,
                             batches_per_iter=config.batches_per_iter, iters=config.iters,
-                            unit=run.work.unit, log=log, on_warm=on_warm, timeline=tl)
+                            unit=run.work.unit, log=log, on_warm=on_warm, timeline=tl,
+                            per_machine=method.architecture == methods.PS)
         steps = config.iters * config.batches_per_iter
         tl.events += method.library_timeline()
         served = overlap.servers_stop(ctx.ps, ctx.rank) if servers else None

@@ -10,6 +10,7 @@
 # iters (timing rounds), extra_args (more flags for the training script, split into words as a
 # shell would, quotes honoured, nothing expanded); dry_run=1 prints the command and runs nothing.
 # timeline=PATH writes the run's Chrome trace there (timeline_iters=N: its first N steps only).
+# cudnn_benchmark=1 (default, as the original's scripts) sets cudnn.benchmark = True; 0 not.
 #
 # method unset: fusion at Horovod's default threshold (the original's horovod/ launcher, which
 # ignored threshold=). The method's own settings are variables named after its options (fusion: threshold;
@@ -55,6 +56,7 @@ case "$launcher" in
 esac
 
 positive nworkers "$nworkers"
+defaults cudnn_benchmark=1   # the original's scripts set cudnn.benchmark = True
 job_args "$method"
 
 if [ -n "$net" ] && [ "$net" != loopback ] && [ "$engine" != torch ]; then

@@ -13,7 +13,7 @@ DATA = os.path.join(REPO, "tests", "data", "model_cells.json")
 PROFILES = ("h200_resnet50_bs64", "h200_bert_bs8", "h200_bert_base_bs64")
 # (network, worker counts, compressors): a topology with servers, the survey's slowest network
 RUNS = (("cloud-25g", "1,8,32", ("none", "fp16", "topk", "powersgd")),
-        ("survey-10gbe", "4,16", ("none", "efsignum")))
+        ("survey-10gbe", "4,16", ("none", "efsignum_scaled")))
 
 
 def _predictions(profile: str, network: str, counts: str, compressor: str,

@@ -212,7 +212,20 @@ def test_the_record_says_which_byteps_ran_and_the_timeline_holds_its_trace(
                                "BYTEPS_SERVER_ENABLE_SCHEDULE": "1", "DMLC_NUM_SERVER": "2",
                                "DMLC_NUM_WORKER": "2", "BYTEPS_TRACE_ON": "1",
                                "BYTEPS_TRACE_START_STEP": "2",
-                               "BYTEPS_TRACE_END_STEP": "3"}, bps
+                               "BYTEPS_TRACE_END_STEP": "3",
+                               # the launcher's settings for a small machine
+                               "DDLBENCH_BYTEPS_FAIR": "1", "BYTEPS_SERVER_ENGINE_THREAD": "1",
+                               "BYTEPS_OMP_THREAD_PER_GPU": "1", "BYTEPS_ZMQ_NTHREADS": "1",
+                               "OMP_WAIT_POLICY": "PASSIVE"}, bps
+    # BytePS's processes pinned as the suite's local spawner pins its own: the same plan, and
+    # each worker ran on the cores it planned (read by the worker itself)
+    from ddlbench.hosts import pinning
+    placed = record["environment"]["placement"]
+    plan = pinning.plan(2, 2)
+    assert (placed["pinning"], placed["workers"], placed["servers"]) == (plan["pinning"], 2, 2)
+    workers = [r for r in placed["ranks"] if r["role"] == "worker"]
+    assert [r["cores"] for r in workers] == [sorted(r["cores"]) for r in plan["ranks"][:2]]
+    assert not any("planned_cores" in r for r in placed["ranks"]), placed
     assert record["timeline"]["comm_observed"] is True, record["timeline"]
     # each server's traffic line (the patch's): together they summed every worker's gradient
     # each of the 4 steps, one push per gradient, and answered as many pulls
@@ -473,6 +486,31 @@ def test_every_worker_is_a_byteps_worker_of_its_own(monkeypatch):
     monkeypatch.setenv("BYTEPS_SERVER_SCHEDULE_HEAP", "original")
     common, _, _ = pslaunch.byteps_roles(["a"] * 2, ["c"], "a", "1", "2", local=False)
     assert common["BYTEPS_SERVER_SCHEDULE_HEAP"] == "original"
+
+
+def test_the_lane_sets_what_a_byteps_user_sets_on_a_small_machine(monkeypatch):
+    """By default one server engine thread, one OpenMP thread per worker, one ZMQ I/O thread,
+    passive OpenMP waits, and the processes pinned; each overridable; DDLBENCH_BYTEPS_FAIR=0 is
+    the lane as shipped before (none of them, no pinning, the idle compress loops started)."""
+    from ddlbench.errors import UsageError
+    from ddlbench.launch import pslaunch
+    fair = {"DDLBENCH_BYTEPS_FAIR": "1", "BYTEPS_SERVER_ENGINE_THREAD": "1",
+            "BYTEPS_OMP_THREAD_PER_GPU": "1", "BYTEPS_ZMQ_NTHREADS": "1",
+            "OMP_WAIT_POLICY": "PASSIVE"}
+    assert pslaunch.lane_settings({}) == (fair, True)
+    assert pslaunch.lane_settings({"BYTEPS_SERVER_ENGINE_THREAD": "8", "DDLBENCH_PIN": "0"}) \
+        == (dict(fair, BYTEPS_SERVER_ENGINE_THREAD="8"), False)
+    assert pslaunch.lane_settings({"DDLBENCH_BYTEPS_FAIR": "0"}) == (
+        {"DDLBENCH_BYTEPS_FAIR": "0", "BYTEPS_CPU_COMPRESS_LOOPS": "1"}, False)
+    with pytest.raises(UsageError, match="DDLBENCH_BYTEPS_FAIR must be 0 or 1, got 'yes'"):
+        pslaunch.lane_settings({"DDLBENCH_BYTEPS_FAIR": "yes"})
+    # every process learns the plan the suite's local spawner would make for the job
+    from ddlbench.hosts import pinning
+    common, roles, _ = pslaunch.byteps_roles(["localhost"] * 2, ["localhost"], "localhost",
+                                             "1", "2", local=True)
+    setups = pslaunch.byteps_pinning(common, roles, 2, 1, pin=True)
+    assert len(setups) == len(roles) == 4 and all(callable(f) for f in setups)
+    assert json.loads(common[pinning.PLACEMENT_ENV]) == pinning.plan(2, 1)
 
 
 def test_byteps_traces_the_recorded_steps():

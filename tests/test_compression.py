@@ -14,7 +14,8 @@ from ddlbench import train as train_script
 
 from .conftest import REPO, describe, run, train, verify_lines
 
-COMPRESSORS = ["fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "powersgd"]
+COMPRESSORS = ["fp16", "topk", "eftopk", "signum", "signavg", "efsignum", "efsignum_scaled",
+               "powersgd"]
 # 0.73 M parameters in 52 tensors, no BatchNorm: every compressor x method x workers fits.
 SMALL = ["--model", "squeezenet1_1", "--image-size", "32", "--num-classes", "10",
          "--batch-size", "4"]
@@ -150,8 +151,39 @@ class _Gathered(SimComm):
         return super().allgather(torch.empty_like(output), tensor, async_op)
 
 
-def test_error_feedback_signum_loses_nothing_but_rounding_each_step():
+def test_the_originals_error_feedback_signum_sends_unscaled_signs_and_keeps_c_minus_sign():
+    """The original's EFSignCompressor: the sign bits of c = g + residual, no scale; the new
+    residual c - sign(c) exactly (0 where c is 0); the result the mean of the workers' signs."""
     comp = compression.create("efsignum")
+    shapes = [torch.Size([30, 10]), torch.Size([7])]
+    g = torch.Generator().manual_seed(1)
+    residual = torch.zeros(307)
+    for step in range(4):
+        grad = torch.randn(307, generator=g)
+        grad[:5] = -residual[:5]   # c exactly 0 there: sent as +1, residual 0
+        corrected = grad + residual
+        (words,) = comp.encode((4, 5), grad, shapes)
+        assert words.numel() == 10
+        signs = compression.unpack_signs(words, 307).float() * 2 - 1
+        assert torch.equal(signs, torch.where(corrected >= 0, 1.0, -1.0)), step
+        residual = comp._residual.get((4, 5), grad, shapes)
+        assert torch.equal(residual, corrected - torch.sign(corrected)), step
+        assert torch.equal(residual[:5], torch.zeros(5)), step
+    # two workers: the mean of their signs, in {-1, 0, 1}
+    a, b = torch.tensor([1.0, -2.0, 3.0, -4.0]), torch.tensor([5.0, 6.0, -7.0, -8.0])
+    rows = [compression.pack_signs(a), compression.pack_signs(b)]
+    outs = []
+    for rank, x in enumerate((a, b)):
+        t = x.clone()
+        compression.create("efsignum").reduce_async((0,), t, _Gathered(rows, rank)).wait()
+        outs.append(t)
+    assert all(torch.equal(t, torch.tensor([1.0, 0.0, 0.0, -1.0])) for t in outs)
+    ref, bound = ReferenceMath("efsignum", 2).aggregate([0], [a.double(), b.double()], [(4,)])
+    assert torch.equal(ref, outs[0].double()) and bound is None
+
+
+def test_error_feedback_signum_scaled_loses_nothing_but_rounding_each_step():
+    comp = compression.create("efsignum_scaled")
     shapes = [torch.Size([30, 10]), torch.Size([7])]
     sizes = [300, 7]
     g = torch.Generator().manual_seed(1)
@@ -223,7 +255,8 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         "eftopk": 80,
         "signum": 32 * 4,                 # ceil(1000 / 32) words
         "signavg": 32 * 4,                # the same words
-        "efsignum": 32 * 4 + 2 * 4,       # + one fp32 scale per tensor
+        "efsignum": 32 * 4,               # the same words (the original's: no scale)
+        "efsignum_scaled": 32 * 4 + 2 * 4,  # + one fp32 scale per tensor
         # rank 2 on 10 x 50: P 10x2 and Q 50x2; the 1-D tensor goes dense (500).
         "powersgd": (20 + 100 + 500) * 4,
     }
@@ -237,7 +270,8 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         assert all(a["bytes"] == 4000 for a in encodes), name
         assert sum(a["bytes_out"] for a in encodes) == (payload if name != "none" else 0), name
         decodes = [e[5] for e in comm.timeline.events if e[0] == "decode"]
-        gathers = 4 if name in ("topk", "eftopk", "signum", "signavg", "efsignum") else 1
+        gathers = 4 if name in ("topk", "eftopk", "signum", "signavg", "efsignum",
+                                "efsignum_scaled") else 1
         assert [(a["bytes"], a["bytes_in"]) for a in decodes] == [(4000, payload * gathers)], \
             name
         st = comm.compression_stats()  # the compressor counts through Comm
@@ -249,7 +283,8 @@ def test_bytes_are_counted_from_the_exchanged_tensors():
         assert st["dense_payload_bytes"] == 4000 and st["dense_wire_bytes"] == 6000
         assert st["compression_ratio"] == 4000 / payload
         assert st["encode_s"] >= 0 and st["decode_s"] >= 0
-    gathered = {"topk": 3 * 80, "signum": 3 * 128, "signavg": 3 * 128}  # (P-1) m each way
+    gathered = {"topk": 3 * 80, "signum": 3 * 128, "signavg": 3 * 128,  # (P-1) m each way
+                "efsignum": 3 * 128}
     for name, wire in gathered.items():
         comp = compression.create(name, density=0.01)
         comm = SimComm(4)
@@ -287,7 +322,8 @@ def test_decoding_with_identical_workers():
     assert torch.equal(top[idx], (g[idx] + g[idx] + g[idx]) / 3)  # 3 copies scatter-added
     assert torch.equal(once("signum"), torch.where(g >= 0, 1.0, -1.0))
     assert torch.equal(once("signavg"), torch.where(g >= 0, 1.0, -1.0))
-    ef = once("efsignum")
+    assert torch.equal(once("efsignum"), torch.where(g >= 0, 1.0, -1.0))  # no scale
+    ef = once("efsignum_scaled")
     scales = [g[:2000].abs().double().mean(), g[2000:].abs().double().mean()]
     assert torch.allclose(ef[:2000].double(), torch.sign(g[:2000]).double() * scales[0])
     assert torch.allclose(ef[2000:].double(), torch.sign(g[2000:]).double() * scales[1])
@@ -343,7 +379,7 @@ def test_bench_bad_input_is_one_line_and_nonzero(capsys, args, message):
     (["--density", "-0.5"], "--density must be in (0, 1], got -0.5"),
     (["--density", "1.01", "--compressor", "topk"], "--density must be in (0, 1], got 1.01"),
     (["--compressor", "zip"], "unknown compressor 'zip'; known: none, fp16, topk, eftopk, "
-                              "signum, signavg, efsignum, powersgd"),
+                              "signum, signavg, efsignum, efsignum_scaled, powersgd"),
     (["--compressor", "topk,zip", "--verify", "1"], "unknown compressor 'zip'"),
     (["--compressor", "powersgd", "--powersgd-rank", "0"],
      "--powersgd-rank must be positive, got 0"),

@@ -57,7 +57,7 @@ def plugin_env(tmp_path):
 def test_the_plugin_is_offered_where_the_compressors_are(plugin_env, tmp_path):
     proc = train("--help", timeout=120, **plugin_env)
     assert proc.returncode == 0, describe(proc)
-    assert "efsignum, powersgd, bf16, int8, int8bare, int8double;" in " ".join(proc.stdout.split())
+    assert "efsignum, efsignum_scaled, powersgd, bf16, int8, int8bare, int8double;" in " ".join(proc.stdout.split())
     # the tables: fusion takes every compressor, ByteScheduler all but PowerSGD
     proc = run([sys.executable, "-m", "ddlbench.methods", "table"], timeout=120, **plugin_env)
     assert proc.returncode == 0, describe(proc)
@@ -65,7 +65,7 @@ def test_the_plugin_is_offered_where_the_compressors_are(plugin_env, tmp_path):
             for r in proc.stdout.splitlines() if r.startswith("| `")}
     assert rows["`fusion`"] == "all"
     assert rows["`bytescheduler`"].endswith(
-        "`efsignum`, `bf16`, `int8`, `int8bare`, `int8double`")
+        "`efsignum`, `efsignum_scaled`, `bf16`, `int8`, `int8bare`, `int8double`")
     proc = run([sys.executable, "-m", "ddlbench.methods", "compressors"], timeout=120,
                **plugin_env)
     assert "| `int8` | - | the bucket in int8 at scale max|g|/127, and the scale, " \

@@ -150,6 +150,11 @@ def test_an_original_command_means_the_original_experiment(name, folder, line, m
         assert "NCCL_DEBUG=INFO" in proc.stdout  # its launchers always set it
     if folder == "byteps":
         assert proc.stderr.startswith("byteps/launch.sh: debug=1 (the original's default)")
+        # its byteps/ scripts: SGD at lr 0.01 for every model, not scaled by the workers
+        assert (flags["--optimizer"], flags["--lr"]) == ("sgd", "0.01"), describe(proc)
+    else:  # its horovod/, mgwfbp/ and bytescheduler/ optimizers are --optimizer auto's
+        assert "--optimizer" not in flags and "--lr" not in flags, describe(proc)
+    assert "--cudnn-benchmark" in flags  # every one of its scripts set cudnn.benchmark = True
 
 
 # What the original's rdma switch set on top of rdma=0's experiment (its launchers; gen_cmd swept
@@ -256,9 +261,12 @@ def test_an_original_command_runs_with_a_small_model(tmp_path, load_json, folder
     assert "Total sen/sec on 2 CPU(s): " in proc.stdout
     rec = load_json(out)
     assert rec["config"]["method"] == method, describe(proc)
-    # BERT as the original's horovod/ and mgwfbp/ scripts trained it: AdamW, lr 2e-5, eps 1e-8
     opt = rec["optimizer"]
-    assert (opt["class"], opt["lr"], opt["eps"], opt["auto"]) == ("AdamW", 2e-5, 1e-8, True)
+    if folder == "byteps":  # its byteps/ scripts: SGD 0.01 for BERT too, not scaled, no momentum
+        assert (opt["class"], opt["lr"], opt["momentum"], opt["auto"]) == ("SGD", 0.01, 0, False)
+    else:  # BERT as its horovod/ and mgwfbp/ scripts trained it: AdamW, lr 2e-5, eps 1e-8
+        assert (opt["class"], opt["lr"], opt["eps"], opt["auto"]) == ("AdamW", 2e-5, 1e-8, True)
+    assert rec["config"]["cudnn_benchmark"] is True  # as each of the original's scripts
     if method == "wfbpps":
         # As BytePS with one worker machine: no server, a local reduce and broadcast.
         assert rec["method"]["nservers"] == 0 and rec["config"]["nworkers"] == 2

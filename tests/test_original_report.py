@@ -147,6 +147,23 @@ def test_one_1gpu_figure_per_task_and_the_speedup_labels_over_it(written):
     assert plots.original_speedups(groups["resnet50_64-rdma0.png"], None) == {}
 
 
+def test_the_original_tasks_figures_have_its_fixed_tops(written, tmp_path, monkeypatch):
+    """plots.py's limits: 9000 for resnet50_64, 450 for bert_8, 5800 for bert_base_64; another
+    task (or bars above the limit) 1.3 x its highest bar with its error."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    _, t = written
+    tops = {}
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: tops.setdefault(
+        os.path.basename(path), fig.axes[0].get_ylim()[1]))
+    plots.draw_original(t, str(tmp_path))
+    assert (tops["resnet50_64-rdma0.png"], tops["bert_8-rdma0.png"]) == (9000.0, 450.0)
+    assert plots.original_ylim("bert_base_64", 5000.0) == 5800.0
+    assert plots.original_ylim("bert_8", 500.0) == pytest.approx(650.0)  # above: it grows
+    assert plots.original_ylim("resnet50_32", 100.0) == pytest.approx(130.0)
+
+
 def _row(mid, label, labelled=False, engine="torch"):
     return aggregate.Row(network="rdma0", connection="c", model="resnet50", batch_size=64,
                          task="resnet50-bs64", label=label, engine=engine, architecture="a2a",

@@ -493,6 +493,23 @@ def _check_ps_record(proc, rec, extra, nworkers, pushers):
     assert "Parameter servers: 2, partition 65536 bytes" in proc.stdout
 
 
+def _check_total_lines(stdout, method, rec, machines):
+    """One ``Total`` line per worker machine, as the original's BytePS scripts printed (each
+    machine's first worker's own rounds); on one machine the protocol's line, the record's."""
+    part = stdout.split(f"Method: {method} (")[1].split("\nMethod: ")[0]
+    totals = [float(ln.split(": ")[-1].split()[0]) for ln in part.splitlines() if "Total" in ln]
+    assert len(totals) == machines, part
+    res = rec["result"]
+    if machines == 1:
+        assert res["machine_totals"] is None
+        assert totals[0] == pytest.approx(res["throughput"]["mean"], abs=0.051)
+        return
+    assert [m["rank"] for m in res["machine_totals"]] == [0, 2]   # --slots 2: ranks 0 and 2
+    assert totals == [pytest.approx(m["mean"], abs=0.051) for m in res["machine_totals"]]
+    # each machine's own rounds are no slower than the slowest rank's, the protocol's
+    assert all(m["mean"] >= res["throughput"]["mean"] * (1 - 1e-9) for m in res["machine_totals"])
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method,extra,nworkers,pushers", RECORD_CASES)
 def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extra, nworkers,
@@ -509,6 +526,7 @@ def test_record_counts_pushed_and_pulled_bytes(tmp_path, load_json, method, extr
     for name in method.split(","):
         rec = load_json(str(out).replace("{method}", name))
         _check_ps_record(proc, rec, extra, nworkers, pushers)
+        _check_total_lines(proc.stdout, name, rec, len(pushers) if "--slots" in extra else 1)
     if not traced:   # the counters alone; the servers recorded nothing
         assert rec["timeline"]["trace"] is None and rec["timeline"]["servers"] is None
         assert rec["timeline"]["recorded_iterations"] == 4 and rec["timeline"]["comm_observed"]

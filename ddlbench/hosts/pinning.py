@@ -130,7 +130,8 @@ def record(observed: list[dict], launcher: str, environ=None) -> dict:
     launcher or in one process, what was found), each worker's cores as it read them
     (``observed``: per worker rank, ``host`` and ``cores``), servers as planned."""
     environ = os.environ if environ is None else environ
-    info = job_plan(environ) if launcher == "local" else None
+    # the local spawner's plan, or the BytePS lane's (launch.pslaunch.byteps_pinning)
+    info = job_plan(environ) if launcher in ("local", "dmlc") else None
     nworkers = len(observed)
     if info is None:
         if launcher == "single":

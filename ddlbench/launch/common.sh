@@ -175,7 +175,9 @@ defaults() {
 # defaults (dnn=resnet50 bs=64 senlen=64; image_size, iters, extra_args for small runs),
 # checked; fills the array ARGS with the training script's flags: the workload, METHOD with
 # its options (method_args), --engine when $engine is set, --timeline when $timeline names a
-# trace file (timeline_iters: how many steps it records), and extra_args last (so they win).
+# trace file (timeline_iters: how many steps it records), --cudnn-benchmark when
+# cudnn_benchmark=1 (the original's launchers default to it), the array OPTIMIZER_ARGS where
+# the launcher set it, and extra_args last (so they win).
 job_args() {
     defaults dnn=resnet50 bs=64 senlen=64 image_size= iters= extra_args=
     positive bs "$bs"
@@ -189,6 +191,12 @@ job_args() {
     if [ -n "$image_size" ]; then ARGS+=(--image-size "$image_size"); fi
     if [ -n "${timeline:-}" ]; then ARGS+=(--timeline "$timeline"); fi
     if [ -n "${timeline_iters:-}" ]; then ARGS+=(--timeline-iters "$timeline_iters"); fi
+    case "${cudnn_benchmark:-0}" in
+        0) ;;
+        1) ARGS+=(--cudnn-benchmark) ;;
+        *) die "cudnn_benchmark must be 0 or 1, got '$cudnn_benchmark'" ;;
+    esac
+    if [ -n "${OPTIMIZER_ARGS+set}" ]; then ARGS+=("${OPTIMIZER_ARGS[@]}"); fi
     if [ -n "$extra_args" ]; then split_words "$extra_args"; ARGS+=("${WORDS[@]}"); fi
     return 0
 }
@@ -251,4 +259,17 @@ element_bytes() { echo $(( $1 * 4 )); }
 # arithmetic never sees an overflow).
 positive() {
     [[ "$2" =~ ^[1-9][0-9]{0,8}$ ]] || die "$1 must be a positive integer, got '$2'"
+}
+
+# original_optimizer: fills the array OPTIMIZER_ARGS from $optimizer (default original): the
+# original's byteps/ scripts trained every model, the CNNs and BERT, with torch SGD at lr 0.01
+# (no momentum, not scaled by the workers); auto, sgd, adam or adamw pass --optimizer as given
+# (auto: the training script's own choice, SGD 0.01 x workers or AdamW 2e-5).
+original_optimizer() {
+    defaults optimizer=original
+    case "$optimizer" in
+        original) OPTIMIZER_ARGS=(--optimizer sgd --lr 0.01) ;;
+        auto|sgd|adam|adamw) OPTIMIZER_ARGS=(--optimizer "$optimizer") ;;
+        *) die "optimizer must be original, auto, sgd, adam or adamw, got '$optimizer'" ;;
+    esac
 }

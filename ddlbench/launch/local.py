@@ -136,7 +136,7 @@ def spawn_local(nworkers: int, argv: list[str], master_addr: str = "127.0.0.1",
                 procs.append(subprocess.Popen([*(cluster.prefix(host[rank]) if cluster else []),
                                                sys.executable, "-m", module, *argv], env=env,
                                               pass_fds=store.fds if serves else (),
-                                              preexec_fn=_preexec(placement, rank)))
+                                              preexec_fn=child_setup(placement, rank)))
                 if serves:
                     store.handed()
             # Workers that fail together (a failed verification) exit within moments of each
@@ -202,12 +202,12 @@ def _takes_listen_fd() -> bool:
     return (major, minor) >= (2, 1)
 
 
-def _preexec(placement: dict, rank: int):
+def child_setup(placement: dict, rank: int | None):
     """The child's set-up between fork and exec: it dies with this process, and, pinned, runs
-    on its own cores from its first instruction on (before Python starts, so before torch
-    sizes its thread pools)."""
+    on its own cores (``placement``'s for rank ``rank``; None: every core) from its first
+    instruction on (before Python starts, so before torch sizes its thread pools)."""
     die = die_with_parent()
-    if placement["pinning"] not in (pinning.PINNED, pinning.WORKERS):
+    if rank is None or placement["pinning"] not in (pinning.PINNED, pinning.WORKERS):
         return die
     pin = pinning.pin_to(placement["ranks"][rank]["cores"])
 

@@ -273,6 +273,13 @@ def servers_of(args, hosts: list[hostfile.Host]) -> int:
 
 
 BYTEPS_SERVER = ["-m", "ddlbench.launch.bpsserver"]
+# What a BytePS user sets on a small machine, the lane's defaults (each the environment's where
+# it is set): one engine thread per server (BytePS: 4), one OpenMP thread for a worker's CPU
+# reducer (4), one ZMQ I/O thread per process (4), OpenMP threads that sleep while they wait.
+FAIR_SETTINGS = {"BYTEPS_SERVER_ENGINE_THREAD": "1", "BYTEPS_OMP_THREAD_PER_GPU": "1",
+                 "BYTEPS_ZMQ_NTHREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+FAIR_ENV = "DDLBENCH_BYTEPS_FAIR"        # 0: the lane as shipped before (``lane_settings``)
+IDLE_LOOPS = "BYTEPS_CPU_COMPRESS_LOOPS"  # 1: the CPU path starts BytePS's compress loops
 SERVER_SCHEDULE = "BYTEPS_SERVER_ENABLE_SCHEDULE"
 # =original: the servers keep BytePS 0.2.5's stale scheduling heap (byteps/cpu_only.patch)
 SCHEDULE_HEAP = "BYTEPS_SERVER_SCHEDULE_HEAP"
@@ -286,6 +293,7 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
     server. The servers schedule as ``BYTEPS_SERVER_ENABLE_SCHEDULE`` in this environment
     says (the shell launcher sets it from the method)."""
     workers, _, _ = placement(hosts, args.nworkers, 0)
+    settings, pin = lane_settings(os.environ)
     nservers = args.nservers if args.nservers is not None else len(set(workers))
     if nservers <= 0:
         raise UsageError(f"nservers must be positive, got {nservers}")
@@ -330,6 +338,9 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
             store = str(_free_port(first, py))
         common, roles, names = byteps_roles(workers, servers, uri, port, store, local)
         common["BYTEPS_JOB_ID"] = job     # the patch names the workers' shared memory with it
+        common.update(settings)
+        fair = local and settings[FAIR_ENV] == "1"   # (as shipped: no plan, nothing pinned)
+        setups = byteps_pinning(common, roles, len(workers), len(servers), pin) if fair else None
         argvs = [train if role["DMLC_ROLE"] == "worker" else BYTEPS_SERVER + ["--job-id", job]
                  for _, role in roles]
         prefixes = None
@@ -349,11 +360,46 @@ def byteps_job(args, hosts, server_hosts, py, root, train, job, announce) -> int
                             DDLBENCH_NET_INFO=host_env["DDLBENCH_NET_INFO"])
                 prefixes.append(cluster.prefix(i))
         return run(roles, common, py, root, train, job, args.grace, argvs=argvs, names=names,
-                   ours=True, prefixes=prefixes)
+                   ours=True, prefixes=prefixes, setups=setups)
     finally:
         if cluster is not None:
             cluster.down()
         remove_byteps_files(["localhost"] if cluster else sorted(set(workers)), job)
+
+
+def lane_settings(environ) -> tuple[dict[str, str], bool]:
+    """The variables the BytePS lane adds to every process, and whether its processes are
+    pinned: by default (``DDLBENCH_BYTEPS_FAIR`` unset or 1) ``FAIR_SETTINGS``, each the
+    environment's where set, and the local processes pinned as the suite's local spawner pins
+    its own (``byteps_pinning``; ``--no-pin``'s ``DDLBENCH_PIN=0`` not); with 0, the lane as
+    shipped before: none of them, nothing pinned, and the CPU path's idle compress and
+    decompress loops started (``BYTEPS_CPU_COMPRESS_LOOPS=1``, byteps/cpu_only.patch)."""
+    from ..hosts import pinning
+    fair = environ.get(FAIR_ENV, "1")
+    if fair not in ("0", "1"):
+        raise UsageError(f"{FAIR_ENV} must be 0 or 1, got {fair!r}")
+    if fair == "0":
+        return {FAIR_ENV: "0", IDLE_LOOPS: environ.get(IDLE_LOOPS) or "1"}, False
+    knobs = {k: environ.get(k) or v for k, v in FAIR_SETTINGS.items()}
+    return {FAIR_ENV: "1", **knobs}, pinning.enabled(environ)
+
+
+def byteps_pinning(common: dict, roles, nworkers: int, nservers: int, pin: bool) -> list:
+    """Each local process's set-up (``local.child_setup``) under the plan the suite's local
+    spawner makes for ``nworkers`` workers and ``nservers`` servers (``pinning.plan``: a core
+    or more each where they fit; the workers alone where only they fit), the scheduler on
+    every core; the plan goes to every process in ``DDLBENCH_PLACEMENT`` (the record's
+    ``environment.placement``)."""
+    import json
+
+    from ..hosts import pinning
+    from .local import child_setup
+    plan = pinning.plan(nworkers, nservers, pin=pin)
+    common[pinning.PLACEMENT_ENV] = json.dumps(plan, sort_keys=True)
+    ranks = [int(r["DDLBENCH_WORKER_RANK"]) if r["DMLC_ROLE"] == "worker"
+             else nworkers + int(r["DDLBENCH_SERVER_ID"]) if r["DMLC_ROLE"] == "server"
+             else None for _, r in roles]
+    return [child_setup(plan, rank) for rank in ranks]
 
 
 def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
@@ -512,34 +558,36 @@ def _local_ranks(roles) -> None:
 
 
 def run(roles, common, py, root, train, job, grace, argvs=None, names=None,
-        ours: bool | None = None, prefixes=None) -> int:
+        ours: bool | None = None, prefixes=None, setups=None) -> int:
     """Start every role's process (``(host, environment)``; its argv after the interpreter is
     ``train``, or its own from ``argvs``), supervise them, stop them all at the first failure
     or signal. ``names``: how lines name the processes (default: worker/server on host).
     ``ours``: the processes are the suite's, which watch their parent (default: without
     ``argvs``; with them, a tool's). ``prefixes``: each local process's command prefix (an
-    emulated host's ``ip netns exec``)."""
+    emulated host's ``ip netns exec``). ``setups``: each local process's ``preexec_fn``
+    (default: it dies with this process)."""
     with stop_signals() as stopping:
         return _run(roles, common, py, root, train, job, grace, stopping, argvs, names,
-                    argvs is None if ours is None else ours, prefixes)
+                    argvs is None if ours is None else ours, prefixes, setups)
 
 
 def _run(roles, common, py, root, train, job, grace, stopping, argvs, names, ours,
-         prefixes=None) -> int:
+         prefixes=None, setups=None) -> int:
     procs: list[tuple[str, subprocess.Popen]] = []
     argvs = argvs or [train] * len(roles)
     prefixes = prefixes or [[]] * len(roles)
+    setups = setups or [None] * len(roles)
     # (an emulated host is this machine: its processes are local children)
     remote = sorted({h for (h, _), pre in zip(roles, prefixes) if not pre and not is_local(h)})
     try:
-        for (host, role), argv, prefix in zip(roles, argvs, prefixes):
+        for (host, role), argv, prefix, setup in zip(roles, argvs, prefixes, setups):
             env = dict(common, **role)
             if prefix or is_local(host):
                 if ours:
                     env[PARENT_ENV] = str(os.getpid())
                 procs.append((host, subprocess.Popen([*prefix, py, *argv], cwd=root,
                                                      env=dict(os.environ, **env),
-                                                     preexec_fn=die_with_parent())))
+                                                     preexec_fn=setup or die_with_parent())))
             else:
                 # ssh forwards no environment: the network profile's settings travel too. The
                 # remote process watches its stdin, our pipe: it ends when we do.

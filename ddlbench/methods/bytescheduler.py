@@ -51,10 +51,11 @@ waited for by its nearest ancestor that is called, learned in the first iteratio
 that arrives while the same parameter's previous update is still pending is reported as an
 error instead of racing.
 
-**Compression.** With ``--compressor`` (fp16, bf16, topk, eftopk, signum, signavg, efsignum) every
-chunk is its own compressor bucket: the dispatcher encodes it and starts its exchange, the completer
-waits and decodes, and the chunk then holds the average (no division afterwards). TopK keeps
-the k largest of each chunk, EF-signSGD one scale per chunk, and residuals are kept per chunk.
+**Compression.** With ``--compressor`` (fp16, bf16, topk, eftopk, signum, signavg, efsignum,
+efsignum_scaled) every chunk is its own compressor bucket: the dispatcher encodes it and starts
+its exchange, the completer waits and decodes, and the chunk then holds the average (no division
+afterwards). TopK keeps the k largest of each chunk, efsignum_scaled one scale per chunk, and
+residuals are kept per chunk.
 PowerSGD is refused: it factorises whole matrices (a chunk is a slice of a flat gradient) and
 issues its second all-reduce while waiting, which here would be the completer thread, racing
 the dispatcher's collectives on the same group.

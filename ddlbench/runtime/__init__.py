@@ -92,16 +92,19 @@ class Job:
     horovod: dict[str, str] | None = None
     ps_local: bool = False
     byteps: dict[str, str] | None = None
+    cudnn_benchmark: bool = False
 
     @classmethod
     def of(cls, flags, horovod: dict[str, str] | None = None,
            byteps: dict[str, str] | None = None) -> "Job":
         """From a command line's flags (``--no-cuda``, ``--backend``, ``--timeout``,
-        ``--threads``, ``--nservers``, ``--partition-bytes``, ``--ps-clients``)."""
+        ``--threads``, ``--nservers``, ``--partition-bytes``, ``--ps-clients``,
+        ``--cudnn-benchmark``)."""
         return cls(use_cuda=not flags.no_cuda, backend=flags.backend, timeout_s=flags.timeout,
                    threads=flags.threads, nservers=flags.nservers,
                    partition_bytes=flags.partition_bytes, ps_clients=flags.ps_clients,
-                   horovod=horovod, ps_local=getattr(flags, "ps_local", False), byteps=byteps)
+                   horovod=horovod, ps_local=getattr(flags, "ps_local", False), byteps=byteps,
+                   cudnn_benchmark=getattr(flags, "cudnn_benchmark", False))
 
 
 def start(placement: Placement, job: Job, worker) -> int:
@@ -137,6 +140,8 @@ def init(placement: Placement, job: Job) -> Context:
                          f"and at least one worker")
     device = choose_device(placement, use_cuda)
     backend = choose_backend(device, placement, backend)
+    # cuDNN's autotuner, as the original's scripts set it (--cudnn-benchmark); none on the CPU
+    torch.backends.cudnn.benchmark = job.cudnn_benchmark
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:

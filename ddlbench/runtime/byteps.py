@@ -83,7 +83,10 @@ def recorded_settings() -> dict[str, str]:
 
 _RECORDED = {"BYTEPS_PARTITION_BYTES", CPU_ONLY, "BYTEPS_SERVER_ENABLE_SCHEDULE",
              SCHEDULE_HEAP, "BYTEPS_SCHEDULING_CREDIT", "DMLC_NUM_WORKER",
-             "DMLC_NUM_SERVER", TRACE_ON, TRACE_START, TRACE_END}
+             "DMLC_NUM_SERVER", TRACE_ON, TRACE_START, TRACE_END,
+             # the launcher's settings for a small machine (launch.pslaunch.lane_settings)
+             "DDLBENCH_BYTEPS_FAIR", "BYTEPS_SERVER_ENGINE_THREAD", "BYTEPS_OMP_THREAD_PER_GPU",
+             "BYTEPS_ZMQ_NTHREADS", "OMP_WAIT_POLICY", "BYTEPS_CPU_COMPRESS_LOOPS"}
 
 
 # -- BytePS's own trace (--timeline PATH) -----------------------------------------------------

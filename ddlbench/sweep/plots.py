@@ -395,6 +395,20 @@ def _font(ax, size: float = 14.0) -> None:
         item.set_fontsize(size)
 
 
+# The original's plots.py: fixed tops per task (its figures' scales; bert_8 is BERT-Large at
+# batch 8, bert_base_64 BERT-Base at 64, resnet50_64 ResNet-50 at 64).
+ORIGINAL_YLIMITS = {"resnet50_64": 9000.0, "bert_8": 450.0, "bert_base_64": 5800.0}
+
+
+def original_ylim(task: str, top: float) -> float:
+    """The top of an original-style figure of ``task`` (the original's task name), whose
+    highest bar with its error reaches ``top``: the original's fixed limit for its three tasks
+    (``ORIGINAL_YLIMITS``), where the bars fit under it (the original cut them; here the
+    figure then grows as for the other tasks), else ``top * 1.3`` (room for the legend)."""
+    fixed = ORIGINAL_YLIMITS.get(task)
+    return fixed if fixed is not None and top <= fixed else top * 1.3
+
+
 def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
     """The original's figures into ``folder`` (emptied of old ones first): per network and
     task ``<task>-rdma<r>.png`` (``<task>-<network>.png`` elsewhere), and per task with
@@ -425,7 +439,7 @@ def draw_original(t: Table, folder: str) -> tuple[list[str], list[str]]:
                 ax.text(bar.get_x() + bar.get_width() / 2.0,
                         max(bar.get_height() * 1.03, bar.get_height() + err + 0.01 * top),
                         f"{sp:.1f}x", ha="center", va="bottom", rotation=90)
-        ax.set_ylim(0, top * 1.3)
+        ax.set_ylim(0, original_ylim(names[rows[0].task], top))
         first = rows[0]
         ax.set_title(f"{first.dnn} (BS={first.batch_size}) on {first.connection}")
         ax.set_xlabel(f"# of {t.noun}s")

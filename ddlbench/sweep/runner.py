@@ -19,6 +19,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -410,10 +411,11 @@ def _noun(environment: dict) -> str:
 
 
 def parse_total_line(path: str, method: str | None = None) -> dict | None:
-    """The last ``Total img/sec on N GPU(s): X +-Y`` line of a log (the original's parser);
-    with ``method``, of that method's part of a shared job's log (from its ``Method: ID (``
-    header line to the next method's)."""
-    found = None
+    """The ``Total img/sec on N GPU(s): X +-Y`` lines of a log, as the original's parser read
+    them: ``value`` their mean (one line per run, or one per worker machine for a PS method on
+    several), ``lines`` how many; with ``method``, of that method's part of a shared job's log
+    (from its ``Method: ID (`` header line to the next method's)."""
+    found, values = None, []
     inside = method is None
     try:
         with open(path, errors="replace") as f:
@@ -424,8 +426,10 @@ def parse_total_line(path: str, method: str | None = None) -> dict | None:
                     m = TOTAL_RE.search(line)
                     if m:
                         noun = "GPU" if "GPU" in line.split(":")[0] else "CPU"
+                        values.append(float(m.group(3)))
                         found = {"unit": m.group(1), "workers": int(m.group(2)),
-                                 "value": float(m.group(3)), "noun": noun}
+                                 "value": statistics.fmean(values), "lines": len(values),
+                                 "noun": noun}
     except OSError:
         return None
     return found
