@@ -880,3 +880,22 @@ def test_a_sweep_may_not_set_the_loaders_variables(name, tmp_path, capfd):
                          f"the sweep, if it is meant)"), line
     path = _sweep(tmp_path, f"results: {tmp_path / 'r'}\n{SWEEP}env: {{LD_LIBRARY_PATH: /x}}\n")
     assert config.load(path, preflight=False).env == {"LD_LIBRARY_PATH": "/x"}
+
+
+def test_netem_state_nested_too_deeply_is_not_a_traceback(tmp_path, monkeypatch):
+    """A run state file or a standing cluster's description nested too deeply (issue 61, class
+    6): the reaper treats the state as half-written (its namespaces found by name), the
+    cluster's is one UsageError."""
+    from ddlbench.errors import UsageError
+    from ddlbench.netem import standing, state
+    deep = "[" * 200000 + "]" * 200000
+    (tmp_path / "run1.json").write_text(deep)
+    monkeypatch.setattr(state, "state_dir", lambda: str(tmp_path))
+    assert state._read_states() == [(str(tmp_path / "run1.json"),
+                                     {"run_id": "run1", "namespaces": []})]
+    folder = tmp_path / "clusters" / "c1"
+    folder.mkdir(parents=True)
+    (folder / "cluster.json").write_text(deep)
+    monkeypatch.setattr(standing, "directory", lambda name: str(tmp_path / "clusters" / name))
+    with pytest.raises(UsageError, match="cluster 'c1': unreadable .*nested too deeply"):
+        standing.load("c1")

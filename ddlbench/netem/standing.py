@@ -115,6 +115,8 @@ def load(name: str) -> dict:
                          f"cluster up --name {name} ...)") from None
     except (OSError, ValueError) as e:
         raise UsageError(f"cluster {name!r}: unreadable {path}: {e}") from None
+    except RecursionError:
+        raise UsageError(f"cluster {name!r}: unreadable {path}: nested too deeply") from None
 
 
 def up(name: str, nhosts: int, net: str, slots: int = 1, slurm: bool = False,

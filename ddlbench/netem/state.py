@@ -60,7 +60,7 @@ def _read_states() -> list[tuple[str, dict]]:
         try:
             with open(path) as f:
                 state = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):   # RecursionError: nested too deeply
             state = None
         if not isinstance(state, dict) or not isinstance(state.get("namespaces", []), list):
             # Half-written by a run killed at that moment (or not ours): its names follow the
