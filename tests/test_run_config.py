@@ -29,6 +29,8 @@ DEFAULTS = {
     "reshard_after_forward": "0", "rs_carrier": "auto", "zero_stage": "2",
     # the PS methods' placement and byteschedulerps's server rule and summing threads
     "ps_placement": "least-loaded", "server_rule": "fewest-pushes", "engine_threads": 8,
+    # the original's launchers set torch.backends.cudnn.benchmark (issue 60)
+    "cudnn_benchmark": False,
 }
 
 SEVERAL = ["--model", "resnet18", "--batch-size", "8", "--method", "fusion,ddp", "--nworkers",
