@@ -620,14 +620,17 @@ def test_byteps_bad_input(byteps_python, args, message):
 
 @needs_netem
 def test_byteps_over_an_emulated_network(byteps_python, tmp_path):
-    """engine=byteps with --net: BytePS's scheduler, servers and workers each on a host of an
-    emulated 1 Gbit/s cluster (its own network namespace and address), verified, and the
-    cluster gone afterwards."""
-    proc = _launch(byteps_python, tmp_path, "wfbpps", 1,
-                   ["--verify", "1", "--timeout", "120", "--net", "1gbit"])
+    """engine=byteps with --net: BytePS's scheduler, 2 servers and 2 workers each on a host of
+    an emulated 1 Gbit/s cluster (its own network namespace and address: 2 worker machines),
+    byteschedulerps with the servers scheduling (BytePS's fewest-pushes rule) verified over 3
+    momentum-SGD steps, and the cluster gone afterwards."""
+    proc = _launch(byteps_python, tmp_path, "byteschedulerps", 2,
+                   ["--verify", "3", *MOMENTUM_SGD, "--dtype", "float64", "--timeout", "180",
+                    "--net", "1gbit", "--partition-bytes", str(1 << 15)], timeout=400)
     assert proc.returncode == 0, describe(proc)
-    lines = verify_lines(proc.stdout)["wfbpps"]
-    assert [s for s, *_ in lines] == [1] and all(ok for *_, ok in lines), proc.stdout
+    lines = verify_lines(proc.stdout)["byteschedulerps"]
+    assert [s for s, *_ in lines] == [1, 2, 3] and all(ok for *_, ok in lines), proc.stdout
+    assert "verify: parameter servers: 2" in proc.stdout, proc.stdout
     runs = sorted(set(re.findall(r"run ([0-9a-f]{6})", proc.stderr)))
     assert len(runs) == 1, proc.stderr          # the cluster's summary names its run
     assert [ns for ns in netem.list_namespaces() if runs[0] in ns] == [], "namespaces left"
