@@ -248,7 +248,7 @@ def test_profile_order_is_the_plan_order(tmp_path):
     (lambda p: p["tensors"][0].update(name="4.gamma"), "it has no tensor '4.bias'"),
     (lambda p: p.update(format="something"), "is not an MG-WFBP profile"),
     (lambda p: p["backward_s"].pop(), "6 tensors but 5 backward times"),
-    (lambda p: p.update(alpha_s=-1.0), "must be numbers >= 0"),
+    (lambda p: p.update(alpha_s=-1.0), "must be finite numbers >= 0"),
 ])
 def test_a_profile_that_does_not_fit_is_refused(tmp_path, change, message):
     _world_of_one()

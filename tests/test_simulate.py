@@ -1120,10 +1120,13 @@ def test_predict_takes_the_profiles_host(tmp_path, capsys):
     assert predict.scaled(predict.workload_of(prof), 2.0).host == sim.Host(2e-10, 1e-10, 1e-3)
     assert predict.workload_of({**prof, "host": None}).host == sim.NO_HOST
     with pytest.raises(UsageError, match="^the profile's host copy_s_per_byte must be a "
-                                         "number, got 'x'$"):
+                                         "number from 0 to 86400, got 'x'$"):
         predict.workload_of({**prof, "host": {"copy_s_per_byte": "x"}})
-    with pytest.raises(UsageError, match="host copy, divide and issue times must be finite"):
+    with pytest.raises(UsageError, match="^the profile's host divide_s_per_byte must be a "
+                                         "number from 0 to 86400, got -1.0$"):
         predict.workload_of({**prof, "host": {"divide_s_per_byte": -1.0}})
+    with pytest.raises(UsageError, match="host copy, divide and issue times must be finite"):
+        sim.Host(-1.0, 0.0, 0.0)
     out = {}
     for key, host in (("with", prof["host"]), ("without", None)):
         path = tmp_path / f"{key}.json"
