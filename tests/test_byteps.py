@@ -308,16 +308,8 @@ def test_a_sweep_refuses_byteps_cells_without_the_environment(tmp_path, monkeypa
 
 
 def _job_processes(job: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if job in argv and "--job-id" in argv:
-            found.append(int(pid))
-    return found
+    from ddlbench.launch.pslaunch import command_lines
+    return [pid for pid, argv in command_lines() if job in argv and "--job-id" in argv]
 
 
 def test_a_dead_byteps_server_ends_the_job(byteps_python, tmp_path):

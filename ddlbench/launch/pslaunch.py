@@ -444,17 +444,20 @@ BYTEPS_LEFTOVERS = (("/dev/shm", "BytePS_ShM_", stat.S_ISREG, "_"),
                     ("/tmp", "ddlbench-byteps-trace-", stat.S_ISDIR, "-"))
 
 
-def live_job_ids() -> set[str]:
-    """The job ids on this machine's command lines (``--job-id ID`` of any process)."""
-    ids = set()
+def command_lines():
+    """(pid, argv) of every process on this machine whose command line can be read."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
+                yield int(pid), f.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        ids.update(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--job-id")
-    return ids
+
+
+def live_job_ids() -> set[str]:
+    """The job ids on this machine's command lines (``--job-id ID`` of any process)."""
+    return {argv[i + 1] for _, argv in command_lines()
+            for i, a in enumerate(argv[:-1]) if a == "--job-id"}
 
 
 def reap_byteps_leftovers() -> list[str]:
