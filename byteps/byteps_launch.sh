@@ -41,9 +41,10 @@
 # the lane sets BYTEPS_SERVER_ENGINE_THREAD=1, BYTEPS_OMP_THREAD_PER_GPU=1, BYTEPS_ZMQ_NTHREADS=1
 # and OMP_WAIT_POLICY=PASSIVE (each kept where set; recorded) and pins BytePS's processes as the
 # suite's are; DDLBENCH_BYTEPS_FAIR=0 runs the lane as shipped before (none of that).
-# As the original's byteps/ scripts: optimizer=original (default) trains every model, CNNs and
-# BERT, with SGD at lr 0.01, not scaled by the workers (optimizer=auto: the training script's
-# own choice; sgd, adam, adamw), and cudnn_benchmark=1 (default) sets cudnn.benchmark = True.
+# As the original's byteps/ scripts: optimizer=original-ps (default) trains every model, CNNs
+# and BERT, with SGD at lr 0.01, not scaled by the workers (optimizer=auto: the training
+# script's own choice; sgd, adam, adamw), and cudnn_benchmark=1 (default) sets
+# cudnn.benchmark = True.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/ddlbench/launch/common.sh"

@@ -92,7 +92,8 @@ def _method_flags(m) -> None:
 def _optimizer_flags(o) -> None:
     o.add_argument("--optimizer", default="auto", choices=workload.OPTIMIZERS,
                    help="auto: the original's for the model, SGD for CNNs, AdamW (eps 1e-8) "
-                        "for BERT")
+                        "for BERT; original-ps: its parameter-server scripts', SGD at lr 0.01 "
+                        "for every model, not scaled by the workers")
     o.add_argument("--lr", type=float, default=None,
                    help="learning rate (default: the original's, SGD 0.01 x workers, Adam and "
                         "AdamW 2e-5)")

@@ -269,6 +269,11 @@ def test_the_survey_cnns_known_without_torchvision_are_torchvisions():
      {"class": "SGD", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "lr_given": True}),
     (["--model", "bert", "--lr", "1e-3", "--weight-decay", "0.01"], 3,
      {"class": "AdamW", "lr": 1e-3, "weight_decay": 0.01, "lr_given": True}),
+    # the original's byteps/ scripts: SGD 0.01 for every model, not scaled by the workers
+    (["--model", "bert", "--optimizer", "original-ps"], 4,
+     {"class": "SGD", "lr": 0.01, "momentum": 0.0, "weight_decay": 0.0}),
+    (["--model", "resnet50", "--optimizer", "original-ps", "--momentum", "0.9"], 8,
+     {"class": "SGD", "lr": 0.01, "momentum": 0.9}),
 ])
 def test_optimizer_choice_and_its_record(argv, nworkers, expected):
     import torch

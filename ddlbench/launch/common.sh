@@ -261,15 +261,10 @@ positive() {
     [[ "$2" =~ ^[1-9][0-9]{0,8}$ ]] || die "$1 must be a positive integer, got '$2'"
 }
 
-# original_optimizer: fills the array OPTIMIZER_ARGS from $optimizer (default original): the
-# original's byteps/ scripts trained every model, the CNNs and BERT, with torch SGD at lr 0.01
-# (no momentum, not scaled by the workers); auto, sgd, adam or adamw pass --optimizer as given
-# (auto: the training script's own choice, SGD 0.01 x workers or AdamW 2e-5).
+# original_optimizer: fills the array OPTIMIZER_ARGS with --optimizer $optimizer (default
+# original-ps, the original's byteps/ scripts' SGD at lr 0.01; the training script knows what
+# each choice means and refuses an unknown one in one line).
 original_optimizer() {
-    defaults optimizer=original
-    case "$optimizer" in
-        original) OPTIMIZER_ARGS=(--optimizer sgd --lr 0.01) ;;
-        auto|sgd|adam|adamw) OPTIMIZER_ARGS=(--optimizer "$optimizer") ;;
-        *) die "optimizer must be original, auto, sgd, adam or adamw, got '$optimizer'" ;;
-    esac
+    defaults optimizer=original-ps
+    OPTIMIZER_ARGS=(--optimizer "$optimizer")
 }

@@ -90,9 +90,12 @@ def _cast(batch, dtype):
 
 # The original suite's optimizers (HKBU-HPML/ddl-benchmarks, docs/DESIGN.md section 8): its CNN
 # scripts ran torch SGD without momentum at 0.01 x workers, its BERT scripts (horovod/, mgwfbp/)
-# transformers' AdamW at 2e-5, eps 1e-8, weight decay 0, not scaled by the workers.
-OPTIMIZERS = ("auto", "sgd", "adam", "adamw")
+# transformers' AdamW at 2e-5, eps 1e-8, weight decay 0, not scaled by the workers; its byteps/
+# scripts (the parameter-server runs) trained every model, CNNs and BERT, with torch SGD at 0.01,
+# no momentum, not scaled by the workers: ``original-ps``.
+OPTIMIZERS = ("auto", "sgd", "adam", "adamw", "original-ps")
 SGD_LR_PER_WORKER = 0.01
+ORIGINAL_PS_LR = 0.01
 ADAM_LR = 2e-5
 ADAM_EPS = 1e-8
 DEFAULT_MOMENTUM = 0.0
@@ -106,7 +109,9 @@ def is_bert(model: str) -> bool:
 
 def optimizer_name(spec: OptimizerSpec) -> str:
     """``--optimizer``, with ``auto`` resolved to the original's choice for the model family:
-    adamw for BERT, sgd for the CNNs."""
+    adamw for BERT, sgd for the CNNs; ``original-ps`` is sgd."""
+    if spec.flag == "original-ps":
+        return "sgd"
     if spec.flag != "auto":
         return spec.flag
     return "adamw" if is_bert(spec.model) else "sgd"
@@ -114,9 +119,11 @@ def optimizer_name(spec: OptimizerSpec) -> str:
 
 def learning_rate(spec: OptimizerSpec, nworkers: int) -> float:
     """``--lr``, else the original's for the optimizer: SGD 0.01 x workers, Adam and AdamW
-    2e-5 (not scaled)."""
+    2e-5 (not scaled); ``original-ps`` 0.01 (not scaled)."""
     if spec.lr is not None:
         return spec.lr
+    if spec.flag == "original-ps":
+        return ORIGINAL_PS_LR
     return SGD_LR_PER_WORKER * nworkers if optimizer_name(spec) == "sgd" else ADAM_LR
 
 
