@@ -324,6 +324,43 @@ def test_a_rounds_last_push_zeroes_its_keys_count():
     assert [q.pop() for _ in range(2)] == [(1, "second"), (5, "next")]
 
 
+def _rule_by_scan(rule, expected, ops):
+    """The server rule read plainly (a scan of every waiting key per pop), for ``ops``: ("put",
+    key) or ("pop",); returns what each pop gave."""
+    count, waiting, out, arrivals = {}, {}, [], 0
+    for op in ops:
+        if op[0] == "put":
+            n = count.get(op[1], 0) + 1
+            count[op[1]] = 0 if n >= expected else n
+            waiting.setdefault(op[1], []).append(arrivals)
+            arrivals += 1
+        elif waiting:
+            rank = ((lambda k: (count.get(k, 0), waiting[k][0])) if rule == "fewest-pushes"
+                    else (lambda k: (k, waiting[k][0])))
+            key = min(waiting, key=rank)
+            out.append((key, waiting[key].pop(0)))
+            if not waiting[key]:
+                del waiting[key]
+    return out
+
+
+@pytest.mark.parametrize("rule", ["fewest-pushes", "lowest-key"])
+def test_the_server_queues_heap_pops_as_the_rule_reads(rule):
+    """ServerQueue's heap (O(log n) a pop) gives, over 3000 random puts and pops of 40 keys at
+    3 pushers, exactly the pops of the rule applied by scanning every waiting key."""
+    import random
+    rng = random.Random(7)
+    ops = [("put", rng.randrange(40)) if rng.random() < 0.55 else ("pop",) for _ in range(3000)]
+    q, got = ps.ServerQueue(rule, expected=3), []
+    for op in ops:
+        if op[0] == "put":
+            q.put(op[1], q.arrivals)
+        elif len(q):
+            got.append(q.pop())
+    assert len(got) > 1000
+    assert got == _rule_by_scan(rule, 3, ops)
+
+
 def test_a_scheduling_server_sums_by_bytepss_rule():
     """A server with 3 pushers and BytePS's rule on one summing thread, held while it sums the
     first push (key 3 from worker 0); then pushes of keys 2 (workers 0 and 1), 1 and 0

@@ -84,6 +84,7 @@ BytePS's summation servers do).
 from __future__ import annotations
 
 import datetime
+import heapq
 import json
 from collections import deque
 import os
@@ -751,7 +752,9 @@ class ServerQueue:
       first, ties by arrival (a key's own pushes in arrival order);
     - ``lowest-key``: the pending push of the lowest key first, ties by arrival.
 
-    Not thread-safe: its owner locks. ``put(key, item)``, ``pop() -> (key, item)``."""
+    Not thread-safe: its owner locks. ``put(key, item)``, ``pop() -> (key, item)``, each
+    O(log n) (BytePS's is a heap too): a heap of (rank, version, key) with one live entry per
+    waiting key, pushed again whenever the key's rank changes; stale entries are skipped."""
 
     def __init__(self, rule: str, expected: int):
         if rule not in SERVER_RULES:
@@ -760,26 +763,40 @@ class ServerQueue:
         self.count: dict[int, int] = {}
         self.waiting: dict[int, deque] = {}     # key -> its pending (arrival, item)
         self.arrivals = 0
+        self._heap: list = []                   # (rank, version, key); live: version current
+        self._version: dict[int, int] = {}
 
     def __len__(self) -> int:
         return sum(len(q) for q in self.waiting.values())
+
+    def _rank(self, key: int) -> tuple:
+        head = self.waiting[key][0][0]
+        return (self.count.get(key, 0), head) if self.rule == SERVER_RULES[0] else (key, head)
+
+    def _rerank(self, key: int) -> None:
+        v = self._version[key] = self._version.get(key, 0) + 1
+        heapq.heappush(self._heap, (self._rank(key), v, key))
 
     def put(self, key: int, item) -> None:
         n = self.count.get(key, 0) + 1
         self.count[key] = 0 if n >= self.expected else n
         self.waiting.setdefault(key, deque()).append((self.arrivals, item))
         self.arrivals += 1
+        self._rerank(key)
 
     def pop(self):
-        if self.rule == SERVER_RULES[0]:
-            rank = lambda k: (self.count.get(k, 0), self.waiting[k][0][0])
-        else:
-            rank = lambda k: (k, self.waiting[k][0][0])
-        key = min(self.waiting, key=rank)
+        while True:
+            _, v, key = heapq.heappop(self._heap)   # IndexError when empty, as min() raised
+            if key in self.waiting and self._version[key] == v:
+                break
         q = self.waiting[key]
         _, item = q.popleft()
-        if not q:
+        if q:
+            self._rerank(key)
+        else:
             del self.waiting[key]
+            if not self.waiting:
+                self._heap.clear()     # every entry left is stale
         return key, item
 
 
