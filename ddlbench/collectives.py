@@ -41,16 +41,39 @@ from .errors import UsageError
 NATIVE = "native"
 A2A = "a2a"
 RING = "ring"
+TWO_LEVEL = "two-level"
+
+# -- groups by layout ---------------------------------------------------------------------------
+# A method asks for the groups it needs by layout, never by rank lists; the job builds them from
+# where its ranks are (``runtime.groups``), the model from the topology (machines x devices).
+WORLD = "world"        # every worker of the job
+MACHINE = "machine"    # the workers of my machine
+ACROSS = "across"      # one worker per machine: those with my local index
+LAYOUTS = (WORLD, MACHINE, ACROSS)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a carrier in levels: the declared collective ``op`` on this worker's group
+    of ``layout``, on the whole message or, with ``shard_of``, on 1/l of it (l the size of
+    the group of that layout), as a method's ``rules.Step``."""
+    op: str
+    layout: str
+    shard_of: str | None = None
 
 
 @dataclass(frozen=True)
 class Carrier:
     """How a collective is carried out: ``how`` in words; ``runs_as`` backend -> the declared
     collective it moves bytes as on that backend (its bytes, steps and price are that one's);
-    a backend not named moves the collective's own bytes."""
+    a backend not named moves the collective's own bytes. A carrier in ``levels`` is the
+    collective on the whole job carried as other declared collectives on the groups of the
+    placement, one after the other (each by its backend's default carrier); its bytes,
+    spans and price are theirs."""
     name: str
     how: str
     runs_as: dict = field(default_factory=dict)   # backend ("*": any) -> collective
+    levels: tuple = ()                             # Level, ... in the order they run
 
 
 @dataclass(frozen=True)
@@ -105,11 +128,26 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                          Carrier(RING, "P - 1 point-to-point steps of a ring, each rank "
                                        "sending one shard to the next and adding the one it "
                                        "receives (NCCL's ring reduce-scatter); on a shared "
-                                       "NIC only the ranks at a machine's edge cross it")),
+                                       "NIC only the ranks at a machine's edge cross it"),
+                         Carrier(TWO_LEVEL, "two levels (MiCS's hierarchical communication): a "
+                                       "reduce-scatter inside the machine, then one of that "
+                                       "1/l across machines, the shards ordered first so that "
+                                       "rank r still receives shard r; only 1/l of the tensor "
+                                       "crosses the machines, (n-1)/n of it from each worker",
+                                 levels=(Level("reduce_scatter", MACHINE),
+                                         Level("reduce_scatter", ACROSS, MACHINE)))),
                defaults={"gloo": A2A, "nccl": NATIVE}),
     Collective("allgather", "every rank's shard gathered into every rank",
                "the gathered output (P x each rank's shard)", _ring, lambda p: p - 1,
-               gathers=True, parts=True),
+               gathers=True, parts=True,
+               carriers=(Carrier(NATIVE, "the backend's own"),
+                         Carrier(TWO_LEVEL, "two levels (MiCS's hierarchical communication): the "
+                                       "shards gathered across machines (the workers with my "
+                                       "local index), then those 1/l chunks inside the "
+                                       "machine, put back in rank order; the second level "
+                                       "is issued when the first is waited for",
+                                 levels=(Level("allgather", ACROSS, MACHINE),
+                                         Level("allgather", MACHINE))))),
     Collective("all_to_all", "chunk j of every rank's tensor to rank j",
                "the tensor each rank holds (P equal chunks)", _ring, lambda p: p - 1,
                parts=True),
@@ -127,11 +165,11 @@ RING_OPS = ("allreduce", "reduce_scatter", "allgather", "all_to_all")
 def operations() -> tuple[str, ...]:
     """Every operation a network prices and comm_bench measures: each declared collective of
     the all-reduce family (``RING_OPS``), and, for one with several carriers, each as
-    ``op:carrier``."""
+    ``op:carrier`` (not a carrier in levels: its levels are priced and measured)."""
     out = []
     for op in RING_OPS:
         out.append(op)
-        carriers = COLLECTIVES[op].carriers
+        carriers = [c for c in COLLECTIVES[op].carriers if not c.levels]
         if len(carriers) > 1:
             out += [f"{op}:{c.name}" for c in carriers]
     return tuple(out)
@@ -157,6 +195,10 @@ def carried_as(op: str, carrier: str | None = None, backend: str | None = None) 
     """The declared collective whose bytes and price ``op`` has with ``carrier`` on
     ``backend`` (itself unless the carrier runs as another there)."""
     c = declared(op).carrier(carrier, backend)
+    if c.levels:
+        raise UsageError(f"{op}'s carrier {c.name} runs in levels ("
+                         f"{', '.join(f'{x.op} @{x.layout}' for x in c.levels)}): each is "
+                         f"counted and priced on its own group")
     return c.runs_as.get(backend) or c.runs_as.get("*") or op
 
 
@@ -206,15 +248,6 @@ def ring_collective(op: str, alpha_step: float, beta_step: float, world: int) ->
         return 0.0, 0.0
     steps = declared(op).steps(world)
     return steps * alpha_step, steps * beta_step / world
-
-
-# -- groups by layout ---------------------------------------------------------------------------
-# A method asks for the groups it needs by layout, never by rank lists; the job builds them from
-# where its ranks are (``runtime.groups``), the model from the topology (machines x devices).
-WORLD = "world"        # every worker of the job
-MACHINE = "machine"    # the workers of my machine
-ACROSS = "across"      # one worker per machine: those with my local index
-LAYOUTS = (WORLD, MACHINE, ACROSS)
 
 
 def layout_groups(layout: str, machines: list[list[int]]) -> list[list[int]]:

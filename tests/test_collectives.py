@@ -127,3 +127,46 @@ def test_the_declared_bytes_are_what_gloo_sends(tmp_path):
     # the two sums differ only in their order: two terms commute exactly; at four ranks Gloo's
     # ring starts rank r's shard at rank r+2, not at rank 0
     assert same[2] == [True, True] and False in same[4]
+
+
+def test_the_carriers_in_levels_give_the_flat_result_and_the_declared_bytes(tmp_path):
+    """Reduce-scatter and all-gather by the ``two-level`` carrier on 4 Gloo ranks placed as 2
+    machines x 2 (in rank order and interleaved), 4 x 1 and 1 x 4: every rank's result equals
+    the single-process one exactly (integer-valued data: exact in any order), asynchronous
+    and blocking alike, and each level's bytes are its declaration's on its group: inside the
+    machine (l-1)/l of the tensor, across (n-1)/n of its 1/l chunk; (P-1)/P in all, as flat."""
+    out = tmp_path / "levels.json"
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "levels_probe.py"),
+                           str(out)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert proc.returncode == 0, describe(proc)
+    found = json.loads(out.read_text())
+    message = 4 * 4 * 6 * 5                      # the probe's tensor, fp32 bytes
+    shapes = {"2x2": (2, 2), "2x2 interleaved": (2, 2), "4x1": (4, 1), "1x4": (1, 4)}
+    assert set(found) == set(shapes)
+    for name, (n, l) in shapes.items():
+        rs = {"machine": C.sent_bytes("reduce_scatter", message, l),
+              "across": C.sent_bytes("reduce_scatter", message // l, n)}
+        ag = {"machine": 2 * C.sent_bytes("allgather", message // l, l),     # twice: async,
+              "across": 2 * C.sent_bytes("allgather", message // 4, n)}       # blocking
+        for facts in found[name]:
+            assert facts["rs"] and facts["ag"] and facts["ag_blocking"], (name, facts)
+            assert facts["by_group"] == {g: {"reduce_scatter": rs[g], "allgather": ag[g]}
+                                         for g in ("machine", "across")}, name
+            assert facts["sent"] == {"reduce_scatter": 3 * message // 4,
+                                     "allgather": 2 * 3 * message // 4}
+    # at 2 x 2, what crosses the machines from a worker: a third of the flat a2a's (n-1)/n of
+    # a 1/l chunk, 1/4 of the tensor, where the flat one sends 3/4, two of its three shards
+    # to the other machine
+    assert C.sent_bytes("reduce_scatter", message // 2, 2) == message // 4
+
+
+def test_a_carrier_in_levels_is_priced_by_its_levels_only():
+    ops = C.operations()
+    assert "reduce_scatter:two-level" not in ops and "allgather:two-level" not in ops
+    with pytest.raises(UsageError, match="runs in levels .reduce_scatter @machine, "
+                                         "reduce_scatter @across.: each is counted and priced"):
+        C.carried_as("reduce_scatter", "two-level", "gloo")
+    levels = C.declared("allgather").carrier("two-level").levels
+    assert [(x.op, x.layout, x.shard_of) for x in levels] == [
+        ("allgather", "across", "machine"), ("allgather", "machine", None)]

@@ -26,7 +26,7 @@ DEFAULTS = {
     "trace_collectives": None, "verify": 0, "vocab_size": None, "weight_decay": 0.0,
     # the options of today's methods (zero and hsdp, fsdp2, localsgd and diloco)
     "gather_prefetch": "1", "outer_lr": 0.7, "outer_momentum": 0.9, "period": 4,
-    "reshard_after_forward": "0", "rs_carrier": "auto", "zero_stage": "2",
+    "reshard_after_forward": "0", "rs_carrier": "auto", "ag_carrier": "auto", "zero_stage": "2",
     # the PS methods' placement and byteschedulerps's server rule and summing threads
     "ps_placement": "least-loaded", "server_rule": "fewest-pushes", "engine_threads": 8,
     # the original's launchers set torch.backends.cudnn.benchmark (issue 60)

@@ -4,12 +4,14 @@ the whole job and on each machine), the all-gathers' prefetch changing when para
 not what they are; per worker per step the bytes of its declared collectives and 1/P of DDP's
 optimizer state; a span per reduce-scatter and all-gather on its group; a failed collective
 named with its bucket and group."""
+import os
+
 import numpy as np
 import pytest
 
 from ddlbench import collectives
 
-from .conftest import (MOMENTUM_SGD, QUICK_TIMING, TINY_BERT, describe, train,
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, describe, train,
                        verify_lines)
 
 ADAMW = ["--optimizer", "adamw"]
@@ -146,3 +148,55 @@ def test_hsdp_refuses_machines_of_different_sizes():
     assert ("method hsdp needs as many workers on every machine (its shards must match "
             "across machines); this job's machines hold 2, 1"
             in proc.stderr), describe(proc)
+
+
+def test_zero_in_levels_verifies_and_sends_the_declared_bytes_by_group(tmp_path, load_json):
+    """zero with both collectives in two levels (``--rs-carrier two-level --ag-carrier
+    two-level``) on 2 machines x 2: right against the reference (AdamW, stage 2, prefetched
+    gathers, whose second level runs when each module waits); per step, per padded bucket of B bytes, inside
+    the machine B/2 reduce-scattered and B/2 all-gathered, across only B/4 each way (the flat
+    all-to-all sends 3B/4 a worker, B/2 of it to the other machine); a span for each level on
+    its group; and the model runs the same four steps on the same groups."""
+    _verified(train(*TINY_BERT, *MACHINES, *ADAMW, *BUCKETS, "--verify", "3", "--method", "zero",
+                    "--rs-carrier", "two-level", "--ag-carrier", "two-level", timeout=300))
+    out, trace = tmp_path / "zero.json", tmp_path / "zero-trace.json"
+    proc = train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *QUICK_TIMING, *BUCKETS, "--method", "zero",
+                 "--rs-carrier", "two-level", "--ag-carrier", "two-level", "--zero-stage", "1",
+                 "--output", str(out), "--timeline", str(trace), timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert rec["method"]["rs_carrier"] == rec["method"]["ag_carrier"] == "two-level"
+    assert rec["method"]["shard_workers"] == 4
+    padded = rec["method"]["padded_bytes"]
+    assert len(padded) > 2 and all(b % 16 == 0 for b in padded)
+    by_group = rec["communication_per_iteration"]["wire_sent_bytes_by_group"]
+    assert by_group == {"machine": {"reduce_scatter": sum(padded) // 2,
+                                    "allgather": sum(padded) // 2},
+                        "across": {"reduce_scatter": sum(padded) // 4,
+                                   "allgather": sum(padded) // 4}}
+    events = load_json(trace)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    rows = {(e["name"], e["args"].get("group")) for e in events
+            if e.get("ph") == "X" and e["pid"] == 0 and e["name"] in ("reduce_scatter",
+                                                                      "allgather")}
+    assert rows == {("reduce_scatter", "machine"), ("reduce_scatter", "across"),
+                    ("allgather", "across"), ("allgather", "machine")}
+    from ddlbench.methods import lookup
+    from ddlbench.model import cell, topology
+    network = topology.load(os.path.join(REPO, "docs", "predictions", "emulated-2x2-1gbit.yaml"))
+    options = lookup("zero").Options(rs_carrier="two-level", ag_carrier="two-level")
+    links = cell.declared_links("zero", 4, network, options)
+    assert [(op, share) for op, share, _ in links["steps"]] == [("reduce_scatter", 1.0),
+                                                                ("reduce_scatter", 0.5)]
+    assert [(op, share) for op, share, _ in links["gather"]] == [("allgather", 0.5),
+                                                                 ("allgather", 1.0)]
+    assert links["optimizer_share"] == 0.25
+
+
+def test_hsdp_refuses_the_carriers_in_levels():
+    proc = train(*TINY_BERT, *MACHINES, "--verify", "1", "--method", "hsdp",
+                 "--rs-carrier", "two-level", timeout=120)
+    assert proc.returncode == 2, describe(proc)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ddlbench: error: method hsdp shards on the machine: its collectives there have no "
+        "level to split (--rs-carrier and --ag-carrier two-level are zero's)")

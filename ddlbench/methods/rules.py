@@ -82,6 +82,18 @@ class Step:
         name = getattr(options, self.carrier_option)
         return self if name == "auto" else replace(self, carrier=name)
 
+    def levels(self) -> tuple["Step", ...]:
+        """The steps this one runs as: itself, or, where its carrier runs in levels
+        (``collectives.Carrier.levels``), each level as a step of its own."""
+        carrier = declared(self.op).carrier(self.carrier, None)
+        if not carrier.levels:
+            return (self,)
+        if self.layout != WORLD or self.shard_of is not None:
+            from ..errors import UsageError
+            raise UsageError(f"{self.op}'s carrier {carrier.name} runs in levels on the whole "
+                             f"job, not on a step @{self.layout}")
+        return tuple(Step(x.op, x.layout, x.shard_of) for x in carrier.levels)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -118,6 +130,13 @@ class Rule:
         if self.gather and not self.exchange:
             raise TypeError("a rule that gathers shards after the optimizer declares the "
                             "exchange that made them")
+
+    def steps(self, options, after_optimizer: bool = False) -> tuple[Step, ...]:
+        """The collectives a message runs with ``options`` (None: the declared carriers): its
+        exchange (``after_optimizer``: its gather), each step's carrier as the options choose
+        it, a carrier in levels as its levels."""
+        declared_steps = self.gather if after_optimizer else self.exchange
+        return tuple(x for s in declared_steps for x in s.chosen(options).levels())
 
     def groups(self, method: type, work, link, options) -> list[list[int]]:
         """The messages (all-reduce) or units (PS) ``method`` sends per iteration with

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..collectives import ACROSS, MACHINE, WORLD, declared
+from ..collectives import ACROSS, TWO_LEVEL, MACHINE, WORLD, declared
 from ..options import Options, one_of, option
 from ..planning import HOROVOD_DEFAULT_THRESHOLD
 from . import rules
@@ -54,7 +54,8 @@ from .allreduce import Bucket, BucketedAllReduce, threshold_option, zero_all
 from .base import require_even_machines
 
 STAGES = one_of("2", "1")
-CARRIERS = one_of("auto", "a2a", "native", "ring")
+CARRIERS = one_of("auto", "a2a", "native", "ring", "two-level")
+GATHER_CARRIERS = one_of("auto", "native", "two-level")
 SWITCH = one_of("1", "0")
 
 
@@ -70,7 +71,12 @@ class ZeroOptions(Options):
     rs_carrier: str = option(
         "auto", CARRIERS, "how gradients are reduce-scattered: a2a (all-to-all + local sum in "
         "rank order), native (the backend's reduce-scatter), ring (P-1 steps to the next rank, "
-        "on the communication thread), auto (the backend's default)")
+        "on the communication thread), two-level (inside the machine, then 1/l across machines), "
+        "auto (the backend's default)")
+    ag_carrier: str = option(
+        "auto", GATHER_CARRIERS, "how the updated shards are all-gathered: native (the "
+        "backend's all-gather), two-level (across machines, then inside the machine), auto (the "
+        "backend's default)")
     gather_prefetch: str = option(
         "1", SWITCH, "1: all-gather the updated shards in forward order after the step, each "
         "waited for by the module that needs it; 0: the step waits for every all-gather")
@@ -149,8 +155,8 @@ class Zero(BucketedAllReduce):
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
                       exchange=(rules.Step("reduce_scatter", WORLD,
                                            carrier_option="rs_carrier"),),
-                      gather=(rules.Step("allgather", WORLD),), optimizer_shard=WORLD,
-                      prefetch="gather_prefetch")
+                      gather=(rules.Step("allgather", WORLD, carrier_option="ag_carrier"),),
+                      optimizer_shard=WORLD, prefetch="gather_prefetch")
     rebuild = False  # the plan follows the order rank 0 observed in calibrate()
 
     @classmethod
@@ -170,7 +176,15 @@ class Zero(BucketedAllReduce):
         self.across = comm.group_of(ACROSS) if hsdp else None
         if hsdp:
             require_even_machines(self.id, comm)
-        self.keep_grads = (options if options is not None else self.Options()).zero_stage == "1"
+        given = options if options is not None else self.Options()
+        if TWO_LEVEL in (given.rs_carrier, given.ag_carrier):
+            if hsdp:
+                from ..errors import UsageError
+                raise UsageError(f"method {self.id} shards on the machine: its collectives "
+                                 f"there have no level to split (--rs-carrier and "
+                                 f"--ag-carrier two-level are zero's)")
+            comm.levels()   # (its groups built here, on every rank, as any layout's)
+        self.keep_grads = given.zero_stage == "1"
         self._group_of_param = {}
         for k, g in enumerate(optimizer.param_groups):
             for p in g["params"]:
@@ -179,6 +193,11 @@ class Zero(BucketedAllReduce):
         self._shard_optimizer = None
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         self.carrier = self.options.rs_carrier if self.options.rs_carrier != "auto" else None
+        self.gather_carrier = (self.options.ag_carrier if self.options.ag_carrier != "auto"
+                               else None)
+        # a gather in levels issues its second level when waited for: every one is waited for
+        # before the next backward's first reduce-scatter, in the same order on every rank
+        self._chained_gathers = self.gather_carrier == TWO_LEVEL
         self.optimizer = self._shard_optimizer
         self._gathers_pending = False
         self._module_buckets = self._modules_to_buckets()
@@ -265,6 +284,8 @@ class Zero(BucketedAllReduce):
         if self._calibrating:
             self._seen.append(i)
             return
+        if self._chained_gathers and self._gathers_pending:
+            self._wait_gathers()
         self.bucket_of[i].ready += 1
         self._launch_in_order(self._issuer.hand if self._issuer is not None else self._launch)
 
@@ -330,7 +351,7 @@ class Zero(BucketedAllReduce):
         for b in reversed(self.buckets):
             with self.comm.about(b.label or self._label(b)):
                 b.gather = self.comm.allgather(b.weights, b.shard.detach(), async_op=True,
-                                               group=self.shards)
+                                               group=self.shards, carrier=self.gather_carrier)
         self._gathers_pending = True
         if self.options.gather_prefetch == "0":
             self._wait_gathers()
@@ -392,6 +413,8 @@ class Zero(BucketedAllReduce):
             "zero_stage": int(self.options.zero_stage),
             "rs_carrier": declared("reduce_scatter").carrier(
                 self.carrier, self.comm.backend(self.shards)).name,
+            "ag_carrier": declared("allgather").carrier(
+                self.gather_carrier, self.comm.backend(self.shards)).name,
             "shard_workers": self.shards.size,
             "padded_bytes": [b.padded * b.weights.element_size() for b in self.buckets],
             "memory": self.memory(),

@@ -394,7 +394,7 @@ def exchange_links(method: str, nworkers: int, network: topology.Network | None,
     step (collective, share of the message, the network's link for the step's group
     layout); () for a method that all-reduces each message on the whole job."""
     rule = simulate.method_class(method).rule
-    steps = [s.chosen(options) for s in (rule.gather if after_optimizer else rule.exchange)]
+    steps = rule.steps(options, after_optimizer)
     if not steps:
         return ()
     if network is None:

@@ -1302,12 +1302,13 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
                              int(getattr(options, "credit", BS_CREDIT)), channels, codec=codec,
                              nworkers=nworkers, batches_per_iter=batches_per_iter,
                              method=method)
-    if len(rule.exchange) != len(steps):
-        raise UsageError(f"method {method} declares {len(rule.exchange)} collective(s) per "
+    declared_steps = len(rule.steps(options)), len(rule.steps(options, after_optimizer=True))
+    if declared_steps[0] != len(steps):
+        raise UsageError(f"method {method} declares {declared_steps[0]} collective(s) per "
                          f"message; their links were given for {len(steps)}")
-    if len(rule.gather) != len(gather):
-        raise UsageError(f"method {method} declares {len(rule.gather)} collective(s) after its "
-                         f"optimizer per message; their links were given for {len(gather)}")
+    if declared_steps[1] != len(gather):
+        raise UsageError(f"method {method} declares {declared_steps[1]} collective(s) after "
+                         f"its optimizer per message; their links were given for {len(gather)}")
     prefetch = rule.prefetch is True or (isinstance(rule.prefetch, str)
                                          and str(getattr(options, rule.prefetch)) == "1")
     p = replay(work, link, rule.groups(cls, work, link, options), channels, method,

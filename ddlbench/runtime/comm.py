@@ -37,7 +37,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
-from ..collectives import A2A, RING, WORLD, bus_factor, declared, sent_bytes
+from ..collectives import ACROSS, A2A, MACHINE, RING, WORLD, bus_factor, declared, sent_bytes
 from .groups import Group, Groups
 
 _ITEMSIZE: dict = {}
@@ -170,6 +170,7 @@ class Comm:
         self.timeline = Timeline(rank, trace_file=trace_file)
         self._about = threading.local()
         self._average_op = False  # not yet decided (average_op)
+        self._levels = None       # (machine group, across group, rank order): levels()
         self.reset_stats()
 
     # -- accounting ------------------------------------------------------------------------
@@ -361,12 +362,15 @@ class Comm:
         would); the ``ring`` carrier runs its steps on the calling thread (blocking: with
         ``async_op`` its work is already complete)."""
         g, handle, size = self._where(group)
-        carrier = declared("reduce_scatter").carrier(carrier, self.backend(g)).name
+        declaration = declared("reduce_scatter").carrier(carrier, self.backend(g))
+        carrier = declaration.name
         if tensor.numel() != output.numel() * size:
             raise ValueError(f"reduce_scatter of {tensor.numel()} elements among {size} ranks "
                              f"needs an output of {tensor.numel() // max(size, 1)} elements "
                              f"and a tensor of {size} equal shards; got an output of "
                              f"{output.numel()}")
+        if declaration.levels:
+            return self._reduce_scatter_levels(output, tensor, async_op, g)
         self.count("reduce_scatter", tensor.numel(), tensor.dtype, group=g, carrier=carrier)
         if size == 1:
             output.copy_(tensor.view(-1))
@@ -401,15 +405,76 @@ class Comm:
             output, tensor, group=handle, async_op=async_op), g)
 
     def allgather(self, output: torch.Tensor, tensor: torch.Tensor, async_op: bool = True,
-                  group=None):
-        """Gather every group rank's ``tensor`` into ``output`` (size P * tensor.numel())."""
+                  group=None, carrier: str | None = None):
+        """Gather every group rank's ``tensor`` into ``output`` (size P * tensor.numel()),
+        carried by ``carrier`` (``collectives``: ``native``, the default, or ``two-level``)."""
         g, handle, size = self._where(group)
+        if declared("allgather").carrier(carrier, self.backend(g)).levels:
+            return self._allgather_levels(output, tensor, async_op, g)
         self.count("allgather", tensor.numel(), tensor.dtype, group=g)
         if size == 1 and g is not None:
             output.view(-1).copy_(tensor.view(-1))
             return _done(async_op)
         return self._traced("allgather", tensor, async_op, lambda: all_gather_single(
             output, tensor, group=handle, async_op=async_op), g)
+
+    # -- the carriers in levels (collectives.TWO_LEVEL): machine, then across, or back ------
+    def levels(self, group: Group | None = None):
+        """(my machine's group, my group across machines, the order of the job's ranks that
+        puts each machine-group rank's chunk together: local index 0's ranks by rank, then
+        local index 1's, ...) for a collective of the whole job in two levels. The groups
+        are built on first asking: a method that uses these carriers asks in its
+        constructor, as for any layout."""
+        if group is not None and group.layout != WORLD:
+            from ..errors import UsageError
+            raise UsageError(f"a collective in levels runs on the whole job, not on group "
+                             f"{group.layout}")
+        if self._levels is None:
+            machines = self.machines()
+            sizes = sorted({len(m) for m in machines})
+            if len(sizes) > 1:
+                from ..errors import UsageError
+                raise UsageError(f"a collective in levels needs machines of one size, got "
+                                 f"{'/'.join(str(len(m)) for m in machines)} workers")
+            order = [r for j in range(sizes[0]) for r in sorted(m[j] for m in machines)]
+            self._levels = (self.group_of(MACHINE), self.group_of(ACROSS),
+                            torch.tensor(order, dtype=torch.int64))
+        machine, across, order = self._levels
+        return machine, across, order
+
+    def _reduce_scatter_levels(self, output, tensor, async_op, g):
+        """Reduce-scatter ``two-level``: the shards put in ``levels()``'s order (chunk j of the
+        machine: the shards of the ranks of local index j, as their group across orders
+        them), reduce-scattered inside the machine (on this thread), then that chunk across
+        machines, rank r receiving shard r."""
+        machine, across, order = self.levels(g)
+        shards = tensor.reshape(self.size, -1)
+        ordered = shards.index_select(0, order.to(tensor.device)).view(-1)
+        chunk = torch.empty(tensor.numel() // machine.size, dtype=tensor.dtype,
+                            device=tensor.device)
+        self.reduce_scatter(chunk, ordered, async_op=False, group=machine)
+        return self.reduce_scatter(output, chunk, async_op=async_op, group=across)
+
+    def _allgather_levels(self, output, tensor, async_op, g):
+        """All-gather ``two-level``: the shards of my local index gathered across machines (a
+        chunk), then the machine's chunks inside it, put back in rank order. The second level
+        is issued when the first is waited for: every rank must wait in the same order (the
+        sharding methods wait in forward order)."""
+        machine, across, order = self.levels(g)
+        chunk = torch.empty(output.numel() // machine.size, dtype=output.dtype,
+                            device=output.device)
+        work = self.allgather(chunk, tensor, async_op=True, group=across)
+
+        def inside() -> None:
+            gathered = torch.empty(output.numel(), dtype=output.dtype, device=output.device)
+            self.allgather(gathered, chunk, async_op=False, group=machine)
+            output.view(self.size, -1).index_copy_(0, order.to(output.device),
+                                                    gathered.view(self.size, -1))
+        if not async_op:
+            work.wait()
+            inside()
+            return None
+        return _Then(work, inside)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0, async_op: bool = False, group=None):
         """Group rank ``src``'s ``tensor`` to every rank of the group."""
