@@ -1242,6 +1242,99 @@ def test_launch_times_are_checked():
         sim.Launch(0.01, [0.001, -1.0])
 
 
+# -- ByteScheduler on host and device (issue 58 item 4) --------------------------------------------
+
+def _bs_work(launch, n=10, **kw):
+    """No optimizer time and one worker (no divide): the updates cost the device nothing."""
+    return sim.Compute(forward_s=0.010, backward_s=[0.002] * n,
+                       nbytes=[40000 * (1 + b % 3) for b in range(n)], optimizer_s=0.0,
+                       names=[f"t{b}" for b in range(n)], launch=launch, **kw)
+
+
+def _bs_both(cpu, gpu, **kw):
+    """ByteScheduler's iteration, all-reduce and PS, without and with the launch."""
+    ps = sim.ServerLinks(1e-4, 2e-9, 1e-9)
+    for link in (sim.Link(1e-4, 1e-9), sim.Link(2e-3, 1e-7)):
+        for partition, credit in ((4000, 8000), (100000, 1), (10 ** 9, 10 ** 12)):
+            yield tuple(sim.predict("bytescheduler", w, link, partition=partition,
+                                    credit=credit, **kw) for w in (cpu, gpu))
+    yield tuple(sim.predict("byteschedulerps-worker", w, None, servers=ps, **kw)
+                for w in (cpu, gpu))
+
+
+def test_bytescheduler_with_free_launches_is_the_one_resource_replay():
+    """Every launch and hook free: the host is never behind, so each piece ends on the device
+    when the training thread would have computed it, each tensor is ready for the dispatcher
+    when the device computed it (its hook ran at once), and each update is launched the moment
+    its chunks are reduced. The updates cost nothing here (no optimizer time, one worker: no
+    divide), so the device running them between pieces, where the CPU's completer runs them
+    beside the training thread, moves nothing: a module's forward starts at max(the previous
+    piece's end, its update's) either way. Hence the same iteration to the last bit, in steady
+    state and for a timing round, with and without CPU interference, all-reduce and PS."""
+    free = sim.Launch(0.0, [0.0] * 10, 0.0, 0.0)
+    for kappa, mu in ((0.0, 0.0), (0.3, 0.15)):
+        cpu = _bs_work(None, compute_slowdown=kappa, comm_slowdown=mu)
+        for bpi in (None, 3):
+            for one, two in _bs_both(cpu, dataclasses.replace(cpu, launch=free),
+                                     batches_per_iter=bpi):
+                assert two.iteration_s == one.iteration_s, (kappa, bpi, one.method)
+                assert sim.DEVICE_ROW in {e[2] for e in two.events}
+
+
+def test_bytescheduler_device_bound_is_the_one_resource_replay():
+    """The host far ahead of the device (each piece launched well before the device gets to
+    it, hooks included): the device's pieces end as the training thread's would, and each
+    tensor is ready when computed. The updates' launches are free: a forward that waits for
+    its update would otherwise wait for that launch too (the host's latency on the critical
+    path), and they cost the device nothing, as above."""
+    fast = sim.Launch(forward_s=1e-4, backward_s=[1e-5] * 10, optimizer_s=0.0, hook_s=1e-5)
+    for one, two in _bs_both(_bs_work(None), _bs_work(fast)):
+        assert two.iteration_s == pytest.approx(one.iteration_s, rel=1e-12), one.method
+
+
+def test_bytescheduler_updates_run_on_the_device_between_pieces():
+    """By hand, host free, instant network, no forward, backward 1 s per tensor, the
+    optimizer 2 s (1 s per tensor, equal bytes). One resource: the completer updates each
+    tensor beside the backward (tensor 1's from 1 to 2 while tensor 0's backward runs), the
+    next forward waits for tensor 0's update (2 to 3): 3 s an iteration. On a device the
+    updates take turns with the backward (one device, one stream): each iteration it runs
+    both updates of the previous one (tensor 1's, whose chunks were reduced as tensor 0's
+    backward began, then tensor 0's) and the backward, 1 + 1 + 2 = 4 s."""
+    def work(launch):
+        return sim.Compute(forward_s=0.0, backward_s=[1.0, 1.0], nbytes=[4000, 4000],
+                           optimizer_s=2.0, launch=launch)
+    link = sim.Link(0.0, 0.0)
+    assert sim.predict("bytescheduler", work(None), link).iteration_s == pytest.approx(3.0)
+    p = sim.predict("bytescheduler", work(sim.Launch(0.0, [0.0, 0.0])), link)
+    assert p.iteration_s == pytest.approx(4.0)
+    start = next(e[3] for e in p.events if e[1] == timeline.ITERATION) / 1e6
+    device = sorted((e[0], e[3] / 1e6 - start, e[4] / 1e6 - start) for e in p.events
+                    if e[2] == sim.DEVICE_ROW and e[0] != "forward")
+    assert device == [("backward", 2.0, 4.0), ("optimizer", 0.0, 1.0), ("optimizer", 1.0, 2.0)]
+
+
+def test_bytescheduler_launch_bound_is_the_hosts_chain():
+    """Host-bound (large hooks, a device of microseconds, an instant network and servers), by
+    hand: each iteration is the training thread's launches, the forward's 10 ms, the
+    backward's 3 + 2 + 1 ms and 3 Python hooks of 4 ms, then the front tensor's update,
+    launched by the completer the moment the last hook ran (its chunks reduce at once), in
+    its even share of the optimizer's launch (6 ms / 3, whatever its bytes), before the next
+    forward may be launched: 10 + 6 + 12 + 2 = 30 ms. The other updates were launched during
+    the backward; the PS variant is the same schedule."""
+    launch = sim.Launch(forward_s=0.010, backward_s=[0.003, 0.002, 0.001], optimizer_s=0.006,
+                        hook_s=0.004)
+    work = sim.Compute(forward_s=3e-6, backward_s=[1e-6] * 3, nbytes=[4000, 8000, 12000],
+                       optimizer_s=3e-6, names=["c", "b", "a"], launch=launch)
+    for p in (sim.predict("bytescheduler", work, sim.Link(0.0, 0.0)),
+              sim.predict("byteschedulerps-worker", work, None,
+                          servers=sim.ServerLinks(0.0, 0.0, 0.0))):
+        assert p.iteration_s == pytest.approx(0.030, rel=1e-12), p.method
+        # the host's forward pre-hook waits that update's launch, 2 ms
+        waits = [e for e in p.events if e[2] == timeline.MAIN and e[0] == "forward pre-hook"]
+        assert [e[4] - e[3] for e in waits] == [pytest.approx(2000.0)]
+        assert {"completer", sim.DEVICE_ROW} <= {e[2] for e in p.events}
+
+
 def test_a_sharding_method_gathers_before_the_forward_or_under_it():
     """Rule.gather in the replay (one resource, no interference): the previous step's
     all-gathers start with the iteration, the last group first; without prefetch the forward

@@ -29,7 +29,8 @@ default cap, its first-iteration order ignored; ``rules.merged``, the suite's ow
 ``forward_s + planning.schedule_time(...) + optimizer_s`` (the section 3 recurrences). A rule
 with ``scheduler`` replays ByteScheduler (``bytescheduler()``): several iterations in steady
 state, chunks, priority, credit, per-tensor updates on a completer thread and the next forward
-waiting per module.
+waiting per module; with ``Compute.launch`` on the worker's host and device, as every schedule
+(``_ByteSchedulerRun``).
 
 **Compressors** (``Codec``): a message's collectives are what the compressor declares it hands
 over (``compression.Compressor.sends_for``: all-reduces on the message link, all-gathers on the
@@ -67,7 +68,7 @@ The bucketed all-reduce methods also spend ``Host.issue_s`` there on each collec
 **CPU interference** (``Compute.compute_slowdown`` kappa and ``comm_slowdown`` mu, the
 profiler's ``interference``): one event simulator (``_CoSim``) runs every schedule, a worker's
 host and device (``_Schedule``; one thread on a CPU) and ByteScheduler's threads
-(``_bytescheduler_threads``), at
+(``_ByteSchedulerRun``; with a launch the device too), at
 piecewise-constant rates: compute (the training thread's forward, backward and optimizer;
 ByteScheduler's completer's updates) progresses at ``1 / (1 + kappa)`` while any
 communication is in flight, communication (a channel's collectives, encode and decode; a
@@ -1022,6 +1023,24 @@ def _group_forward_s(work: Compute, groups) -> list[float]:
     return [sum(fwd[n - 1 - b] for b in g) for g in groups]
 
 
+def _launch(sim: _CoSim, seconds: float, launched):
+    """A host thread launches a piece of device work: ``seconds`` of its own compute, then
+    it signals ``launched`` (the key the device's ``_on_device`` waits for)."""
+    yield COMPUTE, seconds
+    sim.signal(launched)
+
+
+def _on_device(seconds: float, launched=None):
+    """The device computes a piece of work, done no earlier than the host launched it: it
+    ends at ``max(device free + seconds, launch end)`` (``launched``: the key the host
+    signals then; None: one resource, the thread computing being the one that launched it).
+    Every piece of device work of ``_Schedule`` and of ByteScheduler's replay runs through
+    it (docs/DESIGN.md section 3, "Host and device")."""
+    yield COMPUTE, seconds
+    if launched is not None:
+        yield WAIT, launched
+
+
 def _schedule(work: Compute, groups, wait_all: bool, send, send_late, transport,
               host: _HostWork, sharded: _Sharded | None = None):
     """``replay``'s iteration (``_Schedule``): (its end, the spans (name, category, row,
@@ -1097,9 +1116,8 @@ class _Schedule:
     def _host(self):
         """The training thread on an accelerator: launches, hooks and the step."""
         launch, sim = self.work.launch, self.sim
-        yield COMPUTE, launch.forward_s
+        yield from _launch(sim, launch.forward_s, ("launched", "forward"))
         self.t["host forward"] = sim.t
-        sim.signal(("launched", "forward"))
         hook = launch.hook_s if self.issuer is not None else 0.0   # DDP's are C++, BSP has none
         for b, tb in enumerate(launch.backward_s):
             yield COMPUTE, tb + hook
@@ -1185,9 +1203,7 @@ class _Schedule:
     def _compute(self, seconds: float, what):
         """The device computes ``what`` (the forward, a backward position), done no earlier
         than the host launched it."""
-        yield COMPUTE, seconds
-        if self.two:
-            yield WAIT, ("launched", what)
+        yield from _on_device(seconds, ("launched", what) if self.two else None)
 
     def _sender(self, i: int):
         """Group ``i``'s collectives: once computed (now) and issued."""
@@ -1359,7 +1375,9 @@ def bytescheduler(work: Compute, link: Link | None, partition: int = None, credi
     partitions (``partition_bytes``), pushed and pulled, the credit returned once a chunk is
     pushed; a codec then does not apply. Under CPU interference (``replay``'s event simulator) the
     forward pieces, the backward and the completer's updates are the compute that
-    communication slows and that slows it. ``method``: the prediction's name (default: the
+    communication slows and that slows it. With ``work.launch`` the worker's host launches
+    and its device computes (``_ByteSchedulerRun``: the hooks' ``hook_s``, the completer's
+    launches, the updates on the device). ``method``: the prediction's name (default: the
     registry's method on this schedule and architecture)."""
     ps = servers is not None
     if ps:
@@ -1495,20 +1513,67 @@ class _Dispatcher:
 
 
 def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
+    """``bytescheduler``'s iterations on the event simulator (``_ByteSchedulerRun``).
+    Returns each iteration's start and every event in wall time."""
+    return _ByteSchedulerRun(work, transport, plan, fwd, tb, opt).run(iterations)
+
+
+class _ByteSchedulerRun:
     """``bytescheduler``'s iterations on the event simulator (``_CoSim``, at ``work``'s CPU
     interference, zero for none): the training thread (each module's forward after its
     tensor's previous update, the backward marking chunks ready) and the completer thread
     (each tensor's update once its chunks are reduced, in the order they were) compute; the
     dispatcher (``_Dispatcher``) hands chunks to the transport by priority under the credit.
-    Returns each iteration's start and every event in wall time."""
-    sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
-    us, main, n = 1e6, timeline.MAIN, len(tb)
-    starts, events = [], []
-    dispatcher = _Dispatcher(sim, transport, plan, events)
 
-    def training():
+    With ``work.launch`` (an accelerator) a worker's host and device are resources of their
+    own, as in ``_Schedule`` (``_launch``, ``_on_device``): the training thread launches each
+    module's forward (``launch.forward_s`` shared evenly: launches count kernels, not FLOPs)
+    once its tensor's previous update was launched, and each tensor's backward
+    (``launch.backward_s``) plus ``hook_s`` (ByteScheduler's gradient hooks are Python); the
+    completer, a host thread, launches each update (``launch.optimizer_s`` shared evenly);
+    the device (``_device``) runs the forward and backward pieces in launch order, each
+    module's forward after its tensor's update, and the updates in the order launched,
+    between pieces. A tensor is ready for the dispatcher once its hook ran and the device
+    computed it (the method learns it from a post-accumulate-grad hook on the host, no event,
+    no sync; its collective then waits for the device's stream). The iterations start on
+    the device (where the previous backward ended). Without, one resource: the training
+    thread computes, the completer computes the updates beside it."""
+
+    def __init__(self, work, transport, plan, fwd, tb, opt):
+        self.sim = _CoSim(work.compute_slowdown, work.comm_slowdown)
+        self.transport, self.fwd, self.tb, self.opt, self.n = transport, fwd, tb, opt, len(tb)
+        self.starts: list = []
+        self.events: list = []
+        self.dispatcher = _Dispatcher(self.sim, transport, plan, self.events)
+        launch, n = work.launch, len(tb)
+        self.two = launch is not None
+        if self.two:
+            self.host_fwd = launch.forward_s / n
+            self.host_bwd = [launch.backward_s[n - 1 - l] + launch.hook_s for l in range(n)]
+            self.host_opt = launch.optimizer_s / n
+        self.half: set = set()       # (iteration, tensor): hooked or computed, not both yet
+        self.pending: list = []      # updates launched, not yet run on the device, in order
+        self.launches = 0            # updates launched so far
+        self.applied: set = set()    # (iteration, tensor) updated on the device
+
+    def run(self, iterations: int):
+        sim = self.sim
+        sim.spawn("completer", self._completer())
+        sim.spawn("training", self._training(iterations))
+        if self.two:
+            sim.spawn("device", self._device(iterations))
+        sim.run()      # to the end: every chunk reduced, every update applied
+        if "training" in sim.threads or "device" in sim.threads or \
+                any(self.dispatcher.left.values()):
+            raise RuntimeError("the co-simulation stopped early")  # pragma: no cover
+        return self.starts, self.events + sim.on_wall_clock(self.transport.events)
+
+    def _training(self, iterations: int):
+        """The training thread: computes, or with a launch launches, each piece."""
+        sim, events, n, us, main = self.sim, self.events, self.n, 1e6, timeline.MAIN
         for it in range(iterations):
-            starts.append(sim.t)
+            if not self.two:
+                self.starts.append(sim.t)
             f0 = sim.t
             for l in range(n):
                 if it > 0:
@@ -1517,30 +1582,81 @@ def _bytescheduler_threads(work, transport, plan, fwd, tb, opt, iterations):
                     if sim.t > w0:
                         events.append(("forward pre-hook", timeline.WAIT, main, w0 * us,
                                        sim.t * us, None))
-                yield COMPUTE, fwd[l]
+                if self.two:
+                    yield from _launch(sim, self.host_fwd, ("launched", "forward", it, l))
+                else:
+                    yield COMPUTE, self.fwd[l]
             events.append(("forward", timeline.COMPUTE, main, f0 * us, sim.t * us, None))
             b0 = sim.t
             for l in range(n - 1, -1, -1):
-                yield COMPUTE, tb[l]
-                dispatcher.ready(it, l)
+                if self.two:
+                    yield from _launch(sim, self.host_bwd[l], ("launched", "backward", it, l))
+                else:
+                    yield COMPUTE, self.tb[l]
+                self._ready(it, l)
             events.append(("backward", timeline.COMPUTE, main, b0 * us, sim.t * us, None))
 
-    def completer():
+    def _ready(self, it: int, l: int) -> None:
+        """Tensor ``l``'s gradient of iteration ``it`` goes to the dispatcher: computed (one
+        resource); with a launch, once both its hook ran and the device computed it."""
+        if self.two and (it, l) not in self.half:
+            self.half.add((it, l))
+            return
+        self.dispatcher.ready(it, l)
+
+    def _completer(self):
+        """Each tensor's update once its chunks are reduced: computed, or with a launch
+        launched (the device runs it, ``_updates``)."""
+        sim, us = self.sim, 1e6
         for k in itertools.count():
             yield WAIT, ("reduced", k)
-            it, tensor = dispatcher.reduced[k]
+            it, tensor = self.dispatcher.reduced[k]
             start = sim.t
-            yield COMPUTE, opt[tensor]
-            events.append(("optimizer", timeline.COMPUTE, "completer", start * us, sim.t * us,
-                           None))
+            if self.two:
+                self.pending.append((it, tensor))
+                self.launches += 1
+                sim.signal(("launching", self.launches - 1))
+                yield from _launch(sim, self.host_opt, ("launched", "update", it, tensor))
+            else:
+                yield COMPUTE, self.opt[tensor]
+            self.events.append(("optimizer", timeline.COMPUTE, "completer", start * us,
+                                sim.t * us, None))
             sim.signal(("updated", it, tensor))
 
-    sim.spawn("completer", completer())
-    sim.spawn("training", training())
-    sim.run()      # to the end: every chunk reduced, every update applied
-    if "training" in sim.threads or any(dispatcher.left.values()):
-        raise RuntimeError("the co-simulation stopped early")  # pragma: no cover
-    return starts, events + sim.on_wall_clock(transport.events)
+    def _device(self, iterations: int):
+        """The device (with a launch): each iteration's forward and backward pieces, each done
+        no earlier than launched, the updates launched meanwhile between them."""
+        sim, events, n, us, row = self.sim, self.events, self.n, 1e6, DEVICE_ROW
+        for it in range(iterations):
+            self.starts.append(sim.t)
+            f0 = sim.t
+            for l in range(n):
+                yield from self._updates((it - 1, l) if it > 0 else None)
+                yield from _on_device(self.fwd[l], ("launched", "forward", it, l))
+            events.append(("forward", timeline.COMPUTE, row, f0 * us, sim.t * us, None))
+            b0 = sim.t
+            for l in range(n - 1, -1, -1):
+                yield from self._updates()
+                yield from _on_device(self.tb[l], ("launched", "backward", it, l))
+                self._ready(it, l)
+            events.append(("backward", timeline.COMPUTE, row, b0 * us, sim.t * us, None))
+        for l in range(n):
+            yield from self._updates((iterations - 1, l))
+
+    def _updates(self, until=None):
+        """The device runs the updates launched so far, in launch order; with ``until``, an
+        (iteration, tensor), until that one's has run, waiting for its launch."""
+        sim, us = self.sim, 1e6
+        while self.pending or (until is not None and until not in self.applied):
+            if not self.pending:
+                yield WAIT, ("launching", self.launches)
+                continue
+            it, tensor = self.pending.pop(0)
+            start = sim.t
+            yield from _on_device(self.opt[tensor], ("launched", "update", it, tensor))
+            self.events.append(("optimizer", timeline.COMPUTE, DEVICE_ROW, start * us,
+                                sim.t * us, None))
+            self.applied.add((it, tensor))
 
 
 def _bottleneck(work, link, servers, sizes, m) -> str:
