@@ -554,8 +554,9 @@ def test_profiler_cli_writes_a_profile_the_method_accepts_and_another_model_refu
         in proc.stdout
     # the performance model replays it as written
     work = predict.workload_of(prof, prof["optimizer_s"])
+    assert 0 < host["outer_step_s_per_byte"] < 1e-6      # DiLoCo's outer step
     assert work.host == simulate.Host(host["copy_s_per_byte"], host["divide_s_per_byte"],
-                                      host["issue_s"])
+                                      host["issue_s"], host["outer_step_s_per_byte"])
     assert work.compute_s == pytest.approx(prof["forward_s"] + sum(prof["backward_s"])
                                            + prof["optimizer_s"])
     # each tensor's share of the forward (ByteScheduler's replay), in the same order: every

@@ -767,8 +767,8 @@ def test_a_method_option_chooses_the_carrier_the_model_prices(tmp_path):
 
     def link(carrier):
         options = simulate.options_for("zero", None, rs_carrier=carrier)
-        [(op, share, got)] = cell.exchange_links("zero", 8, net, options=options)
-        assert (op, share) == ("reduce_scatter", 1.0)
+        [(op, share, got, counted)] = cell.exchange_links("zero", 8, net, options=options)
+        assert (op, share, counted) == ("reduce_scatter", 1.0, 1.0)
         return got
     assert link("auto") == link("a2a") == net.link("all_to_all", 8)
     assert link("ring") == net.link("reduce_scatter:ring", 8) != link("a2a")

@@ -186,9 +186,9 @@ def test_zero_in_levels_verifies_and_sends_the_declared_bytes_by_group(tmp_path,
     network = topology.load(os.path.join(REPO, "docs", "predictions", "emulated-2x2-1gbit.yaml"))
     options = lookup("zero").Options(rs_carrier="two-level", ag_carrier="two-level")
     links = cell.declared_links("zero", 4, network, options)
-    assert [(op, share) for op, share, _ in links["steps"]] == [("reduce_scatter", 1.0),
+    assert [(op, share) for op, share, *_ in links["steps"]] == [("reduce_scatter", 1.0),
                                                                 ("reduce_scatter", 0.5)]
-    assert [(op, share) for op, share, _ in links["gather"]] == [("allgather", 0.5),
+    assert [(op, share) for op, share, *_ in links["gather"]] == [("allgather", 0.5),
                                                                  ("allgather", 1.0)]
     assert links["optimizer_share"] == 0.25
 

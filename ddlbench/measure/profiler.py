@@ -67,8 +67,8 @@ the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, 
 all-reduce's ``bytes``, the ``iters`` of each phase, the mean times behind them, ``per_rank``;
 or null), ``interference_ps`` (the same beside push/pulls, with ``op: "pushpull"``,
 ``nservers``, ``ps_clients`` and ``partition_bytes``; absent without servers) and ``host``
-(``copy_s_per_byte``, ``divide_s_per_byte``, the gradient ``bytes`` and ``iters`` they were
-timed with, ``issue_s`` and its ``issue_iters``) and ``launch`` (on an accelerator, the
+(``copy_s_per_byte``, ``divide_s_per_byte``, ``outer_step_s_per_byte``, the gradient
+``bytes`` and ``iters`` they were timed with, ``issue_s`` and its ``issue_iters``) and ``launch`` (on an accelerator, the
 host's side of the step, ``measure_launch``: ``forward_s``, ``backward_s`` per tensor in the
 same order, ``optimizer_s``, ``hook_s``, ``iters``; null on a CPU, where the host computes).
 ``--alpha``/``--beta`` given here replace the fitted values, to plan for a cluster other than
@@ -696,9 +696,10 @@ def measure_host(model, forward_backward, *, device=None,
     """What the methods' own handling of the gradients costs per byte (docs/DESIGN.md section
     3; ``simulate.Host``), on the model's real gradients (one ``forward_backward``): every
     gradient copied into one flat buffer and back (a bucket's pack and unpack, DDP's copies),
-    and the buffer divided in place (the average of a sum); each timed ``iters`` times after
-    one untimed round, the medians per byte. Gradients are cleared and buffers and random
-    generators restored afterwards."""
+    and the buffer divided in place (the average of a sum), and an outer optimizer's step over
+    it (DiLoCo's: SGD with Nesterov momentum 0.9 on the averaged pseudo-gradient); each timed
+    ``iters`` times after one untimed round, the medians per byte. Gradients are cleared and
+    buffers and random generators restored afterwards."""
     import torch
 
     from .. import runtime
@@ -737,7 +738,12 @@ def measure_host(model, forward_backward, *, device=None,
 
         copies = timed(copy)
         divide = timed(lambda: flat.div_(2))
+        outer = torch.nn.Parameter(torch.zeros_like(flat))   # (its momentum: one more buffer)
+        outer.grad = flat
+        outer_step = timed(torch.optim.SGD([outer], lr=0.7, momentum=0.9, nesterov=True).step)
+        del outer
     return {"copy_s_per_byte": copies / (2 * nbytes), "divide_s_per_byte": divide / nbytes,
+            "outer_step_s_per_byte": outer_step / nbytes,
             "bytes": nbytes, "iters": iters, **measure_issue(device=device)}
 
 
@@ -1029,8 +1035,11 @@ def _host_lines(x: dict | None) -> list[str]:
     def rate(s_per_byte):
         return f"{1e-9 / s_per_byte:.2f} GB/s" if s_per_byte > 0 else "-"
     issue = f", {x['issue_s'] * 1e6:.1f} us to issue a collective" if "issue_s" in x else ""
+    outer = (f", an outer step {rate(x['outer_step_s_per_byte'])}"
+             if "outer_step_s_per_byte" in x else "")
     return [f"# the methods' own work on {x['bytes'] / 1e6:.2f} MB of gradients: copy "
-            f"{rate(x['copy_s_per_byte'])}, divide {rate(x['divide_s_per_byte'])}{issue}"]
+            f"{rate(x['copy_s_per_byte'])}, divide {rate(x['divide_s_per_byte'])}{outer}"
+            f"{issue}"]
 
 
 def _launch_lines(x: dict | None, prof: dict) -> list[str]:

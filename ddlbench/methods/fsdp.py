@@ -184,11 +184,12 @@ class FSDP2(Method):
     Options = FSDP2Options
     # the model: per unit, its gradients reduce-scattered once its backward is done (torch's
     # native reduce-scatter: an all-reduce on Gloo), the optimizer on 1/P, and its parameters
-    # all-gathered before its forward, the next unit's prefetched (ZeRO-3's second all-gather
-    # in the backward is not modelled)
+    # all-gathered before its forward, the next unit's prefetched; with ZeRO-3 gathered again
+    # before its backward (the next unit's prefetched there too)
     rule = rules.Rule(grouping=rules.units,
                       exchange=(rules.Step("reduce_scatter", carrier="native"),),
-                      gather=(rules.Step("allgather"),), optimizer_shard=WORLD, prefetch=True)
+                      gather=(rules.Step("allgather"),), optimizer_shard=WORLD, prefetch=True,
+                      regather="reshard_after_forward")
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
@@ -265,7 +266,8 @@ class DDPZeRO1(DDP):
     # the model: DDP's buckets and host work, the optimizer on 1/P, then its parameters'
     # broadcasts (each rank's 1/P to the others: an all-gather's bytes) before the forward
     rule = rules.Rule(grouping=rules.ddp, reducer=True, advise=rules.bucket_cap_grid,
-                      exchange=(rules.Step("allreduce"),), gather=(rules.Step("allgather"),),
+                      exchange=(rules.Step("allreduce"),),
+                      gather=(rules.Step("allgather", counted_as="broadcast"),),
                       optimizer_shard=WORLD, prefetch=False)
     baseline = False
     hatch = None

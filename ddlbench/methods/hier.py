@@ -33,7 +33,8 @@ class Hier(BucketedAllReduce):
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
                       exchange=(rules.Step("reduce_scatter", MACHINE),
                                 rules.Step("allreduce", ACROSS, shard_of=MACHINE),
-                                rules.Step("allgather", MACHINE)))
+                                rules.Step("allgather", MACHINE)),
+                      divide_shard=MACHINE)   # the shard divided, on the thread
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:

@@ -37,7 +37,7 @@ simulation of P replicas on the captured local gradients; see that module for th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..options import COUNT, NONNEG, POSITIVE, option
 from ..planning import plan_buckets
@@ -46,6 +46,7 @@ from . import rules
 from .allreduce import FusionOptions
 from .base import Method
 
+COPY = "copy_s_per_byte"   # the profile's host figure a bucket's pack or unpack costs per byte
 NOT_PARAMETERS = ("it averages parameters every --period steps, not gradients through a "
                   "compressor")
 
@@ -69,8 +70,10 @@ class _Periodic(Method):
 
     Options = PeriodicOptions
     changes_algorithm = "the replicas step apart; parameters averaged every `--period` steps"
-    # the model: buckets of parameters all-reduced after the step, one step in H
-    rule = rules.Rule(grouping=rules.fused, after_backward=True, period="sync_period")
+    # the model: buckets of parameters all-reduced after the step, one step in H; each packed
+    # into its buffer before (a copy) and copied back after
+    rule = rules.Rule(grouping=rules.fused, after_backward=True, period="sync_period",
+                      sync_before=(COPY,), sync_after=(COPY,))
 
     @classmethod
     def accepts(cls, compressor: str) -> str | None:
@@ -195,6 +198,11 @@ class DiLoCo(_Periodic):
     changes_algorithm = ("an outer optimizer on the averaged pseudo-gradients every `--period` "
                          "steps")
     reference = "ddlbench.methods.periodic_reference:DiLoCoMath"
+    # the model: per bucket the pseudo-gradient (a subtraction, priced as a copy) packed, then
+    # after the all-reduce unpacked into the outer gradients, the outer step and the
+    # parameters copied back from the global ones
+    rule = replace(_Periodic.rule, sync_before=(COPY, COPY),
+                   sync_after=(COPY, "outer_step_s_per_byte", COPY))
 
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         super().__init__(model, optimizer, comm, options, compressor, model_name)

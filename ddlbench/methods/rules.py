@@ -61,9 +61,20 @@ class Step:
     # the method's option that names the carrier instead, its value "auto" for the backend's
     # default (``chosen``: the step a run with those options takes)
     carrier_option: str | None = None
+    # the collective the method's counters book it as where another stands in for it in the
+    # model (``ddp_zero1``'s broadcasts of every rank's 1/P, priced as an all-gather); None:
+    # ``op``. ``Comm`` counts an all-gather by what this worker contributes, the rest whole
+    counted_as: str | None = None
+
+    @property
+    def counted_op(self) -> str:
+        """The collective ``Comm`` counts this step as."""
+        return self.counted_as or self.op
 
     def __post_init__(self):
         declared(self.op).carrier(self.carrier, None)   # undeclared: one line
+        if self.counted_as is not None:
+            declared(self.counted_as)
         for layout in (self.layout, self.shard_of or WORLD):
             if layout not in LAYOUTS:
                 raise TypeError(f"a step's group layout is one of {', '.join(LAYOUTS)}, "
@@ -119,6 +130,19 @@ class Rule:
     # between two syncs; the model then runs H - 1 steps without communication and one whose
     # messages wait for the whole step (the sync after the optimizer)
     period: str | None = None
+    # where the method divides each reduced message by P: on the 1/s shard of the group of
+    # this layout (None: the whole message), and in ``step()`` on the training thread once
+    # every message is reduced (ZeRO's) rather than after the collectives on their thread
+    divide_shard: str | None = None
+    divide_in_step: bool = False
+    # the option saying whether each message's parameters are gathered again (``gather``'s
+    # collectives) before its backward (FSDP2's ZeRO-3, ``reshard_after_forward``: "1")
+    regather: str | None = None
+    # a periodic method's own work on each message it syncs besides the collective, as the
+    # profile's host figures per byte (``simulate.Host`` field names), on the training thread
+    # before the collective (packing) and after it (unpacking, an outer optimizer's step)
+    sync_before: tuple[str, ...] = ()
+    sync_after: tuple[str, ...] = ()
 
     def __post_init__(self):
         if (self.grouping is None) != self.scheduler:
@@ -130,6 +154,13 @@ class Rule:
         if self.gather and not self.exchange:
             raise TypeError("a rule that gathers shards after the optimizer declares the "
                             "exchange that made them")
+        if self.regather and not self.gather:
+            raise TypeError("a rule that gathers parameters again before the backward "
+                            "declares the gather")
+        for layout in (self.divide_shard,):
+            if layout is not None and layout not in LAYOUTS:
+                raise TypeError(f"a divide's group layout is one of {', '.join(LAYOUTS)}, "
+                                f"not {layout!r}")
 
     def steps(self, options, after_optimizer: bool = False) -> tuple[Step, ...]:
         """The collectives a message runs with ``options`` (None: the declared carriers): its

@@ -156,7 +156,8 @@ class Zero(BucketedAllReduce):
                       exchange=(rules.Step("reduce_scatter", WORLD,
                                            carrier_option="rs_carrier"),),
                       gather=(rules.Step("allgather", WORLD, carrier_option="ag_carrier"),),
-                      optimizer_shard=WORLD, prefetch="gather_prefetch")
+                      optimizer_shard=WORLD, prefetch="gather_prefetch", divide_shard=WORLD,
+                      divide_in_step=True)
     rebuild = False  # the plan follows the order rank 0 observed in calibrate()
 
     @classmethod
@@ -451,4 +452,4 @@ class HSDP(Zero):
                                            carrier_option="rs_carrier"),
                                 rules.Step("allreduce", ACROSS, shard_of=MACHINE)),
                       gather=(rules.Step("allgather", MACHINE),), optimizer_shard=MACHINE,
-                      prefetch="gather_prefetch")
+                      prefetch="gather_prefetch", divide_shard=MACHINE, divide_in_step=True)

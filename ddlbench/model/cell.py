@@ -392,7 +392,8 @@ def exchange_links(method: str, nworkers: int, network: topology.Network | None,
     """The links of ``method``'s declared exchange (``Rule.exchange``; ``after_optimizer``:
     its ``Rule.gather``) at ``nworkers``, each step's carrier as ``options`` choose it: per
     step (collective, share of the message, the network's link for the step's group
-    layout); () for a method that all-reduces each message on the whole job."""
+    layout, the share of its size ``Comm`` counts: an all-gather's 1/s, what this worker
+    contributes); () for a method that all-reduces each message on the whole job."""
     rule = simulate.method_class(method).rule
     steps = rule.steps(options, after_optimizer)
     if not steps:
@@ -402,7 +403,10 @@ def exchange_links(method: str, nworkers: int, network: topology.Network | None,
         raise UsageError(f"method {method} runs {runs} per message: give a network that "
                          f"prices them (a topology file), not an all-reduce alpha-beta")
     return tuple((s.op, 1.0 / network.group_size(s.shard_of, nworkers) if s.shard_of else 1.0,
-                  network.group_link(s.priced_as, nworkers, s.layout)) for s in steps)
+                  network.group_link(s.priced_as, nworkers, s.layout),
+                  1.0 / network.group_size(s.layout, nworkers) if s.counted_op == "allgather"
+                  else 1.0)
+                 for s in steps)
 
 
 def declared_links(method: str, nworkers: int, network: topology.Network | None,
@@ -410,12 +414,15 @@ def declared_links(method: str, nworkers: int, network: topology.Network | None,
     """``simulate.predict``'s arguments for ``method``'s declared collectives at ``nworkers``
     on ``network``: ``steps`` (its exchange, ``exchange_links``) and, for a sharding method,
     ``gather`` (its collectives after the optimizer) and ``optimizer_share`` (1/s, s the
-    size of its ``Rule.optimizer_shard`` group); {} for a method that all-reduces each
-    message on the whole job."""
+    size of its ``Rule.optimizer_shard`` group), and ``divide_share`` (1/s, s the size of its
+    ``Rule.divide_shard`` group) for one that divides a shard; {} for a method that
+    all-reduces each message on the whole job."""
     rule = simulate.method_class(method).rule
     out = {}
     if rule.exchange:
         out["steps"] = exchange_links(method, nworkers, network, options=options)
+    if rule.divide_shard is not None:
+        out["divide_share"] = 1.0 / network.group_size(rule.divide_shard, nworkers)
     if rule.gather:
         out["gather"] = exchange_links(method, nworkers, network, after_optimizer=True,
                                        options=options)

@@ -103,11 +103,13 @@ class Host:
     flat buffer (a bucket's pack and unpack, DDP's copies in and out of its buckets) and to
     divide a summed gradient by the number of workers in place, and seconds to issue one
     collective (``issue_s``: the suite's counted call and the process group's enqueue, what a
-    bucketed all-reduce method's hook or step spends per collective it starts). Zero: free (a
-    profile that did not measure them)."""
+    bucketed all-reduce method's hook or step spends per collective it starts), and seconds
+    per byte of an outer optimizer's step (``outer_step_s_per_byte``: DiLoCo's Nesterov SGD
+    over the parameters). Zero: free (a profile that did not measure them)."""
     copy_s_per_byte: float = 0.0
     divide_s_per_byte: float = 0.0
     issue_s: float = 0.0
+    outer_step_s_per_byte: float = 0.0
 
     def __post_init__(self):
         if not all(0 <= x < float("inf") for x in (self.copy_s_per_byte,
@@ -115,6 +117,9 @@ class Host:
             raise UsageError(f"host copy, divide and issue times must be finite and >= 0, got "
                              f"{self.copy_s_per_byte!r}, {self.divide_s_per_byte!r} and "
                              f"{self.issue_s!r}")
+        if not 0 <= self.outer_step_s_per_byte < float("inf"):
+            raise UsageError(f"an outer step's time per byte must be finite and >= 0, got "
+                             f"{self.outer_step_s_per_byte!r}")
 
 
 NO_HOST = Host()
@@ -412,13 +417,18 @@ class _AllReduce:
     methods wait on the training thread, in the step); without, they follow the others (DDP's
     and ByteScheduler's threads wait right after starting). ``steps``: the method's declared
     exchange (``Rule.exchange``), each (collective, share of the message, its group's
-    ``Link``), run instead of the compressor's collectives."""
+    ``Link``, optionally the share of its size ``Comm`` counts: an all-gather's 1/s, what
+    this worker contributes), run instead of the compressor's collectives; their payload is
+    what ``Comm`` counts. ``divide_share``: the share of a message divided after its
+    collectives (``Rule.divide_shard``'s 1/s)."""
 
     def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False,
-                 average_s_per_byte: float = 0.0, steps: tuple = (), gather: tuple = ()):
+                 average_s_per_byte: float = 0.0, steps: tuple = (), gather: tuple = (),
+                 divide_share: float = 1.0):
         self.link, self.codec, self.defer, self.steps = link, codec, defer, tuple(steps)
         self.gather_steps = tuple(gather)
         self.average = average_s_per_byte  # the all-reduce's own division (ReduceOp.AVG)
+        self.divide_share = divide_share
         self.free = [(0.0, i) for i in range(max(1, channels))]
         self.events: list = []
 
@@ -438,7 +448,7 @@ class _AllReduce:
         """A message's collectives after the optimizer (``Rule.gather``: the all-gather of its
         updated shards), on the first free channel: (done, payload bytes)."""
         free, lane = heapq.heappop(self.free)
-        ops = [(op, nbytes * share, link) for op, share, link in self.gather_steps]
+        ops = [(op, nbytes * share, *given) for op, share, *given in self.gather_steps]
         t, payload = self._run(ops, max(ready, free), free > ready, lane, label)
         heapq.heappush(self.free, (t, lane))
         return t, payload
@@ -454,7 +464,7 @@ class _AllReduce:
             end = t + link.time(size, queued)
             self.events.append((op, timeline.COMM, row, t * 1e6, end * 1e6,
                                 {"bytes": size, **tensor}))
-            payload += size
+            payload += size * (given[1] if len(given) > 1 else 1)
             t = end
         return t, payload
 
@@ -473,14 +483,15 @@ class _AllReduce:
                                 {"elements": elements, **tensor}))
             t += enc
         early, late = self.codec.phases(shapes)
+        divided = sum(size for _, size in early + late) * self.divide_share
         if self.steps:   # (a dense message: its one all-reduce's bytes)
             nbytes = sum(size for _, size in early + late)
-            early, late = [(op, nbytes * share, link) for op, share, link in self.steps], []
+            early, late = [(op, nbytes * share, *given) for op, share, *given in self.steps], []
         t, payload = self._run(early if self.defer else early + late, t, queued, lane, label)
         if self.average:
-            avg = self.average * payload
+            avg = self.average * divided
             self.events.append(("average", timeline.CODEC, row, t * us, (t + avg) * us,
-                                {"bytes": payload, **tensor}))
+                                {"bytes": divided, **tensor}))
             t += avg
         dec = self.codec.decode_s_per_element * elements
         if dec:
@@ -820,18 +831,24 @@ class _HostWork:
     bucketed all-reduce methods spend ``Host.issue_s`` on each collective they issue, after the
     encode, before the message starts (on the communication thread or, without hooks, the
     training thread); DDP's reducer issues from C++ and the PS methods through their client,
-    whose costs are not measured (zero)."""
+    whose costs are not measured (zero). ``divide_share``: the share of each message the
+    method divides (``Rule.divide_shard``: a sharding method's shard). ``sync``: a periodic
+    method's own work per byte of each message before and after its collective
+    (``Rule.sync_before``, ``sync_after``: the host figures named there, summed), packed with
+    the issue and finished with the decode, on the training thread."""
 
     def __init__(self, reducer: bool, work: Compute, codec: Codec, nworkers: int,
-                 issues: bool = False, averages: bool = False):
+                 issues: bool = False, averages: bool = False, divide_share: float = 1.0,
+                 sync: tuple[float, float] = (0.0, 0.0)):
         h = work.host
         self.work = work
         self.codec = codec
         self.copy = h.copy_s_per_byte if reducer else 0.0  # DDP's; the buckets are views
         divides = nworkers > 1 and codec.compressor == "none"
         in_collective = averages and not reducer
-        self.div = h.divide_s_per_byte if divides and not in_collective else 0.0
+        self.div = h.divide_s_per_byte * divide_share if divides and not in_collective else 0.0
         self.average = h.divide_s_per_byte if divides and in_collective else 0.0
+        self.sync_before, self.sync_after = sync
         self.reducer = reducer
         # the gradient hooks hand groups to a communication thread that encodes and issues
         # them (methods/allreduce.py, ps.py: threads.Issuer); DDP's reducer copies in its hooks
@@ -865,7 +882,8 @@ class _HostWork:
         nbytes, elements = self._sizes(g)
         if self.reducer:
             return (self.copy + self.div) * nbytes
-        return self.enc * elements + self.issue * self._issued(g)[0]
+        return (self.sync_before * nbytes + self.enc * elements
+                + self.issue * self._issued(g)[0])
 
     def at_wait(self, g) -> float:
         return self.enc_wait * self._sizes(g)[1] + self.issue * self._issued(g)[1]
@@ -874,7 +892,7 @@ class _HostWork:
         if self.reducer:
             return 0.0
         nbytes, elements = self._sizes(g)
-        return self.div * nbytes + self.dec * elements
+        return (self.div + self.sync_after) * nbytes + self.dec * elements
 
     def after_all(self) -> float:
         return self.copy * sum(self.work.nbytes) if self.reducer else 0.0
@@ -883,7 +901,7 @@ class _HostWork:
         """What ``pack(g)`` does, for its span on the timeline."""
         if self.reducer:
             return "copy into bucket" + (", divide" if self.div else "")
-        return ", ".join(w for w, on in (("encode", self.enc),
+        return ", ".join(w for w, on in (("pack", self.sync_before), ("encode", self.enc),
                                           ("issue", self._issued(g)[0])) if on)
 
     def at_wait_name(self, g) -> str:
@@ -891,7 +909,8 @@ class _HostWork:
                                           ("issue", self._issued(g)[1])) if on)
 
     def finish_name(self, g) -> str:
-        return ", ".join(w for w, on in (("decode", self.dec), ("divide", self.div)) if on)
+        return ", ".join(w for w, on in (("decode", self.dec), ("divide", self.div),
+                                          ("unpack", self.sync_after)) if on)
 
 
 def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: int = 1,
@@ -899,7 +918,8 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
            partition_bytes: int = DEFAULT_PARTITION_BYTES, local: Link | None = None,
            bsp: bool | None = None, nworkers: int = 1, steps: tuple = (), gather: tuple = (),
            prefetch: bool = False, optimizer_share: float = 1.0,
-           placement: str = DEFAULT_PS_PLACEMENT, key_order: list | None = None) -> Prediction:
+           placement: str = DEFAULT_PS_PLACEMENT, key_order: list | None = None,
+           divide_share: float = 1.0, regather: bool = False) -> Prediction:
     """One iteration with ``groups`` sent as messages, in order, each once its last gradient
     is ready: all-reduced on ``channels`` FIFO threads (``link``, ``codec``), or, with
     ``servers``, pushed and pulled in ``partition_bytes`` partitions (keys numbered over the
@@ -915,21 +935,17 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     message, ``Link``) each, run for every message instead of its all-reduce. ``gather``,
     a sharding method's collectives after the optimizer (``Rule.gather``, as ``steps``): the
     previous step's start with the iteration, in forward order, and the forward waits for all
-    (``prefetch`` False) or each group's share for its own; the optimizer takes
-    ``optimizer_share`` of ``work.optimizer_s``."""
+    (``prefetch`` False) or each group's share for its own, and with ``regather`` each
+    group's backward waits for its gather again (``_Sharded``); the optimizer takes
+    ``optimizer_share`` of ``work.optimizer_s``. ``divide_share``: the share of each message
+    the method divides (``Rule.divide_shard``). A message's bytes are its collectives'
+    payload as ``Comm`` counts it, its gathers' included."""
     if sorted(b for g in groups for b in g) != list(range(len(work.nbytes))):
         raise UsageError("the groups must cover every tensor exactly once")
     us = 1e6
     rule = _rule(method)
-    host = _HostWork(bool(rule and rule.reducer), work, codec, nworkers,
-                     issues=servers is None, averages=servers is None)
-    if servers is not None:
-        transport = _PushPull(servers, partition_bytes, local, placement)
-    elif link is None:
-        raise UsageError("an all-reduce method needs a link")
-    else:
-        transport = _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
-                               average_s_per_byte=host.average, steps=steps, gather=gather)
+    host, transport = _transport(rule, work, link, codec, nworkers, channels, divide_share,
+                                 servers, (partition_bytes, local, placement), steps, gather)
     wait_all = bool(rule and rule.after_backward) if bsp is None else bsp
     sizes, first_key = [], (_declare(transport, work, groups, key_order) if servers else {})
 
@@ -962,9 +978,11 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
         return sent[0]
 
     extra = {} if not gather else {"sharded": _Sharded.of(
-        transport, work, groups, label_of, prefetch, optimizer_share)}
+        transport, work, groups, label_of, prefetch, optimizer_share, regather)}
     end, spans, comm_events, codec = _schedule(work, groups, wait_all, send, send_late,
                                                transport, host, **extra)
+    if extra:
+        sizes = [size + gathered for size, gathered in zip(sizes, extra["sharded"].gathered)]
     events = comm_events + [("iteration", timeline.ITERATION, timeline.MAIN, 0.0, end * us,
                              {"index": 0})]
     events += [(name, cat, row, a * us, b * us, None) for name, cat, row, a, b in spans]
@@ -974,6 +992,33 @@ def replay(work: Compute, link: Link | None, groups: list[list[int]], channels: 
     metrics = timeline.overlap(events)["mean"]
     return Prediction(method, end, groups, sizes, events, metrics,
                       _bottleneck(work, link, servers, sizes, metrics))
+
+
+def _transport(rule, work, link, codec, nworkers, channels, divide_share, servers, ps, steps,
+               gather) -> tuple:
+    """``replay``'s host work (``_HostWork``: the rule's divide, in the collective or in the
+    step, ``Rule.divide_in_step``; its sync work) and transport (push/pull with ``servers``,
+    ``ps`` its partition bytes, local link and placement; else all-reduce on ``link``)."""
+    host = _HostWork(bool(rule and rule.reducer), work, codec, nworkers,
+                     issues=servers is None,
+                     averages=servers is None and not (rule and rule.divide_in_step),
+                     divide_share=divide_share, sync=_sync_work(rule, work.host))
+    if servers is not None:
+        return host, _PushPull(servers, *ps)
+    if link is None:
+        raise UsageError("an all-reduce method needs a link")
+    return host, _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
+                            average_s_per_byte=host.average, steps=steps, gather=gather,
+                            divide_share=divide_share)
+
+
+def _sync_work(rule, host: Host) -> tuple[float, float]:
+    """A periodic method's own work per byte of a message before and after its collective
+    (``Rule.sync_before``, ``sync_after``: ``host``'s figures by name, summed)."""
+    if rule is None:
+        return 0.0, 0.0
+    return (sum(getattr(host, name) for name in rule.sync_before),
+            sum(getattr(host, name) for name in rule.sync_after))
 
 
 class _IssueThread:
@@ -997,23 +1042,32 @@ class _IssueThread:
 
 @dataclass(frozen=True)
 class _Sharded:
-    """A sharding method's part of ``replay``'s schedule: ``gather(group, start)`` (when the
-    group's all-gather, started at ``start``, is done), each group's share of the forward
-    (``forward_s``, in group order), whether each share waits for its own group's gather
-    (``prefetch``) or the forward for every one, and the optimizer's share of
-    ``optimizer_s``."""
+    """A sharding method's part of ``replay``'s schedule: ``gather(i, start)`` (when group
+    i's all-gather, started at ``start``, is done; its payload added to ``gathered[i]``),
+    each group's share of the forward (``forward_s``, in group order), whether each share
+    waits for its own group's gather (``prefetch``) or the forward for every one, the
+    optimizer's share of ``optimizer_s``, and whether each group is gathered again before its
+    backward (``regather``: ZeRO-3)."""
     gather: Callable
     forward_s: list
     prefetch: bool
     optimizer_share: float
+    regather: bool = False
+    gathered: list = field(default_factory=list)
 
     @classmethod
     def of(cls, transport, work: Compute, groups, label_of, prefetch: bool,
-           optimizer_share: float) -> "_Sharded":
+           optimizer_share: float, regather: bool = False) -> "_Sharded":
         """``replay``'s: the groups' gathers on ``transport`` (its declared ``gather``)."""
-        def gathered(g, start):
-            return transport.gather(start, sum(work.nbytes[b] for b in g), label_of(g))[0]
-        return cls(gathered, _group_forward_s(work, groups), prefetch, optimizer_share)
+        gathered = [0] * len(groups)
+
+        def gather(i, start):
+            g = groups[i]
+            done, payload = transport.gather(start, sum(work.nbytes[b] for b in g), label_of(g))
+            gathered[i] += payload
+            return done
+        return cls(gather, _group_forward_s(work, groups), prefetch, optimizer_share,
+                   regather, gathered)
 
 
 def _group_forward_s(work: Compute, groups) -> list[float]:
@@ -1093,6 +1147,9 @@ class _Schedule:
         self.launched: set = set()  # backward positions launched (one resource: computed)
         self.next = 0               # the next group to issue
         self.last = {max(g): i for i, g in enumerate(groups)}  # a group is computed at its last
+        # ZeRO-3: the groups in the order the backward reaches them (at their first tensor)
+        self.reached = sorted(range(len(groups)), key=lambda i: min(groups[i]))
+        self.regathers: set = set()  # the groups whose gather before the backward was issued
 
     def run(self):
         sim = self.sim
@@ -1166,7 +1223,10 @@ class _Schedule:
         else:
             yield from self._gathered_forward()
         self.t["device forward"] = sim.t
+        regather = self.sharded is not None and self.sharded.regather
         for b, tb in enumerate(work.backward_s):
+            if regather:
+                yield from self._regathered(b)
             yield from self._compute(tb, b)
             if b in self.last:
                 sim.spawn(("send", self.last[b]), self._sender(self.last[b]))
@@ -1188,7 +1248,7 @@ class _Schedule:
         sim, sharded = self.sim, self.sharded
         order = list(reversed(range(len(self.groups))))
         for i in order:
-            done = sharded.gather(self.groups[i], sim.v)
+            done = sharded.gather(i, sim.v)
             sim.sent(done)
             sim.at(done, lambda k=("gathered", i): sim.signal(k))
         for i in (order if not sharded.prefetch else order[:1]):
@@ -1199,6 +1259,29 @@ class _Schedule:
             yield COMPUTE, sharded.forward_s[i]
         if self.two:
             yield WAIT, ("launched", "forward")
+
+    def _regather(self, i: int) -> None:
+        """Group ``i``'s gather before its backward, issued now (once)."""
+        if i in self.regathers:
+            return
+        self.regathers.add(i)
+        sim = self.sim
+        done = self.sharded.gather(i, sim.v)
+        sim.sent(done)
+        sim.at(done, lambda k=("regathered", i): sim.signal(k))
+
+    def _regathered(self, b: int):
+        """ZeRO-3 (FSDP2's pre-backward): before the backward reaches a group's first tensor
+        ``b`` its parameters are gathered again (issued now unless prefetched) and waited for,
+        then the next group the backward reaches is prefetched."""
+        k = next((k for k, i in enumerate(self.reached) if min(self.groups[i]) == b), None)
+        if k is None:
+            return
+        i = self.reached[k]
+        self._regather(i)
+        yield WAIT, ("regathered", i)
+        if k + 1 < len(self.reached):
+            self._regather(self.reached[k + 1])
 
     def _compute(self, seconds: float, what):
         """The device computes ``what`` (the forward, a backward position), done no earlier
@@ -1272,7 +1355,7 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
             codec: Codec = NO_CODEC, servers: ServerLinks | None = None,
             local: Link | None = None, nworkers: int = 1, options=None,
             batches_per_iter: int | None = None, steps: tuple = (), gather: tuple = (),
-            optimizer_share: float = 1.0, **values) -> Prediction:
+            optimizer_share: float = 1.0, divide_share: float = 1.0, **values) -> Prediction:
     """``method``'s iteration with its options (``options_for``: ``options``, an instance of
     its ``Options``, None its defaults, with ``values`` by option name; its rule reads them:
     a fusion threshold, ``bucket_cap_mb``, ``mgwfbp_min_group``; ByteScheduler's
@@ -1286,7 +1369,9 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
     likewise for a sharding method's collectives after the optimizer (``Rule.gather``), and
     ``optimizer_share``, the share of the optimizer's time its shard takes (``cell``: 1/s for
     the group of ``Rule.optimizer_shard``); whether the gathers overlap the next forward is
-    the option ``Rule.prefetch`` names."""
+    the option ``Rule.prefetch`` names, whether they run again before the backward the option
+    ``Rule.regather`` names; ``divide_share``, the share of each message the method divides
+    (``cell``: 1/s for the group of ``Rule.divide_shard``)."""
     cls = method_class(method)
     rule = cls.rule
     options = options_for(method, options, **values)
@@ -1327,9 +1412,10 @@ def predict(method: str, work: Compute, link: Link | None, channels: int = 1,
                          f"its optimizer per message; their links were given for {len(gather)}")
     prefetch = rule.prefetch is True or (isinstance(rule.prefetch, str)
                                          and str(getattr(options, rule.prefetch)) == "1")
+    regather = rule.regather is not None and str(getattr(options, rule.regather)) == "1"
     p = replay(work, link, rule.groups(cls, work, link, options), channels, method,
                codec, nworkers=nworkers, steps=steps, gather=gather, prefetch=prefetch,
-               optimizer_share=optimizer_share)
+               optimizer_share=optimizer_share, divide_share=divide_share, regather=regather)
     return _periodic(p, work, int(getattr(cls, rule.period)(options))) if rule.period else p
 
 
