@@ -1,6 +1,6 @@
 """Deliberately wrong periodic-averaging methods: ``--verify`` (the simulation of
 ``ddlbench.methods.periodic_reference``) must catch each of them."""
-from ddlbench.methods.periodic import DiLoCo, LocalSGD
+from ddlbench.methods.periodic import DDPLocalSGD, DiLoCo, LocalSGD
 
 
 class LocalSGDSums(LocalSGD):
@@ -23,3 +23,14 @@ class DiLoCoPlainOuter(DiLoCo):
         super().__init__(*args, **kwargs)
         import torch
         self.outer = torch.optim.SGD(self.global_params, lr=float(self.options.outer_lr))
+
+
+class DDPLocalSGDTorchWarmup(DDPLocalSGD):
+    """torch's averager with ``warmup_steps`` equal to the hook's ``start_localSGD_iter`` (0),
+    as torch's example pairs them: it averages after steps 1, H + 1, ..., one step before
+    ``localsgd``'s schedule."""
+    id = "test-ddp-localsgd-warmup-0"
+
+    @classmethod
+    def averager_warmup(cls, period: int) -> int:
+        return 0

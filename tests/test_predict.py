@@ -300,7 +300,8 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
         # synchronous SGD first, each class by time; periodic averaging ranked apart
         apart = [r["changes_algorithm"] is not None for r in ranked]
         assert apart == sorted(apart) and {r["method"] for r in ranked
-                                           if r["changes_algorithm"]} == {"localsgd", "diloco"}
+                                           if r["changes_algorithm"]} == {"localsgd", "diloco",
+                                                                       "ddp_localsgd"}
         for cls in (False, True):
             times = [r["iteration_s"] for r, a in zip(ranked, apart) if a == cls]
             assert times == sorted(times)
@@ -318,7 +319,7 @@ def test_advise_ranks_each_methods_best_settings(tmp_path, capsys):
     assert "vs DDP default" in text and "at the best settings" in text
     # (equal times: the registry's order)
     assert "changes the algorithm (not synchronous SGD; ranked after the others, nothing " \
-        "claimed of model quality): localsgd, diloco" in text
+        "claimed of model quality): localsgd, diloco, ddp_localsgd" in text
 
 
 def test_one_comm_bench_answers_for_1024_workers_when_asked_to_extrapolate(tmp_path):

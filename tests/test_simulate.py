@@ -1364,7 +1364,8 @@ def test_a_sharding_method_gathers_before_the_forward_or_under_it():
 
 def test_a_periodic_method_is_one_syncing_step_in_h():
     """Rule.period: H - 1 steps of compute alone and one whose buckets are all-reduced after
-    the step, averaged; H = 1 is the syncing step itself."""
+    the step, averaged; H = 1 is the syncing step itself; ddp_localsgd (torch's averager)
+    sends every parameter as one message, localsgd's cost with everything in one bucket."""
     work = _work(1)
     link = LINKS[1]
     synced = sim.predict("localsgd", work, link, period=1).iteration_s
@@ -1374,3 +1375,8 @@ def test_a_periodic_method_is_one_syncing_step_in_h():
         got = sim.predict("localsgd", work, link, period=h).iteration_s
         assert got == pytest.approx((synced + (h - 1) * work.compute_s) / h, rel=1e-12)
         assert sim.predict("diloco", work, link, period=h).iteration_s == got
+        # torch's averager: one message of every parameter, priced as localsgd's in one bucket
+        torch_local = sim.predict("ddp_localsgd", work, link, period=h)
+        assert torch_local.message_bytes == [sum(work.nbytes)]
+        assert torch_local.iteration_s == sim.predict(
+            "localsgd", work, link, period=h, threshold=sum(work.nbytes)).iteration_s

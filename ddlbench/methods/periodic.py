@@ -45,16 +45,22 @@ from ..timeline import tensors_label
 from . import rules
 from .allreduce import FusionOptions
 from .base import Method
+from .ddp import DDPOptions, _build_ddp
 
 COPY = "copy_s_per_byte"   # the profile's host figure a bucket's pack or unpack costs per byte
 NOT_PARAMETERS = ("it averages parameters every --period steps, not gradients through a "
                   "compressor")
 
 
+def period_option():
+    """``--period`` H, declared alike by every periodic method (``ddp_localsgd`` too)."""
+    return option(4, COUNT, "periodic averaging: local steps between two syncs (H)",
+                  metavar="H")
+
+
 @dataclass(frozen=True)
 class PeriodicOptions(FusionOptions):
-    period: int = option(4, COUNT, "periodic averaging: local steps between two syncs (H)",
-                         metavar="H")
+    period: int = period_option()
 
 
 @dataclass(frozen=True)
@@ -232,4 +238,138 @@ class DiLoCo(_Periodic):
                   "outer_nesterov": float(self.options.outer_momentum) > 0,
                   "global_copy_bytes": sum(g.numel() * g.element_size()
                                            for g in self.global_params)})
+        return d
+
+
+# -- torch's own local SGD as the peer ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DDPLocalSGDOptions(DDPOptions):
+    period: int = period_option()
+
+
+class _AveragerDist:
+    """``torch.distributed`` as torch's ``model_averaging.utils`` sees it while the averager
+    runs (``_averager_collectives``): its ``all_reduce`` of the flat parameters goes through
+    ``Comm`` (counted, traced, labelled with the parameters' names), all else is torch's."""
+
+    def __init__(self, comm, group, label):
+        self.comm, self.group, self.label = comm, group, label
+        self.calls = 0
+
+    def __getattr__(self, name):
+        import torch.distributed as dist
+        return getattr(dist, name)
+
+    def all_reduce(self, tensor, op=None, group=None, async_op=False):
+        import torch.distributed as dist
+        if group is not self.group or op not in (None, dist.ReduceOp.SUM):
+            raise RuntimeError(f"torch's PeriodicModelAverager all-reduced on group {group} "
+                               f"with op {op}: the method expects a sum on its own group")
+        self.calls += 1
+        with self.comm.about(self.label):
+            return self.comm.allreduce(tensor, async_op=async_op)
+
+
+class _AveragerCollectives:
+    """While inside, torch's averaging utilities issue their collectives through ``proxy``."""
+
+    def __init__(self, proxy):
+        from torch.distributed.algorithms.model_averaging import utils
+        self.utils, self.proxy = utils, proxy
+
+    def __enter__(self):
+        self.saved, self.utils.dist = self.utils.dist, self.proxy
+
+    def __exit__(self, *_exc):
+        self.utils.dist = self.saved
+
+
+class DDPLocalSGD(Method):
+    id = "ddp_localsgd"
+    display = "DDP+PeriodicModelAverager"
+    summary = ("torch DDP with torch's `post_localSGD_hook` (each worker's gradients reduced "
+               "on its own group of one: local steps) and torch's `PeriodicModelAverager`, "
+               "which all-reduces the parameters as one flat buffer after every `--period`-th "
+               "step: `localsgd` as torch runs it")
+    Options = DDPLocalSGDOptions
+    changes_algorithm = LocalSGD.changes_algorithm
+    reference = LocalSGD.reference
+    # the model: localsgd's, with the parameters in one message (torch packs them all)
+    rule = rules.Rule(grouping=rules.one_message, after_backward=True, period="sync_period")
+
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        return None if compressor == "none" else NOT_PARAMETERS
+
+    @classmethod
+    def sync_period(cls, options) -> int:
+        """Steps between two syncs (H); torch-free (the model)."""
+        return int(options.period)
+
+    @classmethod
+    def reference_for(cls, options, optimizer: str) -> str:
+        """As ``localsgd``'s: at H = 1 with SGD, synchronous SGD's reference."""
+        return "" if cls.sync_period(options) == 1 and optimizer == "sgd" else cls.reference
+
+    @classmethod
+    def averager_warmup(cls, period: int) -> int:
+        """The averager's ``warmup_steps``: it averages after its calls (counted from 0)
+        ``warmup_steps``, ``warmup_steps + H``, ...; H - 1 puts the averages after steps H,
+        2H, ... (counted from 1), as ``localsgd``'s."""
+        return period - 1
+
+    def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
+        super().__init__(model, optimizer, comm, options, compressor, model_name)
+        import warnings
+
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
+            PostLocalSGDState, post_localSGD_hook)
+        from torch.distributed.algorithms.model_averaging.averagers import (
+            PeriodicModelAverager)
+        self.period = self.sync_period(self.options)
+        self.bucket_cap_mb = float(self.options.bucket_cap_mb)
+        world = comm.group if comm.group is not None else dist.group.WORLD
+        # every worker a group of its own (collective: every rank builds them all); the
+        # hook's default, the machine's group, needs CUDA's device count
+        ranks = dist.get_process_group_ranks(world)
+        self.own_group, _ = dist.new_subgroups_by_enumeration(
+            [[r] for r in ranks], backend=dist.get_backend(world))
+        device = self.params[0].device
+        self.ddp, self.first_bucket_bytes = _build_ddp(model, self.bucket_cap_mb, device,
+                                                       comm.group)
+        # local steps from the first: no warm-up of synchronous DDP steps
+        self.state = PostLocalSGDState(process_group=world, subgroup=self.own_group,
+                                       start_localSGD_iter=0)
+        self.ddp.register_comm_hook(self.state, post_localSGD_hook)
+        with warnings.catch_warnings():   # its advice at H = 1 (use DDP alone)
+            warnings.simplefilter("ignore", UserWarning)
+            self.averager = PeriodicModelAverager(period=self.period,
+                                                  warmup_steps=self.averager_warmup(self.period),
+                                                  process_group=world)
+        self._dist = _AveragerDist(comm, world, lambda: tensors_label(self.param_names))
+        self.steps = 0
+
+    @property
+    def module(self):
+        return self.ddp
+
+    def step(self) -> None:
+        self.optimizer.step()
+        # torch's call, after the step, while the gradients are set (it averages only the
+        # parameters that have one)
+        with _AveragerCollectives(self._dist):
+            self.averager.average_parameters(self.model.parameters())
+        self.steps += 1
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d.update({"period": self.period, "steps": self.steps, "syncs": self._dist.calls,
+                  "warmup_steps": self.averager.warmup_steps, "start_localSGD_iter": 0,
+                  "bucket_cap_mb": self.bucket_cap_mb,
+                  "first_bucket_bytes": self.first_bucket_bytes,
+                  "averaged_bytes": sum(p.numel() * p.element_size() for p in self.params),
+                  "bytes_counted_from": "PeriodicModelAverager's all-reduce",
+                  "changes_algorithm": self.changes_algorithm})
         return d
