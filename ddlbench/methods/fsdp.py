@@ -26,6 +26,17 @@ thread inside forward and backward, which waits for each: each is also a wait sp
 and ``hook_local_gradients`` hooks the unsharded parameters the forward runs on (the same
 tensors every step, found by a forward pre-hook on the module owning each).
 
+``fsdp2_hsdp``: FSDP2's HSDP, the peer of ``hsdp``: the same units and options on a 2-D device
+mesh (``replicate``, ``shard``) made from the placement's groups, a row per machine (the
+``machine`` groups: the shard dim), a column per local index (the ``across`` groups: the
+replicate dim). Per unit torch reduce-scatters the gradients on the machine (the custom
+reduce-scatter, counted there), then all-reduces the 1/l shard across machines itself
+(``dist.all_reduce``: no custom-comm interface), then calls the unit's all-reduce hook
+(``set_all_reduce_hook``) with it, which counts it on ``across`` and puts it on the timeline
+(from the end of the reduce-scatter until the hook); the all-gathers run on the machine. Per
+worker per step on Gloo: 2(l-1)/l G + 2(n-1)/n G/l + (l-1)/l G. An id of its own (not an
+option of ``fsdp2``): the model's rule is per class.
+
 ``ddp_zero1``: torch DDP (``ddp``'s buckets and options) with the optimizer replaced by torch's
 ``ZeroRedundancyOptimizer`` of the user's class and groups (ZeRO-1: each worker holds the state
 of and steps 1/P of the parameters, then every worker broadcasts its updated parameters, one
