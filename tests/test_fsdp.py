@@ -3,7 +3,11 @@
 right against the single-process reference (momentum SGD on 3 workers, AdamW on 2 emulated
 machines x 2 slots), an FSDP2 that sums instead of averaging caught, FSDP2's bytes per worker
 per step counted at its collectives equal to 3(P-1)/P G at P = 2, 3, 4 (its reduce-scatter runs
-as an all-reduce on Gloo), its collectives on the timeline, and bad input refused in one line."""
+as an all-reduce on Gloo), its collectives on the timeline, and bad input refused in one line;
+``fsdp2_hsdp`` (FSDP2's HSDP on a 2-D mesh of the placement's groups) right on 2 emulated
+machines x 2 (momentum SGD, AdamW; without its all-reduce across machines it fails), its bytes by
+group those of its collectives' declarations and 2(l-1)/l G + 2(n-1)/n G/l + (l-1)/l G, each
+collective a span on its group, the model's messages the counted ones, unequal machines refused."""
 import json
 
 import pytest
