@@ -3,12 +3,16 @@
 right against the single-process reference (momentum SGD on 3 workers, AdamW on 2 emulated
 machines x 2 slots), an FSDP2 that sums instead of averaging caught, FSDP2's bytes per worker
 per step counted at its collectives equal to 3(P-1)/P G at P = 2, 3, 4 (its reduce-scatter runs
-as an all-reduce on Gloo), its collectives on the timeline, and bad input refused in one line."""
+as an all-reduce on Gloo), its collectives on the timeline, and bad input refused in one line;
+``fsdp2_hsdp`` (FSDP2's HSDP on a 2-D mesh of the placement's groups) right on 2 emulated
+machines x 2 (momentum SGD, AdamW; without its all-reduce across machines it fails), its bytes by
+group those of its collectives' declarations and 2(l-1)/l G + 2(n-1)/n G/l + (l-1)/l G, each
+collective a span on its group, the model's messages the counted ones, unequal machines refused."""
 import json
 
 import pytest
 
-from ddlbench.methods.fsdp import FSDP2
+from ddlbench.methods.fsdp import FSDP2, FSDP2HSDP
 
 from .conftest import (MOMENTUM_SGD, QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, train,
                        verify_lines)
@@ -124,3 +128,115 @@ def test_an_optimizer_that_cannot_be_rebuilt_is_refused_in_one_line():
     stepped.step()
     with pytest.raises(UsageError, match="must not have stepped yet .AdamW holds state."):
         rebuilt_optimizer("fsdp2", stepped, {id(p): new})
+
+
+# ------------------------------------------------------- fsdp2_hsdp: FSDP2's HSDP, 2-D mesh
+
+class NoAcross(FSDP2HSDP):
+    """FSDP2's HSDP without its all-reduce across machines (each machine averages its own
+    workers' gradients): --verify must fail it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in [*self.units, ""]:
+            self.model.get_submodule(name).set_requires_all_reduce(False)
+
+
+@pytest.mark.parametrize("optimizer", [MOMENTUM_SGD, ["--optimizer", "adamw"]])
+def test_fsdp2_hsdp_verifies_on_two_machines_and_one_without_its_all_reduce_fails(optimizer):
+    other = f",{__name__}:NoAcross" if optimizer == MOMENTUM_SGD else ""
+    proc = train(*TINY_BERT, *MACHINES, *optimizer, "--verify", "3",
+                 "--method", f"fsdp2_hsdp{other}", timeout=300)
+    lines = verify_lines(proc.stdout)
+    assert [ok for *_, ok in lines.get("fsdp2_hsdp", [])] == [True] * 3, describe(proc)
+    if other:
+        alone = lines.get(f"{__name__}:NoAcross")
+        assert alone and not alone[0][3], describe(proc)
+    assert proc.returncode == (1 if other else 0), describe(proc)
+
+
+HSDP_TOPOLOGY = """
+nodes: 2
+devices_per_node: 2
+intra_node: {bandwidth: 8GB/s, latency: 2us}
+inter_node: {bandwidth: 1gbit, latency: 30us}
+backend: gloo
+"""
+
+
+def test_fsdp2_hsdp_bytes_by_group_its_spans_and_the_models_messages(tmp_path, load_json):
+    """2 machines x 2 (l = n = 2), per worker per step: the reduce-scatter inside the machine
+    (an all-reduce on Gloo, 2(l-1)/l G), the all-reduce of the 1/l shard across machines
+    (2(n-1)/n G/l) and the all-gather inside ((l-1)/l G), each on its group's row of the
+    timeline, a span per unit; the model's messages (one per unit: its reduce-scatter and
+    the all-reduce of its shard) are the counted ones, its all-gathers the gathered bytes."""
+    from ddlbench import collectives
+    from ddlbench.model import predict
+    out, trace = tmp_path / "rec.json", tmp_path / "tl.json"
+    proc = train(*TINY_BERT, *MACHINES, *QUICK_TIMING, "--method", "fsdp2_hsdp",
+                 "--output", str(out), "--timeline", str(trace), timeout=300)
+    assert proc.returncode == 0, describe(proc)
+    rec = load_json(out)
+    assert rec["method"]["mesh"] == [2, 2]
+    assert (rec["method"]["groups"]["machine"], rec["method"]["groups"]["across"]) == \
+        ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
+    g, comm = rec["model"]["gradient_bytes"], rec["communication_per_iteration"]
+    payload = comm["payload_bytes"]
+    assert comm["wire_sent_bytes_by_group"] == {
+        "machine": {"reduce_scatter": collectives.sent_bytes(
+                        "reduce_scatter", payload["reduce_scatter"], 2, carrier="native",
+                        backend="gloo"),
+                    "allgather": collectives.sent_bytes("allgather", payload["allgather"], 2)},
+        "across": {"allreduce": collectives.sent_bytes("allreduce", payload["allreduce"], 2)}}
+    by_group = comm["wire_sent_bytes_by_group"]
+    assert by_group["machine"]["reduce_scatter"] == pytest.approx(2 * 1 / 2 * g, rel=0.02)
+    assert by_group["across"]["allreduce"] == pytest.approx(2 * 1 / 2 * g / 2, rel=0.02)
+    assert by_group["machine"]["allgather"] == pytest.approx(1 / 2 * g, rel=0.02)
+    assert comm["calls"] == {"allgather": 3, "reduce_scatter": 3, "allreduce": 3}
+
+    units = ["bert.encoder.layer.0", "bert.encoder.layer.1", "root"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    per_unit: dict[str, int] = {}
+    for rank in range(4):
+        spans = [e for e in events if e.get("pid") == rank and e.get("cat") == "comm"]
+        for op, group in (("reduce_scatter", "machine"), ("allreduce", "across"),
+                          ("allgather", "machine")):
+            mine = [e for e in spans if e["name"] == op]
+            assert sorted(e["args"]["tensor"] for e in mine) == sorted(units * 4), (rank, op)
+            assert {e["args"]["group"] for e in mine} == {group}, (rank, op)
+            if rank == 0 and op != "allgather":
+                for e in mine:   # (the same bytes every step: the last step's stand)
+                    per_unit[e["args"]["tensor"], op] = e["args"]["bytes"]
+        waits = [e for e in events if e.get("pid") == rank and e.get("cat") == "wait"
+                 and e["name"] in ("allgather", "reduce_scatter", "allreduce")]
+        assert len(waits) == len(spans) == 3 * 3 * 4
+
+    # the model, on a profile of the same model's tensors (backward order)
+    from .conftest import tiny_bert_model
+    from .test_predict import _profile
+    params = [(n, p) for n, p in tiny_bert_model().named_parameters() if p.requires_grad][::-1]
+    path, _ = _profile(tmp_path, tensors=[{"name": n, "shape": list(p.shape),
+                                           "bytes": p.numel() * 4} for n, p in params],
+                       backward_s=[1e-4] * len(params), nworkers=4)
+    topology = tmp_path / "2x2.yaml"
+    topology.write_text(HSDP_TOPOLOGY)
+    got, traces = tmp_path / "p.json", tmp_path / "traces"
+    assert predict.main(["--profile", str(path), "--topology", str(topology), "--nworkers",
+                         "4", "--method", "fsdp2_hsdp", "--output", str(got), "--traces",
+                         str(traces)]) == 0
+    (p,) = json.loads(got.read_text())["predictions"]
+    counted = sorted(per_unit[u, "reduce_scatter"] + per_unit[u, "allreduce"] for u in units)
+    assert sorted(p["message_bytes"]) == counted
+    assert sum(p["message_bytes"]) == payload["reduce_scatter"] + payload["allreduce"]
+    replay = json.loads((traces / "fsdp2_hsdp_4.trace.json").read_text())["traceEvents"]
+    gathered = sum(e["args"]["bytes"] for e in replay
+                   if e.get("cat") == "comm" and e["name"] == "allgather")
+    assert gathered == 2 * payload["allgather"]   # (nccl-tests' size: the gathered output)
+
+
+def test_fsdp2_hsdp_refuses_machines_of_different_sizes():
+    proc = train(*TINY_BERT, "--nworkers", "3", "--slots", "2", "--verify", "1",
+                 "--method", "fsdp2_hsdp", timeout=300)
+    assert proc.returncode != 0
+    assert ("method fsdp2_hsdp needs as many workers on every machine (its shards must match "
+            "across machines); this job's machines hold 2, 1" in proc.stderr), describe(proc)

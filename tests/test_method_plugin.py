@@ -103,9 +103,9 @@ def test_a_method_in_one_file_of_its_own_package(tmp_path, load_json):
     proc = run([sys.executable, "-m", "ddlbench.methods", "names", "--architecture", "a2a"],
                **env)
     assert proc.stdout.split() == ["wfbp", "fusion", "bspa2a", "bytescheduler", "ddp",
-                                   "fsdp2", "ddp_zero1", "hier", "mgwfbp", "localsgd",
-                                   "diloco", "ddp_localsgd", "zero", "hsdp", "pieces"], \
-        describe(proc)
+                                   "fsdp2", "fsdp2_hsdp", "ddp_zero1", "hier", "mgwfbp",
+                                   "localsgd", "diloco", "ddp_localsgd", "zero", "hsdp",
+                                   "pieces"], describe(proc)
     proc = run([sys.executable, "-m", "ddlbench.methods", "names", "--architecture", "ps"],
                **env)
     assert proc.stdout.split() == ["bspps", "wfbpps", "byteschedulerps",

@@ -26,6 +26,17 @@ thread inside forward and backward, which waits for each: each is also a wait sp
 and ``hook_local_gradients`` hooks the unsharded parameters the forward runs on (the same
 tensors every step, found by a forward pre-hook on the module owning each).
 
+``fsdp2_hsdp``: FSDP2's HSDP, the peer of ``hsdp``: the same units and options on a 2-D device
+mesh (``replicate``, ``shard``) made from the placement's groups, a row per machine (the
+``machine`` groups: the shard dim), a column per local index (the ``across`` groups: the
+replicate dim). Per unit torch reduce-scatters the gradients on the machine (the custom
+reduce-scatter, counted there), then all-reduces the 1/l shard across machines itself
+(``dist.all_reduce``: no custom-comm interface), then calls the unit's all-reduce hook
+(``set_all_reduce_hook``) with it, which counts it on ``across`` and puts it on the timeline
+(from the end of the reduce-scatter until the hook); the all-gathers run on the machine. Per
+worker per step on Gloo: 2(l-1)/l G + 2(n-1)/n G/l + (l-1)/l G. An id of its own (not an
+option of ``fsdp2``): the model's rule is per class.
+
 ``ddp_zero1``: torch DDP (``ddp``'s buckets and options) with the optimizer replaced by torch's
 ``ZeroRedundancyOptimizer`` of the user's class and groups (ZeRO-1: each worker holds the state
 of and steps 1/P of the parameters, then every worker broadcasts its updated parameters, one
@@ -37,11 +48,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..collectives import WORLD
+from ..collectives import ACROSS, MACHINE, WORLD
 from ..errors import UsageError
 from ..options import Options, one_of, option
 from . import rules
-from .base import Method
+from .base import Method, require_even_machines
 from .ddp import DDP, DDPOptions
 
 RESHARD = one_of("0", "1")
@@ -115,29 +126,42 @@ class _Counted:
     """An FSDP2 collective (its custom-comm interface: ``allocate`` and ``__call__``) doing
     what torch's default does, counted through the suite's ``Comm`` and on its timeline."""
 
-    def __init__(self, comm, op: str, unit: str):
-        self.comm, self.op, self.unit = comm, op, unit
+    def __init__(self, comm, op: str, unit: str, group=None):
+        self.comm, self.op, self.unit, self.group = comm, op, unit, group
+        # (the timeline's row and the span's group: as Comm's own collectives on a group)
+        layout = None if group is None or group.layout == WORLD else group.layout
+        self.row = op if layout is None else f"{op} @{layout}"
+        self.where = {} if layout is None else {"group": layout}
+        self.mark = None   # when this unit's last reduce-scatter ended (its output allocated)
 
     def allocate(self, size, *, dtype, device):
         import torch
-        return torch.empty(*size, dtype=dtype, device=device)
+
+        from ..timeline import now_us
+        out = torch.empty(*size, dtype=dtype, device=device)
+        self.mark = now_us()
+        return out
 
     def _issue(self, tensor, async_op: bool, issue):
         from ..timeline import COMM, WAIT, now_us
-        self.comm.count(self.op, tensor.numel(), tensor.dtype, carrier="native")
+        self.comm.count(self.op, tensor.numel(), tensor.dtype, carrier="native",
+                        group=self.group)
         tl = self.comm.timeline
         if not tl.enabled:
             return issue()
         args = {"bytes": tensor.numel() * tensor.element_size(), "carrier": "native",
-                "tensor": self.unit}
+                **self.where, "tensor": self.unit}
         if not async_op:
             # issued on the training thread inside forward or backward, which waits for it:
             # a wait there, not compute (as DDP's wait for its all-reduces)
-            with tl.span(self.op, WAIT, _thread()), tl.span(self.op, COMM, self.op, **args):
-                return issue()
+            with tl.span(self.op, WAIT, _thread()), tl.span(self.op, COMM, self.row, **args):
+                try:
+                    return issue()
+                finally:
+                    self.mark = now_us()
         t0 = now_us()
         work = issue()
-        tl.comm(self.op, work, self.op, start_us=t0, **args)  # FSDP2 waits on torch's Work
+        tl.comm(self.op, work, self.row, start_us=t0, **args)  # FSDP2 waits on torch's Work
         return work
 
 
@@ -162,6 +186,30 @@ class _CountedReduceScatter(_Counted):
         from ..runtime.comm import reduce_scatter_single
         return self._issue(input_tensor, async_op, lambda: reduce_scatter_single(
             output_tensor, input_tensor, group=group, op=op, async_op=async_op))
+
+
+class _CountedAllReduce:
+    """FSDP2's HSDP all-reduce of a unit's reduce-scattered shard across the replicate group:
+    torch issues it itself (``dist.all_reduce``, no custom-comm interface), then calls the
+    unit's all-reduce hook (``FSDPModule.set_all_reduce_hook``) with the all-reduced shard.
+    The hook counts it through ``Comm.count`` on ``group`` and, while the timeline records,
+    puts it there as a span from the end of the unit's reduce-scatter (``scatter.mark``: the
+    all-reduce follows it on the training thread) until now, and as a wait on that thread."""
+
+    def __init__(self, comm, unit: str, group, scatter: _Counted):
+        self.comm, self.unit, self.group, self.scatter = comm, unit, group, scatter
+
+    def __call__(self, shard) -> None:
+        from ..timeline import COMM, WAIT
+        self.comm.count("allreduce", shard.numel(), shard.dtype, group=self.group)
+        tl = self.comm.timeline
+        if tl.enabled and self.scatter.mark is not None:
+            layout = self.group.layout
+            tl.past("allreduce", COMM, f"allreduce @{layout}", self.scatter.mark,
+                    bytes=shard.numel() * shard.element_size(), group=layout,
+                    tensor=self.unit)
+            tl.past("allreduce", WAIT, _thread(), self.scatter.mark)
+        self.scatter.mark = None
 
 
 class _Handles:
@@ -195,29 +243,36 @@ class FSDP2(Method):
         super().__init__(model, optimizer, comm, options, compressor, model_name)
         import warnings
 
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
         self.reshard = self.options.reshard_after_forward == "1"
         # FSDP2 warns once that the root returned a view (a later in-place op on it would skip
         # its pre-backward hook); the suite's losses take no such op, and --verify proves it
         warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
         device = self.params[0].device if self.params else None
-        group = comm.group if comm.group is not None else dist.group.WORLD
-        self.mesh = DeviceMesh.from_group(group, device.type if device else "cpu")
+        self.mesh = self._mesh(device.type if device else "cpu")
         before = dict(model.named_parameters())
         self.units = _units(model)
         for name in [*self.units, ""]:
             unit = model.get_submodule(name)
             fully_shard(unit, mesh=self.mesh, reshard_after_forward=self.reshard)
-            unit.set_custom_all_gather(_CountedAllGather(comm, "allgather", name or "root"))
-            unit.set_custom_reduce_scatter(_CountedReduceScatter(comm, "reduce_scatter",
-                                                                 name or "root"))
+            self._count(unit, name or "root")
         after = dict(model.named_parameters())
         self.params = [after[n] for n in self.param_names]
         self.user_optimizer = optimizer
         self.optimizer = rebuilt_optimizer(self.id, optimizer, {
             id(p): after[n] for n, p in before.items() if n in after})
+
+    def _mesh(self, device_type: str):
+        """The device mesh every unit is sharded on: the job's process group, 1-D."""
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import DeviceMesh
+        group = self.comm.group if self.comm.group is not None else dist.group.WORLD
+        return DeviceMesh.from_group(group, device_type)
+
+    def _count(self, unit, name: str) -> None:
+        """FSDP2's collectives of ``unit``, counted (custom all-gather and reduce-scatter)."""
+        unit.set_custom_all_gather(_CountedAllGather(self.comm, "allgather", name))
+        unit.set_custom_reduce_scatter(_CountedReduceScatter(self.comm, "reduce_scatter", name))
 
     def step(self) -> None:
         self.optimizer.step()
@@ -251,9 +306,64 @@ class FSDP2(Method):
     def describe(self) -> dict:
         d = super().describe()
         d.update({"units": [*self.units, "(root)"], "reshard_after_forward": self.reshard,
-                  "mesh": self.comm.size, "bytes_counted_from": "FSDP2's collectives"})
+                  "mesh": list(self.mesh.shape) if self.mesh.ndim > 1 else self.comm.size,
+                  "bytes_counted_from": "FSDP2's collectives"})
         if "memory" in d:
             d["memory"]["optimizer_state_bytes"] = local_state_bytes(self.optimizer)
+        return d
+
+
+class FSDP2HSDP(FSDP2):
+    id = "fsdp2_hsdp"
+    display = "FSDP2-HSDP"
+    summary = ("torch FSDP2's HSDP: `fully_shard` (fsdp2's units) on a 2-D device mesh, "
+               "replicated across machines and sharded inside each; each unit's gradients "
+               "reduce-scattered inside the machine, the shard all-reduced across machines, "
+               "its parameters all-gathered inside the machine")
+    # the model: fsdp2's, with the reduce-scatter and all-gather on the machine group and the
+    # shard (1/l) all-reduced across machines after each reduce-scatter, as torch issues them
+    rule = rules.Rule(grouping=rules.units,
+                      exchange=(rules.Step("reduce_scatter", MACHINE, carrier="native"),
+                                rules.Step("allreduce", ACROSS, shard_of=MACHINE)),
+                      gather=(rules.Step("allgather", MACHINE),), optimizer_shard=MACHINE,
+                      prefetch=True)
+
+    def _mesh(self, device_type: str):
+        """A 2-D mesh (replicate, shard) from the placement's groups: row i the ranks of
+        machine i (the shard dim: ``collectives.MACHINE``), column j the workers of local
+        index j (the replicate dim: ``ACROSS``). A dim of groups of one (one machine, or one
+        worker a machine) has no process group of the suite's: one is made per rank."""
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import DeviceMesh
+        require_even_machines(self.id, self.comm)
+        self.machine, self.across = self.comm.group_of(MACHINE), self.comm.group_of(ACROSS)
+        job = dist.get_process_group_ranks(self.comm.group) if self.comm.group is not None \
+            else list(range(dist.get_world_size()))
+        handles = []
+        for g in (self.across, self.machine):
+            if g.size == self.comm.size:   # (the whole job's group: its handle may be None)
+                handle = self.comm.group if self.comm.group is not None else dist.group.WORLD
+            elif g.size == 1:
+                handle, _ = dist.new_subgroups_by_enumeration([[r] for r in job],
+                                                              backend=self.comm.backend())
+            else:
+                handle = g.handle
+            handles.append(handle)
+        rows = [[job[r] for r in m] for m in self.comm.machines()]
+        return DeviceMesh.from_group(handles, device_type, mesh=torch.tensor(rows),
+                                     mesh_dim_names=("replicate", "shard"))
+
+    def _count(self, unit, name: str) -> None:
+        scatter = _CountedReduceScatter(self.comm, "reduce_scatter", name, self.machine)
+        unit.set_custom_all_gather(_CountedAllGather(self.comm, "allgather", name,
+                                                     self.machine))
+        unit.set_custom_reduce_scatter(scatter)
+        unit.set_all_reduce_hook(_CountedAllReduce(self.comm, name, self.across, scatter))
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["groups"] = self.comm.describe_groups()
         return d
 
 

@@ -153,6 +153,14 @@ class Timeline:
             if self._pending:
                 self._poll()
 
+    def past(self, name: str, cat: str, thread: str, start_us: float, **args) -> None:
+        """A span that began at ``start_us`` and ends now: work a library did on this thread
+        that the recorder sees only once it is over (FSDP2's HSDP all-reduce, from its hook)."""
+        if self.enabled:
+            self.events.append((name, cat, thread, start_us, now_us(), args or None))
+            if self._pending:
+                self._poll()
+
     def comm(self, name: str, work, thread: str, start_us: float | None = None, **args):
         """A collective handed to the transport now (or at ``start_us``, stamped before it was
         issued: a transport may complete it before this call). Its span ends when ``work``
