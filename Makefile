@@ -11,6 +11,9 @@
 # patch, byteps/cpu_only.patch, built on the Horovod environment): make byteps-env /
 # clean-byteps-env. `make test` builds it after the Horovod one; its tests skip only when the
 # registry, the Horovod environment or Debian's ZeroMQ and libnuma cannot be had.
+# Real DeepSpeed 0.19.8 (scripts/deepspeed_env.sh: its pinned packages beside the suite's torch,
+# no compiled op; about 20-40 s): make deepspeed-env / clean-deepspeed-env. `make test` builds
+# it; its test skips only when the registry cannot be reached.
 # The standing emulated cluster (hosts with sshd, and Slurm: python -m ddlbench.netem cluster
 # up) needs Debian's openssh-server, slurmd, slurmctld, munge: `make cluster-deps` installs them
 # (as root); `make test` tries to, and the cluster's tests skip with the reason where it cannot.
@@ -26,7 +29,7 @@ CONFIG ?= quick
 PYTEST_ARGS ?=
 
 .PHONY: setup bench test clean-venv help horovod-env clean-horovod-env cluster-deps \
-	byteps-env clean-byteps-env
+	byteps-env clean-byteps-env deepspeed-env clean-deepspeed-env
 
 help:
 	@echo "make bench   run the '$(CONFIG)' sweep on this machine and print its table"
@@ -36,6 +39,8 @@ help:
 	@echo "make clean-horovod-env  remove it"
 	@echo "make byteps-env         build the real-BytePS environment (outside the clone)"
 	@echo "make clean-byteps-env   remove it"
+	@echo "make deepspeed-env      build the real-DeepSpeed environment (outside the clone)"
+	@echo "make clean-deepspeed-env  remove it"
 	@echo "make cluster-deps       install sshd and Slurm for the emulated cluster (root, Debian)"
 
 setup: $(STAMP)
@@ -56,6 +61,7 @@ test: setup
 	horovod/legacy_env.sh build --optional
 	scripts/system-deps.sh --optional
 	byteps/legacy_env.sh build --optional
+	scripts/deepspeed_env.sh build --optional
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 horovod-env:
@@ -69,6 +75,12 @@ byteps-env:
 
 clean-byteps-env:
 	byteps/legacy_env.sh remove
+
+deepspeed-env: setup
+	scripts/deepspeed_env.sh build
+
+clean-deepspeed-env:
+	scripts/deepspeed_env.sh remove
 
 cluster-deps:
 	scripts/system-deps.sh

@@ -108,3 +108,16 @@ def byteps_skip_reason(proc: subprocess.CompletedProcess,
     raise AssertionError(f"the BytePS environment is missing for a reason that is not a skip "
                          f"(no registry, no Horovod environment for that reason, Debian "
                          f"packages not installable): {reason}")
+
+
+def deepspeed_skip_reason(proc: subprocess.CompletedProcess) -> str | None:
+    """``scripts/deepspeed_env.sh python``'s answer, after ``build --optional`` passed: None
+    when the environment is there, its recorded reason when the registry could not be reached;
+    anything else is a failure."""
+    if proc.returncode == 0:
+        return None
+    reason = proc.stderr.strip().removeprefix("deepspeed-env: error: ")
+    assert proc.returncode == 3 and registry_unreachable(reason), (
+        f"the DeepSpeed environment should have been built and is not (exit "
+        f"{proc.returncode}): {reason}")
+    return reason

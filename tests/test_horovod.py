@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from .conftest import MOMENTUM_SGD, REPO, SMALL_CNN, TINY_BERT, describe, env, verify_lines
-from .skip_conditions import HOROVOD_MISSING, NO_CUDA, horovod_skip_reason
+from .skip_conditions import (HOROVOD_MISSING, NO_CUDA, horovod_skip_reason,
+                              registry_unreachable)
 
 LEGACY = os.path.join(REPO, "horovod", "legacy_env.sh")
 LAUNCHER = os.path.join(REPO, "horovod", "horovod_mpi_cj.sh")
@@ -288,7 +289,8 @@ def test_make_test_without_a_cuda_toolkit_reaches_pytest(tmp_path):
     pointing nowhere and /usr/local/cuda hidden (an empty folder mounted over it in a mount
     namespace of the test's own), and no package registry for apt-get. Each step exits 0; the
     Horovod lane and BytePS's, built on it, are skipped with that reason, which the tests' skip
-    code accepts here; nothing is built or downloaded (the decision comes before either)."""
+    code accepts here; neither is built or downloaded (the decision comes before either).
+    DeepSpeed's environment, which needs neither, is built (about 20-40 s)."""
     cuda = "/usr/local/cuda"
     hide = os.access(os.path.join(cuda, "bin", "nvcc"), os.X_OK)
     if hide and (os.geteuid() != 0 or shutil.which("unshare") is None):
@@ -321,8 +323,17 @@ def test_make_test_without_a_cuda_toolkit_reaches_pytest(tmp_path):
     assert horovod == f"horovod-env: error: {NO_CUDA} (nvcc) found: Horovod's build needs one " \
         "beside the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME", horovod
     assert byteps.startswith(HOROVOD_MISSING + NO_CUDA) and "make horovod-env" in byteps, byteps
-    assert sorted(p.name for p in cache.iterdir()) == ["byteps-env.unavailable",
-                                                       "horovod-env.unavailable"]
+    # DeepSpeed's needs neither: built from the registry (or, without one, its reason recorded)
+    ds = subprocess.run(["scripts/deepspeed_env.sh", "where"], cwd=REPO, env=e,
+                        capture_output=True, text=True, timeout=60).stdout.strip()
+    if os.path.exists(os.path.join(ds, ".ready")):
+        deepspeed = [os.path.basename(ds), os.path.basename(ds) + ".log"]
+    else:
+        why = (cache / "deepspeed-env.unavailable").read_text()
+        assert registry_unreachable(why), why
+        deepspeed = ["deepspeed-env.unavailable"]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        ["byteps-env.unavailable", "horovod-env.unavailable", *deepspeed])
 
 
 def test_a_missing_cuda_toolkit_skips_only_where_none_is_found():
