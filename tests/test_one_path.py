@@ -81,6 +81,13 @@ def test_the_three_paths_agree_on_every_survey_method_and_worker_count(grid, cap
         assert line["predicted"]["ps_local"] == row.get("ps_local"), key
         assert line["predicted"]["notes"] == row.get("model_notes", []), key
         assert line["record"]["timeline"]["mean"] == entry["metrics"], key
+        # the interval too (issue 62: the survey files' stated ranges, no profile spread)
+        assert line["interval"] == row["interval"] == entry["interval"], key
+        assert line["predicted"]["interval_from"] == row["interval_from"] == \
+            entry["interval_from"], key
+    widened = [k for k, (line, _, _) in grid.items()
+               if line["interval"][0] < line["throughput"] < line["interval"][1]]
+    assert {p for _, _, p in widened} == {4, 8, 16}
 
 
 def test_ps_cells_on_one_machine_are_the_local_all_reduce(grid):

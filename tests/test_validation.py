@@ -315,7 +315,10 @@ def test_the_datasheet_figure_first_then_the_shipped_and_each_chosen_constant(
     assert text.splitlines()[1:3] == [
         score.headline(b, "published") + f" ({kind})"
         for b, kind in zip(picks, ("datasheet values", "shipped constants"))]
-    head = text.splitlines()[3]
+    # beside the shipped score, how often the published best is among the interval-tied picks
+    assert text.splitlines()[3] == validation.ties_line(got["interval_ties"]) + \
+        " (shipped constants)"
+    head = text.splitlines()[4]
     assert head.startswith(f"Median |error| over 12 cells: {figure} with datasheet values")
     assert head.index("with datasheet values") < head.index("with the shipped constants")
     assert text.index("With datasheet values") < text.index("With the shipped constants")

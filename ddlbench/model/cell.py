@@ -46,9 +46,12 @@ the network the parameter servers). Decided here, and nowhere else (docs/DESIGN.
   the cell's workers share the cores (``Machine.sharing``); the communication thread's share
   of the cores rescales the CPU interference, and the time it holds the GIL to issue is the
   training thread's too. Every caller (the command line, the sweep) gives its machine here.
-- **The interval** (``Spread``): the cell predicted again at the low and high ends of its
-  inputs' spread (compute and link cost; the model is monotone in both), ``Answer.interval``;
-  without a spread the interval is the point (``Answer.spread_note`` says so).
+- **The interval** (``Spread`` and a topology's stated ranges): the cell predicted again at
+  the fast and the slow ends of its inputs: the compute and link factors of ``spread`` and,
+  on a topology file, its constants at the ends of their ranges (``Topology.ends``: every
+  bandwidth and efficiency low, every latency high, and the reverse); ``Answer.interval`` is
+  [min, max] of the point and the two ends; ``Answer.spread_note`` says which inputs made it
+  (``spread_note``), and without any the interval is the point (said so).
 
 Torch-free; the result is the ``simulate.Prediction`` with where its network came from and
 notes (``Answer``).
@@ -95,8 +98,8 @@ class Answer:
         return self.prediction.throughput(batch, nworkers)
 
     def interval(self, batch: int, nworkers: int) -> tuple[float, float]:
-        """[low, high] throughput: at the slow and the fast ends of the inputs' spread (the
-        point twice without one)."""
+        """[low, high] throughput: the slowest and the fastest of the point and the two ends
+        of the inputs' spread (the point twice without one)."""
         fast, slow = self.iteration_range or (self.prediction.iteration_s,) * 2
         return batch * nworkers / slow, batch * nworkers / fast
 
@@ -172,6 +175,20 @@ class Spread:
         return self.compute == (1.0, 1.0) and self.link == (1.0, 1.0)
 
 
+def spread_note(spread: Spread | None, network: topology.Network | None) -> str:
+    """Where a cell's interval comes from, in words: ``spread``'s sources and, on a topology
+    file, the constants whose ranges it states (``Topology.range_note``) or that it states
+    none; NO_SPREAD when neither gives any."""
+    parts = (list(spread.sources) or ["the given spread"]) if spread is not None \
+        and not spread.empty else []
+    ranged = network.range_note() if isinstance(network, topology.Topology) else ""
+    if ranged:
+        parts.append(f"{network.name}'s stated ranges: {ranged}")
+    elif parts and isinstance(network, topology.Topology):
+        parts.append(f"links: {network.name} states no range")
+    return "; ".join(parts) or NO_SPREAD
+
+
 def is_one_machine(nworkers: int, network: topology.Network | None,
                    one_machine: bool | None = None) -> bool:
     """Whether P workers are all on one machine: ``one_machine`` when the caller knows, else
@@ -195,14 +212,15 @@ def local_method(method: str, nworkers: int, network: topology.Network | None,
 
 def predict(method: str, work: simulate.Compute, nworkers: int, options=None, *,
             machine: Machine | None = None, spread: Spread | None = None,
-            codec: simulate.Codec = simulate.NO_CODEC, network: topology.Network | None = None,
-            link: simulate.Link | None = None, ps_interference: dict | None = None,
-            **given) -> Answer:
+            interval: bool = True, codec: simulate.Codec = simulate.NO_CODEC,
+            network: topology.Network | None = None, link: simulate.Link | None = None,
+            ps_interference: dict | None = None, **given) -> Answer:
     """``method``'s iteration at ``nworkers`` with ``options`` (an instance of its
     ``Options``; None: its defaults) on ``machine`` (None: the workload as given, nothing
-    shared), with the interval of ``spread`` (None: the point); ``given``: ``point``'s other
-    arguments (the module's docstring says what is decided here); every problem one
-    UsageError."""
+    shared), with the interval of ``spread`` (None: none) and of a topology ``network``'s
+    stated ranges (``interval`` False: the point alone, no interval computed); ``given``:
+    ``point``'s other arguments (the module's docstring says what is decided here); every
+    problem one UsageError."""
     whole = isinstance(nworkers, int) and not isinstance(nworkers, bool) and nworkers >= 1
     facts = machine.factors(nworkers) if machine is not None and whole else None
     if facts is not None:
@@ -222,16 +240,19 @@ def predict(method: str, work: simulate.Compute, nworkers: int, options=None, *,
         work = held
     if facts is not None:
         answer = replace(answer, machine={**facts, "gil_s": gil})
-    if spread is None or spread.empty:
+    ranged = network.ends() if interval and isinstance(network, topology.Topology) else None
+    if not interval or ((spread is None or spread.empty) and ranged is None):
         return answer
-    ends = []
+    spread = spread or Spread()
+    nets = (ranged[1], ranged[0]) if ranged else (network, network)      # fast, slow
+    ends = [answer.prediction.iteration_s]
     for i in (0, 1):
         w, c = adjusted(work, codec, {"compute": spread.compute[i], "kappa": 1.0, "mu": 1.0})
-        k = dict(kw, network=_scaled_network(network, spread.link[i]),
+        k = dict(kw, network=_scaled_network(nets[i], spread.link[i]),
                  link=_scaled_link(link, spread.link[i]))
         ends.append(point(method, w, nworkers, options, codec=c, **k).prediction.iteration_s)
-    return replace(answer, iteration_range=(ends[0], ends[1]),
-                   spread_note="; ".join(spread.sources) or "the given spread")
+    return replace(answer, iteration_range=(min(ends), max(ends)),
+                   spread_note=spread_note(spread, network))
 
 
 def adjusted(work: simulate.Compute, codec: simulate.Codec, facts: dict) -> tuple:

@@ -52,7 +52,7 @@ from dataclasses import fields, replace
 import compression
 
 from .. import methods, timeline
-from . import cell, simulate, topology
+from . import cell, score, simulate, topology
 from ..errors import ArgumentParser, UsageError, check_writable, open_to_write, read_json, run_cli
 from ..options import LIMITS, add_flags
 from ..measure.profile_file import MAX_BETA, MAX_TIME_S, read_profile
@@ -406,7 +406,8 @@ def spread_of(prof: dict, network: str | None = None) -> cell.Spread:
     mean: the ends of what was recorded, since a run's pace moves between runs more than the
     steps' mean says), the links' from comm_bench files (``network``, comma-separated: each
     all-reduce size's fastest and slowest round over its time, the median over the sizes);
-    a topology file states no spread (its provenance gives none): factor 1, said so."""
+    a topology file's links take the ranges its provenance states (``cell.predict`` reads
+    them from the network itself), so none here."""
     sources, compute, link = [], (1.0, 1.0), (1.0, 1.0)
     passes = prof.get("rank_passes_s")
     if passes and all(isinstance(p, list) and p for p in passes):
@@ -431,8 +432,8 @@ def spread_of(prof: dict, network: str | None = None) -> cell.Spread:
                 max(1.0, statistics.median(r[1] for r in ratios)))
         sources.append(f"links x[{link[0]:.3f}, {link[1]:.3f}]: comm_bench's rounds "
                        f"(fastest and slowest, median over {len(ratios)} sizes)")
-    else:
-        sources.append("links: no recorded spread (a topology's constants state none)")
+    elif files:
+        sources.append("links: no recorded spread in the comm_bench files")
     return cell.Spread(compute, link, tuple(sources))
 
 
@@ -519,8 +520,13 @@ class Setting:
         self.spread = spread_of(prof, args.topology)
 
     def spread_note(self) -> str:
-        """Where the intervals come from, in words."""
-        return "; ".join(self.spread.sources) if not self.spread.empty else cell.NO_SPREAD
+        """Where the intervals come from, in words (``cell.spread_note``)."""
+        return cell.spread_note(self.spread, self.network)
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether the cells here have an interval (a recorded spread or stated ranges)."""
+        return self.spread_note() != cell.NO_SPREAD
 
     def allgather(self):
         return self.network.link("allgather", self.nworkers) if self.network else self.link
@@ -561,7 +567,7 @@ def run_cell(method: str, work, setting: Setting, codec, values: dict | None = N
         options = options_of(args, method)
     options = simulate.options_for(method, options, **(values or {}))
     return cell.predict(method, work, setting.nworkers, options, machine=setting.machine,
-                        spread=setting.spread if spread else None,
+                        spread=setting.spread, interval=spread,
                         batches_per_iter=args.num_batches_per_iter, network=setting.network,
                         link=setting.given, link_source=setting.source, codec=codec,
                         force_servers=args.ps_force_servers,
@@ -667,11 +673,9 @@ def tied(rows: list[dict]) -> list[dict]:
         group = [r for r in rows if (r["changes_algorithm"] is not None) == apart]
         if not group:
             continue
-        lo, hi = group[0]["interval"]
         group[0]["standing"] = BEST
         for r in group[1:]:
-            overlap = r["interval"][0] <= hi and lo <= r["interval"][1]
-            r["standing"] = TIED if overlap else ""
+            r["standing"] = TIED if score.overlaps(r["interval"], group[0]["interval"]) else ""
     return rows
 
 
@@ -830,7 +834,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
                      f"{p.throughput(batch, nworkers):.1f}", f"{m['compute_s'] * 1e3:.2f}",
                      f"{m['exposed_s'] * 1e3:.2f}",
                      "-" if m["overlap"] is None else f"{100 * m['overlap']:.1f}", p.bottleneck,
-                     *([] if setting.spread.empty else [f"[{lo:.1f},{hi:.1f}]"])])
+                     *([f"[{lo:.1f},{hi:.1f}]"] if setting.has_interval else [])])
         matrix.setdefault(name, {})[nworkers] = p.throughput(batch, nworkers)
         out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
                     "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
@@ -846,7 +850,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
     print(f"[low,high] {unit}/s: {setting.spread_note()}")
     print("\n".join(_table(["method", "messages", "iteration ms", f"{unit}/s total",
                             "compute ms", "exposed ms", "overlap %", "bound by",
-                            *([] if setting.spread.empty else ["[low,high]"])],
+                            *(["[low,high]"] if setting.has_interval else [])],
                            rows, left=(0, 7))))
     print("".join(f"  {note}\n" for note in notes), end="")
     return out

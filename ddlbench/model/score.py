@@ -18,6 +18,11 @@ tau over the groups that have one; beside them, the groups where the model's hig
 predictions tie, and the counts had each tie broken in the model's favour (exact_tied,
 within_tied), so that neither reading is hidden. The median |error| of throughput stays beside it in every
 report; this is the headline because it is the question. Pure Python, no torch.
+
+**Interval ties** (``overlaps``, ``interval_ties``): where each prediction carries an interval
+(``ddlbench.model.cell.Answer.interval``), the methods whose interval overlaps the pick's
+are tied with it: the model cannot tell them apart (``predict --advise`` marks them so).
+``interval_ties`` counts the groups whose measured best lies among the pick and its ties.
 """
 from __future__ import annotations
 
@@ -64,6 +69,35 @@ def kendall_tau(xs, ys) -> float | None:
 def _top(values: dict) -> str:
     """The key of the highest value; ties go to the first key in sorted order (stable)."""
     return max(sorted(values), key=lambda k: values[k])
+
+
+def overlaps(a, b) -> bool:
+    """Whether the intervals ``a`` and ``b`` ([low, high] each) share a point (touching
+    counts)."""
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def interval_ties(groups: dict) -> dict:
+    """``groups``: key -> (predicted, intervals, measured), each method -> throughput (an
+    interval: [low, high]). Per group the pick (``group_score``'s) and the methods whose
+    interval overlaps the pick's (the pick among them: ``tied``); ``best_tied`` counts the
+    groups whose measured best is among them. The result: groups, best_tied, tied_median
+    (the median count of tied methods, the pick included) and methods_median (of the groups'
+    methods), rows."""
+    rows = []
+    for key in sorted(groups, key=str):
+        predicted, intervals, measured = groups[key]
+        got = group_score(predicted, measured)
+        if got is None:
+            continue
+        pick = intervals[got["pick"]]
+        tied = [m for m in got["methods"] if overlaps(intervals[m], pick)]
+        rows.append({"group": key, "pick": got["pick"], "best": got["best"], "tied": tied,
+                     "methods": got["methods"], "best_tied": got["best"] in tied})
+    return {"groups": len(rows), "best_tied": sum(r["best_tied"] for r in rows),
+            "tied_median": statistics.median(len(r["tied"]) for r in rows) if rows else None,
+            "methods_median": statistics.median(len(r["methods"]) for r in rows) if rows
+            else None, "rows": rows}
 
 
 def group_score(predicted: dict, measured: dict, within: float = WITHIN) -> dict | None:

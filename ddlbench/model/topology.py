@@ -57,15 +57,22 @@ mapping at the top level (for ``nodes``, ``devices_per_node``) and inside ``intr
           source: "open-mpi/ompi#9087: one TCP stream over IPoIB ..."   # the reference
           datasheet: 100gbit  # kind chosen only, and required there: what a datasheet-only
                               # reading gives, written as the value is
-        latency: {kind: assumed, source: "an estimate: the kernel's TCP/IP stack ..."}
+        latency: {kind: assumed, source: "an estimate ..., about 25 us; range: ...",
+                  range: [12.5us, 50us]}   # optional: the range its source states, in the
+                                           # value's units (a bandwidth's, a latency's, an
+                                           # efficiency's only)
 
 The values read as without it. An unknown kind, a chosen constant without its datasheet value,
-a datasheet value on another kind, an entry for a number the section does not give: one line
-each. ``constants()`` lists the numbers a file gives (SI units), ``missing_provenance()`` those
-without an entry, ``datasheet_values()`` the chosen ones' datasheet values, and ``variant``
-(or ``Topology(path, overrides)``) the same network with some of them replaced: what
-``python -m ddlbench.model.validation survey`` runs for the datasheet figure and the
-sensitivity of each chosen constant.
+a datasheet value on another kind, an entry for a number the section does not give, a range
+that is not [low, high] in the value's units, has low > high or does not contain the value:
+one line each. ``constants()`` lists the numbers a file gives (SI units), ``missing_provenance()``
+those without an entry, ``datasheet_values()`` the chosen ones' datasheet values, ``ranges()``
+each constant's range (its stated one; a chosen constant's at least [shipped, datasheet]),
+``ends()`` the network with every ranged constant at its slow end and at its fast end (what
+``cell.predict`` gives a cell's interval from), and ``variant`` (or ``Topology(path,
+overrides)``) the same network with some of them replaced: what ``python -m
+ddlbench.model.validation survey`` runs for the datasheet figure and the sensitivity of each
+chosen constant.
 
 Bandwidths say bits or bytes explicitly: ``10gbit``, ``2.5Gbit/s`` (bit, kbit, mbit, gbit,
 tbit; any case) or ``12GB/s``, ``900MB/s``, ``1.5GiB/s`` (bytes: a capital B and ``/s``; GB =
@@ -294,29 +301,55 @@ KINDS = {
 @dataclass(frozen=True)
 class Provenance:
     """Where one constant comes from: its ``kind`` (``KINDS``), the reference in words
-    (``source``), and for kind ``chosen`` the value a datasheet-only reading gives
-    (``datasheet``, as the file writes it, and ``datasheet_value``, in the constant's units)."""
+    (``source``), for kind ``chosen`` the value a datasheet-only reading gives (``datasheet``,
+    as the file writes it, and ``datasheet_value``, in the constant's units), and the range
+    its source states (``range``, as written, and ``range_value``, (low, high) in the
+    constant's units; None: none stated)."""
     kind: str
     source: str
     datasheet: object = None
     datasheet_value: object = None
+    range: object = None
+    range_value: tuple | None = None
 
     def as_dict(self) -> dict:
         out = {"kind": self.kind, "source": self.source}
         if self.kind == "chosen":
             out["datasheet"] = self.datasheet
+        if self.range is not None:
+            out["range"] = list(self.range)
         return out
 
 
+def read_range(value, where: str, parse) -> tuple | None:
+    """A provenance entry's ``range: [low, high]`` (None: not given), each end read by
+    ``parse`` (the constant's own units); a malformed one, or low > high, is one line."""
+    if value is None:
+        return None
+    if parse is None:
+        raise UsageError(f"{where}: range: a stated range belongs to a topology's link "
+                         f"constant (bandwidth, latency, efficiency)")
+    if not isinstance(value, list) or len(value) != 2:
+        raise UsageError(f"{where}: range must be [low, high] in the value's units (e.g. "
+                         f"[10us, 50us]), got {value!r}")
+    lo, hi = (parse(x, f"{where}: range {end}") for x, end in zip(value, ("low", "high")))
+    if lo > hi:
+        raise UsageError(f"{where}: range [{value[0]}, {value[1]}] has its low end above "
+                         f"its high end")
+    return lo, hi
+
+
 def read_provenance(entry, where: str, parse=None) -> Provenance:
-    """One provenance entry (a mapping: ``kind``, ``source``, and ``datasheet`` for kind
-    ``chosen``, read by ``parse``); every problem one line naming ``where``."""
+    """One provenance entry (a mapping: ``kind``, ``source``, ``datasheet`` for kind
+    ``chosen`` and an optional ``range``, read by ``parse(text, what)``); every problem one
+    line naming ``where``."""
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: a provenance entry is a mapping (kind, source, and "
                          f"datasheet for kind chosen), got {entry!r}")
-    extra = sorted(set(map(str, entry)) - {"kind", "source", "datasheet"})
+    extra = sorted(set(map(str, entry)) - {"kind", "source", "datasheet", "range"})
     if extra:
-        raise UsageError(f"{where}: unknown key {extra[0]!r}; known: kind, source, datasheet")
+        raise UsageError(f"{where}: unknown key {extra[0]!r}; known: kind, source, datasheet, "
+                         f"range")
     kind = entry.get("kind")
     if kind not in KINDS:
         raise UsageError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
@@ -324,15 +357,19 @@ def read_provenance(entry, where: str, parse=None) -> Provenance:
     if not isinstance(source, str) or not source.strip():
         raise UsageError(f"{where}: kind {kind} needs a source (the reference, in words)")
     ds = entry.get("datasheet")
+    stated = read_range(entry.get("range"), where, parse)
+    written = None if stated is None else tuple(entry["range"])
     if kind != "chosen":
         if ds is not None:
             raise UsageError(f"{where}: a datasheet value belongs to kind chosen only, not "
                              f"{kind}")
-        return Provenance(kind, source.strip())
+        return Provenance(kind, source.strip(), range=written, range_value=stated)
     if ds is None:
         raise UsageError(f"{where}: kind chosen needs datasheet: the value a datasheet-only "
                          f"reading gives")
-    return Provenance(kind, source.strip(), ds, parse(ds) if parse is not None else ds)
+    return Provenance(kind, source.strip(), ds,
+                      parse(ds, f"{where}: datasheet") if parse is not None else ds,
+                      written, stated)
 
 
 # The figures the model takes from a profile (ddlbench/measure/profile_file.py): where a
@@ -384,6 +421,7 @@ class Topology(Network):
         self._raw = raw
         self.overrides = dict(overrides or {})
         self.values: dict[str, float] = {}         # path -> the constant in use (SI units)
+        self.file_values: dict[str, float] = {}    # path -> the file's own value (SI units)
         self.provenance: dict[str, Provenance] = {}
         unknown = sorted(set(map(str, raw)) - self._KEYS)
         if unknown:
@@ -446,6 +484,41 @@ class Topology(Network):
         give the datasheet-only reading of this file."""
         return {k: p.datasheet_value for k, p in self.provenance.items() if p.kind == "chosen"}
 
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """path -> (low, high) of every constant whose provenance states a range (``range``)
+        or is of kind ``chosen`` (at least its shipped and datasheet values), in SI units,
+        each reaching the value in use (an override outside it widens it); the constants
+        whose range is one value are left out."""
+        out = {}
+        for key, p in sorted(self.provenance.items()):
+            ends = [self.file_values[key], self.values[key]]
+            if p.range_value is not None:
+                ends += p.range_value
+            if p.kind == "chosen":
+                ends.append(p.datasheet_value)
+            if min(ends) < max(ends):
+                out[key] = (min(ends), max(ends))
+        return out
+
+    def ends(self) -> tuple["Topology", "Topology"] | None:
+        """(slow, fast): this network with every constant of ``ranges`` at the end that makes
+        communication slower (lower bandwidth and efficiency, higher latency), and at the one
+        that makes it faster; None when no constant states a range. The ends are taken
+        constant by constant (a link whose bandwidth and efficiency both have ranges gets the
+        lower of each at its slow end)."""
+        if "_ends" not in self.__dict__:         # read once (a variant is a file's read)
+            ranged = self.ranges()
+            slow = {k: hi if k.endswith(".latency") else lo for k, (lo, hi) in ranged.items()}
+            fast = {k: lo if k.endswith(".latency") else hi for k, (lo, hi) in ranged.items()}
+            self._ends = (self.variant({**self.overrides, **slow}),
+                          self.variant({**self.overrides, **fast})) if ranged else None
+        return self._ends
+
+    def range_note(self) -> str:
+        """The constants with a range, in words (``ranges``; "" without any)."""
+        return ", ".join(f"{k} [{_shown(k, lo)}, {_shown(k, hi)}]"
+                         for k, (lo, hi) in self.ranges().items())
+
     def written(self, key: str) -> str:
         """The constant ``key`` (a path of ``constants()``) as the file writes it."""
         section, _, field = key.rpartition(".")
@@ -477,13 +550,24 @@ class Topology(Network):
                                  f"{', '.join(fields)}")
             if key not in self.values:
                 raise UsageError(f"{where}: {field} has a source but no value here")
-            self.provenance[key] = read_provenance(
-                entry, f"{where}: {field}", lambda text, k=key: self._parse(k, text))
+            prov = read_provenance(entry, f"{where}: {field}",
+                                   lambda text, what, k=key: self._parse(k, text, what))
+            if prov.range_value is not None:
+                lo, hi = prov.range_value
+                if field not in self._LINK_KEYS:
+                    raise UsageError(f"{where}: {field}: range: a stated range belongs to a "
+                                     f"link's bandwidth, latency or efficiency, not {field}")
+                if not lo <= self.file_values[key] <= hi:
+                    raise UsageError(f"{where}: {field}: range [{prov.range[0]}, "
+                                     f"{prov.range[1]}] does not contain the value "
+                                     f"{self.written(key)}")
+            self.provenance[key] = prov
 
-    def _parse(self, key: str, value):
-        """A value of the constant ``key`` as the file would write it, in SI units."""
+    def _parse(self, key: str, value, what: str | None = None):
+        """A value of the constant ``key`` as the file would write it, in SI units (a problem
+        one line naming ``what``, default the file and ``key``)."""
         field = key.rsplit(".", 1)[-1]
-        what = f"topology file {self.path}: {key}"
+        what = what or f"topology file {self.path}: {key}"
         if field == "bandwidth":
             return parse_bandwidth(value, what)
         if field == "latency":
@@ -500,6 +584,7 @@ class Topology(Network):
     def _use(self, key: str, given):
         """The value in use for ``key``: an override, else the file's (``given``, parsed);
         recorded in ``values``."""
+        self.file_values[key] = given
         value = self.overrides.get(key, given)
         if key in self.overrides:
             field = key.rsplit(".", 1)[-1]
@@ -669,6 +754,16 @@ class Topology(Network):
         return (f"{self.name}: {self.nodes} nodes x {self.devices_per_node} devices; {intra}"
                 f"inter {self.inter.text()}; {self.algorithm} all-reduce; {servers} "
                 f"({self.server.text()}){changed}")
+
+
+def _shown(key: str, value: float) -> str:
+    """A constant's value in a few characters: Gbit/s, us, or the number."""
+    field = key.rsplit(".", 1)[-1]
+    if field == "bandwidth":
+        return f"{value * 8 / 1e9:.4g} Gbit/s"
+    if field == "latency":
+        return f"{value * 1e6:.3g} us"
+    return f"{value:g}"
 
 
 def _points(rows, where: str) -> tuple[tuple[float, float], ...] | None:

@@ -69,6 +69,7 @@ datasheet figure first.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -211,10 +212,11 @@ def is_odd(cell: dict) -> bool:
 
 
 def predict_cell(cell: dict, work: simulate.Compute, source: str, networks: dict,
-                 tables=None) -> cell_model.Answer:
+                 tables=None, intervals: bool = True) -> cell_model.Answer:
     """The model's prediction for ``cell`` (``ddlbench.model.cell.predict``: the survey's
     settings, one client per machine, the topology's servers; under the ``original`` source
-    the original's table costs every all-reduce, a PS cell's on one machine included)."""
+    the original's table costs every all-reduce, a PS cell's on one machine included), with
+    its interval from the topology's stated ranges (``intervals`` False: the point alone)."""
     method, p = cell["method"], cell["nworkers"]
     if method not in simulate.METHODS:
         raise NotModelled(f"method {method} is not modelled by the simulator")
@@ -228,7 +230,7 @@ def predict_cell(cell: dict, work: simulate.Compute, source: str, networks: dict
         values = settings_of(method)
         rounds = values.pop("batches_per_iter")
         return cell_model.predict(method, work, p, simulate.options_for(method, **values),
-                                  batches_per_iter=rounds, network=net,
+                                  interval=intervals, batches_per_iter=rounds, network=net,
                                   link=link, link_source=where, ps_clients=PS_CLIENTS,
                                   table_network=f"rdma{cell['rdma']}")
     except UsageError as e:
@@ -274,6 +276,19 @@ def best_method_score(rows: list[dict]) -> dict:
     return score.best_method(score.grouped(
         rows, lambda r: f"{r['model']} {SHORT.get(r['rdma'], r['rdma'])} P={r['nworkers']}",
         measured="published"))
+
+
+def interval_ties(rows: list[dict]) -> dict:
+    """``score.interval_ties`` of the rows, grouped as ``best_method_score``: in how many
+    groups the published best lies among the model's pick and the methods whose intervals
+    (the topology's stated ranges) overlap the pick's."""
+    groups: dict = {}
+    for r in rows:
+        key = f"{r['model']} {SHORT.get(r['rdma'], r['rdma'])} P={r['nworkers']}"
+        pred, iv, pub = groups.setdefault(key, ({}, {}, {}))
+        pred[r["method"]], iv[r["method"]], pub[r["method"]] = (r["predicted"], r["interval"],
+                                                                r["published"])
+    return score.interval_ties(groups)
 
 
 def _method_rank(method: str) -> int:
@@ -439,20 +454,25 @@ def _key(c: dict) -> dict:
                               "nworkers")}
 
 
-def _row(c: dict, works: dict, source: str, networks: dict, tables, memo=None) -> dict:
-    """One predicted cell's row (NotModelled: why not); ``memo``: see ``_answer``."""
+def _row(c: dict, works: dict, source: str, networks: dict, tables, memo=None,
+         intervals: bool = True) -> dict:
+    """One predicted cell's row (NotModelled: why not), with its interval (``interval``:
+    [low, high] throughput) unless ``intervals`` is False; ``memo``: see ``_answer``."""
     if (c["model"], c["batch_size"]) not in works:
         raise NotModelled(f"no profile of model {c['model']}")
     if c["rdma"] not in networks:
         raise NotModelled(f"no topology for rdma {c['rdma']}")
     work, note = works[(c["model"], c["batch_size"])]
-    answer = _answer(c, work, source, networks, tables, memo)
+    answer = _answer(c, work, source, networks, tables, memo, intervals)
     pred = answer.prediction
     got = pred.throughput(c["batch_size"], c["nworkers"])
     row = {**_key(c), "published": c["throughput"], "predicted": got,
            "error": (got - c["throughput"]) / c["throughput"],
            "iteration_s": pred.iteration_s, "network_model": answer.network,
            "bottleneck": pred.bottleneck}
+    if intervals:
+        row["interval"] = list(answer.interval(c["batch_size"], c["nworkers"]))
+        row["interval_from"] = answer.spread_note
     if answer.notes:
         row["model_notes"] = list(answer.notes)
     if note:
@@ -493,34 +513,45 @@ def _signature(c: dict, net) -> tuple | None:
         return None
 
 
-def _answer(c, work, source, networks, tables, memo) -> cell_model.Answer:
+def _answer(c, work, source, networks, tables, memo, intervals=True) -> cell_model.Answer:
     """``predict_cell``, through ``memo`` (a dict, or None: none) keyed on what the prediction
     reads: the cell's model, batch, method and P, the source, the network's name, the
     original's table (MG-WFBP plans with it; under ``original`` it costs the all-reduce) and
-    the network's ``_signature``. A pass with some constants changed predicts again only the
-    cells those constants reach."""
+    the network's ``_signature``; with ``intervals``, that of its ends (``Topology.ends``)
+    too. A pass with some constants changed predicts again only the cells those constants
+    reach; a point-only pass reuses an earlier pass's points."""
     if memo is None or tables is not None:
-        return predict_cell(c, work, source, networks, tables)
-    sig = _signature(c, networks[c["rdma"]])
-    if sig is None:
-        return predict_cell(c, work, source, networks, tables)
-    key = (c["model"], c["batch_size"], c["method"], c["nworkers"], source,
-           networks[c["rdma"]].name, original_ab_table(f"rdma{c['rdma']}"),
+        return predict_cell(c, work, source, networks, tables, intervals)
+    net = networks[c["rdma"]]
+    sig = _signature(c, net)
+    ends = net.ends() if intervals and hasattr(net, "ends") else None
+    ends_sig = tuple(_signature(c, e) for e in ends) if ends else ()
+    if sig is None or None in ends_sig:
+        return predict_cell(c, work, source, networks, tables, intervals)
+    key = (c["model"], c["batch_size"], c["method"], c["nworkers"], source, net.name,
+           original_ab_table(f"rdma{c['rdma']}"),
            a2a_link(c, source, networks)[0] if source == "original" else None, sig)
+    full = key + (ends_sig,)
+    if intervals and full not in memo:
+        memo[full] = predict_cell(c, work, source, networks, tables)
+        memo.setdefault(key, dataclasses.replace(memo[full], iteration_range=None,
+                                                 spread_note=cell_model.NO_SPREAD))
     if key not in memo:
-        memo[key] = predict_cell(c, work, source, networks, tables)
-    return memo[key]
+        memo[key] = predict_cell(c, work, source, networks, tables, intervals=False)
+    return memo[full] if intervals else memo[key]
 
 
 def validate(source: str = "topology", cells: list[dict] | None = None, tables=None, *,
              networks: dict | None = None, works: dict | None = None,
-             memo: dict | None = None) -> dict:
+             memo: dict | None = None, intervals: bool = True) -> dict:
     """Predict every cell (default: all the survey's) from ``source`` ("topology" or
     "original"; ``tables`` replaces the original's alpha-beta tables). The result: rows
     (modelled cells), not_modelled (with reasons), summary, findings on the predictions and on
     the published table, runtime. ``networks`` (rdma -> Network) replaces the topology files
     (``shipped_networks``), ``works`` the cells' workloads (``workloads``), and ``memo`` (a
-    dict kept between calls) reuses the cells a call's networks predict as an earlier's did."""
+    dict kept between calls) reuses the cells a call's networks predict as an earlier's did;
+    ``intervals`` (default) gives each row its interval from the topology's stated ranges and
+    the result ``interval_ties`` (False: the points alone, a third of the time)."""
     if source not in SOURCES:
         raise UsageError(f"unknown network source {source!r}: {', '.join(SOURCES)}")
     began = time.perf_counter()
@@ -531,7 +562,7 @@ def validate(source: str = "topology", cells: list[dict] | None = None, tables=N
     rows, skipped = [], []
     for c in cells:
         try:
-            rows.append(_row(c, works, source, networks, tables, memo))
+            rows.append(_row(c, works, source, networks, tables, memo, intervals))
         except NotModelled as e:
             skipped.append({**_key(c), "published": c["throughput"], "reason": str(e)})
     single = {m: survey.single_gpu(m) for m in batches}
@@ -558,6 +589,7 @@ def validate(source: str = "topology", cells: list[dict] | None = None, tables=N
                           "cells": sum(1 for r in rows if r.get("odd"))},
             "rows": rows, "not_modelled": skipped, "summary": summary(rows),
             "best_method": best_method_score(rows),
+            **({"interval_ties": interval_ties(rows)} if intervals else {}),
             "summary_without_odd": summary([r for r in rows if not r.get("odd")]),
             "findings": {"predicted": findings(predicted, single),
                          "published": findings(published, single)},
@@ -692,7 +724,8 @@ def constant_figures(source: str = "topology", cells: list[dict] | None = None,
     networks = shipped_networks(cells)
 
     def run(nets):
-        return validate(source, cells, tables, networks=nets, works=works, memo=memo)
+        return validate(source, cells, tables, networks=nets, works=works, memo=memo,
+                        intervals=False)
     base = shipped if shipped is not None else run(networks)
     ds_nets = {r: net.variant(net.datasheet_values()) for r, net in networks.items()}
     ds = run(ds_nets)
@@ -803,10 +836,21 @@ def _headline(result: dict) -> str | None:
             f"percentile {_pct(sh['overall']['p90_abs_error'])})")
 
 
+def ties_line(ties: dict) -> str:
+    """One line: in how many groups the published best is among the interval-tied picks."""
+    return (f"the published best is among the tied picks (the model's pick and the methods "
+            f"whose intervals, from the topology files' stated ranges, overlap it) in "
+            f"{ties['best_tied']}/{ties['groups']} groups; a group's tied picks are a median "
+            f"{ties['tied_median']:g} of its {ties['methods_median']:g} methods")
+
+
 def _best_lines(result: dict) -> list[str]:
     """The headline: the best-method score with the shipped constants, and with datasheet
-    values when the result has them."""
+    values when the result has them; beside it, how often the published best is among the
+    interval-tied picks."""
     lines = [score.headline(result["best_method"], "published") + " (shipped constants)"]
+    if result.get("interval_ties"):
+        lines.append(ties_line(result["interval_ties"]) + " (shipped constants)")
     c = result.get("constants")
     if c:                    # as the median's figures: the datasheet one first
         lines.insert(0, score.headline(c["datasheet"]["best_method"], "published")
