@@ -85,7 +85,10 @@ def _method_flags(m) -> None:
                         "horovodrun) or byteps (real BytePS 0.2.5 with the project's CPU "
                         "patch, in the environment `make byteps-env` builds: "
                         f"{', '.join(methods.names('byteps'))}; under "
-                        "byteps/byteps_launch.sh engine=byteps)")
+                        "byteps/byteps_launch.sh engine=byteps) or deepspeed (real DeepSpeed "
+                        "0.19.8's ZeRO-1/2 on Gloo: "
+                        f"{', '.join(methods.names('deepspeed'))}; run by the Python "
+                        "`scripts/deepspeed_env.sh python` prints)")
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
 
 
@@ -400,6 +403,11 @@ LANE_ENVIRONMENTS = {
     "byteps": Lane("byteps.torch", "byteps/legacy_env.sh",
                    "BytePS 0.2.5 runs in its own environment; build it with `make byteps-env` "
                    "and start through nworkers=N engine=byteps ./byteps/byteps_launch.sh"),
+    "deepspeed": Lane("deepspeed", "scripts/deepspeed_env.sh",
+                      "DeepSpeed 0.19.8 runs in its own environment; build it with `make "
+                      "deepspeed-env` and run the training script with its Python: "
+                      "\"$(scripts/deepspeed_env.sh python)\" -m ddlbench.train --engine "
+                      "deepspeed ..."),
 }
 
 
