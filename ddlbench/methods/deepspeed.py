@@ -26,7 +26,6 @@ starts without it.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 
@@ -76,22 +75,37 @@ def check(args, methods: list[str], compressors: list[str], under_launcher: bool
                              + f"), not {flag} {given}; the others run on --engine torch")
 
 
-# DeepSpeed's backend calls (``deepspeed.comm.comm.cdb``) that move data: the suite's declared
-# collective each one is counted as, and which argument holds this rank's own tensor(s)
-COUNTED = {
-    "all_reduce": ("allreduce", "tensor"),
-    "all_reduce_coalesced": ("allreduce", "tensors"),
-    "inference_all_reduce": ("allreduce", "tensor"),
-    "all_gather_into_tensor": ("allgather", "input_tensor"),
-    "all_gather": ("allgather", "tensor"),
-    "all_gather_coalesced": ("allgather", "input_tensors"),
-    "broadcast": ("broadcast", "tensor"),
-    "reduce_scatter_tensor": ("reduce_scatter", "input_tensor"),
-    "all_to_all_single": ("all_to_all", "input"),
+# DeepSpeed's backend calls (``deepspeed.comm.comm.cdb``, a ``TorchBackend``) that move data,
+# with their parameters in order (its methods are decorated without their signatures): the
+# suite's declared collective each one is counted as (None: not declared, named in the record
+# uncounted) and the parameter holding this rank's own tensor(s)
+CALLS = {
+    "all_reduce": ("tensor op group async_op", "allreduce", "tensor"),
+    "all_reduce_coalesced": ("tensors op group async_op", "allreduce", "tensors"),
+    "inference_all_reduce": ("tensor op group", "allreduce", "tensor"),
+    "all_gather_into_tensor": ("output_tensor input_tensor group async_op", "allgather",
+                               "input_tensor"),
+    "all_gather_base": ("output_tensor input_tensor group async_op", "allgather",
+                        "input_tensor"),
+    "all_gather": ("tensor_list tensor group async_op", "allgather", "tensor"),
+    "all_gather_coalesced": ("output_tensors input_tensors group async_op", "allgather",
+                             "input_tensors"),
+    "broadcast": ("tensor src group async_op", "broadcast", "tensor"),
+    "reduce_scatter_tensor": ("output_tensor input_tensor op group async_op", "reduce_scatter",
+                              "input_tensor"),
+    "all_to_all_single": ("output input output_split_sizes input_split_sizes group async_op",
+                          "all_to_all", "input"),
+    "reduce": ("tensor dst op group async_op", None, "tensor"),
+    "reduce_scatter": ("output input_list op group async_op", None, "input_list"),
+    "all_to_all": ("output_tensor_list input_tensor_list group async_op", None,
+                   "input_tensor_list"),
+    "gather": ("tensor gather_list dst group async_op", None, "tensor"),
+    "scatter": ("tensor scatter_list src group async_op", None, "scatter_list"),
+    "send": ("tensor dst group tag", None, "tensor"),
+    "recv": ("tensor src group tag", None, "tensor"),
+    "isend": ("tensor dst group tag", None, "tensor"),
+    "irecv": ("tensor src group tag", None, "tensor"),
 }
-# the ones the suite declares no collective for: named in the record with their bytes
-UNCOUNTED = ("reduce", "reduce_scatter", "all_to_all", "gather", "scatter", "send", "recv",
-             "isend", "irecv", "batch_isend_irecv")
 
 
 def _tensors(value) -> list:
@@ -105,17 +119,17 @@ def _tensors(value) -> list:
 
 class _CountedBackend:
     """Wraps the data-moving methods of DeepSpeed's backend object: each call counted through
-    ``Comm.count`` (on the whole job; a call on another group is left uncounted, named) and put
-    on the timeline; ``restore()`` takes the wrappers off."""
+    ``Comm.count`` (on the whole job; a call on another group, or of a collective the suite
+    does not declare, is left uncounted and named) and put on the timeline; ``restore()``
+    takes the wrappers off."""
 
     def __init__(self, backend, comm):
         import torch.distributed as dist
         self.backend, self.comm, self.dist = backend, comm, dist
         self.uncounted: dict[str, list[int]] = {}
-        self.names = [n for n in (*COUNTED, *UNCOUNTED) if hasattr(backend, n)]
+        self.names = [n for n in CALLS if hasattr(backend, n)]
         for name in self.names:
-            bound = getattr(backend, name)
-            setattr(backend, name, self._wrap(name, bound, inspect.signature(bound)))
+            setattr(backend, name, self._wrap(name, getattr(backend, name)))
 
     def restore(self) -> None:
         for name in self.names:
@@ -125,21 +139,20 @@ class _CountedBackend:
     def _size(self, group) -> int:
         return self.comm.size if group is None else self.dist.get_world_size(group)
 
-    def _wrap(self, name, fn, signature):
+    def _wrap(self, name, fn):
+        params, op, arg = CALLS[name]
+        params = params.split()
+
         def counted(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            a = bound.arguments
-            op, arg = COUNTED.get(name, (None, None))
-            own = _tensors(a.get(arg)) if op else _tensors(list(a.values()))
-            numel = sum(t.numel() for t in own)
+            a = {**dict(zip(params, args)), **kwargs}
+            own = _tensors(a.get(arg))
             nbytes = sum(t.numel() * t.element_size() for t in own)
-            if op is None or self._size(a.get("group")) != self.comm.size or not own:
+            if op is None or not own or self._size(a.get("group")) != self.comm.size:
                 calls, total = self.uncounted.get(name, [0, 0])
                 self.uncounted[name] = [calls + 1, total + nbytes]
                 return fn(*args, **kwargs)
             root = op != "broadcast" or self.dist.get_rank() == a.get("src")
-            self.comm.count(op, numel, own[0].dtype, root=root,
+            self.comm.count(op, sum(t.numel() for t in own), own[0].dtype, root=root,
                             carrier="native" if op == "reduce_scatter" else None)
             return self._issue(op, nbytes, name, bool(a.get("async_op")),
                                lambda: fn(*args, **kwargs))
