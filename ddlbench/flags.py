@@ -388,11 +388,13 @@ def _check_optimizer(args) -> None:
 
 
 # The real-framework lanes: the module their engine imports, the script that builds and names
-# their environment, and where they run instead
+# their environment, and where they run instead; ``spawned``: the suite's local spawner runs
+# it (in the environment's Python), as the torch engine, not a launcher of the framework's
 class Lane(NamedTuple):
     module: str
     env_script: str     # relative to the repository
     where: str
+    spawned: bool = False
 
 
 LANE_ENVIRONMENTS = {
@@ -407,7 +409,7 @@ LANE_ENVIRONMENTS = {
                       "DeepSpeed 0.19.8 runs in its own environment; build it with `make "
                       "deepspeed-env` and run the training script with its Python: "
                       "\"$(scripts/deepspeed_env.sh python)\" -m ddlbench.train --engine "
-                      "deepspeed ..."),
+                      "deepspeed ...", spawned=True),
 }
 
 
@@ -419,7 +421,7 @@ def _check_lane(args, probe_engine: bool) -> None:
 
     from .hosts import placement
     engine = args.engine
-    module, _, where = LANE_ENVIRONMENTS[engine]
+    module, _, where, _ = LANE_ENVIRONMENTS[engine]
     if probe_engine:
         try:
             importlib.import_module(module)

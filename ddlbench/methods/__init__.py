@@ -163,10 +163,12 @@ def launcher_args(spec: str, environ=None, skip: tuple[str, ...] = ()) -> list[s
     also the defaults of the rest (the command line then shows every setting), for several
     only what was given (each method keeps its own default). With ``compressor`` (and that
     compressor's options) when a method takes one. ``skip``: options the launcher passes
-    itself."""
+    itself. The defaults are those of the lane the variable ``engine`` names (a lane with
+    options of its own: DeepSpeed's), else the torch engine's."""
     import compression
     environ = os.environ if environ is None else environ
-    classes = [lookup(name) for name in selected(spec)]
+    engine = environ.get("engine") if environ.get("engine") in LANES else "torch"
+    classes = [lookup(name, engine) for name in selected(spec, engine)]
     if not classes:
         raise UsageError("method must name a method, got ''")
 
