@@ -120,3 +120,31 @@ def test_lane_refuses_what_deepspeed_does_not_do():
         with pytest.raises(UsageError, match=words):
             flags.check(_lane_args(*extra), probe_engine=False)
     flags.check(_lane_args("--rs-carrier", "native", "--zero-stage", "1"), probe_engine=False)
+
+
+def test_the_suites_python_says_how_to_run_the_lane():
+    """Without DeepSpeed (the suite's own venv): one line naming the environment's Python."""
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.train", "--engine", "deepspeed",
+                           "--method", "zero", *TINY_BERT], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "--engine deepspeed is unavailable in this Python" in proc.stderr
+    assert "make deepspeed-env" in proc.stderr and "scripts/deepspeed_env.sh python" in proc.stderr
+
+
+def test_a_sweep_runs_the_lane_in_its_python(deepspeed_python, tmp_path):
+    """A sweep's `engines: [torch, deepspeed]`: both cells pass the preflight (the lane's
+    checks, its environment found), and the DeepSpeed cell runs through the suite's local
+    spawner in the environment's Python."""
+    from ddlbench.sweep import config, runner
+    path = tmp_path / "ds.yaml"
+    path.write_text("name: ds\nnetworks: [local]\ntasks:\n  - {model: bert_tiny, batch_size: 4, "
+                    "sentence_len: 16}\nmethods: [zero]\nengines: [torch, deepspeed]\n"
+                    "nworkers: [2]\ntries: 1\n")
+    sweep = config.load(str(path))
+    cmds = {c.engine: runner.command(sweep, c, "r.json")[0] for c in sweep.cells()}
+    assert cmds["deepspeed"][0] == deepspeed_python and cmds["torch"][0] != deepspeed_python
+    assert cmds["deepspeed"][1:5] == ["-m", "ddlbench.train", "--nworkers", "2"]
+    assert cmds["deepspeed"][cmds["deepspeed"].index("--engine") + 1] == "deepspeed"
