@@ -85,7 +85,10 @@ def _method_flags(m) -> None:
                         "horovodrun) or byteps (real BytePS 0.2.5 with the project's CPU "
                         "patch, in the environment `make byteps-env` builds: "
                         f"{', '.join(methods.names('byteps'))}; under "
-                        "byteps/byteps_launch.sh engine=byteps)")
+                        "byteps/byteps_launch.sh engine=byteps) or deepspeed (real DeepSpeed "
+                        "0.19.8's ZeRO-1/2 on Gloo: "
+                        f"{', '.join(methods.names('deepspeed'))}; run by the Python "
+                        "`scripts/deepspeed_env.sh python` prints)")
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
 
 
@@ -385,11 +388,13 @@ def _check_optimizer(args) -> None:
 
 
 # The real-framework lanes: the module their engine imports, the script that builds and names
-# their environment, and where they run instead
+# their environment, and where they run instead; ``spawned``: the suite's local spawner runs
+# it (in the environment's Python), as the torch engine, not a launcher of the framework's
 class Lane(NamedTuple):
     module: str
     env_script: str     # relative to the repository
     where: str
+    spawned: bool = False
 
 
 LANE_ENVIRONMENTS = {
@@ -400,6 +405,11 @@ LANE_ENVIRONMENTS = {
     "byteps": Lane("byteps.torch", "byteps/legacy_env.sh",
                    "BytePS 0.2.5 runs in its own environment; build it with `make byteps-env` "
                    "and start through nworkers=N engine=byteps ./byteps/byteps_launch.sh"),
+    "deepspeed": Lane("deepspeed", "scripts/deepspeed_env.sh",
+                      "DeepSpeed 0.19.8 runs in its own environment; build it with `make "
+                      "deepspeed-env` and run the training script with its Python: "
+                      "\"$(scripts/deepspeed_env.sh python)\" -m ddlbench.train --engine "
+                      "deepspeed ...", spawned=True),
 }
 
 
@@ -411,7 +421,7 @@ def _check_lane(args, probe_engine: bool) -> None:
 
     from .hosts import placement
     engine = args.engine
-    module, _, where = LANE_ENVIRONMENTS[engine]
+    module, _, where, _ = LANE_ENVIRONMENTS[engine]
     if probe_engine:
         try:
             importlib.import_module(module)

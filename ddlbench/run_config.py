@@ -68,7 +68,12 @@ class RunConfig:
         options = {}
         for name, _ in pairs:
             if name not in options:
-                options[name] = methods.lookup(name, args.engine).Options.resolve(resolvable)
+                method = methods.lookup(name, args.engine)
+                # a lane with options of its own (the framework's settings as defaults):
+                # those not on the command line take its defaults, not the torch method's
+                own = {spec.name: None for spec in method.Options.specs()
+                       if spec.name not in args.given} if "Options" in vars(method) else {}
+                options[name] = method.Options.resolve({**resolvable, **own})
         given = {spec.name: getattr(args, spec.name) for spec in compression.specs()}
         compressor_options = {spec.name: spec.default if given[spec.name] is None
                               else given[spec.name] for spec in compression.specs()}

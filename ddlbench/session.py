@@ -3,6 +3,7 @@ replica, its optimizer, the compressor, the counting ``Comm`` and the method obj
 the benchmark and --verify)."""
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -110,6 +111,10 @@ def build(config: RunConfig, ctx, method_id: str, compressor_id: str) -> Run:
     comm = Comm(ctx.rank, ctx.size, trace=bool(config.trace_collectives), ps=ctx.ps,
                 trace_file=bool(config.timeline), groups=getattr(ctx, "groups", None))
     compressor = compression.create(compressor_id, **config.compressor_options)
+    # a method whose constructor takes ``batch_size`` (a framework that wants it: DeepSpeed's
+    # config) gets the batch per worker
+    extra = ({"batch_size": spec.batch_size}
+             if "batch_size" in inspect.signature(cls.__init__).parameters else {})
     method = cls(work.model, optimizer, comm, config.options[method_id], compressor,
-                 model_name=spec.model)
+                 model_name=spec.model, **extra)
     return Run(work, batch, optimizer, lr, comm, method, spec, optimizer_spec)

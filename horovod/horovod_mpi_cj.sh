@@ -22,6 +22,8 @@
 # run by the Python and mpirun of the environment `make horovod-env` builds (HOROVOD_PY and
 # HOROVOD_MPIRUN from configs/cluster.conf or the environment name others). launcher=horovodrun starts it with `horovodrun --gloo`
 # (Horovod's Gloo controller) instead of mpirun; launcher=mpirun is the default.
+# engine=deepspeed: real DeepSpeed 0.19.8's ZeRO (method=zero), run by the Python of the
+# environment `make deepspeed-env` builds (DEEPSPEED_PY names another) under the suite's mpirun.
 #
 # net=PROFILE (else DDLBENCH_NET): an emulated cluster on this machine instead (1gbit, 2.5gbit,
 # 5gbit, rate=R, ...; configs/networks.yaml). Then mpirun, the host file and rdma are not used:
@@ -47,7 +49,11 @@ case "$engine" in
         PY="${HOROVOD_PY:-}"
         [ -n "$PY" ] || PY="$("$root/horovod/legacy_env.sh" python)" || exit 2
         MPIRUN="${HOROVOD_MPIRUN:-$(dirname "$PY")/mpirun}" ;;
-    *) die "engine must be torch or horovod, got '$engine'" ;;
+    deepspeed)
+        # real DeepSpeed's ZeRO (scripts/deepspeed_env.sh): the suite's mpirun, its Python
+        PY="${DEEPSPEED_PY:-}"
+        [ -n "$PY" ] || PY="$("$root/scripts/deepspeed_env.sh" python)" || exit 2 ;;
+    *) die "engine must be torch, horovod or deepspeed, got '$engine'" ;;
 esac
 case "$launcher" in
     mpirun) ;;
@@ -59,8 +65,8 @@ positive nworkers "$nworkers"
 defaults cudnn_benchmark=1   # the original's scripts set cudnn.benchmark = True
 job_args "$method"
 
-if [ -n "$net" ] && [ "$net" != loopback ] && [ "$engine" != torch ]; then
-    die "net= (an emulated cluster) runs on engine=torch only"
+if [ -n "$net" ] && [ "$net" != loopback ] && [ "$engine" = horovod ]; then
+    die "net= (an emulated cluster) runs on engine=torch or deepspeed only"
 fi
 emulated_exec "$net" "$nworkers" "${ARGS[@]}"
 

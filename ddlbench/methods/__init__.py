@@ -5,8 +5,8 @@ Where methods come from, in this order:
 
 - every module of this package (one file per family of methods): a public ``Method`` subclass
   defined there with an ``id`` of its own is registered under its ``engine`` ("torch", or
-  "horovod" and "byteps" for the real-Horovod and real-BytePS lanes' implementations of the
-  same ids);
+  "horovod", "byteps" and "deepspeed" for the real-Horovod, real-BytePS and real-DeepSpeed
+  lanes' implementations of the same ids);
 - the modules named in the environment variable ``DDLBENCH_METHODS`` (comma-separated, e.g. a
   package of your own on ``PYTHONPATH``): adding a method is one file there or here;
 - ``package.module:ClassName`` given as a method name: a method under development, which
@@ -25,12 +25,12 @@ from ..errors import UsageError
 from ..options import Spec, collect, from_environment
 from .base import A2A, PS, Method
 
-ENGINES = ("torch", "horovod", "byteps")
+ENGINES = ("torch", "horovod", "byteps", "deepspeed")
 # the training script's --method when none is given: Horovod's tensor fusion, the original's
 DEFAULT = "fusion"
 PLUGINS_ENV = "DDLBENCH_METHODS"
 # the engines that run a real framework's implementation of some methods
-LANES = {"horovod": "Horovod", "byteps": "BytePS"}
+LANES = {"horovod": "Horovod", "byteps": "BytePS", "deepspeed": "DeepSpeed"}
 
 _registry: dict[str, dict[str, type[Method]]] | None = None
 
@@ -163,10 +163,12 @@ def launcher_args(spec: str, environ=None, skip: tuple[str, ...] = ()) -> list[s
     also the defaults of the rest (the command line then shows every setting), for several
     only what was given (each method keeps its own default). With ``compressor`` (and that
     compressor's options) when a method takes one. ``skip``: options the launcher passes
-    itself."""
+    itself. The defaults are those of the lane the variable ``engine`` names (a lane with
+    options of its own: DeepSpeed's), else the torch engine's."""
     import compression
     environ = os.environ if environ is None else environ
-    classes = [lookup(name) for name in selected(spec)]
+    engine = environ.get("engine") if environ.get("engine") in LANES else "torch"
+    classes = [lookup(name, engine) for name in selected(spec, engine)]
     if not classes:
         raise UsageError("method must name a method, got ''")
 

@@ -268,13 +268,15 @@ def optimizer_state_bytes(optimizer) -> int:
 class LaneMethod(Method):
     """A torch-engine method (``implements``) on a real framework's machinery (the Horovod and
     BytePS lanes): the same id, options, architecture, summary and launcher; ``engine`` names
-    the lane."""
+    the lane. A lane may declare ``Options`` of its own (the same options with the framework's
+    settings as defaults: the DeepSpeed lane's)."""
 
     implements: ClassVar[type[Method]] = Method
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         done = cls.implements
-        cls.id, cls.Options, cls.architecture = done.id, done.Options, done.architecture
+        cls.id, cls.architecture = done.id, done.architecture
+        cls.Options = cls.__dict__.get("Options", done.Options)
         cls.summary, cls.launcher, cls.launcher_vars = (done.summary, done.launcher,
                                                         done.launcher_vars)

@@ -1237,16 +1237,29 @@ def shell_launcher(method_id: str) -> str:
         return DEFAULT_LAUNCHER
 
 
-def _lane_env_problem(engine: str) -> str:
-    """'' when the environment of ``engine``'s lane (Horovod's, BytePS's) is built, else why
-    not (one line)."""
+def _lane_env(engine: str) -> subprocess.CompletedProcess:
     from ..flags import LANE_ENVIRONMENTS
-    proc = subprocess.run([os.path.join(REPO, LANE_ENVIRONMENTS[engine].env_script), "python"],
+    return subprocess.run([os.path.join(REPO, LANE_ENVIRONMENTS[engine].env_script), "python"],
                           capture_output=True, text=True)
+
+
+def _lane_env_problem(engine: str) -> str:
+    """'' when the environment of ``engine``'s lane (Horovod's, BytePS's, DeepSpeed's) is
+    built, else why not (one line)."""
+    proc = _lane_env(engine)
     if proc.returncode == 0:
         return ""
     why = (proc.stderr.strip().splitlines() or ["not built"])[-1]
     return re.sub(r"^[\w-]+-env: error: ", f"engine {engine}: ", why)
+
+
+def lane_python(engine: str) -> str:
+    """The Python of ``engine``'s lane environment (a lane the local spawner runs: DeepSpeed's);
+    one line when it is not built."""
+    proc = _lane_env(engine)
+    if proc.returncode != 0:
+        raise UsageError(_lane_env_problem(engine))
+    return proc.stdout.strip()
 
 
 @contextlib.contextmanager
@@ -1276,15 +1289,17 @@ def _preflight(sweep: Sweep) -> list[str]:
                           "record.json")
     for cell in sweep.cells():
         args = train_args(sweep, cell, record)
+        spawned = flags.LANE_ENVIRONMENTS.get(cell.engine, flags.Lane("", "", "")).spawned
         if cell.engine in flags.LANE_ENVIRONMENTS:
             # Horovod's lane starts under mpirun, BytePS's under its shell launcher (which
-            # builds an emulated cluster itself: --net rides in the training script's flags)
+            # builds an emulated cluster itself: --net rides in the training script's flags),
+            # DeepSpeed's under the local spawner as the torch engine (in its own Python)
             if cell.engine == "horovod" and cell.network.emulated:
                 problems.setdefault(f"engine horovod runs over the loopback or a real cluster, "
                                     f"not the emulated network {cell.network.name}",
                                     []).append(cell.name)
                 continue
-            if cell.network.kind == "net":
+            if cell.network.kind == "net" and not spawned:
                 local = os.path.join(REPO, f"configs/cluster{cell.nworkers}")
                 if not os.path.isfile(local):
                     problems.setdefault(f"engine {cell.engine} on this machine needs the host "
@@ -1296,7 +1311,7 @@ def _preflight(sweep: Sweep) -> list[str]:
             if lane_envs[cell.engine]:
                 problems.setdefault(lane_envs[cell.engine], []).append(cell.name)
                 continue
-        if cell.network.kind == "net" and cell.engine == "torch":
+        if cell.network.kind == "net" and (cell.engine == "torch" or spawned):
             args = ["--nworkers", str(cell.nworkers), *args, *cell.network.net_args()]
         elif cell.engine == "byteps":
             args = [*args, *cell.network.net_args()]
@@ -1313,7 +1328,7 @@ def _preflight(sweep: Sweep) -> list[str]:
                 parsed = flags.parse_args(args)
                 flags.check(parsed, probe_engine=cell.engine == "torch",
                             read_profile=cell.method.get("mgwfbp_profile") != FROM_CALIBRATION)
-                if cell.network.kind == "net" and cell.engine == "torch":
+                if cell.network.kind == "net" and (cell.engine == "torch" or spawned):
                     from ..launch.local import check_capacity
                     check_capacity(cell.nworkers + parsed.nservers)
             continue

@@ -30,7 +30,8 @@ from .. import methods
 from ..flags import LANE_ENVIRONMENTS
 from ..hosts.procs import die_with_parent
 from .config import (PROGRAM_ENV, REPO, STOP_GRACE, TRAIN_MODULE, Cell, Sweep,
-                     child_environment, format_value, job_args, job_name, settings, shell_launcher, trace_path)
+                     child_environment, format_value, job_args, job_name, lane_python, settings,
+                     shell_launcher, trace_path)
 
 LOG_TAIL_LINES = 20
 TOTAL_RE = re.compile(r"Total (\w+)/sec on (\d+) \w+\(s\): ([0-9.eE+-]+)")
@@ -49,14 +50,17 @@ def job_command(sweep: Sweep, cells: list[Cell], record_path: str,
     cell = cells[0]
     args = job_args(sweep, cells, record_path, calibration)
     local = cell.network.kind == "net"
-    if local and cell.engine in LANE_ENVIRONMENTS:
+    lane = LANE_ENVIRONMENTS.get(cell.engine)
+    if local and lane is not None and not lane.spawned:
         # Horovod starts under mpirun, BytePS with its scheduler and servers, on this machine
         # too: the shell launcher with this host's slots (Horovod: the loopback only; BytePS's
         # launcher builds an emulated network itself, from --net)
         args = ["--network", cell.network.name, *args, *cell.network.net_args()]
     elif local:
+        # (DeepSpeed's lane: the local spawner too, in the lane environment's Python)
+        python = sys.executable if lane is None else lane_python(cell.engine)
         program = os.environ.get(PROGRAM_ENV) or TRAIN_MODULE
-        cmd = [sys.executable, "-m", program, "--nworkers", str(cell.nworkers),
+        cmd = [python, "-m", program, "--nworkers", str(cell.nworkers),
                "--network", cell.network.name, *args, *cell.network.net_args()]
         return cmd, {}
     t, m = cell.task, cell.method
