@@ -71,8 +71,10 @@ class RunConfig:
                 method = methods.lookup(name, args.engine)
                 # a lane with options of its own (the framework's settings as defaults):
                 # those not on the command line take its defaults, not the torch method's
-                own = {spec.name: None for spec in method.Options.specs()
-                       if spec.name not in args.given} if "Options" in vars(method) else {}
+                implements = getattr(method, "implements", method)
+                own = ({spec.name: None for spec in method.Options.specs()
+                        if spec.name not in args.given}
+                       if method.Options is not implements.Options else {})
                 options[name] = method.Options.resolve({**resolvable, **own})
         given = {spec.name: getattr(args, spec.name) for spec in compression.specs()}
         compressor_options = {spec.name: spec.default if given[spec.name] is None

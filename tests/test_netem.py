@@ -126,7 +126,9 @@ def test_horovod_engine_refuses_an_emulated_network():
                dnn="bert_tiny", bs="4", net="1gbit", engine="horovod",
                HOROVOD_PY=sys.executable)
     assert proc.returncode == 2, describe(proc)
-    assert "runs on engine=torch only" in proc.stderr.strip().splitlines()[-1]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "horovod/horovod_mpi_cj.sh: error: net= (an emulated cluster) runs on engine=torch or "
+        "deepspeed only")
 
 
 def test_profiles_rates_and_scaling(tmp_path, monkeypatch):
