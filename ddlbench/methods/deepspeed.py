@@ -34,12 +34,6 @@ from ..options import option
 from .base import LaneMethod
 from .zero import CARRIERS, GATHER_CARRIERS, SWITCH, Zero, ZeroOptions
 
-# What DeepSpeed's ZeRO-1/2 does on Gloo, in the suite's zero's terms (docs/DESIGN.md
-# section 10, "DeepSpeed"): the bucket all-reduced (a native reduce-scatter on Gloo), the
-# step waiting for the all-gathers of the updated partitions.
-SETTINGS = {"rs_carrier": "native", "ag_carrier": "native", "gather_prefetch": "0"}
-
-
 @dataclass(frozen=True)
 class DeepSpeedZeroOptions(ZeroOptions):
     """zero's options with DeepSpeed's ZeRO-1/2 as their defaults (the record says what ran)."""
@@ -51,6 +45,14 @@ class DeepSpeedZeroOptions(ZeroOptions):
         "all_gather_into_tensor (native)")
     gather_prefetch: str = option(
         "0", SWITCH, "DeepSpeed's ZeRO-1/2 step waits for every all-gather (0)")
+
+
+# What DeepSpeed's ZeRO-1/2 does on Gloo, in the suite's zero's terms (docs/DESIGN.md
+# section 10, "DeepSpeed"): the bucket all-reduced (a native reduce-scatter on Gloo), the
+# step waiting for the all-gathers of the updated partitions: the options whose defaults
+# DeepSpeedZeroOptions changes
+SETTINGS = {spec.name: spec.default for spec in DeepSpeedZeroOptions.specs()
+            if spec.default != getattr(ZeroOptions(), spec.name)}
 
 
 def check(args, methods: list[str], compressors: list[str], under_launcher: bool) -> None:

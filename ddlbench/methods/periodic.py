@@ -71,7 +71,32 @@ class DiLoCoOptions(PeriodicOptions):
                                                 "momentum (0: plain SGD)")
 
 
-class _Periodic(Method):
+class _EveryPeriod:
+    """What every periodic method (``ddp_localsgd`` too) answers alike, torch-free (the model
+    and the registry read them): no compressor, the steps between two syncs."""
+
+    @classmethod
+    def accepts(cls, compressor: str) -> str | None:
+        return None if compressor == "none" else NOT_PARAMETERS
+
+    @classmethod
+    def sync_period(cls, options) -> int:
+        """Steps between two syncs (H), from the resolved options."""
+        return int(options.period)
+
+
+class _LocalSGDReference(_EveryPeriod):
+    """The reference of averaging the parameters: at H = 1 with SGD, synchronous SGD itself
+    (the module docstring): the averaged gradient's reference; else the simulation of P
+    replicas (``LocalSGDMath``)."""
+    reference = "ddlbench.methods.periodic_reference:LocalSGDMath"
+
+    @classmethod
+    def reference_for(cls, options, optimizer: str) -> str:
+        return "" if cls.sync_period(options) == 1 and optimizer == "sgd" else cls.reference
+
+
+class _Periodic(_EveryPeriod, Method):
     """H local steps, then ``_sync()``: the parameters' buckets all-reduced and averaged."""
 
     Options = PeriodicOptions
@@ -80,15 +105,6 @@ class _Periodic(Method):
     # into its buffer before (a copy) and copied back after
     rule = rules.Rule(grouping=rules.fused, after_backward=True, period="sync_period",
                       sync_before=(COPY,), sync_after=(COPY,))
-
-    @classmethod
-    def accepts(cls, compressor: str) -> str | None:
-        return None if compressor == "none" else NOT_PARAMETERS
-
-    @classmethod
-    def sync_period(cls, options) -> int:
-        """Steps between two syncs (H), from the resolved options; torch-free (the model)."""
-        return int(options.period)
 
     @classmethod
     def fusion_threshold(cls, options, nbytes: list[int]) -> float:
@@ -170,19 +186,12 @@ class _Periodic(Method):
         return d
 
 
-class LocalSGD(_Periodic):
+class LocalSGD(_LocalSGDReference, _Periodic):
     id = "localsgd"
     display = "LocalSGD"
     summary = ("every worker steps its own optimizer on its own gradient; every `--period` "
                "steps the parameters are averaged over the job (all-reduce of "
                "`--threshold`-byte buckets): local SGD")
-    reference = "ddlbench.methods.periodic_reference:LocalSGDMath"
-
-    @classmethod
-    def reference_for(cls, options, optimizer: str) -> str:
-        """At H = 1 with SGD, synchronous SGD itself (the module docstring): the averaged
-        gradient's reference; else the simulation of P replicas."""
-        return "" if cls.sync_period(options) == 1 and optimizer == "sgd" else cls.reference
 
     def _sync(self) -> None:
         import torch
@@ -285,7 +294,7 @@ class _AveragerCollectives:
         self.utils.dist = self.saved
 
 
-class DDPLocalSGD(Method):
+class DDPLocalSGD(_LocalSGDReference, Method):
     id = "ddp_localsgd"
     display = "DDP+PeriodicModelAverager"
     summary = ("torch DDP with torch's `post_localSGD_hook` (each worker's gradients reduced "
@@ -294,23 +303,8 @@ class DDPLocalSGD(Method):
                "step: `localsgd` as torch runs it")
     Options = DDPLocalSGDOptions
     changes_algorithm = LocalSGD.changes_algorithm
-    reference = LocalSGD.reference
     # the model: localsgd's, with the parameters in one message (torch packs them all)
     rule = rules.Rule(grouping=rules.one_message, after_backward=True, period="sync_period")
-
-    @classmethod
-    def accepts(cls, compressor: str) -> str | None:
-        return None if compressor == "none" else NOT_PARAMETERS
-
-    @classmethod
-    def sync_period(cls, options) -> int:
-        """Steps between two syncs (H); torch-free (the model)."""
-        return int(options.period)
-
-    @classmethod
-    def reference_for(cls, options, optimizer: str) -> str:
-        """As ``localsgd``'s: at H = 1 with SGD, synchronous SGD's reference."""
-        return "" if cls.sync_period(options) == 1 and optimizer == "sgd" else cls.reference
 
     @classmethod
     def averager_warmup(cls, period: int) -> int:
