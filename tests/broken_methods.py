@@ -1,6 +1,7 @@
 """Deliberately wrong methods: ``--verify`` must catch each of them."""
 import compression
 from ddlbench.methods.allreduce import WFBP, Fusion
+from ddlbench.methods.hier import Hier
 from ddlbench.methods.zero import Zero
 
 
@@ -236,3 +237,14 @@ class ZeroGatherFails(Zero):
             self._wait_gathers(self.buckets[1:])
             self.buckets[0].gather = _Fails()
             self._wait_gathers()
+
+
+class HierAcrossFails(Hier):
+    """hier whose second step's reduce-scatter of its first bucket fails (its across stage
+    finds the failure when it waits)."""
+    id = "test-hier-across-fails"
+
+    def _across(self, b):
+        if self._steps == 1 and b is self.buckets[0]:
+            b.work = _Fails()
+        super()._across(b)

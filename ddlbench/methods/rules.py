@@ -143,6 +143,9 @@ class Rule:
     # before the collective (packing) and after it (unpacking, an outer optimizer's step)
     sync_before: tuple[str, ...] = ()
     sync_after: tuple[str, ...] = ()
+    # the exchange's steps run as a pipeline: each on a thread and process group of its own,
+    # so one message's later step overlaps the next message's earlier one (hier's)
+    pipelined: bool = False
 
     def __post_init__(self):
         if (self.grouping is None) != self.scheduler:
@@ -154,6 +157,8 @@ class Rule:
         if self.gather and not self.exchange:
             raise TypeError("a rule that gathers shards after the optimizer declares the "
                             "exchange that made them")
+        if self.pipelined and len(self.exchange) < 2:
+            raise TypeError("a pipelined exchange has steps to overlap: two or more")
         if self.regather and not self.gather:
             raise TypeError("a rule that gathers parameters again before the backward "
                             "declares the gather")

@@ -93,6 +93,15 @@ class IssueFailed(RuntimeError):
     """The communication thread could not issue an item; names the item."""
 
 
+class CollectiveFailed(RuntimeError):
+    """A collective of a bucket failed; names the collective, the bucket and its group."""
+
+
+def group_text(group) -> str:
+    """A ``runtime.groups.Group`` as a failure names it."""
+    return f"group {group.layout} (ranks {', '.join(map(str, group.ranks))})"
+
+
 class Issuer:
     """A communication thread in the manner of Horovod's background loop: the training thread
     hands it items (``hand``: constant work, a queue put) and it calls ``issue(item)`` on each,

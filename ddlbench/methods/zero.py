@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from ..collectives import ACROSS, TWO_LEVEL, MACHINE, WORLD, declared
 from ..options import Options, one_of, option
 from ..planning import HOROVOD_DEFAULT_THRESHOLD
-from . import rules
+from . import rules, threads
 from .allreduce import Bucket, BucketedAllReduce, threshold_option, zero_all
 from .base import require_even_machines
 
@@ -80,10 +80,6 @@ class ZeroOptions(Options):
     gather_prefetch: str = option(
         "1", SWITCH, "1: all-gather the updated shards in forward order after the step, each "
         "waited for by the module that needs it; 0: the step waits for every all-gather")
-
-
-class CollectiveFailed(RuntimeError):
-    """A collective of a bucket failed; names the bucket and its group."""
 
 
 class _ShardedBucket(Bucket):
@@ -307,11 +303,9 @@ class Zero(BucketedAllReduce):
 
     def _bucket_name(self, b) -> str:
         """A bucket as a failure names it: its index, tensors and the group it is sharded on."""
-        group = self.shards
-        where = f"group {group.layout} (ranks {', '.join(map(str, group.ranks))})"
+        where = threads.group_text(self.shards)
         if self.across is not None:
-            across = ", ".join(map(str, self.across.ranks))
-            where += f" and group {ACROSS} (ranks {across})"
+            where += f" and {threads.group_text(self.across)}"
         return f"{super()._bucket_name(b)} on {where}"
 
     def _wait(self, b, work, what: str) -> None:
@@ -319,8 +313,8 @@ class Zero(BucketedAllReduce):
         try:
             work.wait()
         except Exception as e:
-            raise CollectiveFailed(f"method {self.id}: {what} of {self._bucket_name(b)} failed: "
-                                   f"{type(e).__name__}: {e}") from e
+            raise threads.CollectiveFailed(f"method {self.id}: {what} of {self._bucket_name(b)} "
+                                           f"failed: {type(e).__name__}: {e}") from e
 
     def _finish(self, b) -> int | None:
         if b.pending is not None:

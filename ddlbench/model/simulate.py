@@ -420,12 +420,16 @@ class _AllReduce:
     ``Link``, optionally the share of its size ``Comm`` counts: an all-gather's 1/s, what
     this worker contributes), run instead of the compressor's collectives; their payload is
     what ``Comm`` counts. ``divide_share``: the share of a message divided after its
-    collectives (``Rule.divide_shard``'s 1/s)."""
+    collectives (``Rule.divide_shard``'s 1/s). ``pipelined`` (``Rule.pipelined``): each step
+    of ``steps`` is a FIFO of its own, which a message enters when its previous step is done
+    and the step is free of the message before it; the channel is free once its first step
+    is done."""
 
     def __init__(self, link: Link, codec: Codec, channels: int, defer: bool = False,
                  average_s_per_byte: float = 0.0, steps: tuple = (), gather: tuple = (),
-                 divide_share: float = 1.0):
+                 divide_share: float = 1.0, pipelined: bool = False):
         self.link, self.codec, self.defer, self.steps = link, codec, defer, tuple(steps)
+        self.stages = [0.0] * len(self.steps) if pipelined and self.steps else None
         self.gather_steps = tuple(gather)
         self.average = average_s_per_byte  # the all-reduce's own division (ReduceOp.AVG)
         self.divide_share = divide_share
@@ -453,15 +457,22 @@ class _AllReduce:
         heapq.heappush(self.free, (t, lane))
         return t, payload
 
-    def _run(self, ops, t: float, queued: bool, lane: int, label) -> tuple[float, int]:
-        """Run ``ops`` one after another on channel ``lane`` from ``t``: (end, payload)."""
+    def _run(self, ops, t: float, queued: bool, lane: int, label,
+             stages: list | None = None) -> tuple[float, int]:
+        """Run ``ops`` one after another on channel ``lane`` from ``t``: (end, payload);
+        ``stages``: op k also waits for the FIFO of step k, and holds it until it is done."""
         row = "allreduce" if lane == 0 else f"allreduce {lane + 1}"
         tensor = {"tensor": label} if label is not None else {}
         payload = 0
-        for op, size, *given in ops:
+        for k, (op, size, *given) in enumerate(ops):
             link = given[0] if given else (self.codec.allgather if op == "allgather"
                                            else self.link)
+            if stages is not None:
+                queued, t = stages[k] > t, max(t, stages[k])
+                row = f"{op} stage {k + 1}"
             end = t + link.time(size, queued)
+            if stages is not None:
+                stages[k] = end
             self.events.append((op, timeline.COMM, row, t * 1e6, end * 1e6,
                                 {"bytes": size, **tensor}))
             payload += size * (given[1] if len(given) > 1 else 1)
@@ -487,7 +498,9 @@ class _AllReduce:
         if self.steps:   # (a dense message: its one all-reduce's bytes)
             nbytes = sum(size for _, size in early + late)
             early, late = [(op, nbytes * share, *given) for op, share, *given in self.steps], []
-        t, payload = self._run(early if self.defer else early + late, t, queued, lane, label)
+        t, payload = self._run(early if self.defer else early + late, t, queued, lane, label,
+                               self.stages)
+        free = None if self.stages is None else self.stages[0]   # (its first step done)
         if self.average:
             avg = self.average * divided
             self.events.append(("average", timeline.CODEC, row, t * us, (t + avg) * us,
@@ -498,7 +511,7 @@ class _AllReduce:
             self.events.append(("decode", timeline.CODEC, row, t * us, (t + dec) * us,
                                 {"elements": elements, **tensor}))
             t += dec
-        heapq.heappush(self.free, (t, lane))
+        heapq.heappush(self.free, (t if free is None else free, lane))
         return t, t, payload
 
 
@@ -1009,7 +1022,7 @@ def _transport(rule, work, link, codec, nworkers, channels, divide_share, server
         raise UsageError("an all-reduce method needs a link")
     return host, _AllReduce(link, host.channel_codec(codec), channels, defer=not host.reducer,
                             average_s_per_byte=host.average, steps=steps, gather=gather,
-                            divide_share=divide_share)
+                            divide_share=divide_share, pipelined=bool(rule and rule.pipelined))
 
 
 def _sync_work(rule, host: Host) -> tuple[float, float]:

@@ -295,10 +295,12 @@ class Comm:
             self._groups = Groups(self.rank, self.size, self.group)
         return self._groups
 
-    def group_of(self, layout: str) -> Group:
+    def group_of(self, layout: str, channel: int = 0) -> Group:
         """This rank's group of ``layout`` (``collectives.LAYOUTS``): built once for the job,
-        on every rank, the first time any rank's method asks (ask in the constructor)."""
-        return self._job_groups().get(layout)
+        on every rank, the first time any rank's method asks (ask in the constructor);
+        ``channel`` > 0: another process group of the same ranks (``Groups.get``), for a second
+        thread's collectives."""
+        return self._job_groups().get(layout, channel)
 
     def machines(self) -> list[list[int]]:
         """The job's ranks grouped by machine (gathered once, on every rank, when first

@@ -43,6 +43,7 @@ class Groups:
         backend = dist.get_backend(handle) if size > 1 and dist.is_initialized() else None
         self.world = Group(WORLD, tuple(range(size)), rank, handle, backend)
         self._built: dict[str, Group] = {WORLD: self.world}
+        self._channels: dict[tuple[str, int], Group] = {}
 
     @property
     def machines(self) -> list[list[int]]:
@@ -57,17 +58,26 @@ class Groups:
                 self._machines = machines(ids)
         return self._machines
 
-    def get(self, layout: str) -> Group:
-        """This rank's group of ``layout`` (built on first asking, on every rank)."""
+    def get(self, layout: str, channel: int = 0) -> Group:
+        """This rank's group of ``layout`` (built on first asking, on every rank). ``channel``
+        > 0: another process group of the same ranks, for collectives another thread issues
+        (each process group must see its collectives in one order on every rank; two threads
+        issuing on one group could not promise it), as NCCL gives a second stream its own
+        communicator. Channel 0 is the one ``describe`` reports; the others hold its ranks."""
+        if channel:
+            found = self._channels.get((layout, channel))
+            if found is None:
+                found = self._channels[(layout, channel)] = self._build(layout, fresh=True)
+            return found
         found = self._built.get(layout)
         if found is None:
             found = self._built[layout] = self._build(layout)
         return found
 
-    def _build(self, layout: str) -> Group:
+    def _build(self, layout: str, fresh: bool = False) -> Group:
         every = layout_groups(layout, self.machines)
         mine = next(g for g in every if self.rank in g)
-        if len(mine) == self.size:
+        if len(mine) == self.size and not fresh:
             return Group(layout, tuple(mine), mine.index(self.rank), self.handle,
                          self.world.backend)
         handle = None
