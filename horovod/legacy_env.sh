@@ -72,16 +72,9 @@ find_cuda() {
 }
 
 cmd_build() {
-    local optional=0
-    [ "${1:-}" = "--optional" ] && optional=1
-    if [ -f "$env_dir/.ready" ]; then
-        say "up to date: $env_dir"
-        rm -f "$unavailable"
-        return 0
-    fi
+    local optional
+    legacy_build_opening "$@" && return 0
     local t0=$SECONDS
-    mkdir -p "$cache"
-    rm -f "$unavailable"    # an older reason may no longer hold; a skip below writes its own
 
     # Prerequisites, each failing with one line.
     command -v "$PYTHON" >/dev/null 2>&1 || fail 2 "$PYTHON not found (Python 3.11 is required)"

@@ -46,16 +46,9 @@ env_dir="$cache/$name-$key"
 eval "$(grep -m1 "^NETWORK_ERROR=" "$repo/horovod/legacy_env.sh")"
 
 cmd_build() {
-    local optional=0
-    [ "${1:-}" = "--optional" ] && optional=1
-    if [ -f "$env_dir/.ready" ]; then
-        say "up to date: $env_dir"
-        rm -f "$unavailable"
-        return 0
-    fi
+    local optional
+    legacy_build_opening "$@" && return 0
     local t0=$SECONDS log="$env_dir.log"
-    mkdir -p "$cache"
-    rm -f "$unavailable"
     rm -rf "$env_dir"
     mkdir -p "$env_dir/bin"
     say "building $env_dir on $base (torch $torch_version; log: $log)"

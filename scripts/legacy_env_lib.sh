@@ -1,6 +1,25 @@
-# What the legacy-environment scripts (horovod/legacy_env.sh, byteps/legacy_env.sh) share;
-# sourced by them. They set `name` (horovod-env, byteps-env), `cache`, `env_dir` ($cache/$name-KEY)
-# and `unavailable`, and define `say` and `fail CODE MESSAGE`.
+# What the environment scripts (horovod/legacy_env.sh, byteps/legacy_env.sh,
+# scripts/deepspeed_env.sh) share; sourced by them. They set `name` (horovod-env, byteps-env,
+# deepspeed-env), `cache`, `env_dir` ($cache/$name-KEY) and `unavailable`, and define `say` and
+# `fail CODE MESSAGE`.
+
+# The opening of `build [--optional]` (in a cmd_build that declares `local optional` first):
+# `optional` set (1 with --optional, else 0); true (0) when the environment is ready (said so,
+# a recorded reason for its absence dropped), else the cache made and an older reason dropped
+# (it may no longer hold; a skip writes its own) and false (1): the build goes on.
+legacy_build_opening() {
+    optional=0
+    [ "${1:-}" = "--optional" ] && optional=1
+    if [ -f "$env_dir/.ready" ]; then
+        say "up to date: $env_dir"
+        rm -f "$unavailable"
+        return 0
+    fi
+    # (called as a condition, where set -e does not stop on a failure: each step checked)
+    mkdir -p "$cache" || fail 1 "cannot make the cache directory $cache"
+    rm -f "$unavailable" || fail 1 "cannot remove $unavailable"
+    return 1
+}
 
 # The environment is ready: older builds (other inputs; GBs each) go, the stamp is written
 # last, a recorded reason for its absence is dropped.

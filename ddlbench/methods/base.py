@@ -254,6 +254,20 @@ def require_even_machines(method_id: str, comm) -> None:
                          f"{', '.join(map(str, sizes))}")
 
 
+def check_one_dense_method(engine: str, methods: list[str], compressors: list[str],
+                           why_one: str) -> None:
+    """A lane's first input checks, one line each: one method per job (``why_one``: what
+    makes the framework's settings the process's, after the colon or in brackets) and no
+    compressor (the lane sends dense gradients; the compressors run on --engine torch)."""
+    from ..errors import UsageError
+    if len(methods) > 1:
+        raise UsageError(f"--engine {engine} runs one method per job{why_one}")
+    for c in compressors:
+        if c != "none":
+            raise UsageError(f"--engine {engine} takes --compressor none, not {c!r} (the "
+                             f"compressors run on --engine torch)")
+
+
 def optimizer_state_bytes(optimizer) -> int:
     """The bytes of every tensor in a torch optimizer's state (momentum buffers, Adam's
     moments and step counts): what it holds for the parameters it steps."""

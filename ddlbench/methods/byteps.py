@@ -25,7 +25,7 @@ import os
 
 from ..errors import UsageError, say
 from ..planning import DEFAULT_SERVER_RULE
-from .base import BucketPlan, LaneMethod
+from .base import BucketPlan, LaneMethod, check_one_dense_method
 from .ps import (BSPPS, WFBPPS, ByteSchedulerPS, FROM_HOOKS, AFTER_BACKWARD, algorithm,
                  servers_line)
 
@@ -43,13 +43,8 @@ def check(args, methods: list[str], compressors: list[str], under_launcher: bool
     heap = schedule_heap_problem()
     if heap:
         raise UsageError(heap)
-    if len(methods) > 1:
-        raise UsageError("--engine byteps runs one method per job: BytePS reads its settings "
-                         "once, at bps.init()")
-    for c in compressors:
-        if c != "none":
-            raise UsageError(f"--engine byteps takes --compressor none, not {c!r} (the "
-                             f"compressors run on --engine torch)")
+    check_one_dense_method("byteps", methods, compressors,
+                           ": BytePS reads its settings once, at bps.init()")
     from . import lookup
     for name in methods:
         cls = lookup(name, "byteps")

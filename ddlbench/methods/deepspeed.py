@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..options import option
-from .base import LaneMethod
+from .base import LaneMethod, check_one_dense_method
 from .zero import CARRIERS, GATHER_CARRIERS, SWITCH, Zero, ZeroOptions
 
 @dataclass(frozen=True)
@@ -57,13 +57,8 @@ SETTINGS = {spec.name: spec.default for spec in DeepSpeedZeroOptions.specs()
 
 def check(args, methods: list[str], compressors: list[str], under_launcher: bool) -> None:
     """The input checks of an --engine deepspeed run, each a clear line."""
-    if len(methods) > 1:
-        raise UsageError("--engine deepspeed runs one method per job (DeepSpeed's comm layer "
-                         "and its config are the process's)")
-    for c in compressors:
-        if c != "none":
-            raise UsageError(f"--engine deepspeed takes --compressor none, not {c!r} (the "
-                             f"compressors run on --engine torch)")
+    check_one_dense_method("deepspeed", methods, compressors,
+                           " (DeepSpeed's comm layer and its config are the process's)")
     if args.nservers:
         raise UsageError("--engine deepspeed has no parameter servers (--nservers)")
     for name, value in SETTINGS.items():
