@@ -42,6 +42,13 @@ extra time over a loop without communication, exposed communication included:
 
     python -m ddlbench.overhead --nworkers 2 --model resnet18 --image-size 64 \
         --batch-size 16 --methods wfbp,fusion,bspa2a --rounds 30 --batches 4
+``--net`` and ``--slots`` (the training script's) run the workers as emulated machines of S
+workers each over an emulated network, so a method on the placement's groups is compared with
+DDP (and, through it, with another method) round by round on a cluster's layout:
+
+    python -m ddlbench.overhead --nworkers 4 --slots 2 --net 1gbit --model resnet18 \
+        --image-size 64 --batch-size 16 --methods hier,fusion --threshold 8388608 --rounds 10
+
 ``--cuda`` runs all on GPU 0 (NCCL), each round timed to its last kernel; ``--optimizer`` is
 the training script's (default: SGD with momentum 0.9, ``--optimizer auto`` as a benchmark has
 it). So on a GPU one command gives the plain loop's throughput and each method's cost beside it:
@@ -69,7 +76,7 @@ from . import methods
 from .errors import ArgumentParser, UsageError, check_writable
 from .measure import workload
 from .measure.workload import OPTIMIZERS
-from .options import add_flags
+from .options import add_flags, add_network_flags
 from .stats import median_interval
 
 
@@ -89,6 +96,11 @@ def parse_args(argv=None):
     p.add_argument("--nworkers", type=int, default=None,
                    help="workers of the job (default 1): each runs every loop, the rounds in "
                         "step; a round's time is its slowest worker's")
+    p.add_argument("--slots", type=int, default=None, metavar="S",
+                   help="workers per emulated host, as the training script's --slots (with "
+                        "--net: machines of S workers, so methods on the placement's groups, "
+                        "such as hier, run as on a cluster)")
+    add_network_flags(p)
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per worker (default: one worker keeps torch's own, "
                         "OMP_NUM_THREADS; several pinned workers one per core)")
@@ -110,8 +122,11 @@ def parse_args(argv=None):
 
 def check(args) -> None:
     """Bad input, before any worker starts: one line (``UsageError``)."""
-    workload.check_workload(args, positive=("--rounds", "--batches", "--nworkers", "--threads"),
+    workload.check_workload(args, positive=("--rounds", "--batches", "--nworkers", "--threads",
+                                            "--slots"),
                             nonneg=("--warmup", "--momentum"))
+    from . import netem
+    netem.check(args.net)  # a known profile or rate; root and iproute2 unless loopback
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
         raise UsageError(f"--methods {args.methods!r} names no method; give one or more, "

@@ -613,6 +613,10 @@ def no_overhead_runs(monkeypatch, no_runs):  # noqa: F811 (the fixture)
     (["--rounds", "0"], "--rounds must be positive, got 0"),
     (["--threads", "0"], "--threads must be positive, got 0"),
     (["--vocab-size", "1000"], "--vocab-size applies to the BERT models, not squeezenet1_1"),
+    (["--slots", "0"], "--slots must be positive, got 0"),
+    (["--net", "bogus"], "unknown network profile 'bogus'; known: loopback, 1gbit, 2.5gbit, "
+                         "5gbit, 10gbe-scaled-200x, 100gbe-scaled-200x (configs/networks.yaml), "
+                         "or rate=R[,burst=B], or target=R,speedup=S"),
 ])
 def test_the_overhead_command_takes_the_training_scripts_checks(extra, message, capfd,
                                                                  no_overhead_runs):
