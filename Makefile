@@ -14,6 +14,9 @@
 # Real DeepSpeed 0.19.8 (scripts/deepspeed_env.sh: its pinned packages beside the suite's torch,
 # no compiled op; about 20-40 s): make deepspeed-env / clean-deepspeed-env. `make test` builds
 # it; its test skips only when the registry cannot be reached.
+# Real torchft 0.2.0 (scripts/torchft_env.sh: its pinned packages beside the suite's torch; its
+# DiLoCo is the lane --engine torchft): make torchft-env / clean-torchft-env. `make test` builds
+# it; its test skips only when the registry cannot be reached.
 # The standing emulated cluster (hosts with sshd, and Slurm: python -m ddlbench.netem cluster
 # up) needs Debian's openssh-server, slurmd, slurmctld, munge: `make cluster-deps` installs them
 # (as root); `make test` tries to, and the cluster's tests skip with the reason where it cannot.
@@ -29,7 +32,7 @@ CONFIG ?= quick
 PYTEST_ARGS ?=
 
 .PHONY: setup bench test clean-venv help horovod-env clean-horovod-env cluster-deps \
-	byteps-env clean-byteps-env deepspeed-env clean-deepspeed-env
+	byteps-env clean-byteps-env deepspeed-env clean-deepspeed-env torchft-env clean-torchft-env
 
 help:
 	@echo "make bench   run the '$(CONFIG)' sweep on this machine and print its table"
@@ -41,6 +44,8 @@ help:
 	@echo "make clean-byteps-env   remove it"
 	@echo "make deepspeed-env      build the real-DeepSpeed environment (outside the clone)"
 	@echo "make clean-deepspeed-env  remove it"
+	@echo "make torchft-env        build the real-torchft environment (outside the clone)"
+	@echo "make clean-torchft-env  remove it"
 	@echo "make cluster-deps       install sshd and Slurm for the emulated cluster (root, Debian)"
 
 setup: $(STAMP)
@@ -62,6 +67,7 @@ test: setup
 	scripts/system-deps.sh --optional
 	byteps/legacy_env.sh build --optional
 	scripts/deepspeed_env.sh build --optional
+	scripts/torchft_env.sh build --optional
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 horovod-env:
@@ -81,6 +87,12 @@ deepspeed-env: setup
 
 clean-deepspeed-env:
 	scripts/deepspeed_env.sh remove
+
+torchft-env: setup
+	scripts/torchft_env.sh build
+
+clean-torchft-env:
+	scripts/torchft_env.sh remove
 
 cluster-deps:
 	scripts/system-deps.sh

@@ -88,7 +88,9 @@ def _method_flags(m) -> None:
                         "byteps/byteps_launch.sh engine=byteps) or deepspeed (real DeepSpeed "
                         "0.19.8's ZeRO-1/2 on Gloo: "
                         f"{', '.join(methods.names('deepspeed'))}; run by the Python "
-                        "`scripts/deepspeed_env.sh python` prints)")
+                        "`scripts/deepspeed_env.sh python` prints) or torchft (real torchft "
+                        f"0.2.0: {', '.join(methods.names('torchft'))}; run by the Python "
+                        "`scripts/torchft_env.sh python` prints)")
     m.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
 
 
@@ -410,6 +412,11 @@ LANE_ENVIRONMENTS = {
                       "deepspeed-env` and run the training script with its Python: "
                       "\"$(scripts/deepspeed_env.sh python)\" -m ddlbench.train --engine "
                       "deepspeed ...", spawned=True),
+    "torchft": Lane("torchft", "scripts/torchft_env.sh",
+                    "torchft 0.2.0 runs in its own environment; build it with `make "
+                    "torchft-env` and run the training script with its Python: "
+                    "\"$(scripts/torchft_env.sh python)\" -m ddlbench.train --engine "
+                    "torchft ...", spawned=True),
 }
 
 

@@ -1,7 +1,7 @@
 # What the environment scripts (horovod/legacy_env.sh, byteps/legacy_env.sh,
-# scripts/deepspeed_env.sh) share; sourced by them. They set `name` (horovod-env, byteps-env,
-# deepspeed-env), `cache`, `env_dir` ($cache/$name-KEY) and `unavailable`, and define `say` and
-# `fail CODE MESSAGE`.
+# scripts/deepspeed_env.sh, scripts/torchft_env.sh) share; sourced by them. They set `name`
+# (horovod-env, byteps-env, deepspeed-env, torchft-env), `cache`, `env_dir` ($cache/$name-KEY)
+# and `unavailable`, and define `say` and `fail CODE MESSAGE`.
 
 # The opening of `build [--optional]` (in a cmd_build that declares `local optional` first):
 # `optional` set (1 with --optional, else 0); true (0) when the environment is ready (said so,

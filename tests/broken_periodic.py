@@ -1,6 +1,7 @@
 """Deliberately wrong periodic-averaging methods: ``--verify`` (the simulation of
 ``ddlbench.methods.periodic_reference``) must catch each of them."""
 from ddlbench.methods.periodic import DDPLocalSGD, DiLoCo, LocalSGD
+from ddlbench.methods.torchft import TorchftDiLoCo
 
 
 class LocalSGDSums(LocalSGD):
@@ -34,3 +35,12 @@ class DDPLocalSGDTorchWarmup(DDPLocalSGD):
     @classmethod
     def averager_warmup(cls, period: int) -> int:
         return 0
+
+
+class TorchftPlainOuter(TorchftDiLoCo):
+    """torchft's DiLoCo (the lane's method, run as a ``module:Class`` on the torch engine) with
+    a plain SGD outer optimizer: the outer Nesterov momentum forgotten."""
+
+    def outer_optimizer(self):
+        import torch
+        return torch.optim.SGD(self.params, lr=float(self.options.outer_lr))

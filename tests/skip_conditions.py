@@ -114,10 +114,20 @@ def deepspeed_skip_reason(proc: subprocess.CompletedProcess) -> str | None:
     """``scripts/deepspeed_env.sh python``'s answer, after ``build --optional`` passed: None
     when the environment is there, its recorded reason when the registry could not be reached;
     anything else is a failure."""
+    return _registry_only_skip_reason(proc, "deepspeed-env", "DeepSpeed")
+
+
+def torchft_skip_reason(proc: subprocess.CompletedProcess) -> str | None:
+    """``scripts/torchft_env.sh python``'s answer, as ``deepspeed_skip_reason``."""
+    return _registry_only_skip_reason(proc, "torchft-env", "torchft")
+
+
+def _registry_only_skip_reason(proc: subprocess.CompletedProcess, name: str,
+                               what: str) -> str | None:
     if proc.returncode == 0:
         return None
-    reason = proc.stderr.strip().removeprefix("deepspeed-env: error: ")
+    reason = proc.stderr.strip().removeprefix(f"{name}: error: ")
     assert proc.returncode == 3 and registry_unreachable(reason), (
-        f"the DeepSpeed environment should have been built and is not (exit "
+        f"the {what} environment should have been built and is not (exit "
         f"{proc.returncode}): {reason}")
     return reason

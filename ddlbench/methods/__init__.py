@@ -5,8 +5,8 @@ Where methods come from, in this order:
 
 - every module of this package (one file per family of methods): a public ``Method`` subclass
   defined there with an ``id`` of its own is registered under its ``engine`` ("torch", or
-  "horovod", "byteps" and "deepspeed" for the real-Horovod, real-BytePS and real-DeepSpeed
-  lanes' implementations of the same ids);
+  "horovod", "byteps", "deepspeed" and "torchft" for the real-Horovod, real-BytePS,
+  real-DeepSpeed and real-torchft lanes' implementations of the same ids);
 - the modules named in the environment variable ``DDLBENCH_METHODS`` (comma-separated, e.g. a
   package of your own on ``PYTHONPATH``): adding a method is one file there or here;
 - ``package.module:ClassName`` given as a method name: a method under development, which
@@ -25,12 +25,13 @@ from ..errors import UsageError
 from ..options import Spec, collect, from_environment
 from .base import A2A, PS, Method
 
-ENGINES = ("torch", "horovod", "byteps", "deepspeed")
+ENGINES = ("torch", "horovod", "byteps", "deepspeed", "torchft")
 # the training script's --method when none is given: Horovod's tensor fusion, the original's
 DEFAULT = "fusion"
 PLUGINS_ENV = "DDLBENCH_METHODS"
 # the engines that run a real framework's implementation of some methods
-LANES = {"horovod": "Horovod", "byteps": "BytePS", "deepspeed": "DeepSpeed"}
+LANES = {"horovod": "Horovod", "byteps": "BytePS", "deepspeed": "DeepSpeed",
+         "torchft": "torchft"}
 
 _registry: dict[str, dict[str, type[Method]]] | None = None
 

@@ -13,9 +13,10 @@ partitions after the step: what the suite's ``zero`` does with ``--rs-carrier na
 --gather-prefetch 0``, so these are the lane's settings (and the only ones it takes).
 
 Its collectives are counted through the ``Comm``: every data-moving call DeepSpeed's comm
-layer (``deepspeed.comm``) makes on its backend object goes through a wrapper that counts the
-tensors as the suite's collectives declare them and puts the call on the timeline; a call of a
-collective the suite does not declare (``reduce``, ``gather``, point-to-point) is named in the
+layer (``deepspeed.comm``) makes on its backend object goes through a wrapper
+(``lane_comm.CountedBackend``) that counts the tensors as the suite's collectives declare them
+and puts the call on the timeline; a call of a collective the suite does not declare
+(``reduce``, ``gather``, point-to-point) is named in the
 record (``method.deepspeed.uncounted``) instead. Only DeepSpeed's calls pass there: the suite's
 own (the verifier's, the timing barriers) go to torch.distributed directly.
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..options import option
 from .base import LaneMethod, check_one_dense_method
+from .lane_comm import CountedBackend
 from .zero import CARRIERS, GATHER_CARRIERS, SWITCH, Zero, ZeroOptions
 
 @dataclass(frozen=True)
@@ -105,72 +107,6 @@ CALLS = {
 }
 
 
-def _tensors(value) -> list:
-    import torch
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
-class _CountedBackend:
-    """Wraps the data-moving methods of DeepSpeed's backend object: each call counted through
-    ``Comm.count`` (on the whole job; a call on another group, or of a collective the suite
-    does not declare, is left uncounted and named) and put on the timeline; ``restore()``
-    takes the wrappers off."""
-
-    def __init__(self, backend, comm):
-        import torch.distributed as dist
-        self.backend, self.comm, self.dist = backend, comm, dist
-        self.uncounted: dict[str, list[int]] = {}
-        self.names = [n for n in CALLS if hasattr(backend, n)]
-        for name in self.names:
-            setattr(backend, name, self._wrap(name, getattr(backend, name)))
-
-    def restore(self) -> None:
-        for name in self.names:
-            self.backend.__dict__.pop(name, None)
-        self.names = []
-
-    def _size(self, group) -> int:
-        return self.comm.size if group is None else self.dist.get_world_size(group)
-
-    def _wrap(self, name, fn):
-        params, op, arg = CALLS[name]
-        params = params.split()
-
-        def counted(*args, **kwargs):
-            a = {**dict(zip(params, args)), **kwargs}
-            own = _tensors(a.get(arg))
-            nbytes = sum(t.numel() * t.element_size() for t in own)
-            if op is None or not own or self._size(a.get("group")) != self.comm.size:
-                calls, total = self.uncounted.get(name, [0, 0])
-                self.uncounted[name] = [calls + 1, total + nbytes]
-                return fn(*args, **kwargs)
-            root = op != "broadcast" or self.dist.get_rank() == a.get("src")
-            self.comm.count(op, sum(t.numel() for t in own), own[0].dtype, root=root,
-                            carrier="native" if op == "reduce_scatter" else None)
-            return self._issue(op, nbytes, name, bool(a.get("async_op")),
-                               lambda: fn(*args, **kwargs))
-        return counted
-
-    def _issue(self, op: str, nbytes: int, name: str, async_op: bool, issue):
-        """Issue the call; while the timeline records, a span from now until it completes on
-        the collective's row (a blocking one also a wait on the calling thread)."""
-        from ..timeline import COMM, WAIT
-        from .fsdp import _thread
-        tl = self.comm.timeline
-        if not tl.enabled:
-            return issue()
-        args = {"bytes": nbytes, "tensor": f"deepspeed {name}"}
-        if async_op:
-            work = issue()
-            return tl.comm(op, work, op, **args) if work is not None else work
-        with tl.span(op, WAIT, _thread()), tl.span(op, COMM, op, **args):
-            return issue()
-
-
 def _deepspeed():
     """DeepSpeed, its comm layer started without the shared-memory op it would compile."""
     import sys
@@ -210,7 +146,7 @@ class DeepSpeedZero(LaneMethod):
         from deepspeed.utils import logger
         logger.setLevel(logging.WARNING)   # its INFO lines would bury the suite's log
         ds.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
-        self.counted = _CountedBackend(ds.comm.comm.cdb, comm)
+        self.counted = CountedBackend(ds.comm.comm.cdb, comm, CALLS, "deepspeed")
         self.config = self.ds_config(self.options, comm.size, batch_size,
                                      self.params[0].element_size() if self.params else 4)
         self.engine, *_ = ds.initialize(model=model, optimizer=optimizer, config=self.config,
@@ -260,7 +196,6 @@ class DeepSpeedZero(LaneMethod):
         d["deepspeed"] = {"version": self.version, "torch": torch.__version__,
                           "config": self.config,
                           "optimizer": type(self.engine.optimizer).__name__,
-                          "uncounted": {k: {"calls": c, "bytes": b}
-                                        for k, (c, b) in self.counted.uncounted.items()}}
+                          "uncounted": self.counted.describe()}
         d["bytes_counted_from"] = "DeepSpeed's comm layer (its backend's calls)"
         return d

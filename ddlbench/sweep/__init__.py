@@ -33,7 +33,7 @@ class Sweep: ``config.describe()``; tests/test_sweep_keys.py holds the two equal
     nworkers: [1]              # workers of each cell
     skip: ["nworkers=1,network!=local"]  # --only expressions: the cells they match are left out
                                #   (here: 1 worker on the local network only; default: none)
-    engines: [torch]           # torch, horovod, byteps or deepspeed
+    engines: [torch]           # torch, horovod, byteps, deepspeed or torchft
     tries: 5                   # runs of each cell, at most 1000 (a sweep: at most 10000 cells,
                                #   100000 runs)
     min_ok: 3                  # fewer successful tries: the cell is marked (default: half the
