@@ -17,8 +17,10 @@ THRESHOLD = ["--threshold", "300000"]
 
 def test_hier_verifies_and_sends_its_declared_bytes_on_two_machines(tmp_path, load_json):
     proc = train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *THRESHOLD, "--verify", "3",
-                 "--method", "hier,tests.broken_methods:HierAcrossFails", timeout=300)
-    assert [ok for *_, ok in verify_lines(proc.stdout)["hier"]] == [True] * 3, describe(proc)
+                 "--method", "hier,tests.hier_serial:HierSerial,"
+                 "tests.broken_methods:HierAcrossFails", timeout=300)
+    for method in ("hier", "tests.hier_serial:HierSerial"):   # (the serial form RESULTS times)
+        assert [ok for *_, ok in verify_lines(proc.stdout)[method]] == [True] * 3, describe(proc)
     # a stage's failed collective names the stage, the bucket and the group
     assert proc.returncode != 0
     assert re.search(r"test-hier-across-fails-across: could not issue bucket 0 \(.*\): "
