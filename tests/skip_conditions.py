@@ -131,3 +131,19 @@ def _registry_only_skip_reason(proc: subprocess.CompletedProcess, name: str,
         f"the {what} environment should have been built and is not (exit "
         f"{proc.returncode}): {reason}")
     return reason
+
+
+def target_env_python(script: str, what: str, skip_reason) -> str:
+    """A lane environment of ``scripts/target_env_lib.sh`` (``script``: its build script under
+    scripts/) built with ``--optional``, and its Python; the test skips (``skip_reason``'s
+    answer) only where the registry could not be reached."""
+    import pytest
+    env_script = os.path.join(REPO, "scripts", script)
+    build = subprocess.run([env_script, "build", "--optional"], capture_output=True, text=True,
+                           timeout=900)
+    assert build.returncode == 0, f"building the {what} environment failed:\n{build.stderr}"
+    proc = subprocess.run([env_script, "python"], capture_output=True, text=True, timeout=60)
+    reason = skip_reason(proc)
+    if reason is not None:
+        pytest.skip(reason)
+    return proc.stdout.strip()

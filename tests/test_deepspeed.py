@@ -19,21 +19,14 @@ from ddlbench import flags
 from ddlbench.errors import UsageError
 
 from .conftest import MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, env
-from .skip_conditions import UNREACHABLE, deepspeed_skip_reason
+from .skip_conditions import UNREACHABLE, deepspeed_skip_reason, target_env_python
 
 ENV = os.path.join(REPO, "scripts", "deepspeed_env.sh")
 
 
 @pytest.fixture(scope="module")
 def deepspeed_python():
-    build = subprocess.run([ENV, "build", "--optional"], capture_output=True, text=True,
-                           timeout=900)
-    assert build.returncode == 0, f"building the DeepSpeed environment failed:\n{build.stderr}"
-    proc = subprocess.run([ENV, "python"], capture_output=True, text=True, timeout=60)
-    reason = deepspeed_skip_reason(proc)
-    if reason is not None:
-        pytest.skip(reason)
-    return proc.stdout.strip()
+    return target_env_python("deepspeed_env.sh", "DeepSpeed", deepspeed_skip_reason)
 
 
 def test_zero2_equals_the_reference_and_all_reduces_on_gloo(deepspeed_python):

@@ -323,17 +323,20 @@ def test_make_test_without_a_cuda_toolkit_reaches_pytest(tmp_path):
     assert horovod == f"horovod-env: error: {NO_CUDA} (nvcc) found: Horovod's build needs one " \
         "beside the CUDA build of torch 2.0.1 from PyPI; set CUDA_HOME", horovod
     assert byteps.startswith(HOROVOD_MISSING + NO_CUDA) and "make horovod-env" in byteps, byteps
-    # DeepSpeed's needs neither: built from the registry (or, without one, its reason recorded)
-    ds = subprocess.run(["scripts/deepspeed_env.sh", "where"], cwd=REPO, env=e,
-                        capture_output=True, text=True, timeout=60).stdout.strip()
-    if os.path.exists(os.path.join(ds, ".ready")):
-        deepspeed = [os.path.basename(ds), os.path.basename(ds) + ".log"]
-    else:
-        why = (cache / "deepspeed-env.unavailable").read_text()
-        assert registry_unreachable(why), why
-        deepspeed = ["deepspeed-env.unavailable"]
+    # DeepSpeed's and torchft's need neither: built from the registry (or, without one, the
+    # reason recorded)
+    built = []
+    for name in ("deepspeed", "torchft"):
+        where = subprocess.run([f"scripts/{name}_env.sh", "where"], cwd=REPO, env=e,
+                               capture_output=True, text=True, timeout=60).stdout.strip()
+        if os.path.exists(os.path.join(where, ".ready")):
+            built += [os.path.basename(where), os.path.basename(where) + ".log"]
+        else:
+            why = (cache / f"{name}-env.unavailable").read_text()
+            assert registry_unreachable(why), why
+            built += [f"{name}-env.unavailable"]
     assert sorted(p.name for p in cache.iterdir()) == sorted(
-        ["byteps-env.unavailable", "horovod-env.unavailable", *deepspeed])
+        ["byteps-env.unavailable", "horovod-env.unavailable", *built])
 
 
 def test_a_missing_cuda_toolkit_skips_only_where_none_is_found():

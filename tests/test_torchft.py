@@ -18,21 +18,14 @@ from ddlbench import flags
 from ddlbench.errors import UsageError
 
 from .conftest import MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, env
-from .skip_conditions import UNREACHABLE, torchft_skip_reason
+from .skip_conditions import UNREACHABLE, torchft_skip_reason, target_env_python
 
 ENV = os.path.join(REPO, "scripts", "torchft_env.sh")
 
 
 @pytest.fixture(scope="module")
 def torchft_python():
-    build = subprocess.run([ENV, "build", "--optional"], capture_output=True, text=True,
-                           timeout=900)
-    assert build.returncode == 0, f"building the torchft environment failed:\n{build.stderr}"
-    proc = subprocess.run([ENV, "python"], capture_output=True, text=True, timeout=60)
-    reason = torchft_skip_reason(proc)
-    if reason is not None:
-        pytest.skip(reason)
-    return proc.stdout.strip()
+    return target_env_python("torchft_env.sh", "torchft", torchft_skip_reason)
 
 
 def test_the_skip_is_only_for_an_unreachable_registry():
