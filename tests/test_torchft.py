@@ -91,6 +91,8 @@ def test_lane_record_counts_torchfts_allreduces(torchft_python, tmp_path):
     ft = r["method"]["torchft"]
     assert ft["version"] == "0.2.0" and ft["uncounted"] == {} and ft["min_replica_size"] == 2
     assert r["method"]["period"] == 2 and r["method"]["outer_momentum"] == 0.9
+    # its options say what ran: one message per tensor (diloco --threshold 0 in the model)
+    assert r["config"]["threshold"] == 0.0
 
 
 def _lane_args(*extra):
@@ -108,6 +110,7 @@ def test_lane_refuses_what_torchft_does_not_do():
         flags.check(flags.parse_args(["--engine", "torchft", "--method", "localsgd",
                                       *TINY_BERT]), probe_engine=False)
     flags.check(_lane_args("--period", "3", "--outer-momentum", "0"), probe_engine=False)
+    flags.check(_lane_args("--threshold", "0"), probe_engine=False)   # what it does anyway
 
 
 def test_a_sweep_runs_the_lane_in_its_python(torchft_python, tmp_path):

@@ -10,7 +10,8 @@
   global parameters, has the outer optimizer step them with the average, and keeps them as the
   new global ones (``fragment_update_alpha`` 0). The outer optimizer is the suite's
   ``diloco``'s: SGD with Nesterov momentum ``--outer-momentum`` (plain SGD at 0) and rate
-  ``--outer-lr``. The options are ``diloco``'s (``periodic.DiLoCoOptions``) and so is
+  ``--outer-lr``. The options are ``diloco``'s with its messages, one per tensor, as the
+  ``--threshold`` (0; ``TorchftDiLoCoOptions``: another is refused), and so is
   ``--verify``'s reference (``periodic_reference.DiLoCoMath``, P replicas simulated).
 
 Rank 0 of the job starts torchft's lighthouse (``torchft.coordination.LighthouseServer``, the
@@ -38,11 +39,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import dataclass
 
 from ..errors import UsageError
+from .allreduce import threshold_option
 from .base import LaneMethod, check_one_dense_method
 from .lane_comm import CountedBackend
-from .periodic import DiLoCo, _EveryPeriod
+from .periodic import DiLoCo, DiLoCoOptions, _EveryPeriod
 
 # what torchft's DiLoCo does that diloco on --engine torch sets with the option: its own
 # choice of messages (one all-reduce per parameter)
@@ -51,13 +54,22 @@ NOT_THRESHOLD = ("--engine torchft runs torchft's DiLoCo as it is: one all-reduc
                  "--engine torch packs them)")
 
 
+@dataclass(frozen=True)
+class TorchftDiLoCoOptions(DiLoCoOptions):
+    """diloco's options with torchft's DiLoCo's messages as the default, so the record (and
+    the model, given the record's options) has what ran: one message per tensor."""
+    threshold: float = threshold_option(
+        0.0, "torchft's DiLoCo all-reduces each parameter's pseudo-gradient on its own (0: one "
+             "message per tensor)")
+
+
 def check(args, methods: list[str], compressors: list[str], under_launcher: bool) -> None:
     """The input checks of an --engine torchft run, each a clear line."""
     check_one_dense_method("torchft", methods, compressors,
                            " (each worker is one torchft replica group with its manager)")
     if args.nservers:
         raise UsageError("--engine torchft has no parameter servers (--nservers)")
-    if "threshold" in getattr(args, "given", ()):
+    if "threshold" in getattr(args, "given", ()) and float(args.threshold) != 0.0:
         raise UsageError(NOT_THRESHOLD)
 
 
@@ -111,6 +123,7 @@ class TorchftDiLoCo(_EveryPeriod, LaneMethod):
     """The torch engine's ``diloco`` on torchft's DiLoCo and Manager (module docstring)."""
 
     implements = DiLoCo
+    Options = TorchftDiLoCoOptions
     engine = "torchft"
     display = "torchft DiLoCo"
     changes_algorithm = DiLoCo.changes_algorithm
