@@ -146,13 +146,8 @@ class Hier(BucketedAllReduce):
         """Wait for the bucket's collective ``what``; a failure names it, the bucket and its
         group."""
         work, b.work = b.work, None
-        try:
-            work.wait()
-        except Exception as e:
-            raise threads.CollectiveFailed(
-                f"method {self.id}: the {what} of {self._bucket_name(b)} on "
-                f"{threads.group_text(group)} failed: {type(e).__name__}: {e}") from e
-
+        threads.wait_for(work, f"method {self.id}: the {what} of {self._bucket_name(b)} on "
+                               f"{threads.group_text(group)}")
 
 class _Staged:
     """A bucket in hier's pipeline, as the training thread waits for it: every stage has

@@ -97,6 +97,15 @@ class CollectiveFailed(RuntimeError):
     """A collective of a bucket failed; names the collective, the bucket and its group."""
 
 
+def wait_for(work, what: str) -> None:
+    """``work.wait()``; a failure raised as ``CollectiveFailed`` saying ``what`` (the method, the
+    collective, the bucket and its group) failed, and why."""
+    try:
+        work.wait()
+    except Exception as e:
+        raise CollectiveFailed(f"{what} failed: {type(e).__name__}: {e}") from e
+
+
 def group_text(group) -> str:
     """A ``runtime.groups.Group`` as a failure names it."""
     return f"group {group.layout} (ranks {', '.join(map(str, group.ranks))})"

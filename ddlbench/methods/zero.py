@@ -310,11 +310,7 @@ class Zero(BucketedAllReduce):
 
     def _wait(self, b, work, what: str) -> None:
         """``work.wait()``; a failure names the collective, the bucket and its group."""
-        try:
-            work.wait()
-        except Exception as e:
-            raise threads.CollectiveFailed(f"method {self.id}: {what} of {self._bucket_name(b)} "
-                                           f"failed: {type(e).__name__}: {e}") from e
+        threads.wait_for(work, f"method {self.id}: {what} of {self._bucket_name(b)}")
 
     def _finish(self, b) -> int | None:
         if b.pending is not None:
