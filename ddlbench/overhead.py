@@ -203,7 +203,8 @@ def _write_json(args, where: str, nworkers: int, figures: dict) -> None:
         "sentence_len": args.sentence_len, "vocab_size": args.vocab_size,
         "optimizer": args.optimizer,
         "rounds": args.rounds, "batches": args.batches, "warmup": args.warmup,
-        "nworkers": nworkers, "device": where, "methods": figures})
+        "nworkers": nworkers, "slots": args.slots, "net": args.net, "network": args.network,
+        "threshold": args.threshold, "device": where, "methods": figures})
 
 
 def _build(args):

@@ -150,6 +150,30 @@ def test_the_slowest_rank_sets_the_pace_at_the_profiles_worker_count(tmp_path, c
     assert "each step's slowest of the profile's 2 ranks computes x1.200 rank 0's" in out
 
 
+def test_each_prediction_says_its_ratio_to_a_bare_loop_at_the_runs_pace(tmp_path):
+    """``bare_s``: the step with no communication (forward, backward, step; the pace and the
+    slowest rank, no interference), as ``ddlbench.overhead``'s bare loop runs beside a method;
+    ``vs_bare`` the iteration's ratio to it. A periodic method's steps without a sync are priced
+    as exactly that step: its iteration is (synced + (H - 1) bare) / H."""
+    path, _ = _profile(tmp_path, optimizer="SGD", optimizer_s=0.005, nworkers=3,
+                       rank_compute_s=[0.023, 0.0276, 0.02],
+                       interference={"compute_slowdown": 0.5, "comm_slowdown": 0.5})
+    out = tmp_path / "p.json"
+    assert predict.main(["--profile", str(path), "--method", "bspa2a,localsgd,ddp",
+                         "--alpha", "1e-3", "--beta", "1e-9", "--nworkers", "3",
+                         "--output", str(out)]) == 0
+    got = {e["method"]: e for e in json.loads(out.read_text())["predictions"]}
+    for e in got.values():
+        assert e["bare_s"] == pytest.approx(0.028 * 1.2)       # (23 + 5) ms x 1.2
+        assert e["vs_bare"] == pytest.approx(e["bare_s"] / e["iteration_s"]) and e["vs_bare"] < 1
+    assert got["ddp"]["metrics"]["compute_s"] > got["ddp"]["bare_s"]    # beside communication
+    assert predict.main(["--profile", str(path), "--method", "localsgd", "--period", "1",
+                         "--alpha", "1e-3", "--beta", "1e-9", "--nworkers", "3",
+                         "--output", str(out)]) == 0
+    synced = json.loads(out.read_text())["predictions"][0]["iteration_s"]
+    assert got["localsgd"]["iteration_s"] == pytest.approx((synced + 3 * got["localsgd"]["bare_s"]) / 4)
+
+
 def test_the_interference_line_names_the_network_it_was_measured_over(tmp_path, capsys):
     """CPU interference is the network's (docs/DESIGN.md section 3): the line that shows the
     profile's names the link its all-reduces crossed (the profiler's --net), else the label."""
@@ -637,3 +661,35 @@ def test_the_advisor_marks_ties_and_says_when_it_is_beyond_its_validation(
         [entry] = json.loads(out.read_text())["advice"]
         assert (entry["beyond"] or "").startswith(line or "") and \
             (entry["beyond"] is None) == (line is None)
+
+
+def test_the_paired_score_sets_committed_ratios_beside_measured_ones(tmp_path, capsys):
+    """scripts/model_vs_bare.py: each (model, method) in both files, the error predicted /
+    measured - 1, its median, and the bars' ratios; a run's file that is not an overhead
+    run's, or predictions without ``vs_bare``, is one line and a non-zero exit."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "model_vs_bare", os.path.join(REPO, "scripts", "model_vs_bare.py"))
+    score = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(score)
+    pred = tmp_path / "pred.json"
+    pred.write_text(json.dumps({"model": "m", "predictions": [
+        {"method": "zero", "vs_bare": 0.6}, {"method": "fsdp2", "vs_bare": 0.5},
+        {"method": "hier", "vs_bare": 0.9}]}))
+    run = tmp_path / "run.json"
+    fig = lambda r: {"ratio": {"method/bare": r}, "interval": {"method/bare": [r - .1, r + .1]}}
+    run.write_text(json.dumps({"mode": "overhead", "model": "m",
+                               "methods": {"zero": fig(0.5), "fsdp2": fig(0.5), "ddp": fig(1)}}))
+    assert score.main(["--predictions", str(pred), "--measured", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "m          zero           0.600     0.500    [0.400,0.600]  +20.0%" in out
+    assert "m          fsdp2          0.500     0.500    [0.400,0.600]   +0.0%" in out
+    assert "median |error| over 2 cells: 10.0%" in out
+    assert "m          zero/fsdp2: predicted 1.200, measured 1.000" in out
+    assert "hier" not in out and "ddp" not in out
+    run.write_text(json.dumps({"mode": "timeline", "model": "m", "methods": {}}))
+    with pytest.raises(SystemExit, match="is not an overhead run's --json"):
+        score.main(["--predictions", str(pred), "--measured", str(run)])
+    pred.write_text(json.dumps({"model": "m", "predictions": [{"method": "zero"}]}))
+    with pytest.raises(SystemExit, match="has no vs_bare"):
+        score.main(["--predictions", str(pred), "--measured", str(run)])

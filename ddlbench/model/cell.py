@@ -255,6 +255,18 @@ def predict(method: str, work: simulate.Compute, nworkers: int, options=None, *,
                    spread_note=spread_note(spread, network))
 
 
+def alone_s(work: simulate.Compute, machine: Machine | None, nworkers: int) -> float:
+    """A step of ``work`` at ``nworkers`` on ``machine`` with no communication at all: forward,
+    backward and the optimizer at the machine's pace and slowest rank, no CPU interference. What
+    a bare loop timed beside the method in the same rounds takes (``ddlbench.overhead
+    --nworkers``), so a prediction can be compared with a run as a ratio to it: the run's own
+    pace, which moves between runs on a shared machine, cancels (the periodic methods' steps
+    without a sync are priced so, ``simulate._periodic``)."""
+    if machine is None:
+        return work.compute_s
+    return adjusted(work, simulate.NO_CODEC, machine.factors(nworkers))[0].compute_s
+
+
 def adjusted(work: simulate.Compute, codec: simulate.Codec, facts: dict) -> tuple:
     """``work`` and ``codec`` with every compute, host and codec time ``facts["compute"]``
     times as long, and the CPU interference's (1 + kappa) and (1 + mu) times ``facts``'s."""

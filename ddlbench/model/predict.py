@@ -825,6 +825,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
         return [{"nworkers": nworkers, "slowest_rank": slow, "beyond": far,
                  "interval_from": setting.spread_note(), "advice": ranked}]
     rows, out, notes = [], [], []
+    bare = cell.alone_s(work, machine, nworkers)
     for name in names:
         answer = run_cell(name, work, setting, codec)
         p, m = answer.prediction, answer.prediction.metrics
@@ -839,6 +840,7 @@ def _predict_at(args, prof, names, setting, work, codec, batch, unit, matrix) ->
         out.append({"method": name, "nworkers": nworkers, "compressor": args.compressor,
                     "messages": len(p.message_bytes), "message_bytes": p.message_bytes,
                     "iteration_s": p.iteration_s, "slowest_rank": slow,
+                    "bare_s": bare, "vs_bare": bare / p.iteration_s,
                     "throughput": p.throughput(batch, nworkers), "interval": [lo, hi],
                     "interval_from": answer.spread_note, "machine": answer.machine,
                     "metrics": m, "bottleneck": p.bottleneck, "ps_local": answer.ps_local,
