@@ -253,10 +253,8 @@ def check(args, probe_engine: bool = True, read_profile: bool = True) -> None:
                                     "--weight-decay", "--rtol", "--atol", "--seed",
                                     "--timeline-iters"))
     from . import netem
-    from .hosts import placement
-    if args.slots is not None and placement.detect() is not None:
-        raise UsageError("--slots places the workers of the suite's local spawner; under a "
-                         "launcher its host file says which workers share a machine")
+    from .launch import local
+    local.check_slots(args.slots)
     netem.check(args.net)  # a known profile or rate; root and iproute2 unless loopback
     options = {**methods.option_owners(), **compression.option_owners()}
     for name, (spec, _) in options.items():

@@ -634,6 +634,26 @@ def test_the_overhead_command_refuses_an_empty_method_list(capfd, no_overhead_ru
     accepted(no_overhead_runs.main, [*SQUEEZE, "--batches", "1048576"], capfd)  # at the bound
 
 
+@pytest.mark.parametrize("main", [train.main, profiler.main], ids=["train", "profiler"])
+def test_bad_slots_are_one_line_in_the_training_script_and_the_profiler(
+        main, capfd, monkeypatch, no_runs):  # noqa: F811 (the fixture)
+    """The profiler's --slots (workers per emulated host) is refused as the training script's,
+    by the same checks: not a positive integer, or given under a launcher (its host file
+    places the workers)."""
+    for value, message in (("0", "--slots must be positive, got 0"),
+                           ("-2", "--slots must be positive, got -2"),
+                           ("two", "argument --slots: invalid int value: 'two'")):
+        line = one_line(main, [*TINY, "--nworkers", "2", "--slots", value], capfd)
+        assert line == f"ddlbench: error: {message}"
+    accepted(main, [*TINY, "--nworkers", "2", "--slots", "1"], capfd)
+    for key, value in (("TORCHELASTIC_RUN_ID", "x"), ("RANK", "0"), ("WORLD_SIZE", "2"),
+                       ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")):
+        monkeypatch.setenv(key, value)
+    line = one_line(main, [*TINY, "--nworkers", "2", "--slots", "1"], capfd)
+    assert line == ("ddlbench: error: --slots places the workers of the suite's local spawner; "
+                    "under a launcher its host file says which workers share a machine")
+
+
 def test_the_three_commands_share_one_workload_checker(monkeypatch, no_overhead_runs):
     from ddlbench.measure import workload
     called = []

@@ -388,14 +388,18 @@ def test_ps_per_machine_over_1gbit(tmp_path, netem_runs):
 
 
 @needs_netem
-def test_profiler_measures_the_interference_over_the_emulated_link(tmp_path, netem_runs,
-                                                                   load_json):
-    """The profiler's workers run as emulated hosts with --net, as the training script's do:
-    the CPU interference's all-reduces cross the 1 Gbit/s link (alone and beside compute,
-    none faster than the link carries a ring's share of their bytes beyond the shaper's
-    burst; over loopback they take a tenth of that), and the profile records the link."""
+@pytest.mark.parametrize("slots,hosts", [(None, 2), ("1", 2), ("2", 1)])
+def test_profiler_measures_the_interference_over_the_emulated_link(slots, hosts, tmp_path,
+                                                                   netem_runs, load_json):
+    """The profiler's workers run as emulated hosts with --net, as the training script's do,
+    --slots to a host as its --slots places them: the profile records the link, the slots and
+    the hosts the spawner raised (one worker per host without --slots, both on one with
+    --slots 2), and both slowdowns of the CPU interference. Across hosts its all-reduces cross
+    the 1 Gbit/s link (alone and beside compute, none faster than the link carries a ring's
+    share of their bytes beyond the shaper's burst; over loopback they take a tenth of that)."""
     out = tmp_path / "prof.json"
     proc = run([sys.executable, "-m", "ddlbench.measure.profiler", *TINY_BERT, "--nworkers", "2",
+                *(["--slots", slots] if slots else []),
                 "--net", "1gbit", "--network", "lan", "--warmup", "0", "--iters", "1",
                 "--comm-iters", "2", "--interference-iters", "1", "--timeout", "60",
                 "--output", str(out)], timeout=240, DDLBENCH_NET_PROBE_S="0.3")
@@ -403,12 +407,15 @@ def test_profiler_measures_the_interference_over_the_emulated_link(tmp_path, net
     assert proc.returncode == 0, describe(proc)
     prof = load_json(out)
     net, x = prof["net"], prof["interference"]
-    assert (net["profile"], net["emulated"], net["hosts"], prof["network"]) == \
-        ("1gbit", True, 2, "lan")
+    assert (net["profile"], net["emulated"], net["hosts"], prof["network"], prof["slots"]) == \
+        ("1gbit", True, hosts, "lan", slots and int(slots))
     assert x["bytes"] == max(t["bytes"] for t in prof["tensors"])   # the word embeddings
-    floor = (bus_factor("allreduce", 2) * x["bytes"] - net["burst_bytes"]) * 8 / GBIT
-    assert floor > 0.002
-    assert x["comm_s"] >= floor and x["comm_beside_compute_s"] >= floor, (x, floor)
+    assert all(isinstance(x[k], float) for k in ("compute_slowdown", "comm_slowdown")), x
+    assert len(x["per_rank"]) == 2
+    if hosts == 2:
+        floor = (bus_factor("allreduce", 2) * x["bytes"] - net["burst_bytes"]) * 8 / GBIT
+        assert floor > 0.002
+        assert x["comm_s"] >= floor and x["comm_beside_compute_s"] >= floor, (x, floor)
     assert len(netem_runs) == 1 and not leftovers(netem_runs[0])
 
 

@@ -33,6 +33,15 @@ def machines(nworkers: int, slots: int | None, net) -> int:
     return 1 if loopback else nworkers
 
 
+def check_slots(slots: int | None, env=None) -> None:
+    """``--slots`` under a launcher (one line): it places the workers of this spawner only
+    (the training script's and the profiler's check; that it is positive is theirs too)."""
+    from ..hosts import placement
+    if slots is not None and placement.detect(env) is not None:
+        raise UsageError("--slots places the workers of the suite's local spawner; under a "
+                         "launcher its host file says which workers share a machine")
+
+
 def one_machine(nworkers: int, slots: int | None, net, env=None) -> bool:
     """Whether a job's workers are all on one machine (docs/DESIGN.md section 6, "One
     machine"): the local spawner's ``machines`` is 1; under the PS launcher (DMLC_*

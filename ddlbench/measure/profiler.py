@@ -4,6 +4,8 @@
     python -m ddlbench.measure.profiler --model resnet50 --batch-size 64 --nworkers 4 \\
         --output prof.json
     python -m ddlbench.train --method mgwfbp --mgwfbp-profile prof.json ...
+    python -m ddlbench.measure.profiler --model resnet18 --image-size 64 --batch-size 16 \\
+        --nworkers 4 --slots 2 --net 1gbit --output prof.json   # 2 emulated machines x 2
 
 What it measures, on the rank's own batch:
 
@@ -31,7 +33,11 @@ What it measures, on the rank's own batch:
   compute ``1 + comm_slowdown`` times (``python -m ddlbench.model.predict`` replays with them).
   Both are of the network the workers run over (``--net``, as the training script's): over
   loopback the cores carry every byte, over an emulated link the shaper sets the pace
-  (docs/DESIGN.md section 3 has the figures);
+  (docs/DESIGN.md section 3 has the figures). ``--slots S`` (the training script's) places
+  the workers as its local spawner does, S to an emulated host, so that a profile is taken
+  on the layout of the runs it predicts: with ``--nworkers 4 --slots 2 --net 1gbit`` the
+  all-reduces cross the 1 Gbit/s link between the two machines and each machine's loopback
+  inside it, as those runs' do;
 - with parameter servers (``--nservers S``, extra processes that only sum, as the training
   script's), the same beside the servers' push/pull (``interference_ps``): every gradient
   tensor cut into the servers' ``--partition-bytes`` partitions, all pushed at once and
@@ -62,7 +68,8 @@ The profile file (JSON, ``"format": "ddlbench-mgwfbp-profile"``): the model name
 the tensors in backward order (name, shape, bytes), ``backward_s`` (per tensor, same order),
 ``forward_s``, ``forward_tensor_s`` (per tensor, same order; sum <= ``forward_s``), ``alpha_s``,
 ``beta_s_per_byte``, and where they were measured (``nworkers``, ``backend``, ``device``,
-``network``, and ``net``: the emulated link as a run's record has it), the optimizer's step
+``network``, ``net``: the emulated link as a run's record has it, and ``slots``: workers per
+emulated host, null where not given), the optimizer's step
 (``optimizer_s``) and ``interference`` (``compute_slowdown``, ``comm_slowdown``, the
 all-reduce's ``bytes``, the ``iters`` of each phase, the mean times behind them, ``per_rank``;
 or null), ``interference_ps`` (the same beside push/pulls, with ``op: "pushpull"``,
@@ -907,19 +914,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_network_flags(p, net="; the all-reduce fit and the CPU interference are of that "
                              "network (a Gloo all-reduce over a 1 Gbit/s link takes the cores "
                              "far less than over loopback)")
+    p.add_argument("--slots", type=int, default=None, metavar="S",
+                   help="workers per emulated host, as the training script's --slots (with "
+                        "--net: machines of S workers, so the all-reduces cross the emulated "
+                        "link between machines and the loopback inside one, as in a run on "
+                        "that layout; default: one worker per host under --net)")
     return p.parse_args(argv)
 
 
 def check(args) -> None:
     workloads.check_workload(args, positive=("--iters", "--comm-iters", "--timeout",
                                              "--nworkers", "--threads", "--interference-iters",
-                                             "--partition-bytes"),
+                                             "--partition-bytes", "--slots"),
                              nonneg=("--nservers", "--warmup", "--comm-warmup", "--min-group",
                                      "--alpha", "--beta", "--seed", "--momentum",
                                      "--weight-decay", "--lr"))
     if args.output:
         check_writable(args.output)
     from .. import netem
+    from ..launch import local
+    local.check_slots(args.slots)
     netem.check(args.net)
     if (args.alpha is None) != (args.beta is None):
         raise UsageError("--alpha and --beta go together")
@@ -948,6 +962,7 @@ def worker(args, placement) -> int:
                             comm_iters=args.comm_iters, alpha=args.alpha, beta=args.beta,
                             network=args.network, workload=workload)
         prof["net"] = run_info(args.net)       # the emulated link, as a run's record has it
+        prof["slots"] = args.slots             # workers per emulated host (None: not given)
         # CPU interference, for the performance model: every rank at once, as in training,
         # over the network the run uses; nothing to interfere with on one worker
         prof["interference"] = None
@@ -1063,6 +1078,14 @@ def _forward_lines(prof: dict) -> list[str]:
             f"{sum(1 for x in shares if x == 0)} tensor(s) at 0"]
 
 
+def _layout(prof: dict) -> str:
+    """Where the workers ran, for the profile's first line: the emulated network and the
+    workers per emulated host, where given."""
+    net, slots = prof.get("net") or {}, prof.get("slots")
+    where = f", over {net['profile']} (emulated)" if net.get("emulated") else ""
+    return where + (f", {slots} worker(s) per machine" if slots else "")
+
+
 def format_profile(prof: dict, min_group: int) -> str:
     from ..planning import merge_groups, schedule_time
     nbytes = [t["bytes"] for t in prof["tensors"]]
@@ -1070,7 +1093,8 @@ def format_profile(prof: dict, min_group: int) -> str:
     a, b = prof["alpha_s"], prof["beta_s_per_byte"]
     lines = [f"# {prof['model']}: {len(nbytes)} tensors, forward {prof['forward_s'] * 1e3:.3f} ms, "
              f"backward {sum(tb) * 1e3:.3f} ms (sum over tensors); measured on "
-             f"{prof['nworkers']} worker(s), {prof['backend']}, {prof['device']}",
+             f"{prof['nworkers']} worker(s), {prof['backend']}, {prof['device']}"
+             + _layout(prof),
              f"# alpha = {a * 1e6:.2f} us, beta = {b * 1e9:.4f} ns/B"
              + (f"; optimizer {prof['optimizer']} step {prof['optimizer_s'] * 1e3:.3f} ms"
                 if prof.get("optimizer_s") is not None else ""),
