@@ -149,8 +149,6 @@ class _Periodic(_EveryPeriod, Method):
         comm = self.comm
         for g, flat in zip(self.groups, self.flats):
             torch.cat([tensors_of(i).reshape(-1) for i in g], out=flat)
-        if comm.size == 1:   # the mean of one replica
-            return self.flats
         average = comm.average_op()
         works = []
         for flat, label in zip(self.flats, self.labels):
@@ -231,11 +229,15 @@ class DiLoCo(_Periodic):
     def _sync(self) -> None:
         import torch
         with torch.no_grad():
-            flats = self._average(lambda i: self.global_params[i] - self.params[i].detach())
             for g in self.global_params:
                 if g.grad is None:
                     g.grad = torch.empty_like(g)
-            self._unpack(flats, lambda i: self.global_params[i].grad)
+            if self.comm.size == 1:   # one replica's pseudo-gradient is its average: no buffer
+                for g, p in zip(self.global_params, self.params):
+                    torch.sub(g, p.detach(), out=g.grad)
+            else:
+                flats = self._average(lambda i: self.global_params[i] - self.params[i].detach())
+                self._unpack(flats, lambda i: self.global_params[i].grad)
             self.outer.step()
             from ..compat import copy_all
             copy_all([p.detach() for p in self.params], self.global_params)
