@@ -82,3 +82,16 @@ def load_json():
         with open(path) as f:
             return json.load(f)
     return load
+
+
+@pytest.fixture(scope="session")
+def two_machines_hsdp_hier_zero1(tmp_path_factory):
+    """One timed job of hsdp, hier and ddp_zero1 on 2 emulated machines x 2 slots (buckets of
+    300000 bytes; a record each, ``{method}.json`` in the folder returned with the process):
+    test_model_gaps counts all three's bytes, test_hier hier's by group (a job's start costs
+    more than its methods' steps)."""
+    path = tmp_path_factory.mktemp("two_machines_hsdp_hier_zero1")
+    proc = train(*TINY_BERT, "--nworkers", "4", "--slots", "2", *QUICK_TIMING, "--threshold",
+                 "300000", "--method", "hsdp,hier,ddp_zero1",
+                 "--output", str(path / "{method}.json"), timeout=400)
+    return proc, path
