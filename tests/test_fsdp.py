@@ -15,8 +15,8 @@ import pytest
 
 from ddlbench.methods.fsdp import FSDP2, FSDP2HSDP
 
-from .conftest import (MOMENTUM_SGD, QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, train,
-                       verify_lines)
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, SMALL_CNN, TINY_BERT, describe,
+                       only_no_across_failed, train, verify_lines)
 from .test_hostile import WouldRun, no_runs  # noqa: F401 (the fixture)
 from .test_hostile_cases import one_line
 
@@ -162,15 +162,16 @@ class NoAcross(FSDP2HSDP):
             self.model.get_submodule(name).set_requires_all_reduce(False)
 
 
-def test_fsdp2_hsdp_verifies_on_two_machines_and_one_without_its_all_reduce_fails():
-    """Momentum SGD, 3 steps (AdamW: the ZeRO-3 job above)."""
-    proc = train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, "--verify", "3",
-                 "--method", f"fsdp2_hsdp,{__name__}:NoAcross", timeout=300)
+def test_fsdp2_hsdp_verifies_on_two_machines_and_one_without_its_all_reduce_fails(
+        two_machines_sgd_verified):
+    """Momentum SGD, 3 steps (AdamW: the ZeRO-3 job above): conftest's
+    ``two_machines_sgd_verified``, with hsdp, which fails for NoAcross alone."""
+    proc, _ = two_machines_sgd_verified
     lines = verify_lines(proc.stdout)
     assert [ok for *_, ok in lines.get("fsdp2_hsdp", [])] == [True] * 3, describe(proc)
     alone = lines.get(f"{__name__}:NoAcross")
     assert alone and not alone[0][3], describe(proc)
-    assert proc.returncode == 1, describe(proc)
+    assert proc.returncode == 1 and only_no_across_failed(proc), describe(proc)
 
 
 HSDP_TOPOLOGY = """

@@ -11,8 +11,8 @@ import pytest
 
 from ddlbench import collectives
 
-from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, describe, train,
-                       verify_lines)
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, describe,
+                       only_no_across_failed, train, verify_lines)
 
 ADAMW = ["--optimizer", "adamw"]
 BUCKETS = ["--threshold", "300000"]          # several buckets, most padded
@@ -46,17 +46,18 @@ def two_machines_adamw():
                  "--method", f"zero,{IN_LEVELS}", timeout=300)
 
 
-def test_zero_and_hsdp_verify_on_two_machines_with_a_span_per_collective(two_machines_adamw,
-                                                                         tmp_path, load_json):
+def test_zero_and_hsdp_verify_on_two_machines_with_a_span_per_collective(
+        two_machines_adamw, two_machines_sgd_verified, load_json):
     """zero sharded on the whole job (AdamW; ``two_machines_adamw``'s job), and hsdp (sharded
-    on each machine, the shards all-reduced across; momentum SGD, traced): the timeline has a
-    span for every reduce-scatter and all-gather on the machine group and every all-reduce
-    across."""
+    on each machine, the shards all-reduced across; momentum SGD, traced; conftest's
+    ``two_machines_sgd_verified``, whose job fails for test_fsdp's NoAcross alone): the
+    timeline has a span for every reduce-scatter and all-gather on the machine group and every
+    all-reduce across."""
     _verified(two_machines_adamw)
-    trace = tmp_path / "hsdp.json"
-    _verified(train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *BUCKETS, "--verify", "3",
-                    "--method", "hsdp", "--timeline", str(trace), timeout=300), "hsdp")
-    events = load_json(trace)
+    proc, path = two_machines_sgd_verified
+    assert only_no_across_failed(proc), describe(proc)
+    assert [ok for *_, ok in verify_lines(proc.stdout)["hsdp"]] == [True] * 3, describe(proc)
+    events = load_json(path / "hsdp.json")
     events = events["traceEvents"] if isinstance(events, dict) else events
     spans = {}
     for e in events:
