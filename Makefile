@@ -1,6 +1,6 @@
 # The two commands of the README, each doing all its own set-up on a fresh machine:
 #   make bench   - the quick local sweep (configs/quick.yaml); prints its report
-#   make test    - the test suite (what CI runs)
+#   make test    - the test suite (what CI runs; PYTEST_ARGS, default --durations=40: its flags)
 # The environment is a venv in .venv, (re)built whenever requirements.txt changes.
 # The real-Horovod lane has its own environment outside the clone (horovod/legacy_env.sh):
 #   make horovod-env        build it (torch 2.0.1 + Horovod 0.28.1; reused while unchanged)
@@ -29,7 +29,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 CONFIG ?= quick
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=40
 
 .PHONY: setup bench test clean-venv help horovod-env clean-horovod-env cluster-deps \
 	byteps-env clean-byteps-env deepspeed-env clean-deepspeed-env torchft-env clean-torchft-env

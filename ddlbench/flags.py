@@ -289,6 +289,7 @@ def check(args, probe_engine: bool = True, read_profile: bool = True) -> None:
             if name != "none":
                 compression.reference_of(name)  # one line for one that declares none
     runs(args)  # methods that cannot take a compressor
+    _check_refused(args, names)
     _check_optimizer(args)
 
 
@@ -375,6 +376,25 @@ def _check_ignored(args) -> None:
                 notes.append(line)
     if notes and launcher_rank() == "0":
         say(f"ddlbench: note: {'; '.join(notes)} (ignored)")
+
+
+def _check_refused(args, names: list[str]) -> None:
+    """What a chosen method cannot run with, one line here, not from every worker after the
+    job's start: its options (``Method.refuses``), and machines of the suite's local spawner
+    (``--slots``) holding different numbers of workers for a method that needs them even
+    (``Method.even_machines``; under a launcher the constructor checks the placement)."""
+    from .launch import local
+    from .methods.base import uneven_machines
+    values = {**vars(args), "nservers": args.nservers or None}   # (as RunConfig resolves)
+    hosts = local.hosts_of(args.nworkers, slots=args.slots) if args.slots and args.nworkers \
+        else []
+    sizes = [hosts.count(h) for h in sorted(set(hosts))]
+    for name in names:
+        method = methods.lookup(name, args.engine)
+        refused = method.refuses(method.Options.resolve(values)) or (
+            uneven_machines(method.id, sizes) if method.even_machines else None)
+        if refused:
+            raise UsageError(refused)
 
 
 def _check_optimizer(args) -> None:

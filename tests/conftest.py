@@ -82,3 +82,38 @@ def load_json():
         with open(path) as f:
             return json.load(f)
     return load
+
+
+@pytest.fixture(scope="session")
+def two_machines_hsdp_hier_zero1(tmp_path_factory):
+    """One timed job of hsdp, hier and ddp_zero1 on 2 emulated machines x 2 slots (buckets of
+    300000 bytes; a record each, ``{method}.json`` in the folder returned with the process):
+    test_model_gaps counts all three's bytes, test_hier hier's by group (a job's start costs
+    more than its methods' steps)."""
+    path = tmp_path_factory.mktemp("two_machines_hsdp_hier_zero1")
+    proc = train(*TINY_BERT, "--nworkers", "4", "--slots", "2", *QUICK_TIMING, "--threshold",
+                 "300000", "--method", "hsdp,hier,ddp_zero1",
+                 "--output", str(path / "{method}.json"), timeout=400)
+    return proc, path
+
+
+NO_ACROSS = "tests.test_fsdp:NoAcross"   # fsdp2_hsdp without its all-reduce across machines
+
+
+@pytest.fixture(scope="session")
+def two_machines_sgd_verified(tmp_path_factory):
+    """One verification on 2 emulated machines x 2 slots, momentum SGD, 3 steps, buckets of
+    300000 bytes (hsdp's), each method traced (``{method}.json`` in the folder returned with
+    the process): hsdp (test_zero), fsdp2_hsdp and NoAcross, which must fail (test_fsdp). Its
+    last line names exactly the methods that failed: NoAcross alone."""
+    path = tmp_path_factory.mktemp("two_machines_sgd_verified")
+    proc = train(*TINY_BERT, "--nworkers", "4", "--slots", "2", *MOMENTUM_SGD, "--threshold",
+                 "300000", "--verify", "3", "--method", f"hsdp,fsdp2_hsdp,{NO_ACROSS}",
+                 "--timeline", str(path / "{method}.json"), timeout=300)
+    return proc, path
+
+
+def only_no_across_failed(proc) -> bool:
+    """The job of ``two_machines_sgd_verified`` failed (exit 1) for NoAcross and no other."""
+    return proc.returncode == 1 and proc.stdout.strip().splitlines()[-1] == (
+        f"verify: 4 worker(s), bert_tiny: FAILED: {NO_ACROSS}")

@@ -15,8 +15,8 @@ import pytest
 
 from ddlbench.methods.fsdp import FSDP2, FSDP2HSDP
 
-from .conftest import (MOMENTUM_SGD, QUICK_TIMING, SMALL_CNN, TINY_BERT, describe, train,
-                       verify_lines)
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, SMALL_CNN, TINY_BERT, describe,
+                       only_no_across_failed, train, verify_lines)
 from .test_hostile import WouldRun, no_runs  # noqa: F401 (the fixture)
 from .test_hostile_cases import one_line
 
@@ -72,14 +72,31 @@ def test_all_verify_with_adamw_on_two_machines_zero3_and_fsdp2s_collectives_are_
         assert len(waits) == len(spans)      # the training thread waits for each
 
 
+@pytest.fixture(scope="module")
+def two_machines_timed(tmp_path_factory):
+    """One timed job on 2 emulated machines x 2 slots: fsdp2 (its bytes at P = 4: its
+    collectives are on the whole job, which the machines do not change) and fsdp2_hsdp (its
+    bytes by group and its timeline), each with a record and a trace of its own."""
+    path = tmp_path_factory.mktemp("two_machines")
+    proc = train(*TINY_BERT, *MACHINES, *QUICK_TIMING, "--method", "fsdp2,fsdp2_hsdp",
+                 "--output", str(path / "rec_{method}.json"),
+                 "--timeline", str(path / "tl_{method}.json"), timeout=300)
+    return proc, path
+
+
 @pytest.mark.parametrize("workers", [2, 3, 4])
 def test_fsdp2_sends_three_times_p_minus_one_over_p_of_the_gradient(workers, tmp_path,
-                                                                   load_json):
+                                                                   load_json, request):
+    """(At P = 4: the job of ``two_machines_timed``.)"""
     zero1 = workers == 3   # (and ddp_zero1's bytes, once)
-    out = tmp_path / ("rec_{method}.json" if zero1 else "rec_fsdp2.json")
-    proc = train(*TINY_BERT, "--nworkers", str(workers), *QUICK_TIMING,
-                 "--method", "fsdp2,ddp_zero1" if zero1 else "fsdp2", "--output", str(out),
-                 timeout=300)
+    if workers == 4:
+        proc, tmp_path = request.getfixturevalue("two_machines_timed")
+        out = tmp_path / "rec_{method}.json"
+    else:
+        out = tmp_path / ("rec_{method}.json" if zero1 else "rec_fsdp2.json")
+        proc = train(*TINY_BERT, "--nworkers", str(workers), *QUICK_TIMING,
+                     "--method", "fsdp2,ddp_zero1" if zero1 else "fsdp2", "--output", str(out),
+                     timeout=300)
     assert proc.returncode == 0, describe(proc)
     rec = load_json(str(out).replace("{method}", "fsdp2"))
     gradient = rec["model"]["gradient_bytes"]
@@ -145,15 +162,16 @@ class NoAcross(FSDP2HSDP):
             self.model.get_submodule(name).set_requires_all_reduce(False)
 
 
-def test_fsdp2_hsdp_verifies_on_two_machines_and_one_without_its_all_reduce_fails():
-    """Momentum SGD, 3 steps (AdamW: the ZeRO-3 job above)."""
-    proc = train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, "--verify", "3",
-                 "--method", f"fsdp2_hsdp,{__name__}:NoAcross", timeout=300)
+def test_fsdp2_hsdp_verifies_on_two_machines_and_one_without_its_all_reduce_fails(
+        two_machines_sgd_verified):
+    """Momentum SGD, 3 steps (AdamW: the ZeRO-3 job above): conftest's
+    ``two_machines_sgd_verified``, with hsdp, which fails for NoAcross alone."""
+    proc, _ = two_machines_sgd_verified
     lines = verify_lines(proc.stdout)
     assert [ok for *_, ok in lines.get("fsdp2_hsdp", [])] == [True] * 3, describe(proc)
     alone = lines.get(f"{__name__}:NoAcross")
     assert alone and not alone[0][3], describe(proc)
-    assert proc.returncode == 1, describe(proc)
+    assert proc.returncode == 1 and only_no_across_failed(proc), describe(proc)
 
 
 HSDP_TOPOLOGY = """
@@ -165,7 +183,8 @@ backend: gloo
 """
 
 
-def test_fsdp2_hsdp_bytes_by_group_its_spans_and_the_models_messages(tmp_path, load_json):
+def test_fsdp2_hsdp_bytes_by_group_its_spans_and_the_models_messages(two_machines_timed,
+                                                                    tmp_path, load_json):
     """2 machines x 2 (l = n = 2), per worker per step: the reduce-scatter inside the machine
     (an all-reduce on Gloo, 2(l-1)/l G), the all-reduce of the 1/l shard across machines
     (2(n-1)/n G/l) and the all-gather inside ((l-1)/l G), each on its group's row of the
@@ -173,9 +192,8 @@ def test_fsdp2_hsdp_bytes_by_group_its_spans_and_the_models_messages(tmp_path, l
     the all-reduce of its shard) are the counted ones, its all-gathers the gathered bytes."""
     from ddlbench import collectives
     from ddlbench.model import predict
-    out, trace = tmp_path / "rec.json", tmp_path / "tl.json"
-    proc = train(*TINY_BERT, *MACHINES, *QUICK_TIMING, "--method", "fsdp2_hsdp",
-                 "--output", str(out), "--timeline", str(trace), timeout=300)
+    proc, job = two_machines_timed
+    out, trace = job / "rec_fsdp2_hsdp.json", job / "tl_fsdp2_hsdp.json"
     assert proc.returncode == 0, describe(proc)
     rec = load_json(out)
     assert rec["method"]["mesh"] == [2, 2]

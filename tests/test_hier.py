@@ -8,14 +8,16 @@ import re
 
 from ddlbench import collectives
 
-from .conftest import MOMENTUM_SGD, QUICK_TIMING, TINY_BERT, describe, train, verify_lines
+from .conftest import MOMENTUM_SGD, TINY_BERT, describe, train, verify_lines
 from .test_group_plugin import TOPOLOGY   # 2 machines x 2 devices, 1 Gbit/s between them
 
 MACHINES = ["--nworkers", "4", "--slots", "2"]   # 2 emulated machines x 2 slots
 THRESHOLD = ["--threshold", "300000"]
 
 
-def test_hier_verifies_and_sends_its_declared_bytes_on_two_machines(tmp_path, load_json):
+def test_hier_verifies_and_sends_its_declared_bytes_on_two_machines(
+        two_machines_hsdp_hier_zero1, load_json):
+    """(Its bytes: hier's record of conftest's timed job on 2 machines x 2.)"""
     proc = train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *THRESHOLD, "--verify", "3",
                  "--method", "hier,tests.hier_serial:HierSerial,"
                  "tests.broken_methods:HierAcrossFails", timeout=300)
@@ -29,11 +31,9 @@ def test_hier_verifies_and_sends_its_declared_bytes_on_two_machines(tmp_path, lo
                      r"RuntimeError: injected: connection closed by peer", proc.stderr), \
         describe(proc)
 
-    out = tmp_path / "hier.json"
-    proc = train(*TINY_BERT, *MACHINES, *QUICK_TIMING, *THRESHOLD, "--method", "hier",
-                 "--output", str(out), timeout=300)
+    proc, job = two_machines_hsdp_hier_zero1
     assert proc.returncode == 0, describe(proc)
-    rec = load_json(out)
+    rec = load_json(job / "hier.json")
     assert rec["method"]["groups"]["machine"] == [[0, 1], [2, 3]]
     assert rec["method"]["groups"]["across"] == [[0, 2], [1, 3]]
     buckets = rec["method"]["bucket_bytes"]

@@ -35,7 +35,8 @@ def _predicted_bytes(method: str, nworkers: int, **values) -> float:
     return sum(answer.prediction.message_bytes)
 
 
-def test_predicted_bytes_per_step_are_the_counted_ones(tmp_path, load_json):
+def test_predicted_bytes_per_step_are_the_counted_ones(two_machines_hsdp_hier_zero1, tmp_path,
+                                                       load_json):
     """One 4-worker run on 2 emulated machines x 2 (hsdp, hier, ddp_zero1) and one of 2
     workers (zero, and fsdp2 with ZeRO-3; at 2 no bucket or parameter is padded): per worker
     per step the bytes handed to collectives (``payload_bytes``; an all-gather counted by
@@ -43,10 +44,9 @@ def test_predicted_bytes_per_step_are_the_counted_ones(tmp_path, load_json):
     to them. Before, the predictions left the all-gathers after the optimizer out (zero G,
     hsdp 1.5 G, ddp_zero1 G, fsdp2 G) and counted hier's all-gather whole (2.5 G)."""
     gradient = sum(_tiny_bert_work().nbytes)
-    out = tmp_path / "{method}.json"
-    proc = train(*TINY_BERT, "--nworkers", "4", "--slots", "2", *QUICK_TIMING, *BUCKETS,
-                 "--method", "hsdp,hier,ddp_zero1", "--output", str(out), timeout=400)
+    proc, machines = two_machines_hsdp_hier_zero1   # (conftest's job: hier's bytes too)
     assert proc.returncode == 0, describe(proc)
+    out = tmp_path / "{method}.json"
     proc = train(*TINY_BERT, "--nworkers", "2", *QUICK_TIMING, *BUCKETS, "--method",
                  "zero,fsdp2", "--reshard-after-forward", "1", "--output", str(out),
                  timeout=300)
@@ -57,7 +57,8 @@ def test_predicted_bytes_per_step_are_the_counted_ones(tmp_path, load_json):
     formula = {"zero": (2, 1 + 1 / 2), "hsdp": (4, 1 + 1 / 2 + 1 / 2),
                "hier": (4, 1 + 1 / 2 + 1 / 2), "ddp_zero1": (4, 2), "fsdp2": (2, 1 + 1 / 2 + 1 / 2)}
     for method, (workers, factor) in formula.items():
-        rec = load_json(str(out).replace("{method}", method))
+        rec = load_json(str(machines / f"{method}.json") if workers == 4
+                        else str(out).replace("{method}", method))
         assert rec["model"]["gradient_bytes"] == gradient, method
         if method in ("zero", "hsdp"):   # (no bucket padded: the bytes are the gradient's)
             assert rec["method"]["padded_bytes"] == rec["method"]["bucket_bytes"], method

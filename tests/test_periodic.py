@@ -45,27 +45,40 @@ def _synced_steps(stdout, method):
     return synced, apart
 
 
+@pytest.fixture(scope="module")
+def period_1_job(tmp_path_factory):
+    """H = 1, 3 workers, momentum SGD: localsgd, ddp_localsgd and ddp verified in one job (a
+    job's start costs more than its methods' steps), each method's parameters saved."""
+    path = tmp_path_factory.mktemp("period_1")
+    proc = train(*TINY_BERT, *MOMENTUM_SGD, "--nworkers", "3", "--verify", "3",
+                 "--method", "localsgd,ddp_localsgd,ddp", "--period", "1",
+                 "--save-params", str(path / "{method}.npz"), timeout=300)
+    return proc, path
+
+
 @pytest.mark.parametrize("workers,momentum", [(3, MOMENTUM_SGD), (2, ["--optimizer", "sgd"])])
-def test_localsgd_at_period_1_is_synchronous_sgd(workers, momentum):
+def test_localsgd_at_period_1_is_synchronous_sgd(workers, momentum, request):
     """H = 1 with SGD: the parameters average of P replicas each stepped on its own gradient
     (and its own momentum buffer, linear in the gradients) is the step on the averaged
-    gradient: the existing reference, replicas identical every step."""
-    proc = train(*TINY_BERT, *momentum, "--nworkers", str(workers), "--verify", "3",
-                 "--method", "localsgd", "--period", "1", timeout=300)
+    gradient: the existing reference, replicas identical every step. (3 workers: the job of
+    ``period_1_job``.)"""
+    if workers == 3:
+        proc, _ = request.getfixturevalue("period_1_job")
+    else:
+        proc = train(*TINY_BERT, *momentum, "--nworkers", str(workers), "--verify", "3",
+                     "--method", "localsgd", "--period", "1", timeout=300)
     assert proc.returncode == 0, describe(proc)
     _verified(proc, ["localsgd"], 3)
     assert AGAINST not in proc.stdout   # the averaged gradient's reference
     assert _synced_steps(proc.stdout, "localsgd") == ([1, 2, 3], [])
 
 
-def test_torch_local_sgd_at_period_1_is_ddp(tmp_path):
+def test_torch_local_sgd_at_period_1_is_ddp(period_1_job):
     """H = 1, 3 workers, momentum SGD: torch's averager after every step (its gradients
     never leave the worker) is synchronous SGD: the averaged gradient's reference, replicas
     identical every step, and its parameters those of ``ddp`` in the same run within fp32
     rounding (a step's size is 1e-4 to 1e-2 of them)."""
-    proc = train(*TINY_BERT, *MOMENTUM_SGD, "--nworkers", "3", "--verify", "3",
-                 "--method", "ddp_localsgd,ddp", "--period", "1",
-                 "--save-params", str(tmp_path / "{method}.npz"), timeout=300)
+    proc, tmp_path = period_1_job
     assert proc.returncode == 0, describe(proc)
     _verified(proc, ["ddp_localsgd", "ddp"], 3)
     assert AGAINST not in proc.stdout

@@ -11,8 +11,8 @@ import pytest
 
 from ddlbench import collectives
 
-from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, describe, train,
-                       verify_lines)
+from .conftest import (MOMENTUM_SGD, QUICK_TIMING, REPO, TINY_BERT, describe,
+                       only_no_across_failed, train, verify_lines)
 
 ADAMW = ["--optimizer", "adamw"]
 BUCKETS = ["--threshold", "300000"]          # several buckets, most padded
@@ -34,16 +34,30 @@ def test_zero_verifies(workers, flags):
                     "--method", "zero", timeout=300))
 
 
-def test_zero_and_hsdp_verify_on_two_machines_with_a_span_per_collective(tmp_path, load_json):
-    """zero sharded on the whole job (AdamW), and hsdp (sharded on each machine, the shards
-    all-reduced across; momentum SGD, traced): the timeline has a span for every
-    reduce-scatter and all-gather on the machine group and every all-reduce across."""
-    _verified(train(*TINY_BERT, *MACHINES, *ADAMW, *BUCKETS, "--verify", "3", "--method", "zero",
-                    timeout=300))
-    trace = tmp_path / "hsdp.json"
-    _verified(train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *BUCKETS, "--verify", "3",
-                    "--method", "hsdp", "--timeline", str(trace), timeout=300), "hsdp")
-    events = load_json(trace)
+IN_LEVELS = "tests.zero_variants:ZeroInLevels"
+
+
+@pytest.fixture(scope="module")
+def two_machines_adamw():
+    """One verification on 2 machines x 2 (AdamW): zero with the default carriers, and zero
+    with both in two levels (tests/zero_variants.py: the options of --rs-carrier two-level
+    --ag-carrier two-level), each named by its verify lines."""
+    return train(*TINY_BERT, *MACHINES, *ADAMW, *BUCKETS, "--verify", "3",
+                 "--method", f"zero,{IN_LEVELS}", timeout=300)
+
+
+def test_zero_and_hsdp_verify_on_two_machines_with_a_span_per_collective(
+        two_machines_adamw, two_machines_sgd_verified, load_json):
+    """zero sharded on the whole job (AdamW; ``two_machines_adamw``'s job), and hsdp (sharded
+    on each machine, the shards all-reduced across; momentum SGD, traced; conftest's
+    ``two_machines_sgd_verified``, whose job fails for test_fsdp's NoAcross alone): the
+    timeline has a span for every reduce-scatter and all-gather on the machine group and every
+    all-reduce across."""
+    _verified(two_machines_adamw)
+    proc, path = two_machines_sgd_verified
+    assert only_no_across_failed(proc), describe(proc)
+    assert [ok for *_, ok in verify_lines(proc.stdout)["hsdp"]] == [True] * 3, describe(proc)
+    events = load_json(path / "hsdp.json")
     events = events["traceEvents"] if isinstance(events, dict) else events
     spans = {}
     for e in events:
@@ -62,14 +76,17 @@ def test_zero_and_hsdp_verify_on_two_machines_with_a_span_per_collective(tmp_pat
 
 def test_prefetched_gathers_change_when_not_what(tmp_path):
     """The all-gathers overlapping the next forward (each module waits for its own) give the
-    very parameters the step waiting for them gives, bit for bit."""
-    saved = {}
-    for prefetch in ("0", "1"):
-        path = tmp_path / f"p{prefetch}.npz"
-        _verified(train(*TINY_BERT, "--nworkers", "2", *MOMENTUM_SGD, *BUCKETS, "--verify", "3",
-                        "--method", "zero", "--gather-prefetch", prefetch, "--save-params",
-                        str(path), timeout=300))
-        saved[prefetch] = dict(np.load(path))
+    very parameters the step waiting for them gives, bit for bit: zero with --gather-prefetch
+    1 and, in the same job, zero with the options of --gather-prefetch 0
+    (tests/zero_variants.py), each verified."""
+    waited = "tests.zero_variants:ZeroGatherWaited"
+    proc = train(*TINY_BERT, "--nworkers", "2", *MOMENTUM_SGD, *BUCKETS, "--verify", "3",
+                 "--method", f"zero,{waited}", "--gather-prefetch", "1", "--save-params",
+                 str(tmp_path / "{method}.npz"), timeout=300)
+    _verified(proc)
+    _verified(proc, waited)
+    saved = {prefetch: dict(np.load(tmp_path / f"{name}.npz"))
+             for prefetch, name in (("0", waited), ("1", "zero"))}
     assert saved["0"].keys() == saved["1"].keys()
     assert all(np.array_equal(saved["0"][k], saved["1"][k]) for k in saved["0"])
 
@@ -150,15 +167,16 @@ def test_hsdp_refuses_machines_of_different_sizes():
             in proc.stderr), describe(proc)
 
 
-def test_zero_in_levels_verifies_and_sends_the_declared_bytes_by_group(tmp_path, load_json):
+def test_zero_in_levels_verifies_and_sends_the_declared_bytes_by_group(two_machines_adamw,
+                                                                       tmp_path, load_json):
     """zero with both collectives in two levels (``--rs-carrier two-level --ag-carrier
     two-level``) on 2 machines x 2: right against the reference (AdamW, stage 2, prefetched
     gathers, whose second level runs when each module waits); per step, per padded bucket of B bytes, inside
     the machine B/2 reduce-scattered and B/2 all-gathered, across only B/4 each way (the flat
     all-to-all sends 3B/4 a worker, B/2 of it to the other machine); a span for each level on
-    its group; and the model runs the same four steps on the same groups."""
-    _verified(train(*TINY_BERT, *MACHINES, *ADAMW, *BUCKETS, "--verify", "3", "--method", "zero",
-                    "--rs-carrier", "two-level", "--ag-carrier", "two-level", timeout=300))
+    its group; and the model runs the same four steps on the same groups. (The verification:
+    ``two_machines_adamw``'s job; the flags' options are the timed run's record's.)"""
+    _verified(two_machines_adamw, IN_LEVELS)
     out, trace = tmp_path / "zero.json", tmp_path / "zero-trace.json"
     proc = train(*TINY_BERT, *MACHINES, *MOMENTUM_SGD, *QUICK_TIMING, *BUCKETS, "--method", "zero",
                  "--rs-carrier", "two-level", "--ag-carrier", "two-level", "--zero-stage", "1",

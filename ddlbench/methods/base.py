@@ -118,6 +118,10 @@ class Method:
     # "module:Class": the mathematics --verify holds a method that changes the algorithm to
     # (``reference_for``); "": the single-process optimizer on the averaged gradient
     reference: ClassVar[str] = ""
+    # True: its shards live on the ``machine`` group, so the job's machines must hold as many
+    # workers each (``require_even_machines``; the training script checks a --slots placement
+    # before the workers start)
+    even_machines: ClassVar[bool] = False
 
     @classmethod
     def reference_for(cls, options: options.Options, optimizer: str) -> str:
@@ -131,6 +135,12 @@ class Method:
         """None when this method can send its gradients through ``compressor``, else why not
         (a clause for "method M cannot take --compressor C: ...")."""
         return None if compressor == "none" else NOT_BUCKETED
+
+    @classmethod
+    def refuses(cls, options: options.Options) -> str | None:
+        """One line saying why this method cannot run with its resolved ``options`` (None: it
+        can), asked by the training script's checks before any worker starts."""
+        return None
 
     def __init__(self, model: "nn.Module", optimizer: "torch.optim.Optimizer", comm: "Comm",
                  options: options.Options | None = None, compressor=None,
@@ -246,12 +256,18 @@ class Method:
 def require_even_machines(method_id: str, comm) -> None:
     """One line when the job's machines hold different numbers of workers: a method whose
     shards live on the ``machine`` group needs them to match across machines."""
-    sizes = [len(m) for m in comm.machines()]
-    if len(set(sizes)) > 1:
+    problem = uneven_machines(method_id, [len(m) for m in comm.machines()])
+    if problem:
         from ..errors import UsageError
-        raise UsageError(f"method {method_id} needs as many workers on every machine (its "
-                         f"shards must match across machines); this job's machines hold "
-                         f"{', '.join(map(str, sizes))}")
+        raise UsageError(problem)
+
+
+def uneven_machines(method_id: str, sizes: list[int]) -> str | None:
+    """``require_even_machines``'s line for machines holding ``sizes`` workers (None: even)."""
+    if len(set(sizes)) > 1:
+        return (f"method {method_id} needs as many workers on every machine (its shards must "
+                f"match across machines); this job's machines hold {', '.join(map(str, sizes))}")
+    return None
 
 
 def check_one_dense_method(engine: str, methods: list[str], compressors: list[str],

@@ -320,6 +320,7 @@ class FSDP2HSDP(FSDP2):
                "replicated across machines and sharded inside each; each unit's gradients "
                "reduce-scattered inside the machine, the shard all-reduced across machines, "
                "its parameters all-gathered inside the machine")
+    even_machines = True
     # the model: fsdp2's, with the reduce-scatter and all-gather on the machine group and the
     # shard (1/l) all-reduced across machines after each reduce-scatter, as torch issues them
     rule = rules.Rule(grouping=rules.units,

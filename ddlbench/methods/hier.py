@@ -40,6 +40,7 @@ class Hier(BucketedAllReduce):
                "each reduce-scattered inside its machine, the shard all-reduced across "
                "machines, all-gathered inside the machine (hierarchical all-reduce)")
     Options = FusionOptions
+    even_machines = True
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
                       exchange=(rules.Step("reduce_scatter", MACHINE),
                                 rules.Step("allreduce", ACROSS, shard_of=MACHINE),

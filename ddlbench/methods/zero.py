@@ -165,6 +165,13 @@ class Zero(BucketedAllReduce):
     def fusion_threshold(cls, options, nbytes: list[int]) -> float:
         return float(options.threshold)
 
+    @classmethod
+    def refuses(cls, options) -> str | None:
+        if cls.shard_layout != WORLD and TWO_LEVEL in (options.rs_carrier, options.ag_carrier):
+            return (f"method {cls.id} shards on the machine: its collectives there have no "
+                    f"level to split (--rs-carrier and --ag-carrier two-level are zero's)")
+        return None
+
     def __init__(self, model, optimizer, comm, options=None, compressor=None, model_name=None):
         self._calibrating = False
         hsdp = self.shard_layout != WORLD
@@ -174,12 +181,11 @@ class Zero(BucketedAllReduce):
         if hsdp:
             require_even_machines(self.id, comm)
         given = options if options is not None else self.Options()
+        refused = self.refuses(given)
+        if refused:
+            from ..errors import UsageError
+            raise UsageError(refused)
         if TWO_LEVEL in (given.rs_carrier, given.ag_carrier):
-            if hsdp:
-                from ..errors import UsageError
-                raise UsageError(f"method {self.id} shards on the machine: its collectives "
-                                 f"there have no level to split (--rs-carrier and "
-                                 f"--ag-carrier two-level are zero's)")
             comm.levels()   # (its groups built here, on every rank, as any layout's)
         self.keep_grads = given.zero_stage == "1"
         self._group_of_param = {}
@@ -437,6 +443,7 @@ class HSDP(Zero):
                "each machine; each bucket reduce-scattered inside the machine, its shard "
                "all-reduced across machines, the updated shards all-gathered inside the machine")
     shard_layout = MACHINE
+    even_machines = True
     rule = rules.Rule(grouping=rules.fused, advise=rules.threshold_grid,
                       exchange=(rules.Step("reduce_scatter", MACHINE,
                                            carrier_option="rs_carrier"),
