@@ -122,10 +122,13 @@ class _Periodic(_EveryPeriod, Method):
         order = list(reversed(range(len(self.params))))
         keys = [(self.params[i].dtype, self.params[i].device) for i in order]
         nbytes = [self.params[i].numel() * self.params[i].element_size() for i in order]
-        self.groups = [[order[j] for j in g] for g in plan_buckets(nbytes, self.threshold, keys)]
+        planned = plan_buckets(nbytes, self.threshold, keys)
+        self.groups = [[order[j] for j in g] for g in planned]
+        self.bucket_bytes = [sum(nbytes[j] for j in g) for g in planned]
+        # the averages' buffers: none at one worker, where nothing is averaged (``_sync``)
         self.flats = [torch.empty(sum(self.params[i].numel() for i in g),
                                   dtype=self.params[g[0]].dtype, device=self.params[g[0]].device)
-                      for g in self.groups]
+                      for g in self.groups] if comm.size > 1 else []
         self.labels = [tensors_label([self.param_names[i] for i in g]) for g in self.groups]
         self.steps = 0
         self.syncs = 0
@@ -179,7 +182,7 @@ class _Periodic(_EveryPeriod, Method):
         d.update({"period": self.period, "steps": self.steps, "syncs": self.syncs,
                   "threshold_bytes": self.threshold if self.threshold != float("inf") else None,
                   "buckets": len(self.groups),
-                  "bucket_bytes": [f.numel() * f.element_size() for f in self.flats],
+                  "bucket_bytes": self.bucket_bytes,
                   "changes_algorithm": self.changes_algorithm})
         return d
 
