@@ -378,6 +378,12 @@ def _check_ignored(args) -> None:
         say(f"ddlbench: note: {'; '.join(notes)} (ignored)")
 
 
+def resolvable(args) -> dict:
+    """The flags' values as a method's ``Options.resolve`` takes them: no server (a PS job on
+    one machine) leaves the PS methods' nservers option unset."""
+    return {**vars(args), "nservers": args.nservers or None}
+
+
 def _check_refused(args, names: list[str]) -> None:
     """What a chosen method cannot run with, one line here, not from every worker after the
     job's start: its options (``Method.refuses``), and machines of the suite's local spawner
@@ -385,7 +391,7 @@ def _check_refused(args, names: list[str]) -> None:
     (``Method.even_machines``; under a launcher the constructor checks the placement)."""
     from .launch import local
     from .methods.base import uneven_machines
-    values = {**vars(args), "nservers": args.nservers or None}   # (as RunConfig resolves)
+    values = resolvable(args)
     hosts = local.hosts_of(args.nworkers, slots=args.slots) if args.slots and args.nworkers \
         else []
     sizes = [hosts.count(h) for h in sorted(set(hosts))]

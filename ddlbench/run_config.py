@@ -63,8 +63,7 @@ class RunConfig:
         from . import runtime
         pairs = tuple(flags.runs(args))
         values = vars(args)
-        # no server (a PS job on one machine): the PS methods' nservers option is unset
-        resolvable = {**values, "nservers": args.nservers or None}
+        resolvable = flags.resolvable(args)
         options = {}
         for name, _ in pairs:
             if name not in options:
